@@ -1,0 +1,143 @@
+//! Wire types of the HTTP API shared by the server, the client and the agent:
+//! the error body, lists, watch events, join and heartbeat.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::time::HumanDuration;
+use crate::validation::FieldError;
+
+pub fn collection_path(plural: &str) -> String {
+    format!("/api/v1/{plural}")
+}
+
+pub fn object_path(plural: &str, name: &str) -> String {
+    format!("/api/v1/{plural}/{name}")
+}
+
+/// Why a request failed, in a form scripts can branch on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum StatusReason {
+    BadRequest,
+    Unauthorized,
+    Forbidden,
+    NotFound,
+    AlreadyExists,
+    Conflict,
+    Gone,
+    Invalid,
+    TooManyRequests,
+    InternalError,
+    ServiceUnavailable,
+}
+
+impl StatusReason {
+    pub fn http_code(self) -> u16 {
+        match self {
+            StatusReason::BadRequest => 400,
+            StatusReason::Unauthorized => 401,
+            StatusReason::Forbidden => 403,
+            StatusReason::NotFound => 404,
+            StatusReason::AlreadyExists | StatusReason::Conflict => 409,
+            StatusReason::Gone => 410,
+            StatusReason::Invalid => 422,
+            StatusReason::TooManyRequests => 429,
+            StatusReason::InternalError => 500,
+            StatusReason::ServiceUnavailable => 503,
+        }
+    }
+}
+
+/// The body of every error response.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Status {
+    pub kind: String,
+    pub code: u16,
+    pub reason: StatusReason,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub causes: Vec<FieldError>,
+}
+
+impl Status {
+    pub fn new(reason: StatusReason, message: impl Into<String>) -> Self {
+        Status { kind: "Status".into(), code: reason.http_code(), reason, message: message.into(), causes: Vec::new() }
+    }
+}
+
+/// Metadata of a list: the store revision it was read at (watch from there)
+/// and, when paged, the token for the next page.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ListMeta {
+    pub resource_version: String,
+    #[serde(default, rename = "continue", skip_serializing_if = "Option::is_none")]
+    pub continue_token: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectList<T> {
+    pub api_version: String,
+    pub kind: String,
+    pub metadata: ListMeta,
+    pub items: Vec<T>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum WatchEventType {
+    Added,
+    Modified,
+    Deleted,
+    /// No change; `object.metadata.resourceVersion` says how far the watch got.
+    Bookmark,
+    /// The watch ended; `object` is a [`Status`] (410 Gone: relist).
+    Error,
+}
+
+/// One line of a watch stream.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WatchEvent<T> {
+    #[serde(rename = "type")]
+    pub type_: WatchEventType,
+    pub object: T,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JoinRequest {
+    pub node_name: String,
+    #[serde(flatten)]
+    pub report: AgentReport,
+}
+
+/// What an agent tells about itself on join and in every heartbeat.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AgentReport {
+    pub agent_boot_id: String,
+    #[serde(default)]
+    pub host_boot_id: Option<String>,
+    #[serde(default)]
+    pub address: Option<String>,
+    #[serde(default)]
+    pub agent_version: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JoinResponse {
+    pub node_name: String,
+    /// The node's own credential; the join token is not needed again.
+    pub node_token: String,
+    pub heartbeat_period: HumanDuration,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HeartbeatResponse {
+    /// The period the agent should use from now on (ClusterConfig).
+    pub heartbeat_period: HumanDuration,
+}

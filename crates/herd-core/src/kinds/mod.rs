@@ -1,0 +1,17 @@
+//! The kinds of resource herd serves. One file per kind; each implements
+//! [`crate::Resource`] on its spec type.
+
+pub mod cluster_config;
+pub mod event;
+pub mod lease;
+pub mod node;
+
+pub use cluster_config::{ClusterConfig, ClusterConfigSpec, LeaderElectionSettings};
+pub use event::{Event, EventSpec, EventType, InvolvedObject};
+pub use lease::{Lease, LeaseSpec};
+pub use node::{Condition, ConditionStatus, Node, NodeRole, NodeSpec, NodeStatus};
+
+/// No status: for kinds without a status subresource.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NoStatus {}

@@ -1,0 +1,25 @@
+//! herd's pure core: resource types, validation, state machines and decisions.
+//!
+//! Invariant: nothing in this crate performs IO, reads a clock or spawns a
+//! task. Callers pass in the current time, fresh ids and observations; the
+//! functions here decide. That is what makes every decision unit- and
+//! property-testable, and what lets the server and the agent share them.
+
+pub mod api;
+pub mod authz;
+pub mod kinds;
+pub mod labels;
+pub mod lifecycle;
+pub mod meta;
+pub mod node_health;
+pub mod resource;
+pub mod time;
+pub mod validation;
+
+pub use meta::ObjectMeta;
+pub use resource::{Object, Resource};
+pub use time::{HumanDuration, Timestamp};
+pub use validation::{FieldError, FieldPath, ValidationErrors};
+
+/// The `apiVersion` every herd object carries.
+pub const API_VERSION: &str = "herd/v1";

@@ -1,0 +1,113 @@
+//! The generic object envelope and the trait each kind implements.
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::API_VERSION;
+use crate::meta::ObjectMeta;
+use crate::validation::{FieldPath, ValidationErrors};
+
+/// What a kind of resource is: its names, its status type and its checks.
+/// Implemented by the kind's spec type.
+pub trait Resource:
+    Serialize + DeserializeOwned + schemars::JsonSchema + Clone + Default + PartialEq + std::fmt::Debug + Send + Sync + 'static
+{
+    /// `Node`, `ClusterConfig`, ...
+    const KIND: &'static str;
+    /// The path segment in `/api/v1/<plural>`.
+    const PLURAL: &'static str;
+    /// Whether the kind has a status written through the status subresource.
+    const HAS_STATUS: bool = true;
+
+    type Status: Serialize
+        + DeserializeOwned
+        + schemars::JsonSchema
+        + Clone
+        + Default
+        + PartialEq
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static;
+
+    /// Checks the spec; `path` is `spec`.
+    fn validate_spec(&self, _path: &FieldPath, _errors: &mut ValidationErrors) {}
+
+    /// Checks the object's name beyond the generic rules (singletons, say).
+    fn validate_name(_name: &str, _errors: &mut ValidationErrors) {}
+
+    /// Checks a spec change against the stored spec (immutable fields).
+    fn validate_spec_update(&self, _old: &Self, _path: &FieldPath, _errors: &mut ValidationErrors) {}
+}
+
+/// An object of kind `S`: apiVersion, kind, metadata, spec and status.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, bound = "")]
+#[schemars(bound = "S: Resource")]
+pub struct Object<S: Resource> {
+    #[serde(default = "default_api_version")]
+    pub api_version: String,
+    #[serde(default = "kind_of::<S>")]
+    pub kind: String,
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: S,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub status: S::Status,
+}
+
+fn default_api_version() -> String {
+    API_VERSION.to_string()
+}
+
+fn kind_of<S: Resource>() -> String {
+    S::KIND.to_string()
+}
+
+fn is_default<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
+}
+
+impl<S: Resource> Object<S> {
+    pub fn new(name: impl Into<String>, spec: S) -> Self {
+        Object {
+            api_version: default_api_version(),
+            kind: S::KIND.to_string(),
+            metadata: ObjectMeta::named(name),
+            spec,
+            status: S::Status::default(),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.metadata.name
+    }
+
+    /// Every check on the object as a whole: envelope, metadata and spec.
+    pub fn validate(&self) -> Result<(), ValidationErrors> {
+        let mut errors = ValidationErrors::new();
+        if self.api_version != API_VERSION {
+            errors.add(&FieldPath::root("apiVersion"), format!("must be {API_VERSION:?}, got {:?}", self.api_version));
+        }
+        if self.kind != S::KIND {
+            errors.add(&FieldPath::root("kind"), format!("must be {:?}, got {:?}", S::KIND, self.kind));
+        }
+        self.metadata.validate(&FieldPath::root("metadata"), &mut errors);
+        S::validate_name(&self.metadata.name, &mut errors);
+        self.spec.validate_spec(&FieldPath::root("spec"), &mut errors);
+        errors.into_result()
+    }
+
+    /// Reads an object from JSON; a malformed body names the field at fault.
+    pub fn from_json_value(value: serde_json::Value) -> Result<Self, ValidationErrors> {
+        serde_path_to_error::deserialize(value).map_err(|e| {
+            let path = e.path().to_string();
+            let field = if path == "." { "body".to_string() } else { path };
+            ValidationErrors::single(field, e.into_inner().to_string())
+        })
+    }
+
+    pub fn to_json_value(&self) -> serde_json::Value {
+        serde_json::to_value(self).expect("herd objects always serialise to JSON")
+    }
+}

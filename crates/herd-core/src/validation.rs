@@ -1,0 +1,131 @@
+//! Validation errors that name the field path and the reason.
+//!
+//! Every check in herd reports `spec.role: must be one of ...`, never just
+//! "invalid". The server turns a non-empty [`ValidationErrors`] into a 422.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// A dotted path to a field, such as `spec.leaderElection.retryPeriod`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldPath(String);
+
+impl FieldPath {
+    pub fn root(name: &str) -> Self {
+        FieldPath(name.to_string())
+    }
+    pub fn child(&self, name: &str) -> Self {
+        if self.0.is_empty() {
+            FieldPath(name.to_string())
+        } else {
+            FieldPath(format!("{}.{}", self.0, name))
+        }
+    }
+    pub fn key(&self, key: &str) -> Self {
+        FieldPath(format!("{}[{}]", self.0, key))
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for FieldPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One field and what is wrong with it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct FieldError {
+    pub field: String,
+    pub reason: String,
+}
+
+/// Every problem found in one object; empty means valid.
+#[derive(Clone, Debug, Default, PartialEq, Eq, thiserror::Error)]
+pub struct ValidationErrors {
+    pub errors: Vec<FieldError>,
+}
+
+impl ValidationErrors {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn single(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        let mut errors = Self::new();
+        errors.errors.push(FieldError { field: field.into(), reason: reason.into() });
+        errors
+    }
+
+    pub fn add(&mut self, field: &FieldPath, reason: impl Into<String>) {
+        self.errors.push(FieldError { field: field.as_str().to_string(), reason: reason.into() });
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.errors.is_empty()
+    }
+
+    /// `Ok(())` when nothing was found, else these errors.
+    pub fn into_result(self) -> Result<(), ValidationErrors> {
+        if self.is_empty() { Ok(()) } else { Err(self) }
+    }
+}
+
+impl fmt::Display for ValidationErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.errors.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{}: {}", e.field, e.reason)?;
+        }
+        Ok(())
+    }
+}
+
+/// Names of objects, nodes and label values: an RFC 1123 subdomain
+/// (lowercase letters, digits, `-` and `.`, starting and ending with a letter
+/// or digit, at most 253 characters).
+pub fn check_name(path: &FieldPath, name: &str, errors: &mut ValidationErrors) {
+    if name.is_empty() {
+        errors.add(path, "must not be empty");
+        return;
+    }
+    if name.len() > 253 {
+        errors.add(path, format!("must be at most 253 characters, is {}", name.len()));
+    }
+    let valid_char = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.';
+    if let Some(bad) = name.chars().find(|c| !valid_char(*c)) {
+        errors.add(path, format!("may contain only lowercase letters, digits, '-' and '.', found {bad:?}"));
+    } else if !name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        || !name.ends_with(|c: char| c.is_ascii_alphanumeric())
+    {
+        errors.add(path, "must start and end with a letter or digit");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn name_errors(name: &str) -> ValidationErrors {
+        let mut errors = ValidationErrors::new();
+        check_name(&FieldPath::root("metadata").child("name"), name, &mut errors);
+        errors
+    }
+
+    #[test]
+    fn names() {
+        assert!(name_errors("node-1").is_empty());
+        assert!(name_errors("db.example").is_empty());
+        assert_eq!(
+            name_errors("Node_1").to_string(),
+            "metadata.name: may contain only lowercase letters, digits, '-' and '.', found 'N'"
+        );
+        assert_eq!(name_errors("-a").to_string(), "metadata.name: must start and end with a letter or digit");
+        assert_eq!(name_errors("").to_string(), "metadata.name: must not be empty");
+    }
+}
