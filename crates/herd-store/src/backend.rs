@@ -1,0 +1,53 @@
+//! The part of the store that differs per database.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tokio::sync::Notify;
+
+use crate::error::StoreError;
+use crate::types::{Event, KeyValue, Revision, Txn, TxnOutcome};
+
+/// A database that can hold a revisioned key/value store.
+///
+/// Contract (checked by the conformance suite):
+/// - `commit` applies the batch in one durable transaction, each transaction
+///   in order, each seeing the effects of those before it; a transaction
+///   whose compare fails applies nothing and does not stop the others.
+///   Every applied operation gets the next revision, and revisions commit in
+///   order, also when several processes write to the same database.
+/// - Reads return the head revision they were taken at, consistent with
+///   the rows they return.
+/// - `events_after` fails with `Compacted` when `after` lies before the
+///   compaction point.
+#[async_trait]
+pub trait Backend: Send + Sync + 'static {
+    /// `sqlite` or `postgres`, for logs and metrics.
+    fn name(&self) -> &'static str;
+
+    /// The key's record (if any) and the head revision.
+    async fn get(&self, key: &str) -> Result<(Option<KeyValue>, Revision), StoreError>;
+
+    /// Up to `limit` keys starting with `prefix` and greater than
+    /// `start_after`, in key order, and the head revision.
+    async fn range(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<KeyValue>, Revision), StoreError>;
+
+    async fn commit(&self, batch: Vec<Txn>) -> Result<Vec<TxnOutcome>, StoreError>;
+
+    /// Up to `limit` events with revision greater than `after`, in order.
+    async fn events_after(&self, after: Revision, limit: usize) -> Result<Vec<Event>, StoreError>;
+
+    /// Forgets events up to and including `upto` (no further than the head).
+    async fn compact(&self, upto: Revision) -> Result<(), StoreError>;
+
+    /// Signalled when another process committed to the same database, for
+    /// backends that several processes share. None: only this process writes.
+    fn external_commits(&self) -> Option<Arc<Notify>> {
+        None
+    }
+}

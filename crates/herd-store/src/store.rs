@@ -1,0 +1,232 @@
+//! [`Store`]: group commit, reads with paging and filtering, watches.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+use crate::backend::Backend;
+use crate::error::StoreError;
+use crate::types::{Compare, KeyValue, Revision, Txn, TxnOutcome, check_key};
+use crate::watch::{Hub, Watcher};
+
+/// The most transactions one backend commit carries.
+const MAX_BATCH: usize = 512;
+/// Keys read per backend range call while filtering.
+const RANGE_CHUNK: usize = 500;
+
+/// Counters for `/metrics` and benchmarks.
+#[derive(Debug, Default)]
+pub struct StoreStats {
+    /// Backend transactions (each one fsync).
+    pub commits: AtomicU64,
+    /// Store transactions carried by those commits.
+    pub txns: AtomicU64,
+    pub commit_failures: AtomicU64,
+}
+
+/// How to page a list.
+#[derive(Clone, Debug, Default)]
+pub struct ListOptions {
+    /// At most this many items; 0 means all.
+    pub limit: usize,
+    /// Continue after this key (from a previous page's `next_key`).
+    pub start_after: Option<String>,
+}
+
+#[derive(Clone, Debug)]
+pub struct ListPage {
+    pub items: Vec<KeyValue>,
+    /// The head revision when the first chunk was read. Every change after
+    /// it is seen by a watch started from it (some may already be in items).
+    pub revision: Revision,
+    /// Set when more items may follow: pass it as `start_after`.
+    pub next_key: Option<String>,
+}
+
+struct WriteRequest {
+    txn: Txn,
+    reply: oneshot::Sender<Result<TxnOutcome, StoreError>>,
+}
+
+struct Inner {
+    backend: Arc<dyn Backend>,
+    writes: mpsc::Sender<WriteRequest>,
+    hub: Arc<Hub>,
+    stats: Arc<StoreStats>,
+    _stop_tasks: DropGuard,
+}
+
+/// The revisioned key/value store. Cheap to clone; all clones share one
+/// writer and one watch hub. Needs a tokio runtime.
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+impl Store {
+    pub async fn new(backend: Arc<dyn Backend>) -> Result<Store, StoreError> {
+        let (_, head) = backend.get("/").await?;
+        let stop = CancellationToken::new();
+        let hub = Hub::start(backend.clone(), head, stop.clone());
+        let stats = Arc::new(StoreStats::default());
+        let (writes, rx) = mpsc::channel(4 * MAX_BATCH);
+        tokio::spawn(write_loop(backend.clone(), rx, hub.clone(), stats.clone()));
+        Ok(Store { inner: Arc::new(Inner { backend, writes, hub, stats, _stop_tasks: stop.drop_guard() }) })
+    }
+
+    /// Opens a store from a URL: `postgres://...` (or `postgresql://`), or
+    /// `sqlite://PATH` / a plain file path for SQLite.
+    pub async fn open(url: &str) -> Result<Store, StoreError> {
+        let backend: Arc<dyn Backend> = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Arc::new(crate::postgres::PostgresBackend::connect(url).await?)
+        } else {
+            let path = url.strip_prefix("sqlite://").unwrap_or(url);
+            Arc::new(crate::sqlite::SqliteBackend::open(path.as_ref()).await?)
+        };
+        Store::new(backend).await
+    }
+
+    pub fn backend_name(&self) -> &'static str {
+        self.inner.backend.name()
+    }
+
+    pub fn stats(&self) -> &StoreStats {
+        &self.inner.stats
+    }
+
+    /// The newest revision this process has seen committed.
+    pub fn head(&self) -> Revision {
+        self.inner.hub.head()
+    }
+
+    pub async fn get(&self, key: &str) -> Result<Option<KeyValue>, StoreError> {
+        check_key(key)?;
+        Ok(self.inner.backend.get(key).await?.0)
+    }
+
+    /// Keys under `prefix` for which `keep` holds, in key order, paged.
+    pub async fn list(
+        &self,
+        prefix: &str,
+        options: &ListOptions,
+        keep: impl Fn(&KeyValue) -> bool,
+    ) -> Result<ListPage, StoreError> {
+        check_key(prefix)?;
+        let want = if options.limit == 0 { usize::MAX } else { options.limit };
+        let mut items = Vec::new();
+        let mut after = options.start_after.clone();
+        let mut revision = None;
+        loop {
+            let chunk = RANGE_CHUNK.min(want.saturating_sub(items.len()).saturating_add(1));
+            let (kvs, head) = self.inner.backend.range(prefix, after.as_deref(), chunk).await?;
+            revision.get_or_insert(head);
+            let exhausted = kvs.len() < chunk;
+            after = kvs.last().map(|kv| kv.key.clone()).or(after);
+            for kv in kvs {
+                if !keep(&kv) {
+                    continue;
+                }
+                if items.len() == want {
+                    // One more match exists: the page is full and another follows.
+                    let next_key = items.last().map(|kv: &KeyValue| kv.key.clone());
+                    return Ok(ListPage { items, revision: revision.unwrap_or_default(), next_key });
+                }
+                items.push(kv);
+            }
+            if exhausted {
+                return Ok(ListPage { items, revision: revision.unwrap_or_default(), next_key: None });
+            }
+        }
+    }
+
+    /// Runs a transaction; it is durable when this returns.
+    pub async fn txn(&self, txn: Txn) -> Result<TxnOutcome, StoreError> {
+        txn.check_keys()?;
+        let (reply, answer) = oneshot::channel();
+        self.inner.writes.send(WriteRequest { txn, reply }).await.map_err(|_| StoreError::Closed)?;
+        answer.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Creates a key that must not exist; returns its revision.
+    pub async fn create(&self, key: &str, value: impl Into<Vec<u8>>) -> Result<Revision, StoreError> {
+        let txn = Txn::new().when(Compare::ModRevision { key: key.into(), revision: 0 }).put(key, value);
+        match self.txn(txn).await? {
+            TxnOutcome::Committed { revision } => Ok(revision),
+            TxnOutcome::CompareFailed { .. } => Err(StoreError::AlreadyExists(key.into())),
+        }
+    }
+
+    /// Replaces a key's value if its mod revision is still `expected`.
+    pub async fn update(&self, key: &str, value: impl Into<Vec<u8>>, expected: Revision) -> Result<Revision, StoreError> {
+        let txn = Txn::new().when(Compare::ModRevision { key: key.into(), revision: expected }).put(key, value);
+        match self.txn(txn).await? {
+            TxnOutcome::Committed { revision } => Ok(revision),
+            TxnOutcome::CompareFailed { actual: None, .. } => Err(StoreError::NotFound(key.into())),
+            TxnOutcome::CompareFailed { actual, .. } => Err(StoreError::Conflict { key: key.into(), expected, actual }),
+        }
+    }
+
+    /// Deletes a key, if its mod revision is `expected` when one is given.
+    /// Returns the revision of the delete.
+    pub async fn delete(&self, key: &str, expected: Option<Revision>) -> Result<Revision, StoreError> {
+        let compare = match expected {
+            Some(revision) => Compare::ModRevision { key: key.into(), revision },
+            None => Compare::Exists { key: key.into() },
+        };
+        match self.txn(Txn::new().when(compare).delete(key)).await? {
+            TxnOutcome::Committed { revision } => Ok(revision),
+            TxnOutcome::CompareFailed { actual: None, .. } => Err(StoreError::NotFound(key.into())),
+            TxnOutcome::CompareFailed { actual, .. } => {
+                Err(StoreError::Conflict { key: key.into(), expected: expected.unwrap_or_default(), actual })
+            }
+        }
+    }
+
+    /// Watches keys under `prefix` for changes after revision `after`.
+    /// Fails at once with `Compacted` if that history is gone.
+    pub async fn watch(&self, prefix: &str, after: Revision) -> Result<Watcher, StoreError> {
+        check_key(prefix)?;
+        Watcher::start(self.inner.backend.clone(), &self.inner.hub, prefix.to_string(), after).await
+    }
+
+    /// Forgets the history up to and including `upto`. Watches from before
+    /// it get `Compacted` and must relist.
+    pub async fn compact(&self, upto: Revision) -> Result<(), StoreError> {
+        self.inner.backend.compact(upto).await
+    }
+}
+
+/// The single writer: takes every queued transaction (up to MAX_BATCH) and
+/// commits them in one backend transaction, so concurrent writers share one
+/// fsync (group commit).
+async fn write_loop(
+    backend: Arc<dyn Backend>,
+    mut requests: mpsc::Receiver<WriteRequest>,
+    hub: Arc<Hub>,
+    stats: Arc<StoreStats>,
+) {
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    while requests.recv_many(&mut batch, MAX_BATCH).await > 0 {
+        let (txns, replies): (Vec<Txn>, Vec<_>) = batch.drain(..).map(|r| (r.txn, r.reply)).unzip();
+        let count = txns.len() as u64;
+        match backend.commit(txns).await {
+            Ok(outcomes) => {
+                stats.commits.fetch_add(1, Ordering::Relaxed);
+                stats.txns.fetch_add(count, Ordering::Relaxed);
+                hub.wake();
+                for (reply, outcome) in replies.into_iter().zip(outcomes) {
+                    let _ = reply.send(Ok(outcome));
+                }
+            }
+            Err(error) => {
+                stats.commit_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(%error, transactions = count, "store commit failed");
+                for reply in replies {
+                    let _ = reply.send(Err(error.clone()));
+                }
+            }
+        }
+    }
+}

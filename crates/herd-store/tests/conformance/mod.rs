@@ -1,0 +1,337 @@
+//! The store conformance suite: every backend must pass every test here.
+//! `tests/sqlite.rs` and `tests/postgres.rs` run it through `conformance_suite!`.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use herd_store::{Compare, EventKind, ListOptions, Store, StoreError, Txn, TxnOutcome};
+
+/// A fresh, empty database for one test.
+pub trait Harness {
+    /// A store handle on the test's database.
+    async fn open(&self) -> Store;
+    /// A handle as a second process would open it, if the backend allows
+    /// several processes at once.
+    async fn peer(&self) -> Option<Store>;
+}
+
+/// Generates one `#[tokio::test]` per conformance test for a harness
+/// expression of type `Option<impl Harness>` (None: skip, said loudly).
+#[macro_export]
+macro_rules! conformance_suite {
+    ($harness:expr) => {
+        $crate::conformance_suite!(@tests $harness;
+            crud_and_revisions, write_conflicts, txn_is_atomic, list_prefix_paging_and_filter,
+            watch_delivers_puts_and_deletes, watch_from_mid_revision, compaction_expires_old_watches,
+            concurrent_creates_have_one_winner, concurrent_writers_are_group_committed,
+            concurrent_watch_sees_every_write_once_in_order, reopen_keeps_everything, invalid_keys_are_refused);
+    };
+    (@tests $harness:expr; $($name:ident),*) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $name() {
+                let Some(harness) = $harness else { return };
+                conformance::$name(&harness).await;
+            }
+        )*
+    };
+}
+
+fn key(i: usize) -> String {
+    format!("/registry/things/t{i:05}")
+}
+
+pub async fn crud_and_revisions(h: &impl Harness) {
+    let store = h.open().await;
+    let r1 = store.create("/a", b"one".to_vec()).await.unwrap();
+    let r2 = store.create("/b", b"two".to_vec()).await.unwrap();
+    assert!(r2 > r1, "revisions increase: {r1} then {r2}");
+    let a = store.get("/a").await.unwrap().unwrap();
+    assert_eq!((a.value.as_slice(), a.create_revision, a.mod_revision), (&b"one"[..], r1, r1));
+
+    let r3 = store.update("/a", b"uno".to_vec(), r1).await.unwrap();
+    assert_eq!(r3, r2 + 1);
+    let a = store.get("/a").await.unwrap().unwrap();
+    assert_eq!((a.value.as_slice(), a.create_revision, a.mod_revision), (&b"uno"[..], r1, r3));
+
+    let r4 = store.delete("/a", Some(r3)).await.unwrap();
+    assert_eq!(r4, r3 + 1);
+    assert_eq!(store.get("/a").await.unwrap(), None);
+    assert_eq!(store.get("/missing").await.unwrap(), None);
+}
+
+pub async fn write_conflicts(h: &impl Harness) {
+    let store = h.open().await;
+    let r1 = store.create("/k", b"v1".to_vec()).await.unwrap();
+    assert_eq!(store.create("/k", b"again".to_vec()).await, Err(StoreError::AlreadyExists("/k".into())));
+    let r2 = store.update("/k", b"v2".to_vec(), r1).await.unwrap();
+    assert_eq!(
+        store.update("/k", b"stale".to_vec(), r1).await,
+        Err(StoreError::Conflict { key: "/k".into(), expected: r1, actual: Some(r2) })
+    );
+    assert_eq!(store.get("/k").await.unwrap().unwrap().value, b"v2", "a refused write changes nothing");
+    assert_eq!(store.update("/nope", b"x".to_vec(), 5).await, Err(StoreError::NotFound("/nope".into())));
+    assert!(matches!(store.delete("/k", Some(r1)).await, Err(StoreError::Conflict { .. })));
+    assert_eq!(store.delete("/nope", None).await, Err(StoreError::NotFound("/nope".into())));
+    store.delete("/k", None).await.unwrap();
+}
+
+pub async fn txn_is_atomic(h: &impl Harness) {
+    let store = h.open().await;
+    let r = store.create("/x", b"1".to_vec()).await.unwrap();
+    let failing = Txn::new()
+        .when(Compare::ModRevision { key: "/x".into(), revision: r })
+        .when(Compare::ModRevision { key: "/y".into(), revision: 99 })
+        .put("/x", b"2".to_vec())
+        .put("/z", b"3".to_vec());
+    assert_eq!(
+        store.txn(failing).await.unwrap(),
+        TxnOutcome::CompareFailed { index: 1, key: "/y".into(), actual: None }
+    );
+    assert_eq!(store.get("/z").await.unwrap(), None, "nothing of a failed txn applies");
+    assert_eq!(store.get("/x").await.unwrap().unwrap().mod_revision, r);
+
+    let ok = Txn::new()
+        .when(Compare::ModRevision { key: "/x".into(), revision: r })
+        .when(Compare::ModRevision { key: "/y".into(), revision: 0 })
+        .put("/x", b"2".to_vec())
+        .put("/y", b"3".to_vec())
+        .delete("/x")
+        .delete("/never-existed");
+    assert_eq!(store.txn(ok).await.unwrap(), TxnOutcome::Committed { revision: r + 3 });
+    assert_eq!(store.get("/y").await.unwrap().unwrap().mod_revision, r + 2);
+    assert_eq!(store.get("/x").await.unwrap(), None);
+}
+
+pub async fn list_prefix_paging_and_filter(h: &impl Harness) {
+    let store = h.open().await;
+    for i in 0..25 {
+        store.create(&key(i), format!("{}", i % 3).into_bytes()).await.unwrap();
+    }
+    store.create("/registry/thingsx/other", b"0".to_vec()).await.unwrap();
+    store.create("/registry/otherthings/t0", b"0".to_vec()).await.unwrap();
+
+    let all = store.list("/registry/things/", &ListOptions::default(), |_| true).await.unwrap();
+    assert_eq!(all.items.len(), 25);
+    assert_eq!(all.next_key, None);
+    assert_eq!(all.revision, 27);
+    assert!(all.items.windows(2).all(|w| w[0].key < w[1].key), "key order");
+
+    let mut seen = Vec::new();
+    let mut options = ListOptions { limit: 4, start_after: None };
+    loop {
+        let page = store.list("/registry/things/", &options, |kv| kv.value == b"0").await.unwrap();
+        assert!(page.items.len() <= 4);
+        seen.extend(page.items.iter().map(|kv| kv.key.clone()));
+        match page.next_key {
+            Some(next) => options.start_after = Some(next),
+            None => break,
+        }
+    }
+    let expected: Vec<_> = (0..25).filter(|i| i % 3 == 0).map(key).collect();
+    assert_eq!(seen, expected, "pages cover every match exactly once");
+
+    let exact = store.list("/registry/things/", &ListOptions { limit: 25, start_after: None }, |_| true).await.unwrap();
+    assert_eq!((exact.items.len(), exact.next_key), (25, None), "a page that holds the rest has no next");
+}
+
+pub async fn watch_delivers_puts_and_deletes(h: &impl Harness) {
+    let store = h.open().await;
+    let start = store.create("/other", b"x".to_vec()).await.unwrap();
+    let mut watcher = store.watch("/w/", start).await.unwrap();
+    let r1 = store.create("/w/a", b"1".to_vec()).await.unwrap();
+    store.create("/elsewhere", b"x".to_vec()).await.unwrap();
+    let r2 = store.update("/w/a", b"2".to_vec(), r1).await.unwrap();
+    let r3 = store.delete("/w/a", None).await.unwrap();
+
+    let mut events = Vec::new();
+    while events.len() < 3 {
+        let batch = tokio::time::timeout(Duration::from_secs(10), watcher.next()).await.expect("watch stalled").unwrap();
+        events.extend(batch.events);
+    }
+    let summary: Vec<_> = events.iter().map(|e| (e.revision, e.kind, e.value.clone(), e.is_create())).collect();
+    assert_eq!(
+        summary,
+        vec![
+            (r1, EventKind::Put, b"1".to_vec(), true),
+            (r2, EventKind::Put, b"2".to_vec(), false),
+            (r3, EventKind::Delete, b"2".to_vec(), false),
+        ]
+    );
+    assert_eq!(watcher.revision(), r3);
+}
+
+async fn collect_keys(watcher: &mut herd_store::Watcher, count: usize) -> Vec<(u64, String)> {
+    let mut seen = Vec::with_capacity(count);
+    while seen.len() < count {
+        let batch = tokio::time::timeout(Duration::from_secs(30), watcher.next())
+            .await
+            .unwrap_or_else(|_| panic!("watch stalled after {} of {count} events", seen.len()))
+            .unwrap();
+        seen.extend(batch.events.into_iter().map(|e| (e.revision, e.key)));
+    }
+    seen
+}
+
+pub async fn watch_from_mid_revision(h: &impl Harness) {
+    let store = h.open().await;
+    let mut mid = 0;
+    for i in 0..20 {
+        let r = store.create(&key(i), b"v".to_vec()).await.unwrap();
+        if i == 9 {
+            mid = r;
+        }
+    }
+    let mut watcher = store.watch("/registry/", mid).await.unwrap();
+    let seen = collect_keys(&mut watcher, 10).await;
+    assert_eq!(seen.iter().map(|(_, k)| k.clone()).collect::<Vec<_>>(), (10..20).map(key).collect::<Vec<_>>());
+    assert_eq!(seen.first().unwrap().0, mid + 1);
+}
+
+pub async fn compaction_expires_old_watches(h: &impl Harness) {
+    let store = h.open().await;
+    let mut last = 0;
+    for i in 0..10 {
+        last = store.create(&key(i), b"v".to_vec()).await.unwrap();
+    }
+    store.compact(last - 3).await.unwrap();
+    match store.watch("/", last - 5).await {
+        Err(StoreError::Compacted { requested, compacted }) => assert_eq!((requested, compacted), (last - 5, last - 3)),
+        Err(other) => panic!("expected Compacted, got {other}"),
+        Ok(_) => panic!("expected Compacted, got a watch"),
+    }
+    let mut watcher = store.watch("/", last - 3).await.unwrap();
+    assert_eq!(collect_keys(&mut watcher, 3).await.len(), 3, "history after the compaction point is kept");
+    assert_eq!(store.get(&key(0)).await.unwrap().unwrap().value, b"v", "compaction keeps current values");
+}
+
+pub async fn concurrent_creates_have_one_winner(h: &impl Harness) {
+    let store = h.open().await;
+    let tasks: Vec<_> = (0..50)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move { store.create("/contended", format!("{i}").into_bytes()).await })
+        })
+        .collect();
+    let mut wins = 0;
+    for task in tasks {
+        match task.await.unwrap() {
+            Ok(_) => wins += 1,
+            Err(StoreError::AlreadyExists(_)) => {}
+            Err(other) => panic!("unexpected {other}"),
+        }
+    }
+    assert_eq!(wins, 1);
+}
+
+pub async fn concurrent_writers_are_group_committed(h: &impl Harness) {
+    let store = h.open().await;
+    let tasks: Vec<_> = (0..200)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move { store.create(&key(i), b"v".to_vec()).await.unwrap() })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let commits = store.stats().commits.load(std::sync::atomic::Ordering::Relaxed);
+    let txns = store.stats().txns.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(txns, 200);
+    assert!(commits < 100, "200 concurrent writes took {commits} commits: no group commit");
+}
+
+/// The acceptance test: 4 concurrent writers, 5,000 writes in all (spread
+/// over two processes' handles where the backend allows it). A watcher
+/// started before them and one started from a mid revision each see every
+/// write exactly once, in revision order.
+pub async fn concurrent_watch_sees_every_write_once_in_order(h: &impl Harness) {
+    const WRITERS: usize = 4;
+    const PER_WRITER: usize = 1250;
+    let store = h.open().await;
+    let peer = h.peer().await;
+    let start = store.create("/start", b"".to_vec()).await.unwrap();
+    let mut early = store.watch("/w/", start).await.unwrap();
+
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            // Writers 1 and 3 go through the peer handle when there is one.
+            let handle = match (&peer, w % 2) {
+                (Some(peer), 1) => peer.clone(),
+                _ => store.clone(),
+            };
+            tokio::spawn(async move {
+                let mut acked = Vec::with_capacity(PER_WRITER);
+                let mut previous: Option<(String, u64)> = None;
+                for i in 0..PER_WRITER {
+                    // Every third write updates the key written before it.
+                    let (k, r) = match previous.take() {
+                        Some((k, r)) if i % 3 == 2 => {
+                            let r = handle.update(&k, b"2".to_vec(), r).await.unwrap();
+                            (k, r)
+                        }
+                        _ => {
+                            let k = format!("/w/{w}/{i:05}");
+                            let r = handle.create(&k, b"1".to_vec()).await.unwrap();
+                            (k, r)
+                        }
+                    };
+                    acked.push((r, k.clone()));
+                    previous = Some((k, r));
+                }
+                acked
+            })
+        })
+        .collect();
+
+    // The mid watcher starts once a good part of the writes are in.
+    let mid = loop {
+        let head = store.head();
+        if head >= start + 2000 {
+            break head;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    let mut late = store.watch("/w/", mid).await.unwrap();
+
+    let mut acked = Vec::new();
+    for writer in writers {
+        acked.extend(writer.await.unwrap());
+    }
+    acked.sort();
+    assert_eq!(acked.len(), WRITERS * PER_WRITER);
+
+    let early_seen = collect_keys(&mut early, acked.len()).await;
+    assert_eq!(early_seen, acked, "the early watcher saw every write once, in revision order");
+    let late_expected: Vec<_> = acked.iter().filter(|(r, _)| *r > mid).cloned().collect();
+    let late_seen = collect_keys(&mut late, late_expected.len()).await;
+    assert_eq!(late_seen, late_expected, "the mid watcher saw every later write once, in order");
+    let unique: BTreeSet<_> = early_seen.iter().map(|(r, _)| *r).collect();
+    assert_eq!(unique.len(), acked.len());
+    // Nothing more arrives: a duplicate would show up here.
+    assert!(tokio::time::timeout(Duration::from_millis(300), early.next()).await.is_err());
+}
+
+pub async fn reopen_keeps_everything(h: &impl Harness) {
+    let last = {
+        let store = h.open().await;
+        let mut last = 0;
+        for i in 0..30 {
+            last = store.create(&key(i), format!("{i}").into_bytes()).await.unwrap();
+        }
+        last
+    };
+    let store = h.open().await;
+    let page = store.list("/registry/things/", &ListOptions::default(), |_| true).await.unwrap();
+    assert_eq!(page.items.len(), 30);
+    assert_eq!(page.revision, last);
+    assert_eq!(store.create("/next", b"".to_vec()).await.unwrap(), last + 1, "revisions continue after reopen");
+}
+
+pub async fn invalid_keys_are_refused(h: &impl Harness) {
+    let store = h.open().await;
+    for bad in ["", "with space", "tab\t", "ünïcode"] {
+        assert!(matches!(store.create(bad, b"".to_vec()).await, Err(StoreError::InvalidKey(_))), "{bad:?}");
+    }
+    assert_eq!(store.head(), 0, "nothing was written");
+}
