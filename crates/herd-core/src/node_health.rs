@@ -8,6 +8,62 @@
 
 use std::time::Duration;
 
+use crate::api::AgentReport;
+use crate::kinds::{ConditionStatus, NodeStatus};
+use crate::time::Timestamp;
+
+/// The Ready condition's type.
+pub const READY: &str = "Ready";
+
+/// What a heartbeat changed, so that the caller can tell the operator.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HeartbeatEffects {
+    /// The node was NotReady (or new) and is Ready now.
+    pub became_ready: bool,
+    /// The agent process is a different one than last time.
+    pub agent_restarted: bool,
+    /// The host's kernel boot id changed: the host rebooted.
+    pub host_rebooted: bool,
+}
+
+/// Applies an agent's report to its node's status: the node is Ready, its
+/// heartbeat is `now` (server time), and address and boot ids are current.
+pub fn apply_heartbeat(status: &mut NodeStatus, report: &AgentReport, now: Timestamp) -> HeartbeatEffects {
+    let changed = |old: &Option<String>, new: &Option<String>| old.is_some() && new.is_some() && old != new;
+    let new_agent = Some(report.agent_boot_id.clone());
+    let effects = HeartbeatEffects {
+        became_ready: !status.ready,
+        agent_restarted: changed(&status.agent_boot_id, &new_agent),
+        host_rebooted: changed(&status.host_boot_id, &report.host_boot_id),
+    };
+    status.ready = true;
+    status.last_heartbeat = Some(now);
+    status.agent_boot_id = new_agent;
+    if report.host_boot_id.is_some() {
+        status.host_boot_id = report.host_boot_id.clone();
+    }
+    if report.address.is_some() {
+        status.address = report.address.clone();
+    }
+    if report.agent_version.is_some() {
+        status.agent_version = report.agent_version.clone();
+    }
+    status.set_condition(READY, ConditionStatus::True, "AgentHeartbeat", "the agent is sending heartbeats", now);
+    effects
+}
+
+/// Marks a node NotReady because its heartbeats stopped.
+pub fn mark_not_ready(status: &mut NodeStatus, silent_for: Duration, grace: Duration, now: Timestamp) -> String {
+    let message = format!(
+        "no heartbeat for {}s (grace period {}s)",
+        silent_for.as_secs(),
+        grace.as_secs()
+    );
+    status.ready = false;
+    status.set_condition(READY, ConditionStatus::False, "HeartbeatLost", &message, now);
+    message
+}
+
 /// What the controller should do to a node's Ready status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReadinessChange {
@@ -31,6 +87,32 @@ pub fn readiness_change(currently_ready: bool, unchanged_for: Duration, grace: D
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    fn report(agent: &str, host: &str) -> AgentReport {
+        AgentReport {
+            agent_boot_id: agent.into(),
+            host_boot_id: Some(host.into()),
+            address: Some("127.0.0.1:1".into()),
+            agent_version: None,
+        }
+    }
+
+    #[test]
+    fn heartbeat_effects() {
+        let t = Timestamp::parse("2026-11-29T10:00:00Z").unwrap();
+        let mut status = NodeStatus::default();
+        let first = apply_heartbeat(&mut status, &report("a1", "h1"), t);
+        assert_eq!(first, HeartbeatEffects { became_ready: true, agent_restarted: false, host_rebooted: false });
+        assert_eq!(apply_heartbeat(&mut status, &report("a1", "h1"), t), HeartbeatEffects::default());
+        let restarted = apply_heartbeat(&mut status, &report("a2", "h1"), t);
+        assert!(restarted.agent_restarted && !restarted.host_rebooted && !restarted.became_ready);
+        mark_not_ready(&mut status, Duration::from_secs(12), Duration::from_secs(10), t);
+        assert!(!status.ready);
+        assert_eq!(status.condition(READY).unwrap().reason, "HeartbeatLost");
+        let back = apply_heartbeat(&mut status, &report("a3", "h2"), t);
+        assert!(back.became_ready && back.agent_restarted && back.host_rebooted);
+        assert_eq!(status.condition(READY).unwrap().status, ConditionStatus::True);
+    }
 
     proptest! {
         #[test]

@@ -19,6 +19,7 @@ impl Drop for Postgres {
     fn drop(&mut self) {
         let _ = std::process::Command::new("psql")
             .args([self.base.as_str(), "-qc", &format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema)])
+            .env("PGOPTIONS", "--client-min-messages=warning")
             .status();
     }
 }

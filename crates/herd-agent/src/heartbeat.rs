@@ -1,0 +1,127 @@
+//! Joining and heartbeating. The loop never gives up on an unreachable
+//! server (it backs off, up to a few seconds, and tries every server URL);
+//! it stops only when told to, or when the cluster refuses this node.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use herd_client::{Client, ClientError};
+use herd_core::api::{AgentReport, JoinRequest};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::credentials::{CredentialStore, Credentials};
+use crate::{AgentError, Identity};
+
+const FIRST_RETRY: Duration = Duration::from_millis(250);
+const MAX_RETRY: Duration = Duration::from_secs(4);
+
+/// Doubling delays between failed attempts, capped.
+struct Backoff {
+    next: Duration,
+}
+
+impl Backoff {
+    fn new() -> Self {
+        Backoff { next: FIRST_RETRY }
+    }
+    fn reset(&mut self) {
+        self.next = FIRST_RETRY;
+    }
+    fn step(&mut self) -> Duration {
+        let now = self.next;
+        self.next = (self.next * 2).min(MAX_RETRY);
+        now
+    }
+}
+
+/// Sleeps until `deadline`; false if `stop` fired first.
+async fn sleep_until(deadline: Instant, stop: &CancellationToken) -> bool {
+    tokio::select! {
+        _ = stop.cancelled() => false,
+        _ = tokio::time::sleep_until(deadline) => true,
+    }
+}
+
+fn is_refusal(error: &ClientError) -> bool {
+    matches!(error, ClientError::Api(status) if matches!(status.code, 401 | 403 | 422))
+}
+
+pub async fn run(
+    client: Client,
+    store: CredentialStore,
+    join_token: Option<String>,
+    identity: Identity,
+    endpoint: SocketAddr,
+    stop: CancellationToken,
+) -> Result<(), AgentError> {
+    let report = AgentReport {
+        agent_boot_id: identity.agent_boot_id.clone(),
+        host_boot_id: identity.host_boot_id.clone(),
+        address: Some(endpoint.to_string()),
+        agent_version: Some(env!("CARGO_PKG_VERSION").to_string()),
+    };
+    let name = identity.node_name.clone();
+    let mut credentials = store.load(&name)?;
+    let mut backoff = Backoff::new();
+    let mut failing = false;
+    while !stop.is_cancelled() {
+        let started = Instant::now();
+        let Some(creds) = credentials.clone() else {
+            let token = join_token.clone().ok_or(AgentError::NoJoinToken)?;
+            match client.with_token(Some(token)).join(&JoinRequest { node_name: name.clone(), report: report.clone() }).await {
+                Ok(joined) => {
+                    let creds = Credentials { node_name: name.clone(), node_token: joined.node_token };
+                    store.save(&creds)?;
+                    credentials = Some(creds);
+                    let period = joined.heartbeat_period.get();
+                    backoff.reset();
+                    tracing::info!(node = %name, "joined the cluster");
+                    if !sleep_until(started + period, &stop).await {
+                        break;
+                    }
+                }
+                Err(error) if is_refusal(&error) => return Err(AgentError::JoinRefused(error)),
+                Err(error) => {
+                    tracing::warn!(%error, "could not join yet; retrying");
+                    if !sleep_until(started + backoff.step(), &stop).await {
+                        break;
+                    }
+                }
+            }
+            continue;
+        };
+        match client.with_token(Some(creds.node_token)).heartbeat(&name, &report).await {
+            Ok(answer) => {
+                if failing {
+                    tracing::info!("heartbeats go through again");
+                    failing = false;
+                }
+                let period = answer.heartbeat_period.get();
+                backoff.reset();
+                if !sleep_until(started + period, &stop).await {
+                    break;
+                }
+            }
+            Err(error @ ClientError::Api(_)) if matches!(error.reason(), Some(herd_core::api::StatusReason::Unauthorized | herd_core::api::StatusReason::NotFound)) => {
+                // The cluster no longer knows this node or its token (a new
+                // store, or the node was deleted): join again.
+                tracing::warn!(%error, "the server does not accept this node's identity; joining again");
+                if join_token.is_none() {
+                    return Err(AgentError::JoinRefused(error));
+                }
+                credentials = None;
+            }
+            Err(error) => {
+                if !failing {
+                    tracing::warn!(%error, "heartbeat failed; retrying with backoff");
+                    failing = true;
+                }
+                if !sleep_until(started + backoff.step(), &stop).await {
+                    break;
+                }
+            }
+        }
+    }
+    Ok(())
+}

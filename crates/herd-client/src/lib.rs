@@ -1,0 +1,277 @@
+//! A typed client for the herd HTTP API, used by the CLI, the agent and the
+//! tests. It knows several server URLs and moves to the next when one
+//! cannot be reached (only before a request was sent, so that a write is
+//! never sent twice).
+
+mod watch;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use herd_core::api::{
+    AgentReport, HeartbeatResponse, JoinRequest, JoinResponse, ObjectList, Status, StatusReason, collection_path, object_path,
+};
+use herd_core::{Object, Resource};
+use reqwest::{Method, RequestBuilder};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+pub use watch::WatchStream;
+
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The server answered with an error status.
+    #[error("{}", format_status(.0))]
+    Api(Status),
+    #[error("cannot reach the herd server ({servers}): {reason}")]
+    Unreachable { servers: String, reason: String },
+    #[error("unexpected answer from {url}: {reason}")]
+    Protocol { url: String, reason: String },
+}
+
+fn format_status(status: &Status) -> String {
+    let mut text = status.message.clone();
+    for cause in &status.causes {
+        text.push_str(&format!("\n  {}: {}", cause.field, cause.reason));
+    }
+    text
+}
+
+impl ClientError {
+    /// The API's reason, when the server answered.
+    pub fn reason(&self) -> Option<StatusReason> {
+        match self {
+            ClientError::Api(status) => Some(status.reason),
+            _ => None,
+        }
+    }
+
+    pub fn is_not_found(&self) -> bool {
+        self.reason() == Some(StatusReason::NotFound)
+    }
+}
+
+/// A handle on the API. Cheap to clone.
+#[derive(Clone)]
+pub struct Client {
+    servers: Arc<Vec<String>>,
+    current: Arc<AtomicUsize>,
+    token: Option<String>,
+    http: reqwest::Client,
+}
+
+/// Options for writes.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WriteOptions {
+    pub dry_run: bool,
+}
+
+impl WriteOptions {
+    fn query(self) -> Vec<(&'static str, String)> {
+        if self.dry_run { vec![("dryRun", "All".into())] } else { Vec::new() }
+    }
+}
+
+impl Client {
+    /// A client for these server base URLs (`http://host:port`), tried in
+    /// turn, presenting `token`.
+    pub fn new(servers: Vec<String>, token: Option<String>) -> Client {
+        let servers = servers.into_iter().map(|s| s.trim_end_matches('/').to_string()).collect();
+        let http = reqwest::Client::builder().connect_timeout(Duration::from_secs(5)).build().unwrap_or_default();
+        Client { servers: Arc::new(servers), current: Arc::default(), token, http }
+    }
+
+    /// The same servers with another token.
+    pub fn with_token(&self, token: Option<String>) -> Client {
+        Client { token, ..self.clone() }
+    }
+
+    pub fn servers(&self) -> &[String] {
+        &self.servers
+    }
+
+    /// Sends a request to the current server, moving on to the next ones
+    /// while they cannot be connected to.
+    async fn send(&self, method: Method, path: &str, build: impl Fn(RequestBuilder) -> RequestBuilder, timeout: Option<Duration>) -> Result<reqwest::Response, ClientError> {
+        let count = self.servers.len().max(1);
+        let start = self.current.load(Ordering::Relaxed);
+        let mut last_reason = "no server configured".to_string();
+        for attempt in 0..count {
+            let index = (start + attempt) % count;
+            let Some(base) = self.servers.get(index) else { break };
+            let mut request = self.http.request(method.clone(), format!("{base}{path}"));
+            if let Some(timeout) = timeout {
+                request = request.timeout(timeout);
+            }
+            if let Some(token) = &self.token {
+                request = request.bearer_auth(token);
+            }
+            match build(request).send().await {
+                Ok(response) => {
+                    self.current.store(index, Ordering::Relaxed);
+                    return Ok(response);
+                }
+                Err(error) if error.is_connect() => last_reason = format!("{base}: {}", error_chain(&error)),
+                Err(error) => return Err(ClientError::Unreachable { servers: base.clone(), reason: error_chain(&error) }),
+            }
+        }
+        Err(ClientError::Unreachable { servers: self.servers.join(", "), reason: last_reason })
+    }
+
+    async fn call<T: DeserializeOwned>(&self, method: Method, path: &str, query: &[(&str, String)], body: Option<&Value>) -> Result<T, ClientError> {
+        let response = self
+            .send(
+                method,
+                path,
+                |request| {
+                    let request = request.query(query);
+                    match body {
+                        Some(body) => request.json(body),
+                        None => request,
+                    }
+                },
+                Some(REQUEST_TIMEOUT),
+            )
+            .await?;
+        decode(response).await
+    }
+
+    pub async fn get_value(&self, plural: &str, name: &str) -> Result<Value, ClientError> {
+        self.call(Method::GET, &object_path(plural, name), &[], None).await
+    }
+
+    pub async fn list_page(&self, plural: &str, selector: &str, limit: usize, continue_token: Option<&str>) -> Result<ObjectList<Value>, ClientError> {
+        let mut query = vec![];
+        if !selector.is_empty() {
+            query.push(("labelSelector", selector.to_string()));
+        }
+        if limit > 0 {
+            query.push(("limit", limit.to_string()));
+        }
+        if let Some(token) = continue_token {
+            query.push(("continue", token.to_string()));
+        }
+        self.call(Method::GET, &collection_path(plural), &query, None).await
+    }
+
+    /// Every object of a kind matching `selector`, following pages.
+    pub async fn list_values(&self, plural: &str, selector: &str) -> Result<ObjectList<Value>, ClientError> {
+        let mut list = self.list_page(plural, selector, 500, None).await?;
+        while let Some(token) = list.metadata.continue_token.take() {
+            let next = self.list_page(plural, selector, 500, Some(&token)).await?;
+            list.items.extend(next.items);
+            list.metadata.continue_token = next.metadata.continue_token;
+        }
+        Ok(list)
+    }
+
+    pub async fn create_value(&self, plural: &str, object: &Value, options: WriteOptions) -> Result<Value, ClientError> {
+        self.call(Method::POST, &collection_path(plural), &options.query(), Some(object)).await
+    }
+
+    pub async fn replace_value(&self, plural: &str, name: &str, object: &Value, options: WriteOptions) -> Result<Value, ClientError> {
+        self.call(Method::PUT, &object_path(plural, name), &options.query(), Some(object)).await
+    }
+
+    pub async fn replace_status_value(&self, plural: &str, name: &str, object: &Value, options: WriteOptions) -> Result<Value, ClientError> {
+        self.call(Method::PUT, &format!("{}/status", object_path(plural, name)), &options.query(), Some(object)).await
+    }
+
+    pub async fn delete_value(&self, plural: &str, name: &str, options: WriteOptions) -> Result<Value, ClientError> {
+        self.call(Method::DELETE, &object_path(plural, name), &options.query(), None).await
+    }
+
+    pub async fn get<S: Resource>(&self, name: &str) -> Result<Object<S>, ClientError> {
+        typed(self.get_value(S::PLURAL, name).await?)
+    }
+
+    pub async fn list<S: Resource>(&self, selector: &str) -> Result<Vec<Object<S>>, ClientError> {
+        self.list_values(S::PLURAL, selector).await?.items.into_iter().map(typed).collect()
+    }
+
+    pub async fn create<S: Resource>(&self, object: &Object<S>) -> Result<Object<S>, ClientError> {
+        typed(self.create_value(S::PLURAL, &object.to_json_value(), WriteOptions::default()).await?)
+    }
+
+    pub async fn update<S: Resource>(&self, object: &Object<S>) -> Result<Object<S>, ClientError> {
+        typed(self.replace_value(S::PLURAL, object.name(), &object.to_json_value(), WriteOptions::default()).await?)
+    }
+
+    pub async fn update_status<S: Resource>(&self, object: &Object<S>) -> Result<Object<S>, ClientError> {
+        typed(self.replace_status_value(S::PLURAL, object.name(), &object.to_json_value(), WriteOptions::default()).await?)
+    }
+
+    /// Registers a node; the client's token must be the join token.
+    pub async fn join(&self, request: &JoinRequest) -> Result<JoinResponse, ClientError> {
+        self.call(Method::POST, "/api/v1/join", &[], Some(&to_value(request)?)).await
+    }
+
+    pub async fn heartbeat(&self, node: &str, report: &AgentReport) -> Result<HeartbeatResponse, ClientError> {
+        self.call(Method::POST, &format!("{}/heartbeat", object_path("nodes", node)), &[], Some(&to_value(report)?)).await
+    }
+
+    /// Watches a kind for changes after revision `from` (None: from now).
+    pub async fn watch(&self, plural: &str, from: Option<&str>, selector: &str) -> Result<WatchStream, ClientError> {
+        let mut query = vec![("watch", "true".to_string())];
+        if let Some(from) = from {
+            query.push(("resourceVersion", from.to_string()));
+        }
+        if !selector.is_empty() {
+            query.push(("labelSelector", selector.to_string()));
+        }
+        let response = self.send(Method::GET, &collection_path(plural), |r| r.query(&query), None).await?;
+        let response = check(response).await?;
+        Ok(WatchStream::new(response))
+    }
+
+    /// The raw text of an unauthenticated endpoint (`/metrics`, `/healthz`).
+    pub async fn get_text(&self, path: &str) -> Result<String, ClientError> {
+        let response = check(self.send(Method::GET, path, |r| r, Some(REQUEST_TIMEOUT)).await?).await?;
+        response.text().await.map_err(|e| ClientError::Protocol { url: path.into(), reason: error_chain(&e) })
+    }
+}
+
+fn to_value<T: Serialize>(value: &T) -> Result<Value, ClientError> {
+    serde_json::to_value(value).map_err(|e| ClientError::Protocol { url: String::new(), reason: e.to_string() })
+}
+
+fn typed<S: Resource>(value: Value) -> Result<Object<S>, ClientError> {
+    serde_json::from_value(value).map_err(|e| ClientError::Protocol { url: S::PLURAL.into(), reason: format!("not a {}: {e}", S::KIND) })
+}
+
+/// The whole chain of an error: reqwest's Display alone hides the cause.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// Turns an error status into [`ClientError::Api`].
+async fn check(response: reqwest::Response) -> Result<reqwest::Response, ClientError> {
+    if response.status().is_success() {
+        return Ok(response);
+    }
+    let url = response.url().to_string();
+    let code = response.status().as_u16();
+    let body = response.bytes().await.unwrap_or_default();
+    match serde_json::from_slice::<Status>(&body) {
+        Ok(status) => Err(ClientError::Api(status)),
+        Err(_) => Err(ClientError::Protocol { url, reason: format!("status {code}: {}", String::from_utf8_lossy(&body)) }),
+    }
+}
+
+async fn decode<T: DeserializeOwned>(response: reqwest::Response) -> Result<T, ClientError> {
+    let response = check(response).await?;
+    let url = response.url().to_string();
+    let body = response.bytes().await.map_err(|e| ClientError::Protocol { url: url.clone(), reason: error_chain(&e) })?;
+    serde_json::from_slice(&body).map_err(|e| ClientError::Protocol { url, reason: e.to_string() })
+}

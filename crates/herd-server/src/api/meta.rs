@@ -1,0 +1,24 @@
+//! Health, metrics and the OpenAPI document: no authentication needed.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+
+use super::AppState;
+
+/// Healthy when the store answers.
+pub async fn healthz(State(state): State<AppState>) -> impl IntoResponse {
+    match state.objects.store().get("/healthz").await {
+        Ok(_) => (axum::http::StatusCode::OK, "ok".to_string()),
+        Err(error) => (axum::http::StatusCode::SERVICE_UNAVAILABLE, format!("store unavailable: {error}")),
+    }
+}
+
+pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.render(state.objects.store()))
+}
+
+pub async fn openapi(State(state): State<AppState>) -> impl IntoResponse {
+    Json(state.openapi.as_ref().clone())
+}

@@ -1,0 +1,78 @@
+//! The HTTP API: routing, the caller extractor, request metrics. Handlers
+//! are thin: they authorise, parse, and call [`crate::objects::Objects`].
+
+mod meta;
+mod nodes;
+mod resources;
+mod watch;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{FromRequestParts, MatchedPath, Request, State};
+use axum::http::request::Parts;
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{get, post, put};
+use axum::Router;
+use herd_core::authz::{self, Principal, Target, Verb};
+use tokio_util::sync::CancellationToken;
+
+use crate::auth::{Authenticator, bearer};
+use crate::error::ApiError;
+use crate::events::EventRecorder;
+use crate::metrics::Metrics;
+use crate::objects::Objects;
+use crate::registry::Registry;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub objects: Objects,
+    pub registry: Arc<Registry>,
+    pub auth: Arc<Authenticator>,
+    pub metrics: Arc<Metrics>,
+    pub events: EventRecorder,
+    pub openapi: Arc<serde_json::Value>,
+    /// Fires when the server shuts down; ends watch streams.
+    pub shutdown: CancellationToken,
+}
+
+/// The authenticated caller of a request (401 without a valid token).
+pub struct Caller(pub Principal);
+
+impl Caller {
+    pub fn may(&self, verb: Verb, plural: &str, name: Option<&str>) -> Result<(), ApiError> {
+        authz::authorize(&self.0, verb, Target { plural, name }).map_err(|denied| ApiError::Forbidden(denied.0))
+    }
+}
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        state.auth.principal(bearer(&parts.headers)).await.map(Caller)
+    }
+}
+
+async fn record_metrics(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = request.method().to_string();
+    let route = request.extensions().get::<MatchedPath>().map_or("unmatched".to_string(), |p| p.as_str().to_string());
+    let response = next.run(request).await;
+    state.metrics.observe_request(&method, &route, response.status().as_u16(), started.elapsed());
+    response
+}
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(meta::healthz))
+        .route("/metrics", get(meta::metrics))
+        .route("/openapi.json", get(meta::openapi))
+        .route("/api/v1/join", post(nodes::join))
+        .route("/api/v1/nodes/{name}/heartbeat", post(nodes::heartbeat))
+        .route("/api/v1/{plural}", get(resources::list_or_watch).post(resources::create))
+        .route("/api/v1/{plural}/{name}", get(resources::get).put(resources::replace).delete(resources::delete))
+        .route("/api/v1/{plural}/{name}/status", put(resources::replace_status))
+        .route_layer(middleware::from_fn_with_state(state.clone(), record_metrics))
+        .with_state(state)
+}

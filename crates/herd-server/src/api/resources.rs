@@ -1,0 +1,143 @@
+//! Generic handlers for every kind: get, list (or watch), create, replace,
+//! replace status, delete.
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use herd_core::ValidationErrors;
+use herd_core::authz::Verb;
+use herd_core::labels::LabelSelector;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::{AppState, Caller};
+use crate::error::ApiError;
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ListQuery {
+    label_selector: Option<String>,
+    limit: Option<usize>,
+    #[serde(rename = "continue")]
+    continue_token: Option<String>,
+    watch: Option<bool>,
+    resource_version: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct WriteQuery {
+    dry_run: Option<String>,
+    resource_version: Option<String>,
+}
+
+impl WriteQuery {
+    fn dry_run(&self) -> Result<bool, ApiError> {
+        match self.dry_run.as_deref() {
+            None => Ok(false),
+            Some("All" | "all" | "true") => Ok(true),
+            Some(other) => Err(ApiError::BadRequest(format!("dryRun must be `All`, got {other:?}"))),
+        }
+    }
+}
+
+/// Parses a request body; anything unacceptable is a 422 naming the field.
+pub fn parse_body<T: DeserializeOwned>(body: &Bytes, kind: &str, name: &str) -> Result<T, ApiError> {
+    let mut deserializer = serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
+        let path = e.path().to_string();
+        let field = if path == "." { "body".to_string() } else { path };
+        ApiError::invalid(kind, name, ValidationErrors::single(field, e.into_inner().to_string()))
+    })
+}
+
+pub fn parse_revision(text: &str) -> Result<u64, ApiError> {
+    text.parse().map_err(|_| ApiError::BadRequest(format!("resourceVersion {text:?} is not a number")))
+}
+
+pub async fn list_or_watch(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(plural): Path<String>,
+    Query(query): Query<ListQuery>,
+) -> Result<Response, ApiError> {
+    let kind = state.registry.get(&plural)?.info();
+    let selector = LabelSelector::parse(query.label_selector.as_deref().unwrap_or(""))
+        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    if query.watch.unwrap_or(false) {
+        caller.may(Verb::Watch, &plural, None)?;
+        let from = query.resource_version.as_deref().map(parse_revision).transpose()?;
+        return super::watch::stream(state, kind, selector, from).await;
+    }
+    caller.may(Verb::List, &plural, None)?;
+    let list = state
+        .objects
+        .list_values(kind.kind, kind.plural, &selector, query.limit.unwrap_or(0), query.continue_token)
+        .await?;
+    Ok(Json(list).into_response())
+}
+
+pub async fn get(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((plural, name)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    let kind = state.registry.get(&plural)?.info();
+    caller.may(Verb::Get, &plural, Some(&name))?;
+    state.objects.get_value(kind.kind, kind.plural, &name).await.map(Json)
+}
+
+pub async fn create(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(plural): Path<String>,
+    Query(query): Query<WriteQuery>,
+    body: Bytes,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let ops = state.registry.get(&plural)?;
+    caller.may(Verb::Create, &plural, None)?;
+    let body = parse_body(&body, ops.info().kind, "")?;
+    let created = ops.create(&state.objects, body, query.dry_run()?).await?;
+    Ok((StatusCode::CREATED, Json(created)))
+}
+
+pub async fn replace(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((plural, name)): Path<(String, String)>,
+    Query(query): Query<WriteQuery>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let ops = state.registry.get(&plural)?;
+    caller.may(Verb::Update, &plural, Some(&name))?;
+    let body = parse_body(&body, ops.info().kind, &name)?;
+    ops.replace(&state.objects, &name, body, query.dry_run()?).await.map(Json)
+}
+
+pub async fn replace_status(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((plural, name)): Path<(String, String)>,
+    Query(query): Query<WriteQuery>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let ops = state.registry.get(&plural)?;
+    caller.may(Verb::UpdateStatus, &plural, Some(&name))?;
+    let body = parse_body(&body, ops.info().kind, &name)?;
+    ops.replace_status(&state.objects, &name, body, query.dry_run()?).await.map(Json)
+}
+
+pub async fn delete(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((plural, name)): Path<(String, String)>,
+    Query(query): Query<WriteQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let kind = state.registry.get(&plural)?.info();
+    caller.may(Verb::Delete, &plural, Some(&name))?;
+    let precondition = query.resource_version.as_deref().map(parse_revision).transpose()?;
+    state.objects.delete_value(kind.kind, kind.plural, &name, precondition, query.dry_run()?).await.map(Json)
+}

@@ -1,0 +1,135 @@
+//! Watch streams: JSON lines of `{"type": ..., "object": ...}`, keyed by
+//! store revision, with a BOOKMARK every few seconds carrying how far the
+//! watch got. A watch from a compacted revision gets 410 Gone; compaction
+//! overtaking a running watch ends it with an ERROR line carrying 410.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use herd_core::API_VERSION;
+use herd_core::api::{WatchEvent, WatchEventType};
+use herd_core::labels::LabelSelector;
+use herd_store::{EventKind, Watcher};
+use serde_json::json;
+
+use super::AppState;
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+use crate::objects::{collection_prefix, decode_value, stored_labels};
+use crate::registry::KindInfo;
+
+const BOOKMARK_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Counts an open watch for as long as it lives.
+struct Active(Arc<Metrics>);
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        self.0.watches_active.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+struct WatchState {
+    watcher: Watcher,
+    kind: KindInfo,
+    selector: LabelSelector,
+    pending: VecDeque<Bytes>,
+    bookmarks: tokio::time::Interval,
+    state: AppState,
+    done: bool,
+    _active: Active,
+}
+
+fn line<T: serde::Serialize>(event: &WatchEvent<T>) -> Bytes {
+    let mut bytes = serde_json::to_vec(event).unwrap_or_default();
+    bytes.push(b'\n');
+    Bytes::from(bytes)
+}
+
+impl WatchState {
+    fn bookmark(&self) -> Bytes {
+        let object = json!({
+            "apiVersion": API_VERSION,
+            "kind": self.kind.kind,
+            "metadata": { "resourceVersion": self.watcher.revision().to_string() }
+        });
+        line(&WatchEvent { type_: WatchEventType::Bookmark, object })
+    }
+
+    /// Waits for the next lines to send; false when the stream should end.
+    async fn fill(&mut self) -> bool {
+        tokio::select! {
+            _ = self.state.shutdown.cancelled() => false,
+            _ = self.bookmarks.tick() => {
+                self.pending.push_back(self.bookmark());
+                true
+            }
+            batch = self.watcher.next() => match batch {
+                Ok(batch) => {
+                    for event in batch.events {
+                        if !self.selector.is_empty() && !self.selector.matches(&stored_labels(&event.value)) {
+                            continue;
+                        }
+                        let type_ = match event.kind {
+                            EventKind::Delete => WatchEventType::Deleted,
+                            EventKind::Put if event.is_create() => WatchEventType::Added,
+                            EventKind::Put => WatchEventType::Modified,
+                        };
+                        match decode_value(&event.value, &event.key, event.revision) {
+                            Ok(object) => self.pending.push_back(line(&WatchEvent { type_, object })),
+                            Err(error) => tracing::error!(%error, "skipping an unreadable stored object in a watch"),
+                        }
+                    }
+                    true
+                }
+                Err(error) => {
+                    let status = ApiError::from_store(self.kind.kind, "", error).status();
+                    self.pending.push_back(line(&WatchEvent { type_: WatchEventType::Error, object: status }));
+                    self.done = true;
+                    true
+                }
+            },
+        }
+    }
+}
+
+pub async fn stream(state: AppState, kind: KindInfo, selector: LabelSelector, from: Option<u64>) -> Result<Response, ApiError> {
+    let from = from.unwrap_or_else(|| state.objects.store().head());
+    let watcher = state
+        .objects
+        .store()
+        .watch(&collection_prefix(kind.plural), from)
+        .await
+        .map_err(|e| ApiError::from_store(kind.kind, "", e))?;
+    state.metrics.watches_active.fetch_add(1, Ordering::Relaxed);
+    let mut bookmarks = tokio::time::interval(BOOKMARK_INTERVAL);
+    bookmarks.reset();
+    let initial = WatchState {
+        watcher,
+        kind,
+        selector,
+        pending: VecDeque::new(),
+        bookmarks,
+        _active: Active(state.metrics.clone()),
+        state,
+        done: false,
+    };
+    let body = futures_util::stream::unfold(initial, |mut watch| async move {
+        loop {
+            if let Some(next) = watch.pending.pop_front() {
+                return Some((Ok::<_, Infallible>(next), watch));
+            }
+            if watch.done || !watch.fill().await {
+                return None;
+            }
+        }
+    });
+    Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], Body::from_stream(body)).into_response())
+}

@@ -1,0 +1,96 @@
+//! The node-lifecycle controller: marks a node NotReady, with an Event,
+//! when its heartbeats stop for longer than the grace period.
+//!
+//! Silence is measured on this process's monotonic clock from when it last
+//! saw the node's heartbeat change (see `herd_core::node_health`). A freshly
+//! started controller therefore gives every node a full grace period.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use herd_core::Timestamp;
+use herd_core::kinds::{EventType, NodeSpec};
+use herd_core::node_health::{self, ReadinessChange};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::ApiError;
+use crate::events::EventRecorder;
+use crate::metrics::Metrics;
+use crate::nodes::cluster_config;
+use crate::objects::{Objects, Part, now};
+
+/// How often the controller looks at every node.
+const PASS_INTERVAL: Duration = Duration::from_millis(500);
+
+/// When this controller last saw each node's heartbeat change.
+type Sightings = HashMap<String, (Option<Timestamp>, Instant)>;
+
+pub async fn run(objects: Objects, events: EventRecorder, metrics: Arc<Metrics>, stop: CancellationToken) {
+    let mut sightings = Sightings::new();
+    let mut ticks = tokio::time::interval(PASS_INTERVAL);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = ticks.tick() => {}
+        }
+        if let Err(error) = pass(&objects, &events, &metrics, &mut sightings).await {
+            tracing::warn!(%error, "node lifecycle pass failed");
+        }
+    }
+}
+
+async fn pass(objects: &Objects, events: &EventRecorder, metrics: &Metrics, sightings: &mut Sightings) -> Result<(), ApiError> {
+    let grace = cluster_config(objects).await?.node_grace_period.get();
+    let (nodes, _) = objects.list::<NodeSpec>().await?;
+    let now_mono = Instant::now();
+    sightings.retain(|name, _| nodes.iter().any(|n| &n.metadata.name == name));
+    let mut ready = 0;
+    for node in &nodes {
+        let heartbeat = node.status.last_heartbeat;
+        let seen = sightings.entry(node.metadata.name.clone()).or_insert((heartbeat, now_mono));
+        if seen.0 != heartbeat {
+            *seen = (heartbeat, now_mono);
+        }
+        let silent_for = now_mono.duration_since(seen.1);
+        match node_health::readiness_change(node.status.ready, silent_for, grace) {
+            ReadinessChange::Unchanged => ready += usize::from(node.status.ready),
+            ReadinessChange::MarkNotReady { silent_for } => mark_not_ready(objects, events, &node.metadata.name, heartbeat, silent_for, grace).await?,
+        }
+    }
+    metrics.nodes_ready.store(ready as i64, Ordering::Relaxed);
+    metrics.nodes_not_ready.store((nodes.len() - ready) as i64, Ordering::Relaxed);
+    Ok(())
+}
+
+async fn mark_not_ready(
+    objects: &Objects,
+    events: &EventRecorder,
+    name: &str,
+    seen_heartbeat: Option<Timestamp>,
+    silent_for: Duration,
+    grace: Duration,
+) -> Result<(), ApiError> {
+    let mut message = String::new();
+    let written = objects
+        .modify::<NodeSpec>(name, Part::Status, |node| {
+            // A heartbeat that arrived meanwhile wins.
+            if node.status.last_heartbeat != seen_heartbeat || !node.status.ready {
+                return Ok(false);
+            }
+            message = node_health::mark_not_ready(&mut node.status, silent_for, grace, now());
+            Ok(true)
+        })
+        .await;
+    match written {
+        Ok(node) if !message.is_empty() => {
+            events.record(&node, EventType::Warning, "NodeNotReady", message).await;
+            Ok(())
+        }
+        Ok(_) | Err(ApiError::NotFound { .. }) => Ok(()),
+        Err(other) => Err(other),
+    }
+}

@@ -1,0 +1,94 @@
+//! [`ApiError`], and the one place where errors become HTTP statuses.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use herd_core::ValidationErrors;
+use herd_core::api::{Status, StatusReason};
+use herd_store::StoreError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    Unauthorized(String),
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("{kind} {name:?} not found")]
+    NotFound { kind: String, name: String },
+    #[error("{kind} {name:?} already exists")]
+    AlreadyExists { kind: String, name: String },
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{kind} {name:?} is invalid: {errors}")]
+    Invalid { kind: String, name: String, errors: ValidationErrors },
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{0}")]
+    Gone(String),
+    #[error("{0}")]
+    Internal(String),
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+impl ApiError {
+    pub fn invalid(kind: &str, name: &str, errors: ValidationErrors) -> Self {
+        ApiError::Invalid { kind: kind.into(), name: name.into(), errors }
+    }
+
+    pub fn not_found(kind: &str, name: &str) -> Self {
+        ApiError::NotFound { kind: kind.into(), name: name.into() }
+    }
+
+    /// Maps a store error met while working on object `name` of `kind`.
+    pub fn from_store(kind: &str, name: &str, error: StoreError) -> Self {
+        match error {
+            StoreError::AlreadyExists(_) => ApiError::AlreadyExists { kind: kind.into(), name: name.into() },
+            StoreError::NotFound(_) => ApiError::not_found(kind, name),
+            StoreError::Conflict { actual, expected, .. } => ApiError::Conflict(format!(
+                "{kind} {name:?} was modified: you sent resourceVersion {expected}, it is now {}; read it again and retry",
+                actual.map_or("deleted".to_string(), |r| r.to_string())
+            )),
+            StoreError::Compacted { .. } => ApiError::Gone(error.to_string()),
+            StoreError::InvalidKey(_) => ApiError::BadRequest(error.to_string()),
+            StoreError::Locked(_) | StoreError::Backend(_) | StoreError::Closed => ApiError::Unavailable(error.to_string()),
+        }
+    }
+
+    pub fn status(&self) -> Status {
+        let reason = match self {
+            ApiError::Unauthorized(_) => StatusReason::Unauthorized,
+            ApiError::Forbidden(_) => StatusReason::Forbidden,
+            ApiError::NotFound { .. } => StatusReason::NotFound,
+            ApiError::AlreadyExists { .. } => StatusReason::AlreadyExists,
+            ApiError::Conflict(_) => StatusReason::Conflict,
+            ApiError::Invalid { .. } => StatusReason::Invalid,
+            ApiError::BadRequest(_) => StatusReason::BadRequest,
+            ApiError::Gone(_) => StatusReason::Gone,
+            ApiError::Internal(_) => StatusReason::InternalError,
+            ApiError::Unavailable(_) => StatusReason::ServiceUnavailable,
+        };
+        let mut status = Status::new(reason, self.to_string());
+        if let ApiError::Invalid { errors, .. } = self {
+            status.causes = errors.errors.clone();
+        }
+        status
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> Self {
+        ApiError::from_store("object", "", error)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        if status.code >= 500 {
+            tracing::error!(error = %self, "request failed");
+        }
+        let code = StatusCode::from_u16(status.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        (code, Json(status)).into_response()
+    }
+}

@@ -1,0 +1,74 @@
+//! Prometheus metrics in the text exposition format, kept by hand: a few
+//! counters and gauges do not need a metrics framework.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use herd_store::Store;
+
+#[derive(Default)]
+struct RequestStats {
+    count: u64,
+    seconds: f64,
+}
+
+#[derive(Default)]
+pub struct Metrics {
+    /// (method, route, status code) to count and total time.
+    requests: Mutex<BTreeMap<(String, String, u16), RequestStats>>,
+    pub watches_active: AtomicI64,
+    pub nodes_ready: AtomicI64,
+    pub nodes_not_ready: AtomicI64,
+}
+
+impl Metrics {
+    pub fn observe_request(&self, method: &str, route: &str, code: u16, elapsed: Duration) {
+        if let Ok(mut requests) = self.requests.lock() {
+            let stats = requests.entry((method.to_string(), route.to_string(), code)).or_default();
+            stats.count += 1;
+            stats.seconds += elapsed.as_secs_f64();
+        }
+    }
+
+    pub fn render(&self, store: &Store) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "# HELP herd_http_requests_total HTTP requests served.\n# TYPE herd_http_requests_total counter");
+        let mut durations = String::new();
+        let _ = writeln!(
+            durations,
+            "# HELP herd_http_request_duration_seconds_total Time spent serving HTTP requests.\n# TYPE herd_http_request_duration_seconds_total counter"
+        );
+        if let Ok(requests) = self.requests.lock() {
+            for ((method, route, code), stats) in requests.iter() {
+                let labels = format!("method=\"{method}\",route=\"{route}\",code=\"{code}\"");
+                let _ = writeln!(out, "herd_http_requests_total{{{labels}}} {}", stats.count);
+                let _ = writeln!(durations, "herd_http_request_duration_seconds_total{{{labels}}} {:.6}", stats.seconds);
+            }
+        }
+        out.push_str(&durations);
+        let stats = store.stats();
+        let backend = store.backend_name();
+        let mut counter = |name: &str, help: &str, value: u64| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name}{{backend=\"{backend}\"}} {value}");
+        };
+        counter("herd_store_commits_total", "Backend transactions committed (one fsync each).", stats.commits.load(Ordering::Relaxed));
+        counter("herd_store_transactions_total", "Store transactions carried by those commits.", stats.txns.load(Ordering::Relaxed));
+        counter("herd_store_commit_failures_total", "Backend commits that failed.", stats.commit_failures.load(Ordering::Relaxed));
+        let _ = writeln!(out, "# HELP herd_store_revision The newest store revision seen.\n# TYPE herd_store_revision gauge\nherd_store_revision {}", store.head());
+        let _ = writeln!(
+            out,
+            "# HELP herd_watches_active Open watch streams.\n# TYPE herd_watches_active gauge\nherd_watches_active {}",
+            self.watches_active.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP herd_nodes Nodes by readiness, as last seen by the node controller.\n# TYPE herd_nodes gauge\nherd_nodes{{ready=\"true\"}} {}\nherd_nodes{{ready=\"false\"}} {}",
+            self.nodes_ready.load(Ordering::Relaxed),
+            self.nodes_not_ready.load(Ordering::Relaxed)
+        );
+        out
+    }
+}

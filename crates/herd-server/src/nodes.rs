@@ -1,0 +1,86 @@
+//! Nodes joining and heartbeating: the server side of the agent protocol.
+
+use herd_core::api::{AgentReport, HeartbeatResponse, JoinRequest, JoinResponse};
+use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
+use herd_core::kinds::{ClusterConfigSpec, EventType, Node, NodeSpec};
+use herd_core::node_health::{self, HeartbeatEffects};
+use herd_core::validation::{self, FieldPath};
+use herd_core::{Object, ValidationErrors};
+
+use crate::auth::Authenticator;
+use crate::error::ApiError;
+use crate::events::EventRecorder;
+use crate::objects::{Objects, Part, now};
+
+/// The cluster settings in force: the stored ClusterConfig, or the defaults
+/// if it was never written.
+pub async fn cluster_config(objects: &Objects) -> Result<ClusterConfigSpec, ApiError> {
+    Ok(objects.get::<ClusterConfigSpec>(CLUSTER_CONFIG_NAME).await?.map(|c| c.spec).unwrap_or_default())
+}
+
+async fn tell(events: &EventRecorder, node: &Node, effects: HeartbeatEffects) {
+    if effects.became_ready {
+        events.record(node, EventType::Normal, "NodeReady", "the node's agent is sending heartbeats".into()).await;
+    }
+    if effects.host_rebooted {
+        events.record(node, EventType::Warning, "HostRebooted", "the host's boot id changed: it rebooted".into()).await;
+    } else if effects.agent_restarted {
+        let boot = node.status.agent_boot_id.clone().unwrap_or_default();
+        events.record(node, EventType::Normal, "AgentRestarted", format!("the agent restarted (boot id {boot})")).await;
+    }
+}
+
+/// Registers a node (or re-registers it, after its agent lost its token)
+/// and issues its node token.
+pub async fn join(objects: &Objects, auth: &Authenticator, events: &EventRecorder, request: JoinRequest) -> Result<JoinResponse, ApiError> {
+    let name = request.node_name.clone();
+    let mut errors = ValidationErrors::new();
+    validation::check_name(&FieldPath::root("nodeName"), &name, &mut errors);
+    if request.report.agent_boot_id.is_empty() {
+        errors.add(&FieldPath::root("agentBootId"), "must not be empty");
+    }
+    errors.into_result().map_err(|e| ApiError::invalid("Node", &name, e))?;
+
+    let token = auth.issue_node_token(&name).await?;
+    let node = match objects.get::<NodeSpec>(&name).await? {
+        None => {
+            let mut node = Object::new(name.clone(), NodeSpec::default());
+            node_health::apply_heartbeat(&mut node.status, &request.report, now());
+            match objects.create(node, true, false).await {
+                Ok(node) => {
+                    events.record(&node, EventType::Normal, "NodeRegistered", "the node joined the cluster".into()).await;
+                    node
+                }
+                // Joined concurrently by a retry of the same agent: fall through to a heartbeat.
+                Err(ApiError::AlreadyExists { .. }) => heartbeat_node(objects, events, &name, &request.report).await?,
+                Err(other) => return Err(other),
+            }
+        }
+        Some(_) => heartbeat_node(objects, events, &name, &request.report).await?,
+    };
+    let config = cluster_config(objects).await?;
+    tracing::info!(node = %node.metadata.name, "node joined");
+    Ok(JoinResponse { node_name: name, node_token: token, heartbeat_period: config.heartbeat_period })
+}
+
+async fn heartbeat_node(objects: &Objects, events: &EventRecorder, name: &str, report: &AgentReport) -> Result<Node, ApiError> {
+    let mut effects = HeartbeatEffects::default();
+    let node = objects
+        .modify::<NodeSpec>(name, Part::Status, |node| {
+            effects = node_health::apply_heartbeat(&mut node.status, report, now());
+            Ok(true)
+        })
+        .await
+        .map_err(|e| match e {
+            ApiError::NotFound { .. } => ApiError::NotFound { kind: "Node".into(), name: format!("{name} (the node was deleted: join again)") },
+            other => other,
+        })?;
+    tell(events, &node, effects).await;
+    Ok(node)
+}
+
+pub async fn heartbeat(objects: &Objects, events: &EventRecorder, name: &str, report: AgentReport) -> Result<HeartbeatResponse, ApiError> {
+    heartbeat_node(objects, events, name, &report).await?;
+    let config = cluster_config(objects).await?;
+    Ok(HeartbeatResponse { heartbeat_period: config.heartbeat_period })
+}

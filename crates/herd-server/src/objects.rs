@@ -1,0 +1,270 @@
+//! [`Objects`]: reading and writing herd objects in the store, with the
+//! server's lifecycle rules applied. No HTTP here: the API handlers, the
+//! controllers and the join/heartbeat logic all go through this.
+
+use std::time::SystemTime;
+
+use herd_core::api::{ListMeta, ObjectList};
+use herd_core::labels::{LabelSelector, Labels};
+use herd_core::lifecycle::{self, Prepared};
+use herd_core::{API_VERSION, Object, Resource, Timestamp};
+use herd_store::{KeyValue, ListOptions, Revision, Store, StoreError};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::error::ApiError;
+
+/// How many times a read-modify-write is retried when another writer got
+/// there first.
+const MODIFY_ATTEMPTS: usize = 8;
+
+pub fn collection_prefix(plural: &str) -> String {
+    format!("/registry/{plural}/")
+}
+
+pub fn object_key(plural: &str, name: &str) -> String {
+    format!("/registry/{plural}/{name}")
+}
+
+/// The server's wall clock, as object timestamps carry it.
+pub fn now() -> Timestamp {
+    Timestamp::from_system_time(SystemTime::now())
+}
+
+/// Which part of an object a modification writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    Spec,
+    Status,
+}
+
+#[derive(Clone)]
+pub struct Objects {
+    store: Store,
+}
+
+/// Parses a stored object; a record that does not parse is reported, never
+/// unwrapped.
+pub fn decode<S: Resource>(kv: &KeyValue) -> Result<Object<S>, ApiError> {
+    let mut object: Object<S> = serde_json::from_slice(&kv.value)
+        .map_err(|e| ApiError::Internal(format!("stored {} at {} does not parse: {e}", S::KIND, kv.key)))?;
+    object.metadata.resource_version = Some(kv.mod_revision.to_string());
+    Ok(object)
+}
+
+/// Parses a stored object of any kind as JSON, with its resourceVersion.
+pub fn decode_value(value: &[u8], key: &str, revision: Revision) -> Result<Value, ApiError> {
+    let mut object: Value = serde_json::from_slice(value)
+        .map_err(|e| ApiError::Internal(format!("stored object at {key} does not parse: {e}")))?;
+    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.insert("resourceVersion".into(), Value::String(revision.to_string()));
+    }
+    Ok(object)
+}
+
+/// The resourceVersion is the store's mod revision: it is not stored.
+fn encode<S: Resource>(object: &Object<S>) -> Vec<u8> {
+    let mut stored = object.clone();
+    stored.metadata.resource_version = None;
+    serde_json::to_vec(&stored).expect("herd objects always serialise to JSON")
+}
+
+/// The labels of a stored object, read without parsing the rest of it.
+pub fn stored_labels(value: &[u8]) -> Labels {
+    #[derive(Deserialize)]
+    struct Envelope {
+        #[serde(default)]
+        metadata: Meta,
+    }
+    #[derive(Deserialize, Default)]
+    struct Meta {
+        #[serde(default)]
+        labels: Labels,
+    }
+    serde_json::from_slice::<Envelope>(value).map(|e| e.metadata.labels).unwrap_or_default()
+}
+
+impl Objects {
+    pub fn new(store: Store) -> Self {
+        Objects { store }
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub async fn get<S: Resource>(&self, name: &str) -> Result<Option<Object<S>>, ApiError> {
+        let kv = self.store.get(&object_key(S::PLURAL, name)).await.map_err(|e| ApiError::from_store(S::KIND, name, e))?;
+        kv.as_ref().map(decode::<S>).transpose()
+    }
+
+    pub async fn require<S: Resource>(&self, name: &str) -> Result<Object<S>, ApiError> {
+        self.get::<S>(name).await?.ok_or_else(|| ApiError::not_found(S::KIND, name))
+    }
+
+    /// Every object of a kind, and the revision they were read at.
+    pub async fn list<S: Resource>(&self) -> Result<(Vec<Object<S>>, Revision), ApiError> {
+        let page = self
+            .store
+            .list(&collection_prefix(S::PLURAL), &ListOptions::default(), |_| true)
+            .await
+            .map_err(|e| ApiError::from_store(S::KIND, "", e))?;
+        let objects = page.items.iter().map(decode::<S>).collect::<Result<_, _>>()?;
+        Ok((objects, page.revision))
+    }
+
+    async fn write<S: Resource>(&self, prepared: Prepared<S>, dry_run: bool) -> Result<Object<S>, ApiError> {
+        let mut object = prepared.object;
+        let name = object.metadata.name.clone();
+        let key = object_key(S::PLURAL, &name);
+        let bytes = encode(&object);
+        let revision = match (dry_run, prepared.expected_revision) {
+            (true, _) => self.check_dry_run::<S>(&key, &name, prepared.expected_revision).await?,
+            (false, None) => self.store.create(&key, bytes).await,
+            (false, Some(expected)) => self.store.update(&key, bytes, expected).await,
+        }
+        .map_err(|e| ApiError::from_store(S::KIND, &name, e))?;
+        object.metadata.resource_version = Some(revision.to_string());
+        Ok(object)
+    }
+
+    /// What the write would meet, without writing: the same 404/409 as a
+    /// real write, and the current revision as the would-be result.
+    async fn check_dry_run<S: Resource>(
+        &self,
+        key: &str,
+        name: &str,
+        expected: Option<Revision>,
+    ) -> Result<Result<Revision, StoreError>, ApiError> {
+        let current = self.store.get(key).await.map_err(|e| ApiError::from_store(S::KIND, name, e))?;
+        Ok(match (expected, current) {
+            (None, Some(_)) => Err(StoreError::AlreadyExists(key.into())),
+            (None, None) => Ok(self.store.head()),
+            (Some(_), None) => Err(StoreError::NotFound(key.into())),
+            (Some(expected), Some(kv)) if kv.mod_revision != expected => {
+                Err(StoreError::Conflict { key: key.into(), expected, actual: Some(kv.mod_revision) })
+            }
+            (Some(_), Some(kv)) => Ok(kv.mod_revision),
+        })
+    }
+
+    /// Creates an object. `keep_status` is for the server's own objects;
+    /// a client's status is dropped (it belongs to the status subresource).
+    pub async fn create<S: Resource>(&self, object: Object<S>, keep_status: bool, dry_run: bool) -> Result<Object<S>, ApiError> {
+        let name = object.metadata.name.clone();
+        let uid = uuid::Uuid::now_v7().to_string();
+        let prepared =
+            lifecycle::prepare_create(object, uid, now(), keep_status).map_err(|e| ApiError::invalid(S::KIND, &name, e))?;
+        self.write(prepared, dry_run).await
+    }
+
+    /// Replaces metadata and spec (the status is kept).
+    pub async fn update<S: Resource>(&self, object: Object<S>, dry_run: bool) -> Result<Object<S>, ApiError> {
+        let name = object.metadata.name.clone();
+        let old = self.require::<S>(&name).await?;
+        let prepared = lifecycle::prepare_update(&old, object).map_err(|e| ApiError::invalid(S::KIND, &name, e))?;
+        self.write(prepared, dry_run).await
+    }
+
+    /// Replaces the status (everything else is kept).
+    pub async fn update_status<S: Resource>(&self, object: Object<S>, dry_run: bool) -> Result<Object<S>, ApiError> {
+        let name = object.metadata.name.clone();
+        if !S::HAS_STATUS {
+            return Err(ApiError::BadRequest(format!("{} has no status subresource", S::KIND)));
+        }
+        let old = self.require::<S>(&name).await?;
+        let prepared = lifecycle::prepare_status_update(&old, object).map_err(|e| ApiError::invalid(S::KIND, &name, e))?;
+        self.write(prepared, dry_run).await
+    }
+
+    /// Read-modify-write with retries on conflict. `change` edits the object
+    /// and says whether there is anything to write; returns the object as
+    /// stored afterwards.
+    pub async fn modify<S: Resource>(
+        &self,
+        name: &str,
+        part: Part,
+        mut change: impl FnMut(&mut Object<S>) -> Result<bool, ApiError>,
+    ) -> Result<Object<S>, ApiError> {
+        let mut last_error = None;
+        for _ in 0..MODIFY_ATTEMPTS {
+            let mut object = self.require::<S>(name).await?;
+            if !change(&mut object)? {
+                return Ok(object);
+            }
+            let written = match part {
+                Part::Spec => self.update(object, false).await,
+                Part::Status => self.update_status(object, false).await,
+            };
+            match written {
+                Err(ApiError::Conflict(message)) => last_error = Some(ApiError::Conflict(message)),
+                other => return other,
+            }
+        }
+        Err(last_error.unwrap_or_else(|| ApiError::Conflict(format!("{} {name:?} kept changing", S::KIND))))
+    }
+
+    pub async fn get_value(&self, kind: &str, plural: &str, name: &str) -> Result<Value, ApiError> {
+        let kv = self
+            .store
+            .get(&object_key(plural, name))
+            .await
+            .map_err(|e| ApiError::from_store(kind, name, e))?
+            .ok_or_else(|| ApiError::not_found(kind, name))?;
+        decode_value(&kv.value, &kv.key, kv.mod_revision)
+    }
+
+    /// One page of objects of a kind matching `selector`, as JSON.
+    pub async fn list_values(
+        &self,
+        kind: &str,
+        plural: &str,
+        selector: &LabelSelector,
+        limit: usize,
+        continue_token: Option<String>,
+    ) -> Result<ObjectList<Value>, ApiError> {
+        let prefix = collection_prefix(plural);
+        if let Some(token) = &continue_token
+            && !token.starts_with(&prefix)
+        {
+            return Err(ApiError::BadRequest(format!("continue token {token:?} does not belong to this list")));
+        }
+        let options = ListOptions { limit, start_after: continue_token };
+        let page = self
+            .store
+            .list(&prefix, &options, |kv| selector.is_empty() || selector.matches(&stored_labels(&kv.value)))
+            .await
+            .map_err(|e| ApiError::from_store(kind, "", e))?;
+        let items = page.items.iter().map(|kv| decode_value(&kv.value, &kv.key, kv.mod_revision)).collect::<Result<_, _>>()?;
+        Ok(ObjectList {
+            api_version: API_VERSION.into(),
+            kind: format!("{kind}List"),
+            metadata: ListMeta { resource_version: page.revision.to_string(), continue_token: page.next_key },
+            items,
+        })
+    }
+
+    /// Deletes an object, if its resourceVersion is `precondition` when one
+    /// is given; returns its last state.
+    pub async fn delete_value(
+        &self,
+        kind: &str,
+        plural: &str,
+        name: &str,
+        precondition: Option<Revision>,
+        dry_run: bool,
+    ) -> Result<Value, ApiError> {
+        let key = object_key(plural, name);
+        let to_api = |e| ApiError::from_store(kind, name, e);
+        let current = self.store.get(&key).await.map_err(to_api)?.ok_or_else(|| ApiError::not_found(kind, name))?;
+        let expected = precondition.unwrap_or(current.mod_revision);
+        if expected != current.mod_revision {
+            return Err(to_api(StoreError::Conflict { key, expected, actual: Some(current.mod_revision) }));
+        }
+        let last = decode_value(&current.value, &current.key, current.mod_revision)?;
+        if !dry_run {
+            self.store.delete(&key, Some(expected)).await.map_err(to_api)?;
+        }
+        Ok(last)
+    }
+}

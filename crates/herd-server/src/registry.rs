@@ -1,0 +1,107 @@
+//! The kinds the API serves, each bound to its typed rules. Handlers work
+//! on JSON; the [`KindOps`] of a kind parses it into the typed object, so
+//! that validation and lifecycle come from `herd-core`.
+
+use std::collections::BTreeMap;
+use std::marker::PhantomData;
+
+use async_trait::async_trait;
+use herd_core::kinds::{ClusterConfigSpec, EventSpec, LeaseSpec, NodeSpec};
+use herd_core::{Object, Resource, ValidationErrors};
+use schemars::{Schema, SchemaGenerator};
+use serde_json::Value;
+
+use crate::error::ApiError;
+use crate::objects::Objects;
+
+/// A kind's names.
+#[derive(Clone, Copy, Debug)]
+pub struct KindInfo {
+    pub kind: &'static str,
+    pub plural: &'static str,
+    pub has_status: bool,
+}
+
+/// The typed operations of one kind, reachable from JSON.
+#[async_trait]
+pub trait KindOps: Send + Sync {
+    fn info(&self) -> KindInfo;
+    async fn create(&self, objects: &Objects, body: Value, dry_run: bool) -> Result<Value, ApiError>;
+    async fn replace(&self, objects: &Objects, name: &str, body: Value, dry_run: bool) -> Result<Value, ApiError>;
+    async fn replace_status(&self, objects: &Objects, name: &str, body: Value, dry_run: bool) -> Result<Value, ApiError>;
+    fn schema(&self, generator: &mut SchemaGenerator) -> Schema;
+}
+
+struct Typed<S>(PhantomData<fn() -> S>);
+
+fn parse<S: Resource>(body: Value, url_name: Option<&str>) -> Result<Object<S>, ApiError> {
+    let body_name = body.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_string();
+    let object = Object::<S>::from_json_value(body).map_err(|e| ApiError::invalid(S::KIND, &body_name, e))?;
+    if let Some(url_name) = url_name
+        && url_name != object.metadata.name
+    {
+        let errors = ValidationErrors::single(
+            "metadata.name",
+            format!("{:?} does not match the name in the URL, {url_name:?}", object.metadata.name),
+        );
+        return Err(ApiError::invalid(S::KIND, url_name, errors));
+    }
+    Ok(object)
+}
+
+#[async_trait]
+impl<S: Resource> KindOps for Typed<S> {
+    fn info(&self) -> KindInfo {
+        KindInfo { kind: S::KIND, plural: S::PLURAL, has_status: S::HAS_STATUS }
+    }
+
+    async fn create(&self, objects: &Objects, body: Value, dry_run: bool) -> Result<Value, ApiError> {
+        let object = parse::<S>(body, None)?;
+        Ok(objects.create(object, false, dry_run).await?.to_json_value())
+    }
+
+    async fn replace(&self, objects: &Objects, name: &str, body: Value, dry_run: bool) -> Result<Value, ApiError> {
+        let object = parse::<S>(body, Some(name))?;
+        Ok(objects.update(object, dry_run).await?.to_json_value())
+    }
+
+    async fn replace_status(&self, objects: &Objects, name: &str, body: Value, dry_run: bool) -> Result<Value, ApiError> {
+        let object = parse::<S>(body, Some(name))?;
+        Ok(objects.update_status(object, dry_run).await?.to_json_value())
+    }
+
+    fn schema(&self, generator: &mut SchemaGenerator) -> Schema {
+        generator.subschema_for::<Object<S>>()
+    }
+}
+
+/// Every kind the server serves, by plural.
+pub struct Registry {
+    kinds: BTreeMap<&'static str, Box<dyn KindOps>>,
+}
+
+impl Registry {
+    pub fn standard() -> Self {
+        let mut registry = Registry { kinds: BTreeMap::new() };
+        registry.add::<NodeSpec>();
+        registry.add::<ClusterConfigSpec>();
+        registry.add::<LeaseSpec>();
+        registry.add::<EventSpec>();
+        registry
+    }
+
+    fn add<S: Resource>(&mut self) {
+        self.kinds.insert(S::PLURAL, Box::new(Typed::<S>(PhantomData)));
+    }
+
+    pub fn get(&self, plural: &str) -> Result<&dyn KindOps, ApiError> {
+        self.kinds.get(plural).map(|k| k.as_ref()).ok_or_else(|| {
+            let known: Vec<_> = self.kinds.keys().copied().collect();
+            ApiError::NotFound { kind: "resource type".into(), name: format!("{plural} (known: {})", known.join(", ")) }
+        })
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &dyn KindOps> {
+        self.kinds.values().map(|k| k.as_ref())
+    }
+}

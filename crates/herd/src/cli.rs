@@ -1,0 +1,152 @@
+//! The command line, as clap structs.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Parser, Debug)]
+#[command(name = "herd", version, about = "herd: a self-healing cluster manager for stateful application clusters")]
+pub struct Cli {
+    #[command(flatten)]
+    pub conn: Connection,
+    /// Log at debug level (or set HERD_LOG, e.g. HERD_LOG=herd_server=debug).
+    #[arg(long, short, global = true)]
+    pub verbose: bool,
+    /// Write logs as JSON lines.
+    #[arg(long, global = true)]
+    pub log_json: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Where the server is and who we are. Flags win over environment
+/// variables, which win over the config file (`herd dev` writes one).
+#[derive(Args, Debug, Clone)]
+pub struct Connection {
+    /// Server URL(s), comma-separated; tried in turn.
+    #[arg(long, env = "HERD_SERVER", global = true, value_delimiter = ',')]
+    pub server: Vec<String>,
+    /// Bearer token.
+    #[arg(long, env = "HERD_TOKEN", global = true, hide_env_values = true)]
+    pub token: Option<String>,
+    /// Config file [default: $XDG_CONFIG_HOME/herd/config.yaml or ~/.config/herd/config.yaml].
+    #[arg(long, env = "HERD_CONFIG", global = true)]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum, Default)]
+pub enum OutputFormat {
+    #[default]
+    Table,
+    Wide,
+    Json,
+    Yaml,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// List objects of a kind, or show one.
+    Get {
+        /// node, clusterconfig, lease, event (singular, plural or short name).
+        kind: String,
+        name: Option<String>,
+        /// Only objects whose labels match, e.g. `zone=a,role!=db`.
+        #[arg(long, short = 'l')]
+        selector: Option<String>,
+        #[arg(long, short, value_enum, default_value_t)]
+        output: OutputFormat,
+    },
+    /// Show one object in detail, with its recent events.
+    Describe { kind: String, name: String },
+    /// Create or update the objects in a YAML or JSON file (`-` for stdin).
+    Apply {
+        #[arg(long, short = 'f')]
+        file: PathBuf,
+        /// Validate on the server and show what would happen; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Delete an object.
+    Delete {
+        kind: String,
+        name: String,
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Show what happened, newest last.
+    Events {
+        /// Only events about this object, as `kind/name`.
+        #[arg(long = "for")]
+        for_object: Option<String>,
+        #[arg(long, short, value_enum, default_value_t)]
+        output: OutputFormat,
+    },
+    /// Run a control-plane server.
+    Server(ServerArgs),
+    /// Run the agent of this host.
+    Agent(AgentArgs),
+    /// Run a server and local agents in one command, for trying herd out.
+    Dev(DevArgs),
+    /// Print a shell completion script.
+    Completion { shell: clap_complete::Shell },
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ServerArgs {
+    #[arg(long, default_value = "127.0.0.1:7700")]
+    pub listen: SocketAddr,
+    /// Where the SQLite store and the token files live.
+    #[arg(long, default_value = "herd-data")]
+    pub data_dir: PathBuf,
+    /// `postgres://...` for several replicas [default: SQLite in the data dir].
+    #[arg(long, env = "HERD_STORE")]
+    pub store: Option<String>,
+    /// [default: read from, or generated into, <data-dir>/admin.token]
+    #[arg(long, env = "HERD_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+    /// [default: read from, or generated into, <data-dir>/join.token]
+    #[arg(long, env = "HERD_JOIN_TOKEN", hide_env_values = true)]
+    pub join_token: Option<String>,
+}
+
+/// The agent joins and heartbeats to the servers given by the global
+/// `--server` flag (or HERD_SERVER).
+#[derive(Args, Debug, Clone)]
+pub struct AgentArgs {
+    /// Needed only for the first start; the node keeps its own token after.
+    #[arg(long, env = "HERD_JOIN_TOKEN", hide_env_values = true)]
+    pub join_token: Option<String>,
+    #[arg(long, default_value = "herd-agent")]
+    pub data_dir: PathBuf,
+    /// The node's name [default: the host name].
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Where the agent's own endpoint listens.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub listen: SocketAddr,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct DevArgs {
+    /// Everything lives here; a restart with the same dir keeps the data.
+    #[arg(long, default_value = ".herd-dev")]
+    pub data_dir: PathBuf,
+    #[arg(long, default_value = "127.0.0.1:7700")]
+    pub listen: SocketAddr,
+    #[arg(long, default_value_t = 3)]
+    pub agents: usize,
+    /// Do not write the CLI config file (~/.config/herd/config.yaml).
+    #[arg(long)]
+    pub no_config: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        super::Cli::command().debug_assert();
+    }
+}

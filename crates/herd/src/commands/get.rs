@@ -1,0 +1,72 @@
+//! `herd get`, `herd describe`, `herd events`.
+
+use anyhow::Context;
+use herd_client::Client;
+use serde_json::{Value, json};
+
+use crate::cli::OutputFormat;
+use crate::kinds;
+use crate::output;
+
+pub async fn get(client: &Client, kind: &str, name: Option<&str>, selector: &str, format: OutputFormat) -> anyhow::Result<()> {
+    let kind = kinds::resolve(kind)?;
+    match name {
+        Some(name) => {
+            let object = client.get_value(kind.plural, name).await?;
+            output::print(kind.kind, &object, std::slice::from_ref(&object), format)
+        }
+        None => {
+            let list = client.list_values(kind.plural, selector).await?;
+            let value = serde_json::to_value(&list)?;
+            output::print(kind.kind, &value, &list.items, format)
+        }
+    }
+}
+
+fn timestamp(event: &Value) -> String {
+    event.pointer("/spec/lastTimestamp").and_then(Value::as_str).unwrap_or_default().to_string()
+}
+
+/// Events about one object (`kind/name`), or all, oldest first.
+async fn list_events(client: &Client, about: Option<(&str, &str)>) -> anyhow::Result<Vec<Value>> {
+    let mut events: Vec<Value> = client
+        .list_values("events", "")
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| {
+            about.is_none_or(|(kind, name)| {
+                e.pointer("/spec/involvedObject/kind").and_then(Value::as_str) == Some(kind)
+                    && e.pointer("/spec/involvedObject/name").and_then(Value::as_str) == Some(name)
+            })
+        })
+        .collect();
+    events.sort_by_key(timestamp);
+    Ok(events)
+}
+
+pub async fn events(client: &Client, for_object: Option<&str>, format: OutputFormat) -> anyhow::Result<()> {
+    let about = match for_object {
+        Some(spec) => {
+            let (kind, name) = spec.split_once('/').context("--for takes kind/name, like node/node-1")?;
+            Some((kinds::resolve(kind)?.kind, name))
+        }
+        None => None,
+    };
+    let events = list_events(client, about).await?;
+    output::print("Event", &json!({ "kind": "EventList", "items": events }), &events, format)
+}
+
+pub async fn describe(client: &Client, kind: &str, name: &str) -> anyhow::Result<()> {
+    let kind = kinds::resolve(kind)?;
+    let object = client.get_value(kind.plural, name).await?;
+    print!("{}", serde_saphyr::to_string(&object)?);
+    let events = list_events(client, Some((kind.kind, name))).await?;
+    println!("\nEvents:");
+    if events.is_empty() {
+        println!("  <none>");
+    } else {
+        println!("{}", output::table("Event", &events, false));
+    }
+    Ok(())
+}

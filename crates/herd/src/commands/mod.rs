@@ -1,0 +1,30 @@
+//! One module per command; [`run`] dispatches.
+
+mod apply;
+mod get;
+pub mod modes;
+
+use clap::CommandFactory;
+
+use crate::cli::{Cli, Command};
+use crate::context;
+
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    let conn = cli.conn;
+    match cli.command {
+        Command::Get { kind, name, selector, output } => {
+            get::get(&context::client(&conn)?, &kind, name.as_deref(), selector.as_deref().unwrap_or(""), output).await
+        }
+        Command::Describe { kind, name } => get::describe(&context::client(&conn)?, &kind, &name).await,
+        Command::Events { for_object, output } => get::events(&context::client(&conn)?, for_object.as_deref(), output).await,
+        Command::Apply { file, dry_run } => apply::apply(&context::client(&conn)?, &file, dry_run).await,
+        Command::Delete { kind, name, dry_run } => apply::delete(&context::client(&conn)?, &kind, &name, dry_run).await,
+        Command::Server(args) => modes::server(args).await,
+        Command::Agent(args) => modes::agent(args, conn.server).await,
+        Command::Dev(args) => crate::dev::run(args).await,
+        Command::Completion { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "herd", &mut std::io::stdout());
+            Ok(())
+        }
+    }
+}

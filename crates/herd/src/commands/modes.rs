@@ -1,0 +1,73 @@
+//! `herd server` and `herd agent`: the long-running modes.
+
+use anyhow::Context;
+use herd_agent::AgentConfig;
+use herd_server::{Server, ServerConfig};
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::{AgentArgs, ServerArgs};
+use crate::tokens;
+
+/// Resolves when the process is asked to stop (SIGINT or SIGTERM).
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) {
+        (Ok(mut interrupt), Ok(mut terminate)) => {
+            tokio::select! {
+                _ = interrupt.recv() => {}
+                _ = terminate.recv() => {}
+            }
+        }
+        _ => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+pub async fn server(args: ServerArgs) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&args.data_dir).with_context(|| format!("creating {}", args.data_dir.display()))?;
+    let admin_token = match args.admin_token {
+        Some(token) => token,
+        None => tokens::load_or_generate(&args.data_dir.join("admin.token"))?,
+    };
+    let join_token = match args.join_token {
+        Some(token) => token,
+        None => tokens::load_or_generate(&args.data_dir.join("join.token"))?,
+    };
+    let store_url = args.store.unwrap_or_else(|| args.data_dir.join("herd.db").display().to_string());
+    let server = Server::start(ServerConfig { listen: args.listen, store_url, admin_token, join_token }).await?;
+    println!("herd server listening on http://{}", server.addr());
+    let stop = server.shutdown_token();
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!("stopping");
+        stop.cancel();
+    });
+    server.wait().await?;
+    Ok(())
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_ascii_lowercase()).unwrap_or_else(|_| "localhost".into())
+}
+
+pub async fn agent(args: AgentArgs, servers: Vec<String>) -> anyhow::Result<()> {
+    if servers.is_empty() {
+        anyhow::bail!("the agent needs --server URL (or HERD_SERVER): the server(s) to join");
+    }
+    let config = AgentConfig {
+        servers,
+        join_token: args.join_token,
+        data_dir: args.data_dir,
+        node_name: args.name.unwrap_or_else(host_name),
+        listen: args.listen,
+    };
+    let stop = CancellationToken::new();
+    let on_signal = stop.clone();
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        on_signal.cancel();
+    });
+    herd_agent::run(config, stop).await?;
+    Ok(())
+}

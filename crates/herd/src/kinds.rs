@@ -1,0 +1,56 @@
+//! The names users type for kinds: `node`, `nodes`, `no`, `Node`.
+
+use anyhow::bail;
+use herd_core::{Object, Resource, ValidationErrors};
+use herd_core::kinds::{ClusterConfigSpec, EventSpec, LeaseSpec, NodeSpec};
+
+#[derive(Clone, Copy, Debug)]
+pub struct KindName {
+    pub kind: &'static str,
+    pub plural: &'static str,
+    pub short: &'static str,
+    /// Reads a manifest as this kind and validates it, as the server will.
+    pub check: fn(serde_json::Value) -> Result<(), ValidationErrors>,
+}
+
+fn check<S: Resource>(value: serde_json::Value) -> Result<(), ValidationErrors> {
+    Object::<S>::from_json_value(value)?.validate()
+}
+
+fn of<S: Resource>(short: &'static str) -> KindName {
+    KindName { kind: S::KIND, plural: S::PLURAL, short, check: check::<S> }
+}
+
+pub fn all() -> [KindName; 4] {
+    [of::<NodeSpec>("no"), of::<ClusterConfigSpec>("cc"), of::<LeaseSpec>("lease"), of::<EventSpec>("ev")]
+}
+
+pub fn resolve(name: &str) -> anyhow::Result<KindName> {
+    let wanted = name.to_ascii_lowercase();
+    for kind in all() {
+        if [kind.kind.to_ascii_lowercase().as_str(), kind.plural, kind.short].contains(&wanted.as_str()) {
+            return Ok(kind);
+        }
+    }
+    let known: Vec<_> = all().iter().map(|k| k.plural).collect();
+    bail!("unknown kind {name:?}; known kinds: {}", known.join(", "))
+}
+
+/// The kind named by a manifest's `kind` field (`Node`).
+pub fn by_kind(kind: &str) -> Option<KindName> {
+    all().into_iter().find(|k| k.kind == kind)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        for name in ["node", "nodes", "no", "Node", "NODES"] {
+            assert_eq!(resolve(name).unwrap().plural, "nodes");
+        }
+        assert_eq!(resolve("cc").unwrap().kind, "ClusterConfig");
+        assert!(resolve("pods").unwrap_err().to_string().contains("known kinds: nodes"));
+    }
+}

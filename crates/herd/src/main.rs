@@ -1,0 +1,57 @@
+//! The `herd` binary: the CLI, and the `server`, `agent` and `dev` modes.
+//!
+//! Exit codes (scripts may rely on them): 0 success, 1 error, 2 usage
+//! error, 3 not found, 4 conflict (already exists, or changed meanwhile).
+
+mod cli;
+mod commands;
+mod context;
+mod dev;
+mod kinds;
+mod output;
+mod processes;
+mod tokens;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use herd_client::ClientError;
+use herd_core::api::StatusReason;
+
+fn exit_code(error: &anyhow::Error) -> u8 {
+    match error.downcast_ref::<ClientError>().and_then(ClientError::reason) {
+        Some(StatusReason::NotFound) => 3,
+        Some(StatusReason::Conflict | StatusReason::AlreadyExists) => 4,
+        _ => 1,
+    }
+}
+
+fn init_logging(verbose: bool, json: bool) {
+    let default = if verbose { "debug" } else { "info" };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("HERD_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+fn main() -> ExitCode {
+    let args = cli::Cli::parse();
+    init_logging(args.verbose, args.log_json);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: starting the async runtime: {error}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(commands::run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::from(exit_code(&error))
+        }
+    }
+}

@@ -1,0 +1,161 @@
+//! Printing objects: tables (with a wider variant), JSON and YAML.
+
+use std::time::{Duration, SystemTime};
+
+use comfy_table::{Table, presets};
+use herd_core::Timestamp;
+use serde_json::Value;
+
+use crate::cli::OutputFormat;
+
+fn text(value: &Value, pointer: &str) -> String {
+    match value.pointer(pointer) {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+    }
+}
+
+/// A short age like `5s`, `3m`, `2h`, `4d`.
+pub fn short_duration(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..120 => format!("{s}s"),
+        120..7200 => format!("{}m", s / 60),
+        7200..172_800 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86_400),
+    }
+}
+
+fn age_of(value: &Value, pointer: &str) -> String {
+    Timestamp::parse(&text(value, pointer))
+        .map(|t| short_duration(SystemTime::now().duration_since(t.system_time()).unwrap_or_default()))
+        .unwrap_or_default()
+}
+
+fn labels(value: &Value) -> String {
+    value
+        .pointer("/metadata/labels")
+        .and_then(Value::as_object)
+        .map(|m| m.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default())).collect::<Vec<_>>().join(","))
+        .unwrap_or_default()
+}
+
+struct Column {
+    header: &'static str,
+    wide_only: bool,
+    cell: fn(&Value) -> String,
+}
+
+const fn col(header: &'static str, cell: fn(&Value) -> String) -> Column {
+    Column { header, wide_only: false, cell }
+}
+
+const fn wide(header: &'static str, cell: fn(&Value) -> String) -> Column {
+    Column { header, wide_only: true, cell }
+}
+
+fn columns(kind: &str) -> Vec<Column> {
+    let name = col("NAME", |v| text(v, "/metadata/name"));
+    let age = col("AGE", |v| age_of(v, "/metadata/creationTimestamp"));
+    match kind {
+        "Node" => vec![
+            name,
+            col("STATUS", |v| {
+                let ready = if v.pointer("/status/ready") == Some(&Value::Bool(true)) { "Ready" } else { "NotReady" };
+                if v.pointer("/spec/unschedulable") == Some(&Value::Bool(true)) { format!("{ready},SchedulingDisabled") } else { ready.into() }
+            }),
+            col("ROLE", |v| { let r = text(v, "/spec/role"); if r.is_empty() { "regular".into() } else { r } }),
+            col("ADDRESS", |v| text(v, "/status/address")),
+            age,
+            wide("MASTER-CAPABLE", |v| text(v, "/spec/masterCapable")),
+            wide("LAST-HEARTBEAT", |v| age_of(v, "/status/lastHeartbeat")),
+            wide("AGENT-BOOT-ID", |v| text(v, "/status/agentBootId")),
+            wide("VERSION", |v| text(v, "/status/agentVersion")),
+            wide("LABELS", labels),
+        ],
+        "Event" => vec![
+            col("LAST SEEN", |v| age_of(v, "/spec/lastTimestamp")),
+            col("TYPE", |v| text(v, "/spec/type")),
+            col("REASON", |v| text(v, "/spec/reason")),
+            col("OBJECT", |v| format!("{}/{}", text(v, "/spec/involvedObject/kind").to_ascii_lowercase(), text(v, "/spec/involvedObject/name"))),
+            col("COUNT", |v| text(v, "/spec/count")),
+            col("MESSAGE", |v| text(v, "/spec/message")),
+            wide("SOURCE", |v| text(v, "/spec/source")),
+            wide("FIRST SEEN", |v| age_of(v, "/spec/firstTimestamp")),
+        ],
+        "ClusterConfig" => vec![
+            name,
+            col("CANDIDATE-POOL", |v| text(v, "/spec/candidatePoolSize")),
+            col("HEARTBEAT", |v| text(v, "/spec/heartbeatPeriod")),
+            col("GRACE", |v| text(v, "/spec/nodeGracePeriod")),
+            age,
+            wide("LEASE", |v| text(v, "/spec/leaderElection/leaseDuration")),
+            wide("RENEW-DEADLINE", |v| text(v, "/spec/leaderElection/renewDeadline")),
+            wide("RETRY", |v| text(v, "/spec/leaderElection/retryPeriod")),
+        ],
+        "Lease" => vec![
+            name,
+            col("HOLDER", |v| text(v, "/spec/holderIdentity")),
+            col("DURATION", |v| format!("{}s", text(v, "/spec/leaseDurationSeconds"))),
+            col("RENEWED", |v| age_of(v, "/spec/renewTime")),
+            col("TRANSITIONS", |v| text(v, "/spec/leaseTransitions")),
+        ],
+        _ => vec![name, age, wide("LABELS", labels)],
+    }
+}
+
+pub fn table(kind: &str, items: &[Value], wide_output: bool) -> String {
+    let columns: Vec<Column> = columns(kind).into_iter().filter(|c| wide_output || !c.wide_only).collect();
+    let mut table = Table::new();
+    table.load_preset(presets::NOTHING);
+    table.set_header(columns.iter().map(|c| c.header));
+    for item in items {
+        table.add_row(columns.iter().map(|c| (c.cell)(item)));
+    }
+    table.lines().map(|l| l.strip_prefix(' ').unwrap_or(l).trim_end().to_string()).collect::<Vec<_>>().join("\n")
+}
+
+/// Prints one object or a list in the chosen format.
+pub fn print(kind: &str, value: &Value, items: &[Value], format: OutputFormat) -> anyhow::Result<()> {
+    match format {
+        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(value)?),
+        OutputFormat::Yaml => {
+            let text = serde_saphyr::to_string(value)?;
+            print!("{text}");
+            if !text.ends_with('\n') {
+                println!();
+            }
+        }
+        OutputFormat::Table | OutputFormat::Wide => {
+            if items.is_empty() {
+                eprintln!("No {kind} objects found.");
+            } else {
+                println!("{}", table(kind, items, format == OutputFormat::Wide));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn node_table() {
+        let node = json!({"metadata": {"name": "n1", "labels": {"zone": "a"}}, "spec": {"role": "candidate"}, "status": {"ready": true, "address": "127.0.0.1:9"}});
+        let out = table("Node", &[node.clone()], false);
+        assert!(out.contains("NAME") && out.contains("n1") && out.contains("Ready") && out.contains("candidate"), "{out}");
+        assert!(!out.contains("zone=a"));
+        assert!(table("Node", &[node], true).contains("zone=a"));
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(short_duration(Duration::from_secs(5)), "5s");
+        assert_eq!(short_duration(Duration::from_secs(600)), "10m");
+        assert_eq!(short_duration(Duration::from_secs(3 * 86_400)), "3d");
+    }
+}
