@@ -113,7 +113,7 @@ pub fn table(kind: &str, items: &[Value], wide_output: bool) -> String {
     for item in items {
         table.add_row(columns.iter().map(|c| (c.cell)(item)));
     }
-    table.lines().map(|l| l.strip_prefix(' ').unwrap_or(l).trim_end().to_string()).collect::<Vec<_>>().join("\n")
+    table.lines().map(|l| l.strip_prefix(' ').unwrap_or(&l).trim_end().to_string()).collect::<Vec<_>>().join("\n")
 }
 
 /// Prints one object or a list in the chosen format.
