@@ -100,11 +100,7 @@ impl<S: Resource> Object<S> {
 
     /// Reads an object from JSON; a malformed body names the field at fault.
     pub fn from_json_value(value: serde_json::Value) -> Result<Self, ValidationErrors> {
-        serde_path_to_error::deserialize(value).map_err(|e| {
-            let path = e.path().to_string();
-            let field = if path == "." { "body".to_string() } else { path };
-            ValidationErrors::single(field, e.into_inner().to_string())
-        })
+        crate::validation::from_json_value(value)
     }
 
     pub fn to_json_value(&self) -> serde_json::Value {

@@ -86,6 +86,24 @@ impl fmt::Display for ValidationErrors {
     }
 }
 
+/// Reads JSON into `T`; what does not fit is reported at its field path
+/// (`spec.role`), or at `body` when the JSON itself is broken.
+pub fn from_json_slice<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ValidationErrors> {
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    serde_path_to_error::deserialize(&mut deserializer).map_err(path_error)
+}
+
+/// Like [`from_json_slice`], from an already parsed value.
+pub fn from_json_value<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Result<T, ValidationErrors> {
+    serde_path_to_error::deserialize(value).map_err(path_error)
+}
+
+fn path_error(error: serde_path_to_error::Error<serde_json::Error>) -> ValidationErrors {
+    let path = error.path().to_string();
+    let field = if path == "." || path == "?" { "body".to_string() } else { path };
+    ValidationErrors::single(field, error.into_inner().to_string())
+}
+
 /// Names of objects, nodes and label values: an RFC 1123 subdomain
 /// (lowercase letters, digits, `-` and `.`, starting and ending with a letter
 /// or digit, at most 253 characters).

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use herd_client::Client;
+use herd_core::Timestamp;
 use herd_core::kinds::NodeSpec;
 use herd_server::{Server, ServerConfig};
 use tokio::process::Child;
@@ -28,6 +29,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         .context("starting the server")?;
     let url = format!("http://{}", server.addr());
 
+    let agents_started = Timestamp::from_system_time(std::time::SystemTime::now());
     let mut agents = Vec::new();
     for i in 1..=args.agents {
         let name = format!("node-{i}");
@@ -44,7 +46,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         agents.push((name, child));
     }
 
-    wait_for_agents(&url, &admin_token, &mut agents).await?;
+    wait_for_agents(&url, &admin_token, &mut agents, agents_started).await?;
 
     let config_note = if args.no_config {
         String::from("(no CLI config written: --no-config)")
@@ -75,9 +77,10 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
 /// How long `herd dev` waits for its agents to report Ready.
 const AGENTS_READY_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Waits until every agent's node is Ready; fails at once, naming it, if an
-/// agent process exits.
-async fn wait_for_agents(url: &str, admin_token: &str, agents: &mut [(String, Child)]) -> anyhow::Result<()> {
+/// Waits until every agent's node is Ready with a heartbeat from after
+/// `since` (a node kept from an earlier run still says Ready before its
+/// new agent has spoken); fails at once, naming it, if an agent exits.
+async fn wait_for_agents(url: &str, admin_token: &str, agents: &mut [(String, Child)], since: Timestamp) -> anyhow::Result<()> {
     let client = Client::new(vec![url.to_string()], Some(admin_token.to_string()));
     let deadline = tokio::time::Instant::now() + AGENTS_READY_TIMEOUT;
     loop {
@@ -87,7 +90,9 @@ async fn wait_for_agents(url: &str, admin_token: &str, agents: &mut [(String, Ch
             }
         }
         let nodes = client.list::<NodeSpec>("").await.unwrap_or_default();
-        let ready = |name: &str| nodes.iter().any(|n| n.metadata.name == name && n.status.ready);
+        let ready = |name: &str| {
+            nodes.iter().any(|n| n.metadata.name == name && n.status.ready && n.status.last_heartbeat.is_some_and(|t| t >= since))
+        };
         if agents.iter().all(|(name, _)| ready(name)) {
             return Ok(());
         }

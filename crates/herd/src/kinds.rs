@@ -9,16 +9,19 @@ pub struct KindName {
     pub kind: &'static str,
     pub plural: &'static str,
     pub short: &'static str,
-    /// Reads a manifest as this kind and validates it, as the server will.
-    pub check: fn(serde_json::Value) -> Result<(), ValidationErrors>,
+    /// Reads a manifest as this kind and validates it, as the server will;
+    /// returns it with every default filled in.
+    pub normalize: fn(serde_json::Value) -> Result<serde_json::Value, ValidationErrors>,
 }
 
-fn check<S: Resource>(value: serde_json::Value) -> Result<(), ValidationErrors> {
-    Object::<S>::from_json_value(value)?.validate()
+fn normalize<S: Resource>(value: serde_json::Value) -> Result<serde_json::Value, ValidationErrors> {
+    let object = Object::<S>::from_json_value(value)?;
+    object.validate()?;
+    Ok(object.to_json_value())
 }
 
 fn of<S: Resource>(short: &'static str) -> KindName {
-    KindName { kind: S::KIND, plural: S::PLURAL, short, check: check::<S> }
+    KindName { kind: S::KIND, plural: S::PLURAL, short, normalize: normalize::<S> }
 }
 
 pub fn all() -> [KindName; 4] {

@@ -6,7 +6,6 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use herd_core::ValidationErrors;
 use herd_core::authz::Verb;
 use herd_core::labels::LabelSelector;
 use serde::Deserialize;
@@ -46,12 +45,7 @@ impl WriteQuery {
 
 /// Parses a request body; anything unacceptable is a 422 naming the field.
 pub fn parse_body<T: DeserializeOwned>(body: &Bytes, kind: &str, name: &str) -> Result<T, ApiError> {
-    let mut deserializer = serde_json::Deserializer::from_slice(body);
-    serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
-        let path = e.path().to_string();
-        let field = if path == "." { "body".to_string() } else { path };
-        ApiError::invalid(kind, name, ValidationErrors::single(field, e.into_inner().to_string()))
-    })
+    herd_core::validation::from_json_slice(body).map_err(|e| ApiError::invalid(kind, name, e))
 }
 
 pub fn parse_revision(text: &str) -> Result<u64, ApiError> {

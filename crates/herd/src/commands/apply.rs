@@ -38,8 +38,8 @@ pub async fn apply(client: &Client, path: &Path, dry_run: bool) -> anyhow::Resul
         let where_ = format!("{} document {}", path.display(), index + 1);
         let kind_field = document.get("kind").and_then(Value::as_str).with_context(|| format!("{where_}: kind: missing"))?;
         let kind = kinds::by_kind(kind_field).with_context(|| format!("{where_}: kind: unknown kind {kind_field:?}"))?;
-        (kind.check)(document.clone()).map_err(|errors| anyhow::anyhow!("{where_}: {errors}"))?;
-        checked.push((kind, document));
+        let normalized = (kind.normalize)(document).map_err(|errors| anyhow::anyhow!("{where_}: {errors}"))?;
+        checked.push((kind, normalized));
     }
     let options = WriteOptions { dry_run };
     let suffix = if dry_run { " (dry run)" } else { "" };

@@ -1,0 +1,162 @@
+//! The API's conventions end to end: watch with bookmarks and 410, label
+//! selectors, paging, dry run, status subresource, OpenAPI, metrics; and
+//! the CLI's apply/get/delete with its exit codes.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{ADMIN_TOKEN, TestServer};
+use herd_client::WriteOptions;
+use herd_core::Object;
+use herd_core::api::WatchEventType;
+use herd_core::kinds::{LeaseSpec, NodeSpec};
+use serde_json::json;
+
+fn lease(name: &str, labels: &[(&str, &str)]) -> Object<LeaseSpec> {
+    let mut lease = Object::new(name, LeaseSpec { lease_duration_seconds: 10, ..Default::default() });
+    lease.metadata.labels = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    lease
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn watch_delivers_changes_after_the_list_revision() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path());
+    let admin = server.admin();
+    admin.create(&lease("before", &[])).await.unwrap();
+    let list = admin.list_values("leases", "").await.unwrap();
+    let mut watch = admin.watch("leases", Some(&list.metadata.resource_version), "").await.unwrap();
+
+    let created = admin.create(&lease("l1", &[("team", "a")])).await.unwrap();
+    let mut changed = created.clone();
+    changed.spec.holder_identity = "me".into();
+    admin.update(&changed).await.unwrap();
+    admin.delete_value("leases", "l1", WriteOptions::default()).await.unwrap();
+    admin.create(&Object::new("n1", NodeSpec::default())).await.unwrap();
+
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        let event = tokio::time::timeout(Duration::from_secs(10), watch.next()).await.unwrap().unwrap().unwrap();
+        if event.type_ != WatchEventType::Bookmark {
+            seen.push((event.type_, event.object["metadata"]["name"].as_str().unwrap().to_string(), event.object["spec"]["holderIdentity"].clone()));
+        }
+    }
+    assert_eq!(
+        seen,
+        vec![
+            (WatchEventType::Added, "l1".into(), json!("")),
+            (WatchEventType::Modified, "l1".into(), json!("me")),
+            (WatchEventType::Deleted, "l1".into(), json!("me")),
+        ],
+        "only leases, in order, the delete carrying the last state"
+    );
+    // Quiet streams carry bookmarks with the revision reached.
+    let bookmark = tokio::time::timeout(Duration::from_secs(10), watch.next()).await.unwrap().unwrap().unwrap();
+    assert_eq!(bookmark.type_, WatchEventType::Bookmark);
+    assert!(bookmark.object["metadata"]["resourceVersion"].as_str().unwrap().parse::<u64>().unwrap() > 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn selectors_paging_dry_run_and_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path());
+    let admin = server.admin();
+    for i in 0..7 {
+        admin.create(&lease(&format!("l{i}"), &[("team", if i % 2 == 0 { "a" } else { "b" })])).await.unwrap();
+    }
+    let team_a = admin.list_values("leases", "team=a").await.unwrap();
+    assert_eq!(team_a.items.len(), 4);
+    assert_eq!(admin.list_values("leases", "team in (a,b),team!=a").await.unwrap().items.len(), 3);
+    let bad = admin.list_values("leases", "team in (a").await.unwrap_err();
+    assert!(bad.to_string().contains("unbalanced"), "{bad}");
+
+    let first = admin.list_page("leases", "", 3, None).await.unwrap();
+    assert_eq!(first.items.len(), 3);
+    let token = first.metadata.continue_token.clone().expect("a continue token");
+    let second = admin.list_page("leases", "", 3, Some(&token)).await.unwrap();
+    let third = admin.list_page("leases", "", 3, second.metadata.continue_token.as_deref()).await.unwrap();
+    assert_eq!((second.items.len(), third.items.len(), third.metadata.continue_token), (3, 1, None));
+
+    // Dry run: the answer of a create, nothing stored.
+    let would = admin.create_value("leases", &lease("dry", &[]).to_json_value(), WriteOptions { dry_run: true }).await.unwrap();
+    assert_eq!(would["metadata"]["name"], "dry");
+    assert!(admin.get_value("leases", "dry").await.unwrap_err().is_not_found());
+    let invalid = admin.create_value("leases", &json!({"metadata": {"name": "x"}, "spec": {"leaseDurationSeconds": 0}}), WriteOptions { dry_run: true }).await.unwrap_err();
+    assert!(invalid.to_string().contains("spec.leaseDurationSeconds"), "{invalid}");
+
+    // The main resource ignores status; the status subresource changes only status.
+    let node = admin.create(&Object::new("n1", NodeSpec::default())).await.unwrap();
+    let mut with_status = node.clone();
+    with_status.status.ready = true;
+    assert!(!admin.update(&with_status).await.unwrap().status.ready);
+    let current = admin.get::<NodeSpec>("n1").await.unwrap();
+    let mut with_status = current.clone();
+    with_status.status.ready = true;
+    with_status.spec.unschedulable = true;
+    let updated = admin.update_status(&with_status).await.unwrap();
+    assert!(updated.status.ready && !updated.spec.unschedulable);
+    assert_eq!(updated.metadata.generation, 1, "a status write is not a spec change");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn openapi_and_metrics_describe_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path());
+    let openapi: serde_json::Value = serde_json::from_str(&server.anonymous().get_text("/openapi.json").await.unwrap()).unwrap();
+    assert_eq!(openapi["openapi"], "3.0.3");
+    for path in ["/api/v1/nodes", "/api/v1/nodes/{name}", "/api/v1/nodes/{name}/status", "/api/v1/clusterconfigs", "/api/v1/leases", "/api/v1/events", "/api/v1/join"] {
+        assert!(openapi["paths"][path].is_object(), "{path} missing from /openapi.json");
+    }
+    assert!(openapi["paths"]["/api/v1/leases/{name}/status"].is_null(), "leases have no status subresource");
+    assert!(openapi["components"]["schemas"].as_object().unwrap().keys().any(|k| k.contains("NodeSpec")));
+
+    server.admin().list_values("nodes", "").await.unwrap();
+    let metrics = server.anonymous().get_text("/metrics").await.unwrap();
+    assert!(metrics.contains("herd_http_requests_total{method=\"GET\",route=\"/api/v1/{plural}\",code=\"200\"} 1"), "{metrics}");
+    assert!(metrics.contains("herd_store_commits_total{backend=\"sqlite\"}"), "{metrics}");
+    assert!(metrics.contains("# TYPE herd_nodes gauge"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cli_apply_get_delete_and_exit_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(&dir.path().join("server"));
+    let run = |args: &[&str]| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_herd"));
+        command.args(args).env("HERD_SERVER", &server.url).env("HERD_TOKEN", ADMIN_TOKEN).env("HERD_CONFIG", dir.path().join("none.yaml"));
+        command.output().unwrap()
+    };
+    let manifest = dir.path().join("nodes.yaml");
+    std::fs::write(&manifest, "kind: Node\nmetadata:\n  name: n1\n  labels:\n    zone: a\nspec:\n  role: drained\n---\napiVersion: herd/v1\nkind: Lease\nmetadata:\n  name: l1\nspec:\n  leaseDurationSeconds: 5\n").unwrap();
+    let out = run(&["apply", "-f", manifest.to_str().unwrap()]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "node/n1 created\nlease/l1 created\n", "{}", String::from_utf8_lossy(&out.stderr));
+    let out = run(&["apply", "-f", manifest.to_str().unwrap()]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "node/n1 unchanged\nlease/l1 unchanged\n");
+    std::fs::write(&manifest, "kind: Node\nmetadata:\n  name: n1\nspec:\n  role: regular\n").unwrap();
+    assert_eq!(String::from_utf8_lossy(&run(&["apply", "-f", manifest.to_str().unwrap()]).stdout), "node/n1 configured\n");
+
+    let out = run(&["get", "nodes", "-o", "wide"]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.starts_with("NAME") && table.contains("n1") && table.contains("regular"), "{table}");
+    let yaml = String::from_utf8_lossy(&run(&["get", "node", "n1", "-o", "yaml"]).stdout).to_string();
+    assert!(yaml.contains("name: n1") && yaml.contains("role: regular"), "{yaml}");
+
+    // Exit codes: 3 not found, 4 conflict, 2 usage, 1 other errors; bad input names the field.
+    assert_eq!(run(&["get", "node", "nope"]).status.code(), Some(3));
+    assert_eq!(run(&["delete", "node", "nope"]).status.code(), Some(3));
+    assert_eq!(run(&["get"]).status.code(), Some(2));
+    assert_eq!(run(&["get", "pods"]).status.code(), Some(1));
+    std::fs::write(&manifest, "kind: Node\nmetadata:\n  name: n1\nspec:\n  role: boss\n").unwrap();
+    let out = run(&["apply", "-f", manifest.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("spec.role"), "{}", String::from_utf8_lossy(&out.stderr));
+    let conflict = server.admin().create(&Object::new("n1", NodeSpec::default())).await.unwrap_err();
+    assert_eq!(conflict.reason(), Some(herd_core::api::StatusReason::AlreadyExists));
+    let out = run(&["delete", "node", "n1", "--dry-run"]);
+    assert_eq!((out.status.code(), String::from_utf8_lossy(&out.stdout).to_string()), (Some(0), "node/n1 deleted (dry run)\n".into()));
+    assert_eq!(run(&["delete", "node", "n1"]).status.code(), Some(0));
+    assert_eq!(run(&["get", "node", "n1"]).status.code(), Some(3));
+    let out = run(&["describe", "lease", "l1"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Events:"));
+}

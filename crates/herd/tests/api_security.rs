@@ -1,0 +1,144 @@
+//! Authentication and authorisation, bad input, stale writes: against a
+//! real server process.
+
+mod common;
+
+use common::{JOIN_TOKEN, TestServer};
+use herd_client::{Client, ClientError};
+use herd_core::api::{AgentReport, JoinRequest, StatusReason};
+use herd_core::kinds::{NodeRole, NodeSpec};
+use serde_json::json;
+
+async fn join(server: &TestServer, name: &str) -> Client {
+    let joined = server
+        .anonymous()
+        .with_token(Some(JOIN_TOKEN.into()))
+        .join(&JoinRequest { node_name: name.into(), report: AgentReport { agent_boot_id: format!("boot-{name}"), ..Default::default() } })
+        .await
+        .unwrap();
+    server.anonymous().with_token(Some(joined.node_token))
+}
+
+fn reason(result: Result<impl Sized, ClientError>) -> StatusReason {
+    match result {
+        Err(error) => error.reason().unwrap_or_else(|| panic!("not an API error: {error}")),
+        Ok(_) => panic!("expected an error, got success"),
+    }
+}
+
+#[tokio::test]
+async fn requests_without_a_valid_token_get_401() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path());
+    assert_eq!(reason(server.anonymous().list_values("nodes", "").await), StatusReason::Unauthorized);
+    let wrong = server.anonymous().with_token(Some("not-a-token".into()));
+    assert_eq!(reason(wrong.list_values("nodes", "").await), StatusReason::Unauthorized);
+    let forged = server.anonymous().with_token(Some("herdnode.n1.0000".into()));
+    assert_eq!(reason(forged.get_value("nodes", "n1").await), StatusReason::Unauthorized);
+    // The join token is only good for joining.
+    let join_only = server.anonymous().with_token(Some(JOIN_TOKEN.into()));
+    assert_eq!(reason(join_only.list_values("nodes", "").await), StatusReason::Unauthorized);
+    let bad_join = server.anonymous().with_token(Some("wrong".into()));
+    let request = JoinRequest { node_name: "n9".into(), report: AgentReport { agent_boot_id: "b".into(), ..Default::default() } };
+    assert_eq!(reason(bad_join.join(&request).await), StatusReason::Unauthorized);
+    // Health, metrics and the OpenAPI document are public.
+    assert_eq!(server.anonymous().get_text("/healthz").await.unwrap(), "ok");
+}
+
+#[tokio::test]
+async fn a_node_may_write_only_its_own_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path());
+    let node_a = join(&server, "node-a").await;
+    let node_b = join(&server, "node-b").await;
+
+    let mut b = server.admin().get::<NodeSpec>("node-b").await.unwrap();
+    b.status.address = Some("10.9.9.9:1".into());
+    let refused = node_a.update_status(&b).await.unwrap_err();
+    assert_eq!(refused.reason(), Some(StatusReason::Forbidden));
+    assert!(refused.to_string().contains("node node-a may not UpdateStatus nodes node-b"), "{refused}");
+    assert_eq!(reason(node_a.heartbeat("node-b", &AgentReport { agent_boot_id: "x".into(), ..Default::default() }).await), StatusReason::Forbidden);
+    assert_ne!(server.admin().get::<NodeSpec>("node-b").await.unwrap().status.address.as_deref(), Some("10.9.9.9:1"));
+
+    // Its own status: allowed. Its own spec, other kinds, listing: refused.
+    let mut a = node_a.get::<NodeSpec>("node-a").await.unwrap();
+    a.status.config_serial = 7;
+    assert_eq!(node_a.update_status(&a).await.unwrap().status.config_serial, 7);
+    let mut a = node_a.get::<NodeSpec>("node-a").await.unwrap();
+    a.spec.role = NodeRole::Drained;
+    assert_eq!(reason(node_a.update(&a).await), StatusReason::Forbidden);
+    assert_eq!(reason(node_a.list_values("nodes", "").await), StatusReason::Forbidden);
+    assert_eq!(reason(node_b.delete_value("nodes", "node-b", Default::default()).await), StatusReason::Forbidden);
+    assert_eq!(reason(node_a.get_value("leases", "x").await), StatusReason::Forbidden);
+}
+
+#[tokio::test]
+async fn malformed_bodies_get_422_with_the_field_and_store_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path());
+    let admin = server.admin();
+    let before = admin.list_values("nodes", "").await.unwrap().metadata.resource_version;
+
+    let cases = [
+        (json!({"metadata": {"name": "n1"}, "spec": {"role": "boss"}}), "spec.role", "unknown variant"),
+        (json!({"metadata": {"name": "n1"}, "spec": {"rol": "regular"}}), "spec.rol", "unknown field `rol`, expected one of `role`"),
+        (json!({"metadata": {"name": "N_1"}}), "metadata.name", "lowercase"),
+        (json!({"metadata": {"name": "n1"}, "spec": {"role": "candidate", "masterCapable": false}}), "spec.role", "masterCapable"),
+        (json!({"kind": "Lease", "metadata": {"name": "n1"}}), "kind", "must be \"Node\""),
+        (json!({"metadata": {"name": "n1", "labels": {"bad key": "v"}}}), "metadata.labels", "bad key"),
+    ];
+    for (body, field, reason_text) in cases {
+        let error = admin.create_value("nodes", &body, Default::default()).await.unwrap_err();
+        let ClientError::Api(status) = error else { panic!("not an API error") };
+        assert_eq!(status.code, 422, "{body}");
+        assert_eq!(status.causes[0].field, field, "{body}: {:?}", status.causes);
+        assert!(status.causes[0].reason.contains(reason_text), "{body}: {}", status.causes[0].reason);
+    }
+
+    // Not JSON at all.
+    let raw = reqwest::Client::new()
+        .post(format!("{}/api/v1/nodes", server.url))
+        .bearer_auth(common::ADMIN_TOKEN)
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(raw.status().as_u16(), 422);
+    let status: serde_json::Value = raw.json().await.unwrap();
+    assert_eq!(status["causes"][0]["field"], "body");
+
+    let after = admin.list_values("nodes", "").await.unwrap();
+    assert!(after.items.is_empty(), "nothing was stored");
+    assert_eq!(after.metadata.resource_version, before, "not even a revision was used");
+}
+
+#[tokio::test]
+async fn a_stale_resource_version_gets_409_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path());
+    let admin = server.admin();
+    let created = admin.create(&herd_core::Object::new("n1", NodeSpec::default())).await.unwrap();
+    let mut first = created.clone();
+    first.metadata.labels.insert("zone".into(), "a".into());
+    let updated = admin.update(&first).await.unwrap();
+
+    let mut stale = created.clone();
+    stale.spec.role = NodeRole::Drained;
+    let error = admin.update(&stale).await.unwrap_err();
+    assert_eq!(error.reason(), Some(StatusReason::Conflict));
+    assert!(error.to_string().contains("read it again"), "{error}");
+    let now = admin.get::<NodeSpec>("n1").await.unwrap();
+    assert_eq!(now.spec.role, NodeRole::Regular);
+    assert_eq!(now.metadata.resource_version, updated.metadata.resource_version);
+
+    // Creating what exists is a conflict too; so is a delete at an old revision.
+    assert_eq!(reason(admin.create(&herd_core::Object::new("n1", NodeSpec::default())).await), StatusReason::AlreadyExists);
+    let error = reqwest::Client::new()
+        .delete(format!("{}/api/v1/nodes/n1?resourceVersion={}", server.url, created.metadata.resource_version.unwrap()))
+        .bearer_auth(common::ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(error.status().as_u16(), 409);
+    admin.get::<NodeSpec>("n1").await.unwrap();
+}

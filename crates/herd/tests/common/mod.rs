@@ -1,0 +1,149 @@
+//! Helpers for tests that run real `herd` processes on loopback. Every
+//! process a test starts is killed and reaped when its handle drops, also
+//! when the test fails.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use herd_client::Client;
+
+pub const ADMIN_TOKEN: &str = "test-admin-token";
+pub const JOIN_TOKEN: &str = "test-join-token";
+
+pub fn herd() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_herd"))
+}
+
+/// A child process that is killed (SIGKILL) and reaped on drop.
+pub struct Proc {
+    pub child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Proc {
+    pub fn spawn(mut command: Command) -> Proc {
+        command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::inherit());
+        let mut child = command.spawn().expect("the herd binary starts");
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Proc { child, lines }
+    }
+
+    /// Waits for a stdout line containing `marker`; returns the line.
+    pub fn wait_for_line(&mut self, marker: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.contains(marker) => return line,
+                Ok(_) => {}
+                Err(_) => panic!("no line containing {marker:?} within {timeout:?}"),
+            }
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Sends a signal to the process (SIGINT, SIGTERM, SIGSTOP...).
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill").args([&format!("-{signal}"), &self.pid().to_string()]).status().unwrap();
+        assert!(status.success());
+    }
+
+    /// Waits for the process to exit by itself.
+    pub fn wait_exit(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "process {} did not exit within {timeout:?}", self.pid());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// A `herd server` process on 127.0.0.1 with a port of its own.
+pub struct TestServer {
+    pub proc: Proc,
+    pub url: String,
+    pub data_dir: PathBuf,
+}
+
+impl TestServer {
+    pub fn start(data_dir: &Path) -> TestServer {
+        Self::start_at(data_dir, "127.0.0.1:0")
+    }
+
+    pub fn start_at(data_dir: &Path, listen: &str) -> TestServer {
+        let mut command = herd();
+        command.args(["server", "--listen", listen, "--data-dir"]).arg(data_dir);
+        command.env("HERD_ADMIN_TOKEN", ADMIN_TOKEN).env("HERD_JOIN_TOKEN", JOIN_TOKEN).env_remove("HERD_STORE");
+        let mut proc = Proc::spawn(command);
+        let line = proc.wait_for_line("listening on", Duration::from_secs(30));
+        let url = line.rsplit(' ').next().unwrap().to_string();
+        TestServer { proc, url, data_dir: data_dir.to_path_buf() }
+    }
+
+    pub fn admin(&self) -> Client {
+        Client::new(vec![self.url.clone()], Some(ADMIN_TOKEN.into()))
+    }
+
+    pub fn anonymous(&self) -> Client {
+        Client::new(vec![self.url.clone()], None)
+    }
+
+    /// The address part, to restart on the same port.
+    pub fn listen_addr(&self) -> String {
+        self.url.trim_start_matches("http://").to_string()
+    }
+}
+
+/// A `herd agent` process.
+pub fn start_agent(server_url: &str, data_dir: &Path, name: &str) -> Proc {
+    let mut command = herd();
+    command.args(["agent", "--server", server_url, "--name", name, "--data-dir"]).arg(data_dir);
+    command.env("HERD_JOIN_TOKEN", JOIN_TOKEN);
+    Proc::spawn(command)
+}
+
+/// Polls `check` until it returns Some, or panics after `timeout`.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out after {timeout:?} waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
