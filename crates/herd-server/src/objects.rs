@@ -177,6 +177,14 @@ impl Objects {
         self.write(prepared, dry_run).await
     }
 
+    /// Replaces metadata and spec, or the status.
+    pub async fn write_part<S: Resource>(&self, object: Object<S>, part: Part, dry_run: bool) -> Result<Object<S>, ApiError> {
+        match part {
+            Part::Spec => self.update(object, dry_run).await,
+            Part::Status => self.update_status(object, dry_run).await,
+        }
+    }
+
     /// Read-modify-write with retries on conflict. `change` edits the object
     /// and says whether there is anything to write; returns the object as
     /// stored afterwards.
@@ -192,11 +200,7 @@ impl Objects {
             if !change(&mut object)? {
                 return Ok(object);
             }
-            let written = match part {
-                Part::Spec => self.update(object, false).await,
-                Part::Status => self.update_status(object, false).await,
-            };
-            match written {
+            match self.write_part(object, part, false).await {
                 Err(ApiError::Conflict(message)) => last_error = Some(ApiError::Conflict(message)),
                 other => return other,
             }

@@ -12,7 +12,7 @@ use schemars::{Schema, SchemaGenerator};
 use serde_json::Value;
 
 use crate::error::ApiError;
-use crate::objects::Objects;
+use crate::objects::{Objects, Part};
 
 /// A kind's names.
 #[derive(Clone, Copy, Debug)]
@@ -27,8 +27,8 @@ pub struct KindInfo {
 pub trait KindOps: Send + Sync {
     fn info(&self) -> KindInfo;
     async fn create(&self, objects: &Objects, body: Value, dry_run: bool) -> Result<Value, ApiError>;
-    async fn replace(&self, objects: &Objects, name: &str, body: Value, dry_run: bool) -> Result<Value, ApiError>;
-    async fn replace_status(&self, objects: &Objects, name: &str, body: Value, dry_run: bool) -> Result<Value, ApiError>;
+    /// Replaces metadata and spec, or the status, of object `name`.
+    async fn replace(&self, objects: &Objects, name: &str, body: Value, part: Part, dry_run: bool) -> Result<Value, ApiError>;
     fn schema(&self, generator: &mut SchemaGenerator) -> Schema;
 }
 
@@ -60,14 +60,9 @@ impl<S: Resource> KindOps for Typed<S> {
         Ok(objects.create(object, false, dry_run).await?.to_json_value())
     }
 
-    async fn replace(&self, objects: &Objects, name: &str, body: Value, dry_run: bool) -> Result<Value, ApiError> {
+    async fn replace(&self, objects: &Objects, name: &str, body: Value, part: Part, dry_run: bool) -> Result<Value, ApiError> {
         let object = parse::<S>(body, Some(name))?;
-        Ok(objects.update(object, dry_run).await?.to_json_value())
-    }
-
-    async fn replace_status(&self, objects: &Objects, name: &str, body: Value, dry_run: bool) -> Result<Value, ApiError> {
-        let object = parse::<S>(body, Some(name))?;
-        Ok(objects.update_status(object, dry_run).await?.to_json_value())
+        Ok(objects.write_part(object, part, dry_run).await?.to_json_value())
     }
 
     fn schema(&self, generator: &mut SchemaGenerator) -> Schema {

@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use super::{AppState, Caller};
 use crate::error::ApiError;
+use crate::objects::Part;
 
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
@@ -105,10 +106,7 @@ pub async fn replace(
     Query(query): Query<WriteQuery>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    let ops = state.registry.get(&plural)?;
-    caller.may(Verb::Update, &plural, Some(&name))?;
-    let body = parse_body(&body, ops.info().kind, &name)?;
-    ops.replace(&state.objects, &name, body, query.dry_run()?).await.map(Json)
+    replace_part(state, caller, &plural, &name, query, body, Part::Spec).await
 }
 
 pub async fn replace_status(
@@ -118,10 +116,26 @@ pub async fn replace_status(
     Query(query): Query<WriteQuery>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    let ops = state.registry.get(&plural)?;
-    caller.may(Verb::UpdateStatus, &plural, Some(&name))?;
-    let body = parse_body(&body, ops.info().kind, &name)?;
-    ops.replace_status(&state.objects, &name, body, query.dry_run()?).await.map(Json)
+    replace_part(state, caller, &plural, &name, query, body, Part::Status).await
+}
+
+async fn replace_part(
+    state: AppState,
+    caller: Caller,
+    plural: &str,
+    name: &str,
+    query: WriteQuery,
+    body: Bytes,
+    part: Part,
+) -> Result<Json<Value>, ApiError> {
+    let ops = state.registry.get(plural)?;
+    let verb = match part {
+        Part::Spec => Verb::Update,
+        Part::Status => Verb::UpdateStatus,
+    };
+    caller.may(verb, plural, Some(name))?;
+    let body = parse_body(&body, ops.info().kind, name)?;
+    ops.replace(&state.objects, name, body, part, query.dry_run()?).await.map(Json)
 }
 
 pub async fn delete(
