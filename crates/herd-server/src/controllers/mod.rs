@@ -3,6 +3,7 @@
 //! (a later capability) will start and stop them as leadership comes and
 //! goes, which is why they take a token and keep no state that outlives it.
 
+pub mod compactor;
 pub mod node_lifecycle;
 
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use crate::objects::Objects;
 pub fn start(objects: Objects, metrics: Arc<Metrics>, stop: CancellationToken) -> JoinSet<()> {
     let mut set = JoinSet::new();
     let events = EventRecorder::new(objects.clone(), "node-lifecycle");
+    set.spawn(compactor::run(objects.store().clone(), stop.clone()));
     set.spawn(node_lifecycle::run(objects, events, metrics, stop));
     set
 }
