@@ -4,9 +4,13 @@
 //! `cargo run --release -p herd-bench --bin store`
 //! PostgreSQL runs too when HERD_BENCH_POSTGRES_URL (or
 //! HERD_TEST_POSTGRES_URL) is set; each run uses a fresh schema.
-//! Options (environment): BENCH_SEQUENTIAL (writes, default 2000),
-//! BENCH_WRITERS (default 32), BENCH_PER_WRITER (default 200).
+//! Store and baseline alternate in rounds, so that drift of the machine
+//! (other load, the disk) falls on both alike.
+//! Options (environment): BENCH_ROUNDS (default 5), BENCH_SEQUENTIAL
+//! (writes per round, default 400), BENCH_WRITERS (default 32),
+//! BENCH_PER_WRITER (writes per writer per round, default 40).
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,53 +23,55 @@ fn value(i: usize) -> Vec<u8> {
     format!(r#"{{"apiVersion":"herd/v1","kind":"Lease","metadata":{{"name":"bench-{i}","labels":{{"app":"bench"}}}},"spec":{{"holderIdentity":"replica-{i}","leaseDurationSeconds":15}}}}"#).into_bytes()
 }
 
-#[derive(Clone, Copy)]
-struct Figures {
-    ops_per_sec: f64,
-    p50: Duration,
-    p99: Duration,
-}
-
-fn figures(mut latencies: Vec<Duration>, elapsed: Duration) -> Figures {
-    latencies.sort();
-    let at = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
-    Figures { ops_per_sec: latencies.len() as f64 / elapsed.as_secs_f64(), p50: at(0.50), p99: at(0.99) }
-}
-
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
-/// Runs `op(i)` for i in 0..count, one at a time.
-async fn sequential<F, Fut>(count: usize, op: F) -> anyhow::Result<Figures>
-where
-    F: Fn(usize) -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<()>>,
-{
-    let mut latencies = Vec::with_capacity(count);
-    let started = Instant::now();
-    for i in 0..count {
-        let t = Instant::now();
-        op(i).await?;
-        latencies.push(t.elapsed());
-    }
-    Ok(figures(latencies, started.elapsed()))
+struct Plan {
+    rounds: usize,
+    sequential: usize,
+    writers: usize,
+    per_writer: usize,
 }
 
-/// Runs `writers` tasks of `per_writer` ops each, all at once.
-async fn concurrent<F, Fut>(writers: usize, per_writer: usize, op: F) -> anyhow::Result<Figures>
+/// Latencies and busy time of one side, summed over rounds.
+#[derive(Default)]
+struct Side {
+    latencies: Vec<Duration>,
+    elapsed: Duration,
+}
+
+impl Side {
+    fn ops_per_sec(&self) -> f64 {
+        self.latencies.len() as f64 / self.elapsed.as_secs_f64()
+    }
+    fn quantile(&self, q: f64) -> Duration {
+        let mut sorted = self.latencies.clone();
+        sorted.sort();
+        sorted[((sorted.len() as f64 * q) as usize).min(sorted.len() - 1)]
+    }
+}
+
+/// A write operation: (writer, index) to a future.
+type WriteOp = Arc<dyn Fn(usize, usize) -> std::pin::Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send>> + Send + Sync>;
+
+fn op<F, Fut>(f: F) -> WriteOp
 where
     F: Fn(usize, usize) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = anyhow::Result<()>> + Send,
+    Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
 {
-    let op = Arc::new(op);
+    Arc::new(move |w, i| Box::pin(f(w, i)))
+}
+
+/// `writers` tasks each run `op(w, i)` for i in `indexes`, all at once.
+async fn run_round(side: &mut Side, writers: usize, indexes: std::ops::Range<usize>, op: &WriteOp) -> anyhow::Result<()> {
     let started = Instant::now();
     let tasks: Vec<_> = (0..writers)
         .map(|w| {
-            let op = op.clone();
+            let (op, indexes) = (op.clone(), indexes.clone());
             tokio::spawn(async move {
-                let mut latencies = Vec::with_capacity(per_writer);
-                for i in 0..per_writer {
+                let mut latencies = Vec::with_capacity(indexes.len());
+                for i in indexes {
                     let t = Instant::now();
                     op(w, i).await?;
                     latencies.push(t.elapsed());
@@ -74,25 +80,36 @@ where
             })
         })
         .collect();
-    let mut latencies = Vec::new();
     for task in tasks {
-        latencies.extend(task.await??);
+        side.latencies.extend(task.await??);
     }
-    Ok(figures(latencies, started.elapsed()))
+    side.elapsed += started.elapsed();
+    Ok(())
 }
 
-fn row(name: &str, store: Figures, baseline: Figures) {
+/// Alternates store and baseline rounds of the same shape.
+async fn compare(plan: &Plan, writers: usize, per_round: usize, store: &WriteOp, baseline: &WriteOp) -> anyhow::Result<(Side, Side)> {
+    let (mut s, mut b) = (Side::default(), Side::default());
+    for round in 0..plan.rounds {
+        let indexes = round * per_round..(round + 1) * per_round;
+        run_round(&mut s, writers, indexes.clone(), store).await?;
+        run_round(&mut b, writers, indexes, baseline).await?;
+    }
+    Ok((s, b))
+}
+
+fn row(name: &str, store: &Side, baseline: &Side) {
     let ms = |d: Duration| format!("{:.3}", d.as_secs_f64() * 1000.0);
     println!(
         "{name:<28} {:>10.0} {:>9} {:>9}   {:>10.0} {:>9} {:>9}   {:>6.2}x {:>6.2}x",
-        store.ops_per_sec,
-        ms(store.p50),
-        ms(store.p99),
-        baseline.ops_per_sec,
-        ms(baseline.p50),
-        ms(baseline.p99),
-        store.p50.as_secs_f64() / baseline.p50.as_secs_f64(),
-        baseline.ops_per_sec / store.ops_per_sec,
+        store.ops_per_sec(),
+        ms(store.quantile(0.5)),
+        ms(store.quantile(0.99)),
+        baseline.ops_per_sec(),
+        ms(baseline.quantile(0.5)),
+        ms(baseline.quantile(0.99)),
+        store.quantile(0.5).as_secs_f64() / baseline.quantile(0.5).as_secs_f64(),
+        baseline.ops_per_sec() / store.ops_per_sec(),
     );
 }
 
@@ -104,81 +121,54 @@ fn header(backend: &str) {
     );
 }
 
-/// The store's side of both scenarios: sequential, then concurrent writes.
-async fn store_scenarios(store: &Store, plan: &Plan) -> anyhow::Result<(Figures, Figures)> {
-    let s = store.clone();
-    let seq = sequential(plan.sequential, move |i| {
-        let s = s.clone();
-        async move { s.create(&format!("/bench/seq/{i:08}"), value(i)).await.map(|_| ()).map_err(Into::into) }
+fn store_op(store: &Store, scenario: &'static str) -> WriteOp {
+    let store = store.clone();
+    op(move |w, i| {
+        let store = store.clone();
+        async move { store.create(&format!("/bench/{scenario}/{w:03}/{i:08}"), value(i)).await.map(|_| ()).map_err(Into::into) }
     })
-    .await?;
-    let s = store.clone();
-    let con = concurrent(plan.writers, plan.per_writer, move |w, i| {
-        let s = s.clone();
-        async move { s.create(&format!("/bench/con/{w:03}/{i:08}"), value(i)).await.map(|_| ()).map_err(Into::into) }
-    })
-    .await?;
-    Ok((seq, con))
 }
 
-struct Plan {
-    sequential: usize,
-    writers: usize,
-    per_writer: usize,
+/// Runs both scenarios for one backend, given its baseline operations.
+async fn scenarios(plan: &Plan, store: &Store, seq_base: WriteOp, con_base: WriteOp) -> anyhow::Result<()> {
+    let (seq_store, seq_baseline) = compare(plan, 1, plan.sequential, &store_op(store, "seq"), &seq_base).await?;
+    row("sequential single writes", &seq_store, &seq_baseline);
+    let (con_store, con_baseline) = compare(plan, plan.writers, plan.per_writer, &store_op(store, "con"), &con_base).await?;
+    row(&format!("concurrent ({} writers)", plan.writers), &con_store, &con_baseline);
+    println!("  store concurrent vs store sequential throughput: {:.1}x", con_store.ops_per_sec() / seq_store.ops_per_sec());
+    Ok(())
 }
 
 async fn bench_sqlite(plan: &Plan) -> anyhow::Result<()> {
     let dir = tempfile::tempdir_in(std::env::current_dir()?)?;
     let store = Store::open(dir.path().join("store.db").to_str().context("path")?).await?;
-    let base_path = dir.path().join("baseline.db");
-    {
-        let conn = herd_store::sqlite::open_connection(&base_path)?;
-        conn.execute_batch("CREATE TABLE t (key TEXT PRIMARY KEY, value BLOB NOT NULL)")?;
-    }
+    let base_path = Arc::new(dir.path().join("baseline.db"));
+    herd_store::sqlite::open_connection(&base_path)?.execute_batch("CREATE TABLE t (key TEXT PRIMARY KEY, value BLOB NOT NULL)")?;
     header("SQLite (WAL, synchronous=FULL)");
-
-    let (seq_store, con_store) = store_scenarios(&store, plan).await?;
-    let base = Arc::new(std::sync::Mutex::new(herd_store::sqlite::open_connection(&base_path)?));
-    let b = base.clone();
-    let seq_base = sequential(plan.sequential, move |i| {
-        let b = b.clone();
-        async move {
-            tokio::task::spawn_blocking(move || {
-                let conn = b.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
-                conn.execute("INSERT INTO t (key, value) VALUES (?1, ?2)", rusqlite::params![format!("/bench/seq/{i:08}"), value(i)])?;
-                anyhow::Ok(())
-            })
-            .await?
-        }
-    })
-    .await?;
-    row("sequential single writes", seq_store, seq_base);
-
-    // Baseline: every writer has its own connection and commits its own
-    // insert, as an application without group commit would.
-    let path = Arc::new(base_path.clone());
-    let con_base = concurrent(plan.writers, plan.per_writer, move |w, i| {
-        let path = path.clone();
-        async move {
-            tokio::task::spawn_blocking(move || {
-                thread_local!(static CONN: std::cell::RefCell<Option<rusqlite::Connection>> = const { std::cell::RefCell::new(None) });
-                CONN.with(|cell| {
-                    let mut cell = cell.borrow_mut();
-                    if cell.is_none() {
-                        *cell = Some(herd_store::sqlite::open_connection(&path)?);
-                    }
-                    let conn = cell.as_ref().context("connection")?;
-                    conn.execute("INSERT INTO t (key, value) VALUES (?1, ?2)", rusqlite::params![format!("/bench/con/{w:03}/{i:08}"), value(i)])?;
-                    anyhow::Ok(())
+    // Baseline: each writer has its own connection and commits each insert
+    // itself, as an application without group commit would.
+    let insert = |scenario: &'static str| {
+        let path = base_path.clone();
+        op(move |w, i| {
+            let path = path.clone();
+            async move {
+                tokio::task::spawn_blocking(move || {
+                    thread_local!(static CONN: std::cell::RefCell<Option<rusqlite::Connection>> = const { std::cell::RefCell::new(None) });
+                    CONN.with(|cell| {
+                        let mut cell = cell.borrow_mut();
+                        if cell.is_none() {
+                            *cell = Some(herd_store::sqlite::open_connection(&path)?);
+                        }
+                        let conn = cell.as_ref().context("connection")?;
+                        conn.execute("INSERT INTO t (key, value) VALUES (?1, ?2)", rusqlite::params![format!("/bench/{scenario}/{w:03}/{i:08}"), value(i)])?;
+                        anyhow::Ok(())
+                    })
                 })
-            })
-            .await?
-        }
-    })
-    .await?;
-    row(&format!("concurrent ({} writers)", plan.writers), con_store, con_base);
-    println!("  store concurrent vs store sequential throughput: {:.1}x", con_store.ops_per_sec / seq_store.ops_per_sec);
-    Ok(())
+                .await?
+            }
+        })
+    };
+    scenarios(plan, &store, insert("seq"), insert("con")).await
 }
 
 async fn pg_client(url: &str) -> anyhow::Result<tokio_postgres::Client> {
@@ -196,40 +186,25 @@ async fn bench_postgres(plan: &Plan, base_url: &str) -> anyhow::Result<()> {
     let result = async {
         let store = Store::open(&url).await?;
         header("PostgreSQL (synchronous_commit as configured)");
-
-        let (seq_store, con_store) = store_scenarios(&store, plan).await?;
-        let base = Arc::new(pg_client(&url).await?);
-        let insert = Arc::new(base.prepare("INSERT INTO t (key, value) VALUES ($1, $2)").await?);
-        let (b, ins) = (base.clone(), insert.clone());
-        let seq_base = sequential(plan.sequential, move |i| {
-            let (b, ins) = (b.clone(), ins.clone());
-            async move {
-                b.execute(&*ins, &[&format!("/bench/seq/{i:08}"), &value(i)]).await?;
-                anyhow::Ok(())
-            }
-        })
-        .await?;
-        row("sequential single writes", seq_store, seq_base);
-
         // Baseline: one connection per writer, each insert its own commit.
         let mut clients = Vec::new();
-        for _ in 0..plan.writers {
+        for _ in 0..plan.writers.max(1) {
             let client = pg_client(&url).await?;
             let statement = client.prepare("INSERT INTO t (key, value) VALUES ($1, $2)").await?;
             clients.push(Arc::new((client, statement)));
         }
         let clients = Arc::new(clients);
-        let con_base = concurrent(plan.writers, plan.per_writer, move |w, i| {
-            let entry = clients[w].clone();
-            async move {
-                entry.0.execute(&entry.1, &[&format!("/bench/con/{w:03}/{i:08}"), &value(i)]).await?;
-                anyhow::Ok(())
-            }
-        })
-        .await?;
-        row(&format!("concurrent ({} writers)", plan.writers), con_store, con_base);
-        println!("  store concurrent vs store sequential throughput: {:.1}x", con_store.ops_per_sec / seq_store.ops_per_sec);
-        anyhow::Ok(())
+        let insert = |scenario: &'static str| {
+            let clients = clients.clone();
+            op(move |w, i| {
+                let entry = clients[w].clone();
+                async move {
+                    entry.0.execute(&entry.1, &[&format!("/bench/{scenario}/{w:03}/{i:08}"), &value(i)]).await?;
+                    anyhow::Ok(())
+                }
+            })
+        };
+        scenarios(plan, &store, insert("seq"), insert("con")).await
     }
     .await;
     admin.batch_execute(&format!("SET client_min_messages = warning; DROP SCHEMA {schema} CASCADE")).await?;
@@ -239,11 +214,15 @@ async fn bench_postgres(plan: &Plan, base_url: &str) -> anyhow::Result<()> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let plan = Plan {
-        sequential: env_usize("BENCH_SEQUENTIAL", 2000),
+        rounds: env_usize("BENCH_ROUNDS", 5),
+        sequential: env_usize("BENCH_SEQUENTIAL", 400),
         writers: env_usize("BENCH_WRITERS", 32),
-        per_writer: env_usize("BENCH_PER_WRITER", 200),
+        per_writer: env_usize("BENCH_PER_WRITER", 40),
     };
-    println!("store benchmark: {} sequential writes; {} writers x {} writes", plan.sequential, plan.writers, plan.per_writer);
+    println!(
+        "store benchmark: {} rounds of {} sequential writes, and of {} writers x {} writes; store and baseline alternate",
+        plan.rounds, plan.sequential, plan.writers, plan.per_writer
+    );
     println!("ratios: p50 = store p50 / baseline p50; time = baseline throughput / store throughput (below 1: store faster)");
     bench_sqlite(&plan).await?;
     match std::env::var("HERD_BENCH_POSTGRES_URL").or_else(|_| std::env::var("HERD_TEST_POSTGRES_URL")) {

@@ -8,6 +8,15 @@ use tokio::sync::Notify;
 use crate::error::StoreError;
 use crate::types::{Event, KeyValue, Revision, Txn, TxnOutcome};
 
+/// What one committed batch did.
+#[derive(Debug, Default)]
+pub struct Committed {
+    /// One per transaction, in order.
+    pub outcomes: Vec<TxnOutcome>,
+    /// The events it made, in revision order.
+    pub events: Vec<Event>,
+}
+
 /// A database that can hold a revisioned key/value store.
 ///
 /// Contract (checked by the conformance suite):
@@ -16,6 +25,8 @@ use crate::types::{Event, KeyValue, Revision, Txn, TxnOutcome};
 ///   whose compare fails applies nothing and does not stop the others.
 ///   Every applied operation gets the next revision, and revisions commit in
 ///   order, also when several processes write to the same database.
+/// - The head revision is the newest event's, or the compaction point when
+///   every event is compacted; no separate counter is written per commit.
 /// - Reads return the head revision they were taken at, consistent with
 ///   the rows they return.
 /// - `events_after` fails with `Compacted` when `after` lies before the
@@ -37,7 +48,7 @@ pub trait Backend: Send + Sync + 'static {
         limit: usize,
     ) -> Result<(Vec<KeyValue>, Revision), StoreError>;
 
-    async fn commit(&self, batch: Vec<Txn>) -> Result<Vec<TxnOutcome>, StoreError>;
+    async fn commit(&self, batch: Vec<Txn>) -> Result<Committed, StoreError>;
 
     /// Up to `limit` events with revision greater than `after`, in order.
     async fn events_after(&self, after: Revision, limit: usize) -> Result<Vec<Event>, StoreError>;

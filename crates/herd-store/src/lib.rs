@@ -19,13 +19,14 @@
 
 mod backend;
 mod error;
+mod plan;
 pub mod postgres;
 pub mod sqlite;
 mod store;
 mod types;
 mod watch;
 
-pub use backend::Backend;
+pub use backend::{Backend, Committed};
 pub use error::StoreError;
 pub use store::{ListOptions, ListPage, Store, StoreStats};
 pub use types::{Compare, Event, EventKind, KeyValue, Op, Revision, Txn, TxnOutcome, check_key};

@@ -2,8 +2,16 @@
 //!
 //! Revision order equals commit order: every writing transaction first locks
 //! the one `herd_meta` row (`SELECT ... FOR UPDATE`) and holds it until it
-//! commits, so the next writer reads the new head only after this one is
-//! visible. The event log therefore never shows a hole that fills later.
+//! commits, so the next writer reads the new head (in a statement after the
+//! lock, hence with a snapshot that includes the previous commit) only after
+//! this one is visible. The event log therefore never shows a hole that
+//! fills later.
+//!
+//! A batch costs one round trip, whatever its size: the `herd_commit`
+//! function (created with the tables) evaluates the compares and applies the
+//! operations inside the database, in one statement and so in one implicit
+//! transaction, and returns the outcomes and events. The acknowledgement
+//! waits for ReadyForQuery, which PostgreSQL sends after the commit.
 //! Commits are announced with `NOTIFY`; other processes' watches wake on it
 //! (and poll as a fallback, since a notification can be lost with its
 //! connection).
@@ -12,11 +20,11 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use tokio::sync::{Mutex, Notify};
-use tokio_postgres::{Client, NoTls, Statement, Transaction};
+use tokio_postgres::{Client, NoTls, Statement};
 
-use crate::backend::Backend;
+use crate::backend::{Backend, Committed};
 use crate::error::StoreError;
-use crate::types::{Event, EventKind, KeyValue, Op, Revision, Txn, TxnOutcome, prefix_end};
+use crate::types::{Compare, Event, EventKind, KeyValue, Op, Revision, Txn, TxnOutcome, prefix_end};
 
 const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS herd_kv (
@@ -34,13 +42,92 @@ CREATE TABLE IF NOT EXISTS herd_events (
 );
 CREATE TABLE IF NOT EXISTS herd_meta (
     id INTEGER PRIMARY KEY CHECK (id = 1),
-    revision BIGINT NOT NULL,
     compacted BIGINT NOT NULL
 );
-INSERT INTO herd_meta (id, revision, compacted) VALUES (1, 0, 0) ON CONFLICT DO NOTHING;
+INSERT INTO herd_meta (id, compacted) VALUES (1, 0) ON CONFLICT DO NOTHING;
+
+-- Commits a batch of transactions in one statement (one round trip, one
+-- implicit transaction). Compares are given per transaction, in order:
+-- c_rev -1 means "exists", 0 "absent", n "mod revision is n". Returns one
+-- row per event (out_event) and one per transaction (its outcome).
+CREATE OR REPLACE FUNCTION herd_commit(
+    txn_count int, c_txn int[], c_key text[], c_rev bigint[],
+    o_txn int[], o_key text[], o_del boolean[], o_val bytea[], channel text)
+RETURNS TABLE (out_event boolean, out_txn int, out_index int, out_key text, out_actual bigint,
+               out_revision bigint, out_deleted boolean, out_value bytea, out_create bigint)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    head bigint;
+    t int;
+    ci int := 1;
+    oi int := 1;
+    nc int := coalesce(array_length(c_txn, 1), 0);
+    nops int := coalesce(array_length(o_txn, 1), 0);
+    cur bigint;
+    failed boolean;
+    cidx int;
+    created bigint;
+    old_value bytea;
+    wrote boolean := false;
+BEGIN
+    -- The lock serialises writers; the head is read after it is held.
+    PERFORM pg_advisory_xact_lock(hashtext(current_schema()));
+    SELECT GREATEST(COALESCE((SELECT max(e.revision) FROM herd_events e), 0), m.compacted) INTO head
+        FROM herd_meta m WHERE m.id = 1;
+    FOR t IN 0 .. txn_count - 1 LOOP
+        failed := false;
+        cidx := 0;
+        WHILE ci <= nc AND c_txn[ci] = t LOOP
+            IF NOT failed THEN
+                SELECT k.mod_revision INTO cur FROM herd_kv k WHERE k.key = c_key[ci];
+                IF (c_rev[ci] = -1 AND cur IS NULL) OR (c_rev[ci] = 0 AND cur IS NOT NULL)
+                   OR (c_rev[ci] > 0 AND cur IS DISTINCT FROM c_rev[ci]) THEN
+                    failed := true;
+                    RETURN QUERY SELECT false, t, cidx, c_key[ci], cur, head, NULL::boolean, NULL::bytea, NULL::bigint;
+                END IF;
+            END IF;
+            ci := ci + 1;
+            cidx := cidx + 1;
+        END LOOP;
+        WHILE oi <= nops AND o_txn[oi] = t LOOP
+            IF failed THEN
+                NULL;
+            ELSIF o_del[oi] THEN
+                DELETE FROM herd_kv k WHERE k.key = o_key[oi] RETURNING k.value, k.create_revision INTO old_value, created;
+                IF FOUND THEN
+                    head := head + 1;
+                    INSERT INTO herd_events (revision, key, deleted, value, create_revision)
+                        VALUES (head, o_key[oi], true, old_value, created);
+                    RETURN QUERY SELECT true, t, NULL::int, o_key[oi], NULL::bigint, head, true, old_value, created;
+                    wrote := true;
+                END IF;
+            ELSE
+                head := head + 1;
+                INSERT INTO herd_kv AS k (key, value, create_revision, mod_revision) VALUES (o_key[oi], o_val[oi], head, head)
+                    ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, mod_revision = EXCLUDED.mod_revision
+                    RETURNING k.create_revision INTO created;
+                INSERT INTO herd_events (revision, key, deleted, value, create_revision)
+                    VALUES (head, o_key[oi], false, o_val[oi], created);
+                RETURN QUERY SELECT true, t, NULL::int, o_key[oi], NULL::bigint, head, false, o_val[oi], created;
+                wrote := true;
+            END IF;
+            oi := oi + 1;
+        END LOOP;
+        IF NOT failed THEN
+            RETURN QUERY SELECT false, t, NULL::int, NULL::text, NULL::bigint, head, NULL::boolean, NULL::bytea, NULL::bigint;
+        END IF;
+    END LOOP;
+    IF wrote THEN
+        PERFORM pg_notify(channel, head::text);
+    END IF;
+END
+$fn$;
 "#;
 
 const CHANNEL: &str = "herd_commits";
+/// The head revision, in a query over `herd_meta m`: the newest event's, or
+/// the compaction point when every event is compacted.
+const HEAD: &str = "GREATEST(COALESCE((SELECT max(revision) FROM herd_events), 0), m.compacted)";
 const MAX_IDLE_READERS: usize = 8;
 
 /// A connection with its statements prepared once.
@@ -53,11 +140,9 @@ struct Statements {
     get: Statement,
     range: Statement,
     events: Statement,
-    lock_head: Statement,
-    mod_revision: Statement,
-    put: Statement,
-    delete: Statement,
-    set_head: Statement,
+    lock: Statement,
+    head: Statement,
+    commit: Statement,
 }
 
 impl Conn {
@@ -75,18 +160,18 @@ impl Conn {
         // Each read is one statement, so it sees one snapshot: the head
         // revision and the rows agree.
         let get = client
-            .prepare(
-                "SELECT m.revision, k.key, k.value, k.create_revision, k.mod_revision
-                 FROM herd_meta m LEFT JOIN herd_kv k ON k.key = $1 WHERE m.id = 1",
-            )
+            .prepare(&format!(
+                "SELECT {HEAD}, k.key, k.value, k.create_revision, k.mod_revision
+                 FROM herd_meta m LEFT JOIN herd_kv k ON k.key = $1 WHERE m.id = 1"
+            ))
             .await?;
         let range = client
-            .prepare(
-                "SELECT m.revision, k.key, k.value, k.create_revision, k.mod_revision
+            .prepare(&format!(
+                "SELECT {HEAD}, k.key, k.value, k.create_revision, k.mod_revision
                  FROM herd_meta m LEFT JOIN LATERAL (
                     SELECT * FROM herd_kv WHERE key >= $1 AND key < $2 AND key > $3 ORDER BY key LIMIT $4
-                 ) k ON true WHERE m.id = 1 ORDER BY k.key",
-            )
+                 ) k ON true WHERE m.id = 1 ORDER BY k.key"
+            ))
             .await?;
         let events = client
             .prepare(
@@ -96,32 +181,10 @@ impl Conn {
                  ) e ON true WHERE m.id = 1 ORDER BY e.revision",
             )
             .await?;
-        let lock_head = client.prepare("SELECT revision, compacted FROM herd_meta WHERE id = 1 FOR UPDATE").await?;
-        let mod_revision = client.prepare("SELECT mod_revision FROM herd_kv WHERE key = $1").await?;
-        let put = client
-            .prepare(
-                "WITH up AS (
-                    INSERT INTO herd_kv (key, value, create_revision, mod_revision) VALUES ($1, $2, $3, $3)
-                    ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, mod_revision = EXCLUDED.mod_revision
-                    RETURNING create_revision)
-                 INSERT INTO herd_events (revision, key, deleted, value, create_revision)
-                 SELECT $3, $1, false, $2, create_revision FROM up",
-            )
-            .await?;
-        let delete = client
-            .prepare(
-                "WITH gone AS (DELETE FROM herd_kv WHERE key = $1 RETURNING value, create_revision)
-                 INSERT INTO herd_events (revision, key, deleted, value, create_revision)
-                 SELECT $2, $1, true, value, create_revision FROM gone",
-            )
-            .await?;
-        let set_head = client
-            .prepare(&format!(
-                "WITH m AS (UPDATE herd_meta SET revision = $1 WHERE id = 1 RETURNING revision)
-                 SELECT pg_notify('{CHANNEL}', revision::text) FROM m"
-            ))
-            .await?;
-        let stmts = Statements { get, range, events, lock_head, mod_revision, put, delete, set_head };
+        let lock = client.prepare("SELECT pg_advisory_xact_lock(hashtext(current_schema()))").await?;
+        let head = client.prepare(&format!("SELECT {HEAD}, m.compacted FROM herd_meta m WHERE m.id = 1")).await?;
+        let commit = client.prepare("SELECT * FROM herd_commit($1, $2, $3, $4, $5, $6, $7, $8, $9)").await?;
+        let stmts = Statements { get, range, events, lock, head, commit };
         Ok(Conn { client, stmts })
     }
 }
@@ -210,24 +273,68 @@ async fn listen(url: &str, external: Arc<Notify>) -> Result<Client, StoreError> 
     Ok(client)
 }
 
-async fn apply(stmts: &Statements, tx: &Transaction<'_>, txn: &Txn, revision: &mut Revision) -> Result<TxnOutcome, StoreError> {
-    for (index, compare) in txn.compares.iter().enumerate() {
-        let actual = tx.query_opt(&stmts.mod_revision, &[&compare.key()]).await?.map(|r| to_revision(r.get(0)));
-        if !compare.holds(actual) {
-            return Ok(TxnOutcome::CompareFailed { index, key: compare.key().to_string(), actual });
+/// One batch as one call of `herd_commit`.
+async fn commit_batch(conn: &Conn, batch: &[Txn]) -> Result<Committed, StoreError> {
+    let (mut c_txn, mut c_key, mut c_rev) = (Vec::<i32>::new(), Vec::<&str>::new(), Vec::<i64>::new());
+    let (mut o_txn, mut o_key, mut o_del, mut o_val) = (Vec::<i32>::new(), Vec::<&str>::new(), Vec::<bool>::new(), Vec::<&[u8]>::new());
+    for (t, txn) in batch.iter().enumerate() {
+        let t = i32::try_from(t).unwrap_or(i32::MAX);
+        for compare in &txn.compares {
+            c_txn.push(t);
+            c_key.push(compare.key());
+            c_rev.push(match compare {
+                Compare::Exists { .. } => -1,
+                Compare::ModRevision { revision, .. } => to_sql(*revision),
+            });
+        }
+        for op in &txn.ops {
+            o_txn.push(t);
+            match op {
+                Op::Put { key, value } => {
+                    o_key.push(key);
+                    o_del.push(false);
+                    o_val.push(value);
+                }
+                Op::Delete { key } => {
+                    o_key.push(key);
+                    o_del.push(true);
+                    o_val.push(&[]);
+                }
+            }
         }
     }
-    for op in &txn.ops {
-        let next = *revision + 1;
-        let applied = match op {
-            Op::Put { key, value } => tx.execute(&stmts.put, &[key, value, &to_sql(next)]).await?,
-            Op::Delete { key } => tx.execute(&stmts.delete, &[key, &to_sql(next)]).await?,
-        };
-        if applied > 0 {
-            *revision = next;
+    let count = i32::try_from(batch.len()).unwrap_or(i32::MAX);
+    let rows = conn
+        .client
+        .query(&conn.stmts.commit, &[&count, &c_txn, &c_key, &c_rev, &o_txn, &o_key, &o_del, &o_val, &CHANNEL])
+        .await?;
+    let mut committed = Committed { outcomes: Vec::with_capacity(batch.len()), events: Vec::new() };
+    for row in rows {
+        let revision = to_revision(row.get(5));
+        if row.get::<_, bool>(0) {
+            let deleted: bool = row.get(6);
+            committed.events.push(Event {
+                revision,
+                kind: if deleted { EventKind::Delete } else { EventKind::Put },
+                key: row.get(3),
+                value: row.get(7),
+                create_revision: to_revision(row.get(8)),
+            });
+        } else {
+            committed.outcomes.push(match row.get::<_, Option<i32>>(2) {
+                None => TxnOutcome::Committed { revision },
+                Some(index) => TxnOutcome::CompareFailed {
+                    index: usize::try_from(index).unwrap_or_default(),
+                    key: row.get(3),
+                    actual: row.get::<_, Option<i64>>(4).map(to_revision),
+                },
+            });
         }
     }
-    Ok(TxnOutcome::Committed { revision: *revision })
+    if committed.outcomes.len() != batch.len() {
+        return Err(StoreError::Backend(format!("postgres: herd_commit answered {} of {} transactions", committed.outcomes.len(), batch.len())));
+    }
+    Ok(committed)
 }
 
 #[async_trait]
@@ -277,22 +384,12 @@ impl Backend for PostgresBackend {
         Ok((kvs, head))
     }
 
-    async fn commit(&self, batch: Vec<Txn>) -> Result<Vec<TxnOutcome>, StoreError> {
+    async fn commit(&self, batch: Vec<Txn>) -> Result<Committed, StoreError> {
         let mut conn = self.writer.lock().await;
         if conn.client.is_closed() {
             *conn = Conn::connect(&self.url).await?;
         }
-        let conn = &mut *conn;
-        let tx = conn.client.transaction().await?;
-        let head = tx.query_one(&conn.stmts.lock_head, &[]).await?;
-        let mut revision = to_revision(head.get(0));
-        let mut outcomes = Vec::with_capacity(batch.len());
-        for txn in &batch {
-            outcomes.push(apply(&conn.stmts, &tx, txn, &mut revision).await?);
-        }
-        tx.query(&conn.stmts.set_head, &[&to_sql(revision)]).await?;
-        tx.commit().await?;
-        Ok(outcomes)
+        commit_batch(&conn, &batch).await
     }
 
     async fn events_after(&self, after: Revision, limit: usize) -> Result<Vec<Event>, StoreError> {
@@ -322,7 +419,8 @@ impl Backend for PostgresBackend {
         let mut conn = self.writer.lock().await;
         let conn = &mut *conn;
         let tx = conn.client.transaction().await?;
-        let head = tx.query_one(&conn.stmts.lock_head, &[]).await?;
+        tx.query_one(&conn.stmts.lock, &[]).await?;
+        let head = tx.query_one(&conn.stmts.head, &[]).await?;
         let (head, compacted) = (to_revision(head.get(0)), to_revision(head.get(1)));
         let upto = upto.min(head);
         if upto > compacted {

@@ -3,6 +3,7 @@
 //! them read while the writer commits). An exclusive lock on `<db>.lock`
 //! keeps a second process from opening the same store.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -10,9 +11,10 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
-use crate::backend::Backend;
+use crate::backend::{Backend, Committed};
 use crate::error::StoreError;
-use crate::types::{Event, EventKind, KeyValue, Op, Revision, Txn, TxnOutcome, prefix_end};
+use crate::plan::{self, Write};
+use crate::types::{Event, EventKind, KeyValue, Revision, Txn, prefix_end};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS kv (
@@ -30,10 +32,9 @@ CREATE TABLE IF NOT EXISTS events (
 );
 CREATE TABLE IF NOT EXISTS meta (
     id INTEGER PRIMARY KEY CHECK (id = 1),
-    revision INTEGER NOT NULL,
     compacted INTEGER NOT NULL
 );
-INSERT OR IGNORE INTO meta (id, revision, compacted) VALUES (1, 0, 0);
+INSERT OR IGNORE INTO meta (id, compacted) VALUES (1, 0);
 ";
 
 /// Readers kept open for reuse.
@@ -131,9 +132,12 @@ impl SqliteBackend {
     }
 }
 
+/// The head revision (the newest event's, or the compaction point when
+/// every event is compacted) and the compaction point.
 fn head(tx: &rusqlite::Transaction<'_>) -> Result<(Revision, Revision), StoreError> {
-    let (revision, compacted): (i64, i64) =
-        tx.query_row("SELECT revision, compacted FROM meta WHERE id = 1", [], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    let (revision, compacted): (i64, i64) = tx
+        .prepare_cached("SELECT max(coalesce((SELECT max(revision) FROM events), 0), compacted), compacted FROM meta WHERE id = 1")?
+        .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))?;
     Ok((to_revision(revision), to_revision(compacted)))
 }
 
@@ -151,44 +155,41 @@ fn mod_revision(tx: &rusqlite::Transaction<'_>, key: &str) -> Result<Option<Revi
     Ok(stmt.query_row([key], |r| r.get::<_, i64>(0)).optional()?.map(to_revision))
 }
 
-/// Applies one transaction inside the batch's SQL transaction.
-fn apply(tx: &rusqlite::Transaction<'_>, txn: &Txn, revision: &mut Revision) -> Result<TxnOutcome, StoreError> {
-    for (index, compare) in txn.compares.iter().enumerate() {
-        let actual = mod_revision(tx, compare.key())?;
-        if !compare.holds(actual) {
-            return Ok(TxnOutcome::CompareFailed { index, key: compare.key().to_string(), actual });
+fn insert_event(tx: &rusqlite::Transaction<'_>, event: &Event) -> Result<(), StoreError> {
+    tx.prepare_cached("INSERT INTO events (revision, key, deleted, value, create_revision) VALUES (?1, ?2, ?3, ?4, ?5)")?.execute(params![
+        to_sql(event.revision),
+        event.key,
+        event.kind == EventKind::Delete,
+        event.value,
+        to_sql(event.create_revision)
+    ])?;
+    Ok(())
+}
+
+/// Makes one planned write and returns its event.
+fn write(tx: &rusqlite::Transaction<'_>, planned: &Write<'_>) -> Result<Event, StoreError> {
+    let event = match *planned {
+        Write::Put { key, value, revision } => {
+            let create: i64 = tx
+                .prepare_cached(
+                    "INSERT INTO kv (key, value, create_revision, mod_revision) VALUES (?1, ?2, ?3, ?3)
+                     ON CONFLICT (key) DO UPDATE SET value = excluded.value, mod_revision = excluded.mod_revision
+                     RETURNING create_revision",
+                )?
+                .query_row(params![key, value, to_sql(revision)], |r| r.get(0))?;
+            Event { revision, kind: EventKind::Put, key: key.to_string(), value: value.to_vec(), create_revision: to_revision(create) }
         }
-    }
-    for op in &txn.ops {
-        match op {
-            Op::Put { key, value } => {
-                let next = *revision + 1;
-                let create: i64 = tx
-                    .prepare_cached(
-                        "INSERT INTO kv (key, value, create_revision, mod_revision) VALUES (?1, ?2, ?3, ?3)
-                         ON CONFLICT (key) DO UPDATE SET value = excluded.value, mod_revision = excluded.mod_revision
-                         RETURNING create_revision",
-                    )?
-                    .query_row(params![key, value, to_sql(next)], |r| r.get(0))?;
-                tx.prepare_cached("INSERT INTO events (revision, key, deleted, value, create_revision) VALUES (?1, ?2, 0, ?3, ?4)")?
-                    .execute(params![to_sql(next), key, value, create])?;
-                *revision = next;
-            }
-            Op::Delete { key } => {
-                let old: Option<(Vec<u8>, i64)> = tx
-                    .prepare_cached("DELETE FROM kv WHERE key = ?1 RETURNING value, create_revision")?
-                    .query_row([key], |r| Ok((r.get(0)?, r.get(1)?)))
-                    .optional()?;
-                if let Some((value, create)) = old {
-                    let next = *revision + 1;
-                    tx.prepare_cached("INSERT INTO events (revision, key, deleted, value, create_revision) VALUES (?1, ?2, 1, ?3, ?4)")?
-                        .execute(params![to_sql(next), key, value, create])?;
-                    *revision = next;
-                }
-            }
+        Write::Delete { key, revision } => {
+            let (value, create): (Vec<u8>, i64) = tx
+                .prepare_cached("DELETE FROM kv WHERE key = ?1 RETURNING value, create_revision")?
+                .query_row([key], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()?
+                .ok_or_else(|| StoreError::Backend(format!("sqlite: planned delete of {key} found no key")))?;
+            Event { revision, kind: EventKind::Delete, key: key.to_string(), value, create_revision: to_revision(create) }
         }
-    }
-    Ok(TxnOutcome::Committed { revision: *revision })
+    };
+    insert_event(tx, &event)?;
+    Ok(event)
 }
 
 #[async_trait]
@@ -229,16 +230,22 @@ impl Backend for SqliteBackend {
         .await
     }
 
-    async fn commit(&self, batch: Vec<Txn>) -> Result<Vec<TxnOutcome>, StoreError> {
+    async fn commit(&self, batch: Vec<Txn>) -> Result<Committed, StoreError> {
         let writer = self.writer.clone();
         tokio::task::spawn_blocking(move || {
             let mut conn = writer.lock().map_err(lock_error)?;
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let (mut revision, _) = head(&tx)?;
-            let outcomes = batch.iter().map(|txn| apply(&tx, txn, &mut revision)).collect::<Result<Vec<_>, _>>()?;
-            tx.execute("UPDATE meta SET revision = ?1 WHERE id = 1", [to_sql(revision)])?;
+            let (head, _) = head(&tx)?;
+            let mut current = HashMap::new();
+            for key in plan::keys_to_read(&batch) {
+                if let Some(revision) = mod_revision(&tx, &key)? {
+                    current.insert(key, revision);
+                }
+            }
+            let plan = plan::plan(&batch, head, &current);
+            let events = plan.writes.iter().map(|w| write(&tx, w)).collect::<Result<Vec<_>, _>>()?;
             tx.commit()?;
-            Ok(outcomes)
+            Ok(Committed { outcomes: plan.outcomes, events })
         })
         .await
         .map_err(join_error)?

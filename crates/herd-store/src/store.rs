@@ -212,11 +212,11 @@ async fn write_loop(
         let (txns, replies): (Vec<Txn>, Vec<_>) = batch.drain(..).map(|r| (r.txn, r.reply)).unzip();
         let count = txns.len() as u64;
         match backend.commit(txns).await {
-            Ok(outcomes) => {
+            Ok(committed) => {
                 stats.commits.fetch_add(1, Ordering::Relaxed);
                 stats.txns.fetch_add(count, Ordering::Relaxed);
-                hub.wake();
-                for (reply, outcome) in replies.into_iter().zip(outcomes) {
+                hub.publish(committed.events);
+                for (reply, outcome) in replies.into_iter().zip(committed.outcomes) {
                     let _ = reply.send(Ok(outcome));
                 }
             }

@@ -1,6 +1,11 @@
-//! Watches: one tailer per store reads the event log in order and fans it
-//! out; each watcher catches up from the log on its own, then follows the
-//! fan-out, and falls back to the log whenever it lags.
+//! Watches: one tailer per store fans events out in revision order; each
+//! watcher catches up from the log on its own, then follows the fan-out,
+//! and falls back to the log whenever it lags.
+//!
+//! The tailer gets this process's commits straight from the writer and
+//! reads the log only when they do not join up with what it sent last
+//! (another process wrote in between, on PostgreSQL) or when woken by
+//! another process's commit or its poll.
 //!
 //! Why no event is skipped or repeated: a watcher subscribes to the fan-out
 //! before its first log read, so every event after that read arrives through
@@ -10,7 +15,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{Notify, broadcast, watch};
+use tokio::sync::{broadcast, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::Backend;
@@ -33,19 +38,30 @@ struct Batch {
 pub(crate) struct Hub {
     fanout: broadcast::Sender<Arc<Batch>>,
     head: watch::Sender<Revision>,
-    wake: Notify,
+    local: mpsc::UnboundedSender<Vec<Event>>,
 }
 
 impl Hub {
     pub(crate) fn start(backend: Arc<dyn Backend>, head: Revision, stop: CancellationToken) -> Arc<Hub> {
         let (fanout, _) = broadcast::channel(FANOUT_CAPACITY);
-        let hub = Arc::new(Hub { fanout, head: watch::Sender::new(head), wake: Notify::new() });
-        tokio::spawn(tail(backend, hub.clone(), stop));
+        let (local, commits) = mpsc::unbounded_channel();
+        let hub = Arc::new(Hub { fanout, head: watch::Sender::new(head), local });
+        tokio::spawn(tail(backend, hub.clone(), commits, stop));
         hub
     }
 
-    pub(crate) fn wake(&self) {
-        self.wake.notify_one();
+    /// Hands the events of a commit of this process to the tailer.
+    pub(crate) fn publish(&self, events: Vec<Event>) {
+        if !events.is_empty() {
+            let _ = self.local.send(events);
+        }
+    }
+
+    fn send(&self, events: Vec<Event>) -> Revision {
+        let end = events.last().map_or(0, |e| e.revision);
+        let _ = self.fanout.send(Arc::new(Batch { events }));
+        self.head.send_replace(end);
+        end
     }
 
     pub(crate) fn head(&self) -> Revision {
@@ -53,46 +69,59 @@ impl Hub {
     }
 }
 
-async fn tail(backend: Arc<dyn Backend>, hub: Arc<Hub>, stop: CancellationToken) {
+async fn tail(backend: Arc<dyn Backend>, hub: Arc<Hub>, mut commits: mpsc::UnboundedReceiver<Vec<Event>>, stop: CancellationToken) {
     let external = backend.external_commits();
     let mut last = hub.head();
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
-            _ = hub.wake.notified() => {}
+            Some(events) = commits.recv() => {
+                let fresh: Vec<Event> = events.into_iter().filter(|e| e.revision > last).collect();
+                if fresh.is_empty() {
+                    continue;
+                }
+                if is_contiguous(last, &fresh) {
+                    last = hub.send(fresh);
+                    continue;
+                }
+            }
             _ = async { match &external { Some(n) => n.notified().await, None => std::future::pending().await } } => {}
             _ = tokio::time::sleep(POLL_INTERVAL) => {}
         }
-        loop {
-            let events = match backend.events_after(last, LOG_CHUNK).await {
-                Ok(events) => events,
-                Err(StoreError::Compacted { compacted, .. }) => {
-                    // History was compacted past what was fanned out; watchers
-                    // re-read the log from their own position and learn
-                    // whether they lost anything.
-                    tracing::warn!(last, compacted, "watch tailer fell behind compaction");
-                    last = compacted;
-                    let _ = hub.fanout.send(Arc::new(Batch { events: Vec::new() }));
-                    break;
-                }
-                Err(error) => {
-                    tracing::warn!(%error, "watch tailer could not read the event log");
-                    break;
-                }
-            };
-            let Some(end) = events.last().map(|e| e.revision) else { break };
-            if !is_contiguous(last, &events) {
-                tracing::error!(last, first = events[0].revision, "gap in the event log; reading again");
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                continue;
+        last = read_log(backend.as_ref(), &hub, last).await;
+    }
+}
+
+/// Sends everything in the log after `last`; returns the new last.
+async fn read_log(backend: &dyn Backend, hub: &Hub, mut last: Revision) -> Revision {
+    loop {
+        let events = match backend.events_after(last, LOG_CHUNK).await {
+            Ok(events) => events,
+            Err(StoreError::Compacted { compacted, .. }) => {
+                // History was compacted past what was fanned out; watchers
+                // re-read the log from their own position and learn
+                // whether they lost anything.
+                tracing::warn!(last, compacted, "watch tailer fell behind compaction");
+                let _ = hub.fanout.send(Arc::new(Batch { events: Vec::new() }));
+                return compacted;
             }
-            let full = events.len() == LOG_CHUNK;
-            last = end;
-            let _ = hub.fanout.send(Arc::new(Batch { events }));
-            hub.head.send_replace(end);
-            if !full {
-                break;
+            Err(error) => {
+                tracing::warn!(%error, "watch tailer could not read the event log");
+                return last;
             }
+        };
+        if events.is_empty() {
+            return last;
+        }
+        if !is_contiguous(last, &events) {
+            tracing::error!(last, first = events[0].revision, "gap in the event log; reading again");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
+        }
+        let full = events.len() == LOG_CHUNK;
+        last = hub.send(events);
+        if !full {
+            return last;
         }
     }
 }
