@@ -1,8 +1,9 @@
-//! Planning a batch of transactions before any write is sent: which
-//! compares hold, which operations apply, and the revision of each. Both
-//! backends read the current revisions of the keys the batch compares or
-//! deletes once, then write without further reads (on PostgreSQL, all in
-//! one pipelined round trip).
+//! Planning a batch of transactions before any write is made: which
+//! compares hold, which operations apply, and the revision of each. The
+//! SQLite backend reads the current revisions of the keys the batch compares
+//! or deletes once, plans, then writes. (PostgreSQL makes the same decisions
+//! inside its `herd_commit` function, to spend one round trip per batch; the
+//! conformance suite holds both to the same results.)
 
 use std::collections::HashMap;
 

@@ -1,10 +1,10 @@
 //! The PostgreSQL backend, for several server replicas sharing one store.
 //!
-//! Revision order equals commit order: every writing transaction first locks
-//! the one `herd_meta` row (`SELECT ... FOR UPDATE`) and holds it until it
-//! commits, so the next writer reads the new head (in a statement after the
-//! lock, hence with a snapshot that includes the previous commit) only after
-//! this one is visible. The event log therefore never shows a hole that
+//! Revision order equals commit order: every writing transaction first takes
+//! a transaction-scoped advisory lock (keyed by the schema) and holds it
+//! until it commits, so the next writer reads the new head (in a statement
+//! after the lock, hence with a snapshot that includes the previous commit)
+//! only after this one is visible. The event log therefore never shows a hole that
 //! fills later.
 //!
 //! A batch costs one round trip, whatever its size: the `herd_commit`
