@@ -4,6 +4,7 @@
 //! goes, which is why they take a token and keep no state that outlives it.
 
 pub mod compactor;
+pub mod event_ttl;
 pub mod node_lifecycle;
 
 use std::sync::Arc;
@@ -20,6 +21,7 @@ pub fn start(objects: Objects, metrics: Arc<Metrics>, stop: CancellationToken) -
     let mut set = JoinSet::new();
     let events = EventRecorder::new(objects.clone(), "node-lifecycle");
     set.spawn(compactor::run(objects.store().clone(), stop.clone()));
+    set.spawn(event_ttl::run(objects.clone(), stop.clone()));
     set.spawn(node_lifecycle::run(objects, events, metrics, stop));
     set
 }
