@@ -53,7 +53,8 @@ impl Side {
 }
 
 /// A write operation: (writer, index) to a future.
-type WriteOp = Arc<dyn Fn(usize, usize) -> std::pin::Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send>> + Send + Sync>;
+type WriteOp =
+    Arc<dyn Fn(usize, usize) -> std::pin::Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send>> + Send + Sync>;
 
 fn op<F, Fut>(f: F) -> WriteOp
 where
@@ -64,7 +65,12 @@ where
 }
 
 /// `writers` tasks each run `op(w, i)` for i in `indexes`, all at once.
-async fn run_round(side: &mut Side, writers: usize, indexes: std::ops::Range<usize>, op: &WriteOp) -> anyhow::Result<()> {
+async fn run_round(
+    side: &mut Side,
+    writers: usize,
+    indexes: std::ops::Range<usize>,
+    op: &WriteOp,
+) -> anyhow::Result<()> {
     let started = Instant::now();
     let tasks: Vec<_> = (0..writers)
         .map(|w| {
@@ -88,7 +94,13 @@ async fn run_round(side: &mut Side, writers: usize, indexes: std::ops::Range<usi
 }
 
 /// Alternates store and baseline rounds of the same shape.
-async fn compare(plan: &Plan, writers: usize, per_round: usize, store: &WriteOp, baseline: &WriteOp) -> anyhow::Result<(Side, Side)> {
+async fn compare(
+    plan: &Plan,
+    writers: usize,
+    per_round: usize,
+    store: &WriteOp,
+    baseline: &WriteOp,
+) -> anyhow::Result<(Side, Side)> {
     let (mut s, mut b) = (Side::default(), Side::default());
     for round in 0..plan.rounds {
         let indexes = round * per_round..(round + 1) * per_round;
@@ -125,7 +137,9 @@ fn store_op(store: &Store, scenario: &'static str) -> WriteOp {
     let store = store.clone();
     op(move |w, i| {
         let store = store.clone();
-        async move { store.create(&format!("/bench/{scenario}/{w:03}/{i:08}"), value(i)).await.map(|_| ()).map_err(Into::into) }
+        async move {
+            store.create(&format!("/bench/{scenario}/{w:03}/{i:08}"), value(i)).await.map(|_| ()).map_err(Into::into)
+        }
     })
 }
 
@@ -133,9 +147,13 @@ fn store_op(store: &Store, scenario: &'static str) -> WriteOp {
 async fn scenarios(plan: &Plan, store: &Store, seq_base: WriteOp, con_base: WriteOp) -> anyhow::Result<()> {
     let (seq_store, seq_baseline) = compare(plan, 1, plan.sequential, &store_op(store, "seq"), &seq_base).await?;
     row("sequential single writes", &seq_store, &seq_baseline);
-    let (con_store, con_baseline) = compare(plan, plan.writers, plan.per_writer, &store_op(store, "con"), &con_base).await?;
+    let (con_store, con_baseline) =
+        compare(plan, plan.writers, plan.per_writer, &store_op(store, "con"), &con_base).await?;
     row(&format!("concurrent ({} writers)", plan.writers), &con_store, &con_baseline);
-    println!("  store concurrent vs store sequential throughput: {:.1}x", con_store.ops_per_sec() / seq_store.ops_per_sec());
+    println!(
+        "  store concurrent vs store sequential throughput: {:.1}x",
+        con_store.ops_per_sec() / seq_store.ops_per_sec()
+    );
     Ok(())
 }
 
@@ -143,7 +161,8 @@ async fn bench_sqlite(plan: &Plan) -> anyhow::Result<()> {
     let dir = tempfile::tempdir_in(std::env::current_dir()?)?;
     let store = Store::open(dir.path().join("store.db").to_str().context("path")?).await?;
     let base_path = Arc::new(dir.path().join("baseline.db"));
-    herd_store::sqlite::open_connection(&base_path)?.execute_batch("CREATE TABLE t (key TEXT PRIMARY KEY, value BLOB NOT NULL)")?;
+    herd_store::sqlite::open_connection(&base_path)?
+        .execute_batch("CREATE TABLE t (key TEXT PRIMARY KEY, value BLOB NOT NULL)")?;
     header("SQLite (WAL, synchronous=FULL)");
     // Baseline: each writer has its own connection and commits each insert
     // itself, as an application without group commit would.
@@ -180,7 +199,11 @@ async fn pg_client(url: &str) -> anyhow::Result<tokio_postgres::Client> {
 async fn bench_postgres(plan: &Plan, base_url: &str) -> anyhow::Result<()> {
     let schema = format!("herd_bench_{}", uuid::Uuid::now_v7().simple());
     let admin = pg_client(base_url).await?;
-    admin.batch_execute(&format!("CREATE SCHEMA {schema}; CREATE TABLE {schema}.t (key TEXT COLLATE \"C\" PRIMARY KEY, value BYTEA NOT NULL)")).await?;
+    admin
+        .batch_execute(&format!(
+            "CREATE SCHEMA {schema}; CREATE TABLE {schema}.t (key TEXT COLLATE \"C\" PRIMARY KEY, value BYTEA NOT NULL)"
+        ))
+        .await?;
     let separator = if base_url.contains('?') { '&' } else { '?' };
     let url = format!("{base_url}{separator}options=-csearch_path%3D{schema}");
     let result = async {
@@ -223,7 +246,9 @@ async fn main() -> anyhow::Result<()> {
         "store benchmark: {} rounds of {} sequential writes, and of {} writers x {} writes; store and baseline alternate",
         plan.rounds, plan.sequential, plan.writers, plan.per_writer
     );
-    println!("ratios: p50 = store p50 / baseline p50; time = baseline throughput / store throughput (below 1: store faster)");
+    println!(
+        "ratios: p50 = store p50 / baseline p50; time = baseline throughput / store throughput (below 1: store faster)"
+    );
     bench_sqlite(&plan).await?;
     match std::env::var("HERD_BENCH_POSTGRES_URL").or_else(|_| std::env::var("HERD_TEST_POSTGRES_URL")) {
         Ok(url) => bench_postgres(&plan, &url).await?,

@@ -46,14 +46,19 @@ impl CredentialStore {
         let credentials: Credentials = serde_json::from_slice(&bytes)
             .map_err(|e| CredentialsError::Damaged { path: self.path.clone(), reason: e.to_string() })?;
         if credentials.node_name != node {
-            return Err(CredentialsError::OtherNode { path: self.path.clone(), found: credentials.node_name, expected: node.into() });
+            return Err(CredentialsError::OtherNode {
+                path: self.path.clone(),
+                found: credentials.node_name,
+                expected: node.into(),
+            });
         }
         Ok(Some(credentials))
     }
 
     pub fn save(&self, credentials: &Credentials) -> Result<(), CredentialsError> {
         let bytes = serde_json::to_vec_pretty(credentials).unwrap_or_default();
-        write_atomic(&self.path, &bytes, 0o600).map_err(|source| CredentialsError::Write { path: self.path.clone(), source })
+        write_atomic(&self.path, &bytes, 0o600)
+            .map_err(|source| CredentialsError::Write { path: self.path.clone(), source })
     }
 }
 

@@ -13,7 +13,8 @@ use crate::{AgentError, Identity};
 
 /// Starts serving; returns the address actually bound.
 pub async fn serve(listen: SocketAddr, identity: Identity, stop: CancellationToken) -> Result<SocketAddr, AgentError> {
-    let listener = tokio::net::TcpListener::bind(listen).await.map_err(|source| AgentError::Listen { addr: listen, source })?;
+    let listener =
+        tokio::net::TcpListener::bind(listen).await.map_err(|source| AgentError::Listen { addr: listen, source })?;
     let addr = listener.local_addr().map_err(|source| AgentError::Listen { addr: listen, source })?;
     let router = Router::new().route(
         "/healthz",

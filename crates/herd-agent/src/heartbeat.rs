@@ -69,7 +69,11 @@ pub async fn run(
         let started = Instant::now();
         let Some(creds) = credentials.clone() else {
             let token = join_token.clone().ok_or(AgentError::NoJoinToken)?;
-            match client.with_token(Some(token)).join(&JoinRequest { node_name: name.clone(), report: report.clone() }).await {
+            match client
+                .with_token(Some(token))
+                .join(&JoinRequest { node_name: name.clone(), report: report.clone() })
+                .await
+            {
                 Ok(joined) => {
                     let creds = Credentials { node_name: name.clone(), node_token: joined.node_token };
                     store.save(&creds)?;
@@ -103,7 +107,12 @@ pub async fn run(
                     break;
                 }
             }
-            Err(error @ ClientError::Api(_)) if matches!(error.reason(), Some(herd_core::api::StatusReason::Unauthorized | herd_core::api::StatusReason::NotFound)) => {
+            Err(error @ ClientError::Api(_))
+                if matches!(
+                    error.reason(),
+                    Some(herd_core::api::StatusReason::Unauthorized | herd_core::api::StatusReason::NotFound)
+                ) =>
+            {
                 // The cluster no longer knows this node or its token (a new
                 // store, or the node was deleted): join again.
                 tracing::warn!(%error, "the server does not accept this node's identity; joining again");

@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use herd_core::api::{
-    AgentReport, HeartbeatResponse, JoinRequest, JoinResponse, ObjectList, Status, StatusReason, collection_path, object_path,
+    AgentReport, HeartbeatResponse, JoinRequest, JoinResponse, ObjectList, Status, StatusReason, collection_path,
+    object_path,
 };
 use herd_core::{Object, Resource};
 use reqwest::{Method, RequestBuilder};
@@ -90,13 +91,15 @@ impl Client {
         Client { token, ..self.clone() }
     }
 
-    pub fn servers(&self) -> &[String] {
-        &self.servers
-    }
-
     /// Sends a request to the current server, moving on to the next ones
     /// while they cannot be connected to.
-    async fn send(&self, method: Method, path: &str, build: impl Fn(RequestBuilder) -> RequestBuilder, timeout: Option<Duration>) -> Result<reqwest::Response, ClientError> {
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        build: impl Fn(RequestBuilder) -> RequestBuilder,
+        timeout: Option<Duration>,
+    ) -> Result<reqwest::Response, ClientError> {
         let count = self.servers.len().max(1);
         let start = self.current.load(Ordering::Relaxed);
         let mut last_reason = "no server configured".to_string();
@@ -116,13 +119,21 @@ impl Client {
                     return Ok(response);
                 }
                 Err(error) if error.is_connect() => last_reason = format!("{base}: {}", error_chain(&error)),
-                Err(error) => return Err(ClientError::Unreachable { servers: base.clone(), reason: error_chain(&error) }),
+                Err(error) => {
+                    return Err(ClientError::Unreachable { servers: base.clone(), reason: error_chain(&error) });
+                }
             }
         }
         Err(ClientError::Unreachable { servers: self.servers.join(", "), reason: last_reason })
     }
 
-    async fn call<T: DeserializeOwned>(&self, method: Method, path: &str, query: &[(&str, String)], body: Option<&Value>) -> Result<T, ClientError> {
+    async fn call<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<&Value>,
+    ) -> Result<T, ClientError> {
         let response = self
             .send(
                 method,
@@ -144,7 +155,13 @@ impl Client {
         self.call(Method::GET, &object_path(plural, name), &[], None).await
     }
 
-    pub async fn list_page(&self, plural: &str, selector: &str, limit: usize, continue_token: Option<&str>) -> Result<ObjectList<Value>, ClientError> {
+    pub async fn list_page(
+        &self,
+        plural: &str,
+        selector: &str,
+        limit: usize,
+        continue_token: Option<&str>,
+    ) -> Result<ObjectList<Value>, ClientError> {
         let mut query = vec![];
         if !selector.is_empty() {
             query.push(("labelSelector", selector.to_string()));
@@ -169,15 +186,32 @@ impl Client {
         Ok(list)
     }
 
-    pub async fn create_value(&self, plural: &str, object: &Value, options: WriteOptions) -> Result<Value, ClientError> {
+    pub async fn create_value(
+        &self,
+        plural: &str,
+        object: &Value,
+        options: WriteOptions,
+    ) -> Result<Value, ClientError> {
         self.call(Method::POST, &collection_path(plural), &options.query(), Some(object)).await
     }
 
-    pub async fn replace_value(&self, plural: &str, name: &str, object: &Value, options: WriteOptions) -> Result<Value, ClientError> {
+    pub async fn replace_value(
+        &self,
+        plural: &str,
+        name: &str,
+        object: &Value,
+        options: WriteOptions,
+    ) -> Result<Value, ClientError> {
         self.call(Method::PUT, &object_path(plural, name), &options.query(), Some(object)).await
     }
 
-    pub async fn replace_status_value(&self, plural: &str, name: &str, object: &Value, options: WriteOptions) -> Result<Value, ClientError> {
+    pub async fn replace_status_value(
+        &self,
+        plural: &str,
+        name: &str,
+        object: &Value,
+        options: WriteOptions,
+    ) -> Result<Value, ClientError> {
         self.call(Method::PUT, &format!("{}/status", object_path(plural, name)), &options.query(), Some(object)).await
     }
 
@@ -202,7 +236,10 @@ impl Client {
     }
 
     pub async fn update_status<S: Resource>(&self, object: &Object<S>) -> Result<Object<S>, ClientError> {
-        typed(self.replace_status_value(S::PLURAL, object.name(), &object.to_json_value(), WriteOptions::default()).await?)
+        typed(
+            self.replace_status_value(S::PLURAL, object.name(), &object.to_json_value(), WriteOptions::default())
+                .await?,
+        )
     }
 
     /// Registers a node; the client's token must be the join token.
@@ -211,7 +248,8 @@ impl Client {
     }
 
     pub async fn heartbeat(&self, node: &str, report: &AgentReport) -> Result<HeartbeatResponse, ClientError> {
-        self.call(Method::POST, &format!("{}/heartbeat", object_path("nodes", node)), &[], Some(&to_value(report)?)).await
+        self.call(Method::POST, &format!("{}/heartbeat", object_path("nodes", node)), &[], Some(&to_value(report)?))
+            .await
     }
 
     /// Watches a kind for changes after revision `from` (None: from now).
@@ -240,7 +278,8 @@ fn to_value<T: Serialize>(value: &T) -> Result<Value, ClientError> {
 }
 
 fn typed<S: Resource>(value: Value) -> Result<Object<S>, ClientError> {
-    serde_json::from_value(value).map_err(|e| ClientError::Protocol { url: S::PLURAL.into(), reason: format!("not a {}: {e}", S::KIND) })
+    serde_json::from_value(value)
+        .map_err(|e| ClientError::Protocol { url: S::PLURAL.into(), reason: format!("not a {}: {e}", S::KIND) })
 }
 
 /// The whole chain of an error: reqwest's Display alone hides the cause.
@@ -265,13 +304,16 @@ async fn check(response: reqwest::Response) -> Result<reqwest::Response, ClientE
     let body = response.bytes().await.unwrap_or_default();
     match serde_json::from_slice::<Status>(&body) {
         Ok(status) => Err(ClientError::Api(status)),
-        Err(_) => Err(ClientError::Protocol { url, reason: format!("status {code}: {}", String::from_utf8_lossy(&body)) }),
+        Err(_) => {
+            Err(ClientError::Protocol { url, reason: format!("status {code}: {}", String::from_utf8_lossy(&body)) })
+        }
     }
 }
 
 async fn decode<T: DeserializeOwned>(response: reqwest::Response) -> Result<T, ClientError> {
     let response = check(response).await?;
     let url = response.url().to_string();
-    let body = response.bytes().await.map_err(|e| ClientError::Protocol { url: url.clone(), reason: error_chain(&e) })?;
+    let body =
+        response.bytes().await.map_err(|e| ClientError::Protocol { url: url.clone(), reason: error_chain(&e) })?;
     serde_json::from_slice(&body).map_err(|e| ClientError::Protocol { url, reason: e.to_string() })
 }

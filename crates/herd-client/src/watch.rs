@@ -27,7 +27,10 @@ impl WatchStream {
                 if line.is_empty() {
                     continue;
                 }
-                return Some(serde_json::from_slice(line).map_err(|e| ClientError::Protocol { url: "watch".into(), reason: e.to_string() }));
+                return Some(
+                    serde_json::from_slice(line)
+                        .map_err(|e| ClientError::Protocol { url: "watch".into(), reason: e.to_string() }),
+                );
             }
             match self.body.next().await? {
                 Ok(chunk) => self.buffer.extend_from_slice(chunk.chunk()),

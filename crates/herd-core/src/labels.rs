@@ -114,9 +114,7 @@ impl LabelSelector {
 
     /// A selector requiring exactly these key=value pairs.
     pub fn from_labels(labels: &Labels) -> Self {
-        LabelSelector {
-            requirements: labels.iter().map(|(k, v)| Requirement::Equals(k.clone(), v.clone())).collect(),
-        }
+        LabelSelector { requirements: labels.iter().map(|(k, v)| Requirement::Equals(k.clone(), v.clone())).collect() }
     }
 
     pub fn matches(&self, labels: &Labels) -> bool {
@@ -257,7 +255,11 @@ mod tests {
     #[test]
     fn label_values_are_checked() {
         let mut errors = ValidationErrors::new();
-        check_labels(&FieldPath::root("metadata").child("labels"), &labels(&[("ok", ""), ("app", "no spaces")]), &mut errors);
+        check_labels(
+            &FieldPath::root("metadata").child("labels"),
+            &labels(&[("ok", ""), ("app", "no spaces")]),
+            &mut errors,
+        );
         assert_eq!(errors.errors.len(), 1);
         assert_eq!(errors.errors[0].field, "metadata.labels[app]");
     }

@@ -40,7 +40,10 @@ pub fn prepare_create<S: Resource>(
 
 fn required_revision<S: Resource>(object: &Object<S>) -> Result<u64, ValidationErrors> {
     object.metadata.revision()?.ok_or_else(|| {
-        ValidationErrors::single("metadata.resourceVersion", "is required when updating: read the object first and send back its resourceVersion")
+        ValidationErrors::single(
+            "metadata.resourceVersion",
+            "is required when updating: read the object first and send back its resourceVersion",
+        )
     })
 }
 

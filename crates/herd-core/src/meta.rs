@@ -54,7 +54,10 @@ impl ObjectMeta {
         match &self.resource_version {
             None => Ok(None),
             Some(text) => text.parse::<u64>().map(Some).map_err(|_| {
-                ValidationErrors::single("metadata.resourceVersion", format!("{text:?} is not a resource version (a decimal number)"))
+                ValidationErrors::single(
+                    "metadata.resourceVersion",
+                    format!("{text:?} is not a resource version (a decimal number)"),
+                )
             }),
         }
     }

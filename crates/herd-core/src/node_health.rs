@@ -54,11 +54,7 @@ pub fn apply_heartbeat(status: &mut NodeStatus, report: &AgentReport, now: Times
 
 /// Marks a node NotReady because its heartbeats stopped.
 pub fn mark_not_ready(status: &mut NodeStatus, silent_for: Duration, grace: Duration, now: Timestamp) -> String {
-    let message = format!(
-        "no heartbeat for {}s (grace period {}s)",
-        silent_for.as_secs(),
-        grace.as_secs()
-    );
+    let message = format!("no heartbeat for {}s (grace period {}s)", silent_for.as_secs(), grace.as_secs());
     status.ready = false;
     status.set_condition(READY, ConditionStatus::False, "HeartbeatLost", &message, now);
     message
@@ -68,7 +64,9 @@ pub fn mark_not_ready(status: &mut NodeStatus, silent_for: Duration, grace: Dura
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReadinessChange {
     /// Heartbeats stopped for longer than the grace period.
-    MarkNotReady { silent_for: Duration },
+    MarkNotReady {
+        silent_for: Duration,
+    },
     Unchanged,
 }
 

@@ -10,7 +10,16 @@ use crate::validation::{FieldPath, ValidationErrors};
 /// What a kind of resource is: its names, its status type and its checks.
 /// Implemented by the kind's spec type.
 pub trait Resource:
-    Serialize + DeserializeOwned + schemars::JsonSchema + Clone + Default + PartialEq + std::fmt::Debug + Send + Sync + 'static
+    Serialize
+    + DeserializeOwned
+    + schemars::JsonSchema
+    + Clone
+    + Default
+    + PartialEq
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
 {
     /// `Node`, `ClusterConfig`, ...
     const KIND: &'static str;

@@ -60,8 +60,7 @@ impl Serialize for Timestamp {
 impl<'de> Deserialize<'de> for Timestamp {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let text = Cow::<str>::deserialize(deserializer)?;
-        Timestamp::parse(&text)
-            .map_err(|e| serde::de::Error::custom(format!("not an RFC 3339 timestamp: {e}")))
+        Timestamp::parse(&text).map_err(|e| serde::de::Error::custom(format!("not an RFC 3339 timestamp: {e}")))
     }
 }
 
@@ -81,9 +80,6 @@ pub struct HumanDuration(pub Duration);
 impl HumanDuration {
     pub const fn from_secs(secs: u64) -> Self {
         HumanDuration(Duration::from_secs(secs))
-    }
-    pub const fn from_millis(millis: u64) -> Self {
-        HumanDuration(Duration::from_millis(millis))
     }
     pub fn get(self) -> Duration {
         self.0

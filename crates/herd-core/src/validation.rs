@@ -16,11 +16,7 @@ impl FieldPath {
         FieldPath(name.to_string())
     }
     pub fn child(&self, name: &str) -> Self {
-        if self.0.is_empty() {
-            FieldPath(name.to_string())
-        } else {
-            FieldPath(format!("{}.{}", self.0, name))
-        }
+        if self.0.is_empty() { FieldPath(name.to_string()) } else { FieldPath(format!("{}.{}", self.0, name)) }
     }
     pub fn key(&self, key: &str) -> Self {
         FieldPath(format!("{}[{}]", self.0, key))

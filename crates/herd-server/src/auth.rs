@@ -54,7 +54,8 @@ impl Authenticator {
 
     /// Who presents this token; 401 if nobody.
     pub async fn principal(&self, token: Option<&str>) -> Result<Principal, ApiError> {
-        let token = token.ok_or_else(|| ApiError::Unauthorized("no bearer token: send `Authorization: Bearer <token>`".into()))?;
+        let token = token
+            .ok_or_else(|| ApiError::Unauthorized("no bearer token: send `Authorization: Bearer <token>`".into()))?;
         // blake3::Hash compares in constant time.
         if hash(token) == self.admin {
             return Ok(Principal::Admin);

@@ -32,15 +32,25 @@ impl EventRecorder {
             uid: object.metadata.uid.clone(),
         };
         match type_ {
-            EventType::Normal => tracing::info!(object = %involved.name, kind = %involved.kind, reason, %message, "event"),
-            EventType::Warning => tracing::warn!(object = %involved.name, kind = %involved.kind, reason, %message, "event"),
+            EventType::Normal => {
+                tracing::info!(object = %involved.name, kind = %involved.kind, reason, %message, "event")
+            }
+            EventType::Warning => {
+                tracing::warn!(object = %involved.name, kind = %involved.kind, reason, %message, "event")
+            }
         }
         if let Err(error) = self.write(involved, type_, reason, message).await {
             tracing::warn!(%error, reason, "could not record an event");
         }
     }
 
-    async fn write(&self, involved: InvolvedObject, type_: EventType, reason: &str, message: String) -> Result<(), ApiError> {
+    async fn write(
+        &self,
+        involved: InvolvedObject,
+        type_: EventType,
+        reason: &str,
+        message: String,
+    ) -> Result<(), ApiError> {
         let name = event_name(&involved, reason, &message);
         let at = now();
         for _ in 0..3 {

@@ -35,7 +35,10 @@ impl Metrics {
 
     pub fn render(&self, store: &Store) -> String {
         let mut out = String::new();
-        let _ = writeln!(out, "# HELP herd_http_requests_total HTTP requests served.\n# TYPE herd_http_requests_total counter");
+        let _ = writeln!(
+            out,
+            "# HELP herd_http_requests_total HTTP requests served.\n# TYPE herd_http_requests_total counter"
+        );
         let mut durations = String::new();
         let _ = writeln!(
             durations,
@@ -45,19 +48,37 @@ impl Metrics {
             for ((method, route, code), stats) in requests.iter() {
                 let labels = format!("method=\"{method}\",route=\"{route}\",code=\"{code}\"");
                 let _ = writeln!(out, "herd_http_requests_total{{{labels}}} {}", stats.count);
-                let _ = writeln!(durations, "herd_http_request_duration_seconds_total{{{labels}}} {:.6}", stats.seconds);
+                let _ =
+                    writeln!(durations, "herd_http_request_duration_seconds_total{{{labels}}} {:.6}", stats.seconds);
             }
         }
         out.push_str(&durations);
         let stats = store.stats();
         let backend = store.backend_name();
         let mut counter = |name: &str, help: &str, value: u64| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name}{{backend=\"{backend}\"}} {value}");
+            let _ =
+                writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name}{{backend=\"{backend}\"}} {value}");
         };
-        counter("herd_store_commits_total", "Backend transactions committed (one fsync each).", stats.commits.load(Ordering::Relaxed));
-        counter("herd_store_transactions_total", "Store transactions carried by those commits.", stats.txns.load(Ordering::Relaxed));
-        counter("herd_store_commit_failures_total", "Backend commits that failed.", stats.commit_failures.load(Ordering::Relaxed));
-        let _ = writeln!(out, "# HELP herd_store_revision The newest store revision seen.\n# TYPE herd_store_revision gauge\nherd_store_revision {}", store.head());
+        counter(
+            "herd_store_commits_total",
+            "Backend transactions committed (one fsync each).",
+            stats.commits.load(Ordering::Relaxed),
+        );
+        counter(
+            "herd_store_transactions_total",
+            "Store transactions carried by those commits.",
+            stats.txns.load(Ordering::Relaxed),
+        );
+        counter(
+            "herd_store_commit_failures_total",
+            "Backend commits that failed.",
+            stats.commit_failures.load(Ordering::Relaxed),
+        );
+        let _ = writeln!(
+            out,
+            "# HELP herd_store_revision The newest store revision seen.\n# TYPE herd_store_revision gauge\nherd_store_revision {}",
+            store.head()
+        );
         let _ = writeln!(
             out,
             "# HELP herd_watches_active Open watch streams.\n# TYPE herd_watches_active gauge\nherd_watches_active {}",

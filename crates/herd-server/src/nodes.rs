@@ -32,7 +32,12 @@ async fn tell(events: &EventRecorder, node: &Node, effects: HeartbeatEffects) {
 
 /// Registers a node (or re-registers it, after its agent lost its token)
 /// and issues its node token.
-pub async fn join(objects: &Objects, auth: &Authenticator, events: &EventRecorder, request: JoinRequest) -> Result<JoinResponse, ApiError> {
+pub async fn join(
+    objects: &Objects,
+    auth: &Authenticator,
+    events: &EventRecorder,
+    request: JoinRequest,
+) -> Result<JoinResponse, ApiError> {
     let name = request.node_name.clone();
     let mut errors = ValidationErrors::new();
     validation::check_name(&FieldPath::root("nodeName"), &name, &mut errors);
@@ -48,7 +53,9 @@ pub async fn join(objects: &Objects, auth: &Authenticator, events: &EventRecorde
             node_health::apply_heartbeat(&mut node.status, &request.report, now());
             match objects.create(node, true, false).await {
                 Ok(node) => {
-                    events.record(&node, EventType::Normal, "NodeRegistered", "the node joined the cluster".into()).await;
+                    events
+                        .record(&node, EventType::Normal, "NodeRegistered", "the node joined the cluster".into())
+                        .await;
                     node
                 }
                 // Joined concurrently by a retry of the same agent: fall through to a heartbeat.
@@ -63,7 +70,12 @@ pub async fn join(objects: &Objects, auth: &Authenticator, events: &EventRecorde
     Ok(JoinResponse { node_name: name, node_token: token, heartbeat_period: config.heartbeat_period })
 }
 
-async fn heartbeat_node(objects: &Objects, events: &EventRecorder, name: &str, report: &AgentReport) -> Result<Node, ApiError> {
+async fn heartbeat_node(
+    objects: &Objects,
+    events: &EventRecorder,
+    name: &str,
+    report: &AgentReport,
+) -> Result<Node, ApiError> {
     let mut effects = HeartbeatEffects::default();
     let node = objects
         .modify::<NodeSpec>(name, Part::Status, |node| {
@@ -72,14 +84,21 @@ async fn heartbeat_node(objects: &Objects, events: &EventRecorder, name: &str, r
         })
         .await
         .map_err(|e| match e {
-            ApiError::NotFound { .. } => ApiError::NotFound { kind: "Node".into(), name: format!("{name} (the node was deleted: join again)") },
+            ApiError::NotFound { .. } => {
+                ApiError::NotFound { kind: "Node".into(), name: format!("{name} (the node was deleted: join again)") }
+            }
             other => other,
         })?;
     tell(events, &node, effects).await;
     Ok(node)
 }
 
-pub async fn heartbeat(objects: &Objects, events: &EventRecorder, name: &str, report: AgentReport) -> Result<HeartbeatResponse, ApiError> {
+pub async fn heartbeat(
+    objects: &Objects,
+    events: &EventRecorder,
+    name: &str,
+    report: AgentReport,
+) -> Result<HeartbeatResponse, ApiError> {
     heartbeat_node(objects, events, name, &report).await?;
     let config = cluster_config(objects).await?;
     Ok(HeartbeatResponse { heartbeat_period: config.heartbeat_period })

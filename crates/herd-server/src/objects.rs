@@ -94,7 +94,8 @@ impl Objects {
     }
 
     pub async fn get<S: Resource>(&self, name: &str) -> Result<Option<Object<S>>, ApiError> {
-        let kv = self.store.get(&object_key(S::PLURAL, name)).await.map_err(|e| ApiError::from_store(S::KIND, name, e))?;
+        let kv =
+            self.store.get(&object_key(S::PLURAL, name)).await.map_err(|e| ApiError::from_store(S::KIND, name, e))?;
         kv.as_ref().map(decode::<S>).transpose()
     }
 
@@ -150,11 +151,16 @@ impl Objects {
 
     /// Creates an object. `keep_status` is for the server's own objects;
     /// a client's status is dropped (it belongs to the status subresource).
-    pub async fn create<S: Resource>(&self, object: Object<S>, keep_status: bool, dry_run: bool) -> Result<Object<S>, ApiError> {
+    pub async fn create<S: Resource>(
+        &self,
+        object: Object<S>,
+        keep_status: bool,
+        dry_run: bool,
+    ) -> Result<Object<S>, ApiError> {
         let name = object.metadata.name.clone();
         let uid = uuid::Uuid::now_v7().to_string();
-        let prepared =
-            lifecycle::prepare_create(object, uid, now(), keep_status).map_err(|e| ApiError::invalid(S::KIND, &name, e))?;
+        let prepared = lifecycle::prepare_create(object, uid, now(), keep_status)
+            .map_err(|e| ApiError::invalid(S::KIND, &name, e))?;
         self.write(prepared, dry_run).await
     }
 
@@ -173,12 +179,18 @@ impl Objects {
             return Err(ApiError::BadRequest(format!("{} has no status subresource", S::KIND)));
         }
         let old = self.require::<S>(&name).await?;
-        let prepared = lifecycle::prepare_status_update(&old, object).map_err(|e| ApiError::invalid(S::KIND, &name, e))?;
+        let prepared =
+            lifecycle::prepare_status_update(&old, object).map_err(|e| ApiError::invalid(S::KIND, &name, e))?;
         self.write(prepared, dry_run).await
     }
 
     /// Replaces metadata and spec, or the status.
-    pub async fn write_part<S: Resource>(&self, object: Object<S>, part: Part, dry_run: bool) -> Result<Object<S>, ApiError> {
+    pub async fn write_part<S: Resource>(
+        &self,
+        object: Object<S>,
+        part: Part,
+        dry_run: bool,
+    ) -> Result<Object<S>, ApiError> {
         match part {
             Part::Spec => self.update(object, dry_run).await,
             Part::Status => self.update_status(object, dry_run).await,
@@ -239,7 +251,8 @@ impl Objects {
             .list(&prefix, &options, |kv| selector.is_empty() || selector.matches(&stored_labels(&kv.value)))
             .await
             .map_err(|e| ApiError::from_store(kind, "", e))?;
-        let items = page.items.iter().map(|kv| decode_value(&kv.value, &kv.key, kv.mod_revision)).collect::<Result<_, _>>()?;
+        let items =
+            page.items.iter().map(|kv| decode_value(&kv.value, &kv.key, kv.mod_revision)).collect::<Result<_, _>>()?;
         Ok(ObjectList {
             api_version: API_VERSION.into(),
             kind: format!("{kind}List"),

@@ -52,12 +52,16 @@ pub fn document(registry: &Registry) -> Value {
             }),
         );
         let with_name: Vec<Value> = dry_run.iter().cloned().chain([name.clone()]).collect();
-        let mut item = json!({
+        let delete_params: Vec<Value> = with_name
+            .iter()
+            .cloned()
+            .chain([query("resourceVersion", "delete only at this revision", "string")])
+            .collect();
+        let item = json!({
             "get": op(&format!("Read a {kind}"), "200", &schema, None, std::slice::from_ref(&name)),
             "put": op(&format!("Replace a {kind}'s metadata and spec (send its resourceVersion)"), "200", &schema, Some(&schema), &with_name),
-            "delete": op(&format!("Delete a {kind}"), "200", &schema, None, &with_name),
+            "delete": op(&format!("Delete a {kind}"), "200", &schema, None, &delete_params),
         });
-        item["delete"]["parameters"].as_array_mut().map(|p| p.push(query("resourceVersion", "delete only at this revision", "string")));
         paths.insert(object_path(info.plural, "{name}"), item);
         if info.has_status {
             paths.insert(

@@ -28,7 +28,14 @@ pub trait KindOps: Send + Sync {
     fn info(&self) -> KindInfo;
     async fn create(&self, objects: &Objects, body: Value, dry_run: bool) -> Result<Value, ApiError>;
     /// Replaces metadata and spec, or the status, of object `name`.
-    async fn replace(&self, objects: &Objects, name: &str, body: Value, part: Part, dry_run: bool) -> Result<Value, ApiError>;
+    async fn replace(
+        &self,
+        objects: &Objects,
+        name: &str,
+        body: Value,
+        part: Part,
+        dry_run: bool,
+    ) -> Result<Value, ApiError>;
     fn schema(&self, generator: &mut SchemaGenerator) -> Schema;
 }
 
@@ -60,7 +67,14 @@ impl<S: Resource> KindOps for Typed<S> {
         Ok(objects.create(object, false, dry_run).await?.to_json_value())
     }
 
-    async fn replace(&self, objects: &Objects, name: &str, body: Value, part: Part, dry_run: bool) -> Result<Value, ApiError> {
+    async fn replace(
+        &self,
+        objects: &Objects,
+        name: &str,
+        body: Value,
+        part: Part,
+        dry_run: bool,
+    ) -> Result<Value, ApiError> {
         let object = parse::<S>(body, Some(name))?;
         Ok(objects.write_part(object, part, dry_run).await?.to_json_value())
     }

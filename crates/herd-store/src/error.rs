@@ -10,7 +10,9 @@ pub enum StoreError {
     NotFound(String),
     #[error("key {key:?} has revision {actual:?}, the write expected {expected}")]
     Conflict { key: String, expected: Revision, actual: Option<Revision> },
-    #[error("revision {requested} is compacted (history starts after {compacted}): list again, then watch from the list's revision")]
+    #[error(
+        "revision {requested} is compacted (history starts after {compacted}): list again, then watch from the list's revision"
+    )]
     Compacted { requested: Revision, compacted: Revision },
     #[error("invalid key {0:?}: keys are 1-1024 printable ASCII characters without spaces")]
     InvalidKey(String),

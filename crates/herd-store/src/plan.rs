@@ -56,7 +56,11 @@ pub(crate) fn plan<'a>(batch: &'a [Txn], mut head: Revision, current: &HashMap<S
         };
         let failed = txn.compares.iter().enumerate().find_map(|(index, compare)| {
             let actual = revision_of(compare.key(), &overlay);
-            (!compare.holds(actual)).then(|| TxnOutcome::CompareFailed { index, key: compare.key().to_string(), actual })
+            (!compare.holds(actual)).then(|| TxnOutcome::CompareFailed {
+                index,
+                key: compare.key().to_string(),
+                actual,
+            })
         });
         if let Some(failed) = failed {
             outcomes.push(failed);

@@ -276,7 +276,8 @@ async fn listen(url: &str, external: Arc<Notify>) -> Result<Client, StoreError> 
 /// One batch as one call of `herd_commit`.
 async fn commit_batch(conn: &Conn, batch: &[Txn]) -> Result<Committed, StoreError> {
     let (mut c_txn, mut c_key, mut c_rev) = (Vec::<i32>::new(), Vec::<&str>::new(), Vec::<i64>::new());
-    let (mut o_txn, mut o_key, mut o_del, mut o_val) = (Vec::<i32>::new(), Vec::<&str>::new(), Vec::<bool>::new(), Vec::<&[u8]>::new());
+    let (mut o_txn, mut o_key, mut o_del, mut o_val) =
+        (Vec::<i32>::new(), Vec::<&str>::new(), Vec::<bool>::new(), Vec::<&[u8]>::new());
     for (t, txn) in batch.iter().enumerate() {
         let t = i32::try_from(t).unwrap_or(i32::MAX);
         for compare in &txn.compares {
@@ -332,7 +333,11 @@ async fn commit_batch(conn: &Conn, batch: &[Txn]) -> Result<Committed, StoreErro
         }
     }
     if committed.outcomes.len() != batch.len() {
-        return Err(StoreError::Backend(format!("postgres: herd_commit answered {} of {} transactions", committed.outcomes.len(), batch.len())));
+        return Err(StoreError::Backend(format!(
+            "postgres: herd_commit answered {} of {} transactions",
+            committed.outcomes.len(),
+            batch.len()
+        )));
     }
     Ok(committed)
 }

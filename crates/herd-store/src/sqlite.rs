@@ -82,7 +82,8 @@ impl SqliteBackend {
 
     fn open_blocking(path: PathBuf) -> Result<SqliteBackend, StoreError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| StoreError::Backend(format!("creating {}: {e}", dir.display())))?;
+            std::fs::create_dir_all(dir)
+                .map_err(|e| StoreError::Backend(format!("creating {}: {e}", dir.display())))?;
         }
         let lock_path = path.with_extension("lock");
         let lock = File::options()
@@ -136,7 +137,9 @@ impl SqliteBackend {
 /// every event is compacted) and the compaction point.
 fn head(tx: &rusqlite::Transaction<'_>) -> Result<(Revision, Revision), StoreError> {
     let (revision, compacted): (i64, i64) = tx
-        .prepare_cached("SELECT max(coalesce((SELECT max(revision) FROM events), 0), compacted), compacted FROM meta WHERE id = 1")?
+        .prepare_cached(
+            "SELECT max(coalesce((SELECT max(revision) FROM events), 0), compacted), compacted FROM meta WHERE id = 1",
+        )?
         .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))?;
     Ok((to_revision(revision), to_revision(compacted)))
 }
@@ -156,7 +159,10 @@ fn mod_revision(tx: &rusqlite::Transaction<'_>, key: &str) -> Result<Option<Revi
 }
 
 fn insert_event(tx: &rusqlite::Transaction<'_>, event: &Event) -> Result<(), StoreError> {
-    tx.prepare_cached("INSERT INTO events (revision, key, deleted, value, create_revision) VALUES (?1, ?2, ?3, ?4, ?5)")?.execute(params![
+    tx.prepare_cached(
+        "INSERT INTO events (revision, key, deleted, value, create_revision) VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?
+    .execute(params![
         to_sql(event.revision),
         event.key,
         event.kind == EventKind::Delete,
@@ -177,7 +183,13 @@ fn write(tx: &rusqlite::Transaction<'_>, planned: &Write<'_>) -> Result<Event, S
                      RETURNING create_revision",
                 )?
                 .query_row(params![key, value, to_sql(revision)], |r| r.get(0))?;
-            Event { revision, kind: EventKind::Put, key: key.to_string(), value: value.to_vec(), create_revision: to_revision(create) }
+            Event {
+                revision,
+                kind: EventKind::Put,
+                key: key.to_string(),
+                value: value.to_vec(),
+                create_revision: to_revision(create),
+            }
         }
         Write::Delete { key, revision } => {
             let (value, create): (Vec<u8>, i64) = tx
@@ -185,7 +197,13 @@ fn write(tx: &rusqlite::Transaction<'_>, planned: &Write<'_>) -> Result<Event, S
                 .query_row([key], |r| Ok((r.get(0)?, r.get(1)?)))
                 .optional()?
                 .ok_or_else(|| StoreError::Backend(format!("sqlite: planned delete of {key} found no key")))?;
-            Event { revision, kind: EventKind::Delete, key: key.to_string(), value, create_revision: to_revision(create) }
+            Event {
+                revision,
+                kind: EventKind::Delete,
+                key: key.to_string(),
+                value,
+                create_revision: to_revision(create),
+            }
         }
     };
     insert_event(tx, &event)?;

@@ -159,7 +159,12 @@ impl Store {
     }
 
     /// Replaces a key's value if its mod revision is still `expected`.
-    pub async fn update(&self, key: &str, value: impl Into<Vec<u8>>, expected: Revision) -> Result<Revision, StoreError> {
+    pub async fn update(
+        &self,
+        key: &str,
+        value: impl Into<Vec<u8>>,
+        expected: Revision,
+    ) -> Result<Revision, StoreError> {
         let txn = Txn::new().when(Compare::ModRevision { key: key.into(), revision: expected }).put(key, value);
         match self.txn(txn).await? {
             TxnOutcome::Committed { revision } => Ok(revision),

@@ -67,9 +67,14 @@ impl Compare {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
-    Put { key: String, value: Vec<u8> },
+    Put {
+        key: String,
+        value: Vec<u8>,
+    },
     /// Deleting an absent key does nothing and uses no revision.
-    Delete { key: String },
+    Delete {
+        key: String,
+    },
 }
 
 impl Op {

@@ -13,9 +13,10 @@
 //! and it checks that each delivered event is exactly one after the last.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tokio::sync::{broadcast, mpsc, watch};
+use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::Backend;
@@ -37,7 +38,8 @@ struct Batch {
 
 pub(crate) struct Hub {
     fanout: broadcast::Sender<Arc<Batch>>,
-    head: watch::Sender<Revision>,
+    /// The newest revision fanned out.
+    head: AtomicU64,
     local: mpsc::UnboundedSender<Vec<Event>>,
 }
 
@@ -45,7 +47,7 @@ impl Hub {
     pub(crate) fn start(backend: Arc<dyn Backend>, head: Revision, stop: CancellationToken) -> Arc<Hub> {
         let (fanout, _) = broadcast::channel(FANOUT_CAPACITY);
         let (local, commits) = mpsc::unbounded_channel();
-        let hub = Arc::new(Hub { fanout, head: watch::Sender::new(head), local });
+        let hub = Arc::new(Hub { fanout, head: AtomicU64::new(head), local });
         tokio::spawn(tail(backend, hub.clone(), commits, stop));
         hub
     }
@@ -60,16 +62,21 @@ impl Hub {
     fn send(&self, events: Vec<Event>) -> Revision {
         let end = events.last().map_or(0, |e| e.revision);
         let _ = self.fanout.send(Arc::new(Batch { events }));
-        self.head.send_replace(end);
+        self.head.store(end, Ordering::Release);
         end
     }
 
     pub(crate) fn head(&self) -> Revision {
-        *self.head.borrow()
+        self.head.load(Ordering::Acquire)
     }
 }
 
-async fn tail(backend: Arc<dyn Backend>, hub: Arc<Hub>, mut commits: mpsc::UnboundedReceiver<Vec<Event>>, stop: CancellationToken) {
+async fn tail(
+    backend: Arc<dyn Backend>,
+    hub: Arc<Hub>,
+    mut commits: mpsc::UnboundedReceiver<Vec<Event>>,
+    stop: CancellationToken,
+) {
     let external = backend.external_commits();
     let mut last = hub.head();
     loop {

@@ -31,7 +31,8 @@ pub fn read_config(path: &Path) -> anyhow::Result<Option<ConfigFile>> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
     };
-    let config = serde_saphyr::from_str(&text).with_context(|| format!("{} is not a valid herd config", path.display()))?;
+    let config =
+        serde_saphyr::from_str(&text).with_context(|| format!("{} is not a valid herd config", path.display()))?;
     Ok(Some(config))
 }
 
@@ -40,7 +41,8 @@ pub fn write_config(path: &Path, config: &ConfigFile) -> anyhow::Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     let text = serde_saphyr::to_string(config).context("serialising the config")?;
-    herd_agent::fsutil::write_atomic(path, text.as_bytes(), 0o600).with_context(|| format!("writing {}", path.display()))
+    herd_agent::fsutil::write_atomic(path, text.as_bytes(), 0o600)
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 /// A client for the server the user means.

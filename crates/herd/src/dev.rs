@@ -24,9 +24,14 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let admin_token = tokens::load_or_generate(&dir.join("admin.token"))?;
     let join_token = tokens::load_or_generate(&dir.join("join.token"))?;
     let store_url = dir.join("server").join("herd.db").display().to_string();
-    let server = Server::start(ServerConfig { listen: args.listen, store_url, admin_token: admin_token.clone(), join_token: join_token.clone() })
-        .await
-        .context("starting the server")?;
+    let server = Server::start(ServerConfig {
+        listen: args.listen,
+        store_url,
+        admin_token: admin_token.clone(),
+        join_token: join_token.clone(),
+    })
+    .await
+    .context("starting the server")?;
     let url = format!("http://{}", server.addr());
 
     let agents_started = Timestamp::from_system_time(std::time::SystemTime::now());
@@ -42,7 +47,8 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             "--name".into(),
             name.clone(),
         ];
-        let child = processes::spawn_self(&agent_args, &[("HERD_JOIN_TOKEN", &join_token)]).with_context(|| format!("starting agent {name}"))?;
+        let child = processes::spawn_self(&agent_args, &[("HERD_JOIN_TOKEN", &join_token)])
+            .with_context(|| format!("starting agent {name}"))?;
         agents.push((name, child));
     }
 
@@ -80,7 +86,12 @@ const AGENTS_READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Waits until every agent's node is Ready with a heartbeat from after
 /// `since` (a node kept from an earlier run still says Ready before its
 /// new agent has spoken); fails at once, naming it, if an agent exits.
-async fn wait_for_agents(url: &str, admin_token: &str, agents: &mut [(String, Child)], since: Timestamp) -> anyhow::Result<()> {
+async fn wait_for_agents(
+    url: &str,
+    admin_token: &str,
+    agents: &mut [(String, Child)],
+    since: Timestamp,
+) -> anyhow::Result<()> {
     let client = Client::new(vec![url.to_string()], Some(admin_token.to_string()));
     let deadline = tokio::time::Instant::now() + AGENTS_READY_TIMEOUT;
     loop {
@@ -91,7 +102,9 @@ async fn wait_for_agents(url: &str, admin_token: &str, agents: &mut [(String, Ch
         }
         let nodes = client.list::<NodeSpec>("").await.unwrap_or_default();
         let ready = |name: &str| {
-            nodes.iter().any(|n| n.metadata.name == name && n.status.ready && n.status.last_heartbeat.is_some_and(|t| t >= since))
+            nodes.iter().any(|n| {
+                n.metadata.name == name && n.status.ready && n.status.last_heartbeat.is_some_and(|t| t >= since)
+            })
         };
         if agents.iter().all(|(name, _)| ready(name)) {
             return Ok(());

@@ -1,8 +1,8 @@
 //! The names users type for kinds: `node`, `nodes`, `no`, `Node`.
 
 use anyhow::bail;
-use herd_core::{Object, Resource, ValidationErrors};
 use herd_core::kinds::{ClusterConfigSpec, EventSpec, LeaseSpec, NodeSpec};
+use herd_core::{Object, Resource, ValidationErrors};
 
 #[derive(Clone, Copy, Debug)]
 pub struct KindName {

@@ -28,7 +28,8 @@ fn exit_code(error: &anyhow::Error) -> u8 {
 
 fn init_logging(verbose: bool, json: bool) {
     let default = if verbose { "debug" } else { "info" };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("HERD_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let filter = tracing_subscriber::EnvFilter::try_from_env("HERD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     if json {
         builder.json().init();

@@ -63,9 +63,16 @@ fn columns(kind: &str) -> Vec<Column> {
             name,
             col("STATUS", |v| {
                 let ready = if v.pointer("/status/ready") == Some(&Value::Bool(true)) { "Ready" } else { "NotReady" };
-                if v.pointer("/spec/unschedulable") == Some(&Value::Bool(true)) { format!("{ready},SchedulingDisabled") } else { ready.into() }
+                if v.pointer("/spec/unschedulable") == Some(&Value::Bool(true)) {
+                    format!("{ready},SchedulingDisabled")
+                } else {
+                    ready.into()
+                }
             }),
-            col("ROLE", |v| { let r = text(v, "/spec/role"); if r.is_empty() { "regular".into() } else { r } }),
+            col("ROLE", |v| {
+                let r = text(v, "/spec/role");
+                if r.is_empty() { "regular".into() } else { r }
+            }),
             col("ADDRESS", |v| text(v, "/status/address")),
             age,
             wide("MASTER-CAPABLE", |v| text(v, "/spec/masterCapable")),
@@ -78,7 +85,13 @@ fn columns(kind: &str) -> Vec<Column> {
             col("LAST SEEN", |v| age_of(v, "/spec/lastTimestamp")),
             col("TYPE", |v| text(v, "/spec/type")),
             col("REASON", |v| text(v, "/spec/reason")),
-            col("OBJECT", |v| format!("{}/{}", text(v, "/spec/involvedObject/kind").to_ascii_lowercase(), text(v, "/spec/involvedObject/name"))),
+            col("OBJECT", |v| {
+                format!(
+                    "{}/{}",
+                    text(v, "/spec/involvedObject/kind").to_ascii_lowercase(),
+                    text(v, "/spec/involvedObject/name")
+                )
+            }),
             col("COUNT", |v| text(v, "/spec/count")),
             col("MESSAGE", |v| text(v, "/spec/message")),
             wide("SOURCE", |v| text(v, "/spec/source")),
@@ -146,8 +159,11 @@ mod tests {
     #[test]
     fn node_table() {
         let node = json!({"metadata": {"name": "n1", "labels": {"zone": "a"}}, "spec": {"role": "candidate"}, "status": {"ready": true, "address": "127.0.0.1:9"}});
-        let out = table("Node", &[node.clone()], false);
-        assert!(out.contains("NAME") && out.contains("n1") && out.contains("Ready") && out.contains("candidate"), "{out}");
+        let out = table("Node", std::slice::from_ref(&node), false);
+        assert!(
+            out.contains("NAME") && out.contains("n1") && out.contains("Ready") && out.contains("candidate"),
+            "{out}"
+        );
         assert!(!out.contains("zone=a"));
         assert!(table("Node", &[node], true).contains("zone=a"));
     }

@@ -16,6 +16,7 @@ pub fn load_or_generate(path: &Path) -> anyhow::Result<String> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     let token = herd_server::auth::generate_secret();
-    herd_agent::fsutil::write_atomic(path, token.as_bytes(), 0o600).with_context(|| format!("writing {}", path.display()))?;
+    herd_agent::fsutil::write_atomic(path, token.as_bytes(), 0o600)
+        .with_context(|| format!("writing {}", path.display()))?;
     Ok(token)
 }

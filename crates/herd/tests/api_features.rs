@@ -39,7 +39,11 @@ async fn watch_delivers_changes_after_the_list_revision() {
     while seen.len() < 3 {
         let event = tokio::time::timeout(Duration::from_secs(10), watch.next()).await.unwrap().unwrap().unwrap();
         if event.type_ != WatchEventType::Bookmark {
-            seen.push((event.type_, event.object["metadata"]["name"].as_str().unwrap().to_string(), event.object["spec"]["holderIdentity"].clone()));
+            seen.push((
+                event.type_,
+                event.object["metadata"]["name"].as_str().unwrap().to_string(),
+                event.object["spec"]["holderIdentity"].clone(),
+            ));
         }
     }
     assert_eq!(
@@ -79,10 +83,18 @@ async fn selectors_paging_dry_run_and_status() {
     assert_eq!((second.items.len(), third.items.len(), third.metadata.continue_token), (3, 1, None));
 
     // Dry run: the answer of a create, nothing stored.
-    let would = admin.create_value("leases", &lease("dry", &[]).to_json_value(), WriteOptions { dry_run: true }).await.unwrap();
+    let would =
+        admin.create_value("leases", &lease("dry", &[]).to_json_value(), WriteOptions { dry_run: true }).await.unwrap();
     assert_eq!(would["metadata"]["name"], "dry");
     assert!(admin.get_value("leases", "dry").await.unwrap_err().is_not_found());
-    let invalid = admin.create_value("leases", &json!({"metadata": {"name": "x"}, "spec": {"leaseDurationSeconds": 0}}), WriteOptions { dry_run: true }).await.unwrap_err();
+    let invalid = admin
+        .create_value(
+            "leases",
+            &json!({"metadata": {"name": "x"}, "spec": {"leaseDurationSeconds": 0}}),
+            WriteOptions { dry_run: true },
+        )
+        .await
+        .unwrap_err();
     assert!(invalid.to_string().contains("spec.leaseDurationSeconds"), "{invalid}");
 
     // The main resource ignores status; the status subresource changes only status.
@@ -103,9 +115,18 @@ async fn selectors_paging_dry_run_and_status() {
 async fn openapi_and_metrics_describe_the_server() {
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start(dir.path());
-    let openapi: serde_json::Value = serde_json::from_str(&server.anonymous().get_text("/openapi.json").await.unwrap()).unwrap();
+    let openapi: serde_json::Value =
+        serde_json::from_str(&server.anonymous().get_text("/openapi.json").await.unwrap()).unwrap();
     assert_eq!(openapi["openapi"], "3.0.3");
-    for path in ["/api/v1/nodes", "/api/v1/nodes/{name}", "/api/v1/nodes/{name}/status", "/api/v1/clusterconfigs", "/api/v1/leases", "/api/v1/events", "/api/v1/join"] {
+    for path in [
+        "/api/v1/nodes",
+        "/api/v1/nodes/{name}",
+        "/api/v1/nodes/{name}/status",
+        "/api/v1/clusterconfigs",
+        "/api/v1/leases",
+        "/api/v1/events",
+        "/api/v1/join",
+    ] {
         assert!(openapi["paths"][path].is_object(), "{path} missing from /openapi.json");
     }
     assert!(openapi["paths"]["/api/v1/leases/{name}/status"].is_null(), "leases have no status subresource");
@@ -113,7 +134,10 @@ async fn openapi_and_metrics_describe_the_server() {
 
     server.admin().list_values("nodes", "").await.unwrap();
     let metrics = server.anonymous().get_text("/metrics").await.unwrap();
-    assert!(metrics.contains("herd_http_requests_total{method=\"GET\",route=\"/api/v1/{plural}\",code=\"200\"} 1"), "{metrics}");
+    assert!(
+        metrics.contains("herd_http_requests_total{method=\"GET\",route=\"/api/v1/{plural}\",code=\"200\"} 1"),
+        "{metrics}"
+    );
     assert!(metrics.contains("herd_store_commits_total{backend=\"sqlite\"}"), "{metrics}");
     assert!(metrics.contains("# TYPE herd_nodes gauge"));
 }
@@ -124,17 +148,29 @@ async fn cli_apply_get_delete_and_exit_codes() {
     let server = TestServer::start(&dir.path().join("server"));
     let run = |args: &[&str]| {
         let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_herd"));
-        command.args(args).env("HERD_SERVER", &server.url).env("HERD_TOKEN", ADMIN_TOKEN).env("HERD_CONFIG", dir.path().join("none.yaml"));
+        command
+            .args(args)
+            .env("HERD_SERVER", &server.url)
+            .env("HERD_TOKEN", ADMIN_TOKEN)
+            .env("HERD_CONFIG", dir.path().join("none.yaml"));
         command.output().unwrap()
     };
     let manifest = dir.path().join("nodes.yaml");
     std::fs::write(&manifest, "kind: Node\nmetadata:\n  name: n1\n  labels:\n    zone: a\nspec:\n  role: drained\n---\napiVersion: herd/v1\nkind: Lease\nmetadata:\n  name: l1\nspec:\n  leaseDurationSeconds: 5\n").unwrap();
     let out = run(&["apply", "-f", manifest.to_str().unwrap()]);
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "node/n1 created\nlease/l1 created\n", "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "node/n1 created\nlease/l1 created\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let out = run(&["apply", "-f", manifest.to_str().unwrap()]);
     assert_eq!(String::from_utf8_lossy(&out.stdout), "node/n1 unchanged\nlease/l1 unchanged\n");
     std::fs::write(&manifest, "kind: Node\nmetadata:\n  name: n1\nspec:\n  role: regular\n").unwrap();
-    assert_eq!(String::from_utf8_lossy(&run(&["apply", "-f", manifest.to_str().unwrap()]).stdout), "node/n1 configured\n");
+    assert_eq!(
+        String::from_utf8_lossy(&run(&["apply", "-f", manifest.to_str().unwrap()]).stdout),
+        "node/n1 configured\n"
+    );
 
     let out = run(&["get", "nodes", "-o", "wide"]);
     let table = String::from_utf8_lossy(&out.stdout);
@@ -154,7 +190,10 @@ async fn cli_apply_get_delete_and_exit_codes() {
     let conflict = server.admin().create(&Object::new("n1", NodeSpec::default())).await.unwrap_err();
     assert_eq!(conflict.reason(), Some(herd_core::api::StatusReason::AlreadyExists));
     let out = run(&["delete", "node", "n1", "--dry-run"]);
-    assert_eq!((out.status.code(), String::from_utf8_lossy(&out.stdout).to_string()), (Some(0), "node/n1 deleted (dry run)\n".into()));
+    assert_eq!(
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).to_string()),
+        (Some(0), "node/n1 deleted (dry run)\n".into())
+    );
     assert_eq!(run(&["delete", "node", "n1"]).status.code(), Some(0));
     assert_eq!(run(&["get", "node", "n1"]).status.code(), Some(3));
     let out = run(&["describe", "lease", "l1"]);

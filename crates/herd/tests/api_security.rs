@@ -13,7 +13,10 @@ async fn join(server: &TestServer, name: &str) -> Client {
     let joined = server
         .anonymous()
         .with_token(Some(JOIN_TOKEN.into()))
-        .join(&JoinRequest { node_name: name.into(), report: AgentReport { agent_boot_id: format!("boot-{name}"), ..Default::default() } })
+        .join(&JoinRequest {
+            node_name: name.into(),
+            report: AgentReport { agent_boot_id: format!("boot-{name}"), ..Default::default() },
+        })
         .await
         .unwrap();
     server.anonymous().with_token(Some(joined.node_token))
@@ -39,7 +42,8 @@ async fn requests_without_a_valid_token_get_401() {
     let join_only = server.anonymous().with_token(Some(JOIN_TOKEN.into()));
     assert_eq!(reason(join_only.list_values("nodes", "").await), StatusReason::Unauthorized);
     let bad_join = server.anonymous().with_token(Some("wrong".into()));
-    let request = JoinRequest { node_name: "n9".into(), report: AgentReport { agent_boot_id: "b".into(), ..Default::default() } };
+    let request =
+        JoinRequest { node_name: "n9".into(), report: AgentReport { agent_boot_id: "b".into(), ..Default::default() } };
     assert_eq!(reason(bad_join.join(&request).await), StatusReason::Unauthorized);
     // Health, metrics and the OpenAPI document are public.
     assert_eq!(server.anonymous().get_text("/healthz").await.unwrap(), "ok");
@@ -57,7 +61,10 @@ async fn a_node_may_write_only_its_own_status() {
     let refused = node_a.update_status(&b).await.unwrap_err();
     assert_eq!(refused.reason(), Some(StatusReason::Forbidden));
     assert!(refused.to_string().contains("node node-a may not UpdateStatus nodes node-b"), "{refused}");
-    assert_eq!(reason(node_a.heartbeat("node-b", &AgentReport { agent_boot_id: "x".into(), ..Default::default() }).await), StatusReason::Forbidden);
+    assert_eq!(
+        reason(node_a.heartbeat("node-b", &AgentReport { agent_boot_id: "x".into(), ..Default::default() }).await),
+        StatusReason::Forbidden
+    );
     assert_ne!(server.admin().get::<NodeSpec>("node-b").await.unwrap().status.address.as_deref(), Some("10.9.9.9:1"));
 
     // Its own status: allowed. Its own spec, other kinds, listing: refused.
@@ -81,9 +88,17 @@ async fn malformed_bodies_get_422_with_the_field_and_store_nothing() {
 
     let cases = [
         (json!({"metadata": {"name": "n1"}, "spec": {"role": "boss"}}), "spec.role", "unknown variant"),
-        (json!({"metadata": {"name": "n1"}, "spec": {"rol": "regular"}}), "spec.rol", "unknown field `rol`, expected one of `role`"),
+        (
+            json!({"metadata": {"name": "n1"}, "spec": {"rol": "regular"}}),
+            "spec.rol",
+            "unknown field `rol`, expected one of `role`",
+        ),
         (json!({"metadata": {"name": "N_1"}}), "metadata.name", "lowercase"),
-        (json!({"metadata": {"name": "n1"}, "spec": {"role": "candidate", "masterCapable": false}}), "spec.role", "masterCapable"),
+        (
+            json!({"metadata": {"name": "n1"}, "spec": {"role": "candidate", "masterCapable": false}}),
+            "spec.role",
+            "masterCapable",
+        ),
         (json!({"kind": "Lease", "metadata": {"name": "n1"}}), "kind", "must be \"Node\""),
         (json!({"metadata": {"name": "n1", "labels": {"bad key": "v"}}}), "metadata.labels", "bad key"),
     ];
@@ -132,9 +147,16 @@ async fn a_stale_resource_version_gets_409_and_changes_nothing() {
     assert_eq!(now.metadata.resource_version, updated.metadata.resource_version);
 
     // Creating what exists is a conflict too; so is a delete at an old revision.
-    assert_eq!(reason(admin.create(&herd_core::Object::new("n1", NodeSpec::default())).await), StatusReason::AlreadyExists);
+    assert_eq!(
+        reason(admin.create(&herd_core::Object::new("n1", NodeSpec::default())).await),
+        StatusReason::AlreadyExists
+    );
     let error = reqwest::Client::new()
-        .delete(format!("{}/api/v1/nodes/n1?resourceVersion={}", server.url, created.metadata.resource_version.unwrap()))
+        .delete(format!(
+            "{}/api/v1/nodes/n1?resourceVersion={}",
+            server.url,
+            created.metadata.resource_version.unwrap()
+        ))
         .bearer_auth(common::ADMIN_TOKEN)
         .send()
         .await

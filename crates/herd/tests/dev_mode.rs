@@ -13,7 +13,12 @@ use common::{Proc, herd};
 fn start_dev(home: &Path, data: &Path) -> (Proc, String) {
     let mut command = herd();
     command.args(["dev", "--listen", "127.0.0.1:0", "--data-dir"]).arg(data);
-    command.env("HOME", home).env_remove("XDG_CONFIG_HOME").env_remove("HERD_SERVER").env_remove("HERD_TOKEN").env_remove("HERD_CONFIG");
+    command
+        .env("HOME", home)
+        .env_remove("XDG_CONFIG_HOME")
+        .env_remove("HERD_SERVER")
+        .env_remove("HERD_TOKEN")
+        .env_remove("HERD_CONFIG");
     let mut dev = Proc::spawn(command);
     let line = dev.wait_for_line("server:", Duration::from_secs(30));
     let url = line.split_whitespace().last().unwrap().to_string();
@@ -23,7 +28,13 @@ fn start_dev(home: &Path, data: &Path) -> (Proc, String) {
 /// `herd get nodes` as a user would run it: no flags, only the config file.
 fn cli(home: &Path, args: &[&str]) -> std::process::Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_herd"));
-    command.args(args).env("HOME", home).env_remove("XDG_CONFIG_HOME").env_remove("HERD_SERVER").env_remove("HERD_TOKEN").env_remove("HERD_CONFIG");
+    command
+        .args(args)
+        .env("HOME", home)
+        .env_remove("XDG_CONFIG_HOME")
+        .env_remove("HERD_SERVER")
+        .env_remove("HERD_TOKEN")
+        .env_remove("HERD_CONFIG");
     command.output().unwrap()
 }
 
@@ -53,7 +64,11 @@ fn dev_comes_up_with_three_ready_nodes_and_stops_on_ctrl_c() {
     assert!(url.starts_with("http://127.0.0.1:"), "{url}");
     let deadline = started + Duration::from_secs(15);
     while ready_nodes(&home) < 3 {
-        assert!(Instant::now() < deadline, "3 Ready nodes within 15s; got: {}", String::from_utf8_lossy(&cli(&home, &["get", "nodes"]).stdout));
+        assert!(
+            Instant::now() < deadline,
+            "3 Ready nodes within 15s; got: {}",
+            String::from_utf8_lossy(&cli(&home, &["get", "nodes"]).stdout)
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
     let first_uid = String::from_utf8(cli(&home, &["get", "clusterconfig", "cluster", "-o", "json"]).stdout).unwrap();
@@ -70,7 +85,10 @@ fn dev_comes_up_with_three_ready_nodes_and_stops_on_ctrl_c() {
     let (mut dev, _) = start_dev(&home, &data);
     assert_eq!(ready_nodes(&home), 3);
     let new_boots = boot_ids(&home);
-    assert!(first_boots.iter().all(|b| !new_boots.contains(b)), "new agent processes: {first_boots:?} then {new_boots:?}");
+    assert!(
+        first_boots.iter().all(|b| !new_boots.contains(b)),
+        "new agent processes: {first_boots:?} then {new_boots:?}"
+    );
     let again = String::from_utf8(cli(&home, &["get", "clusterconfig", "cluster", "-o", "json"]).stdout).unwrap();
     let uid = |text: &str| serde_json::from_str::<serde_json::Value>(text).unwrap()["metadata"]["uid"].clone();
     assert_eq!(uid(&first_uid), uid(&again));

@@ -32,14 +32,20 @@ async fn a_killed_agent_goes_not_ready_and_comes_back_with_a_new_boot_id() {
     let mut a = start_agent(&server.url, &dir.path().join("a"), "node-a");
     let _b = start_agent(&server.url, &dir.path().join("b"), "node-b");
     for name in ["node-a", "node-b"] {
-        eventually(Duration::from_secs(15), "both nodes Ready", || async { node(&server, name).await.filter(|n| n.status.ready) }).await;
+        eventually(Duration::from_secs(15), "both nodes Ready", || async {
+            node(&server, name).await.filter(|n| n.status.ready)
+        })
+        .await;
     }
     let first_boot = node(&server, "node-a").await.unwrap().status.agent_boot_id.unwrap();
     assert!(dir.path().join("a/node-token.json").exists(), "the agent keeps its node token");
 
     a.kill9();
     let killed_at = Instant::now();
-    let not_ready = eventually(Duration::from_secs(20), "node-a NotReady", || async { node(&server, "node-a").await.filter(|n| !n.status.ready) }).await;
+    let not_ready = eventually(Duration::from_secs(20), "node-a NotReady", || async {
+        node(&server, "node-a").await.filter(|n| !n.status.ready)
+    })
+    .await;
     let took = killed_at.elapsed();
     // Measured from the kill, the last heartbeat may have been up to one
     // period earlier; the controller looks twice a second.
@@ -59,11 +65,17 @@ async fn a_killed_agent_goes_not_ready_and_comes_back_with_a_new_boot_id() {
     let mut restart = common::herd();
     restart.args(["agent", "--server", &server.url, "--name", "node-a", "--data-dir"]).arg(dir.path().join("a"));
     let _a = common::Proc::spawn(restart);
-    let back = eventually(Duration::from_secs(10), "node-a Ready again", || async { node(&server, "node-a").await.filter(|n| n.status.ready) }).await;
+    let back = eventually(Duration::from_secs(10), "node-a Ready again", || async {
+        node(&server, "node-a").await.filter(|n| n.status.ready)
+    })
+    .await;
     assert_ne!(back.status.agent_boot_id.unwrap(), first_boot);
     let events = admin.list::<EventSpec>("").await.unwrap();
     for reason in ["NodeReady", "AgentRestarted"] {
-        assert!(events.iter().any(|e| e.spec.reason == reason && e.spec.involved_object.name == "node-a"), "a {reason} event");
+        assert!(
+            events.iter().any(|e| e.spec.reason == reason && e.spec.involved_object.name == "node-a"),
+            "a {reason} event"
+        );
     }
 }
 
@@ -77,10 +89,15 @@ async fn agents_ride_out_a_server_restart_and_use_the_next_server_url() {
     let dead_url = format!("http://{}", dead.local_addr().unwrap());
     drop(dead);
     let mut command = common::herd();
-    command.args(["agent", "--server", &format!("{dead_url},{}", server.url), "--name", "node-a", "--data-dir"]).arg(dir.path().join("a"));
+    command
+        .args(["agent", "--server", &format!("{dead_url},{}", server.url), "--name", "node-a", "--data-dir"])
+        .arg(dir.path().join("a"));
     command.env("HERD_JOIN_TOKEN", common::JOIN_TOKEN);
     let _agent = common::Proc::spawn(command);
-    eventually(Duration::from_secs(15), "node-a Ready", || async { node(&server, "node-a").await.filter(|n| n.status.ready) }).await;
+    eventually(Duration::from_secs(15), "node-a Ready", || async {
+        node(&server, "node-a").await.filter(|n| n.status.ready)
+    })
+    .await;
 
     let mut server = server;
     server.proc.kill9();

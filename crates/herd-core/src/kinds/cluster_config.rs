@@ -65,7 +65,11 @@ impl LeaderElectionSettings {
         if self.renew_deadline.get().as_secs_f64() <= retry.as_secs_f64() * 1.2 {
             errors.add(
                 &path.child("renewDeadline"),
-                format!("must be more than 1.2 x retryPeriod ({}), is {}", HumanDuration(retry.mul_f64(1.2)), self.renew_deadline),
+                format!(
+                    "must be more than 1.2 x retryPeriod ({}), is {}",
+                    HumanDuration(retry.mul_f64(1.2)),
+                    self.renew_deadline
+                ),
             );
         }
         if self.lease_duration <= self.renew_deadline {
@@ -85,13 +89,19 @@ impl Resource for ClusterConfigSpec {
 
     fn validate_name(name: &str, errors: &mut ValidationErrors) {
         if name != CLUSTER_CONFIG_NAME {
-            errors.add(&FieldPath::root("metadata.name"), format!("ClusterConfig is a singleton and must be named {CLUSTER_CONFIG_NAME:?}"));
+            errors.add(
+                &FieldPath::root("metadata.name"),
+                format!("ClusterConfig is a singleton and must be named {CLUSTER_CONFIG_NAME:?}"),
+            );
         }
     }
 
     fn validate_spec(&self, path: &FieldPath, errors: &mut ValidationErrors) {
         if !(1..=100).contains(&self.candidate_pool_size) {
-            errors.add(&path.child("candidatePoolSize"), format!("must be between 1 and 100, is {}", self.candidate_pool_size));
+            errors.add(
+                &path.child("candidatePoolSize"),
+                format!("must be between 1 and 100, is {}", self.candidate_pool_size),
+            );
         }
         self.leader_election.validate(&path.child("leaderElection"), errors);
         if self.heartbeat_period.get().is_zero() {

@@ -27,17 +27,6 @@ pub enum NodeRole {
     Offline,
 }
 
-impl NodeRole {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            NodeRole::Candidate => "candidate",
-            NodeRole::Regular => "regular",
-            NodeRole::Drained => "drained",
-            NodeRole::Offline => "offline",
-        }
-    }
-}
-
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NodeSpec {
@@ -157,7 +146,8 @@ mod tests {
 
     #[test]
     fn candidate_must_be_master_capable() {
-        let mut node = Node::new("n1", NodeSpec { role: NodeRole::Candidate, master_capable: false, unschedulable: false });
+        let mut node =
+            Node::new("n1", NodeSpec { role: NodeRole::Candidate, master_capable: false, unschedulable: false });
         assert_eq!(node.validate().unwrap_err().errors[0].field, "spec.role");
         node.spec.master_capable = true;
         node.validate().unwrap();

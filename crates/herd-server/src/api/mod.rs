@@ -9,12 +9,12 @@ mod watch;
 use std::sync::Arc;
 use std::time::Instant;
 
+use axum::Router;
 use axum::extract::{FromRequestParts, MatchedPath, Request, State};
 use axum::http::request::Parts;
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{get, post, put};
-use axum::Router;
 use herd_core::authz::{self, Principal, Target, Verb};
 use tokio_util::sync::CancellationToken;
 

@@ -12,7 +12,11 @@ use super::{AppState, Caller};
 use crate::auth::bearer;
 use crate::error::ApiError;
 
-pub async fn join(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Json<JoinResponse>, ApiError> {
+pub async fn join(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<JoinResponse>, ApiError> {
     state.auth.check_join_token(bearer(&headers))?;
     let request: JoinRequest = parse_body(&body, "Node", "")?;
     crate::nodes::join(&state.objects, &state.auth, &state.events, request).await.map(Json)

@@ -100,7 +100,12 @@ impl WatchState {
     }
 }
 
-pub async fn stream(state: AppState, kind: KindInfo, selector: LabelSelector, from: Option<u64>) -> Result<Response, ApiError> {
+pub async fn stream(
+    state: AppState,
+    kind: KindInfo,
+    selector: LabelSelector,
+    from: Option<u64>,
+) -> Result<Response, ApiError> {
     let from = from.unwrap_or_else(|| state.objects.store().head());
     let watcher = state
         .objects

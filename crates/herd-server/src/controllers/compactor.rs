@@ -19,7 +19,11 @@ const SAMPLE_INTERVAL: Duration = Duration::from_secs(30);
 
 /// The newest revision that is older than `retain`, dropping the samples
 /// it supersedes. Samples are (when seen, head revision then), oldest first.
-pub fn compaction_target(samples: &mut VecDeque<(Instant, Revision)>, now: Instant, retain: Duration) -> Option<Revision> {
+pub fn compaction_target(
+    samples: &mut VecDeque<(Instant, Revision)>,
+    now: Instant,
+    retain: Duration,
+) -> Option<Revision> {
     let mut target = None;
     while let Some(&(seen, revision)) = samples.front() {
         if now.duration_since(seen) < retain {

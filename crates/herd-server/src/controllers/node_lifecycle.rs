@@ -43,7 +43,12 @@ pub async fn run(objects: Objects, events: EventRecorder, metrics: Arc<Metrics>,
     }
 }
 
-async fn pass(objects: &Objects, events: &EventRecorder, metrics: &Metrics, sightings: &mut Sightings) -> Result<(), ApiError> {
+async fn pass(
+    objects: &Objects,
+    events: &EventRecorder,
+    metrics: &Metrics,
+    sightings: &mut Sightings,
+) -> Result<(), ApiError> {
     let grace = cluster_config(objects).await?.node_grace_period.get();
     let (nodes, _) = objects.list::<NodeSpec>().await?;
     let now_mono = Instant::now();
@@ -58,7 +63,9 @@ async fn pass(objects: &Objects, events: &EventRecorder, metrics: &Metrics, sigh
         let silent_for = now_mono.duration_since(seen.1);
         match node_health::readiness_change(node.status.ready, silent_for, grace) {
             ReadinessChange::Unchanged => ready += usize::from(node.status.ready),
-            ReadinessChange::MarkNotReady { silent_for } => mark_not_ready(objects, events, &node.metadata.name, heartbeat, silent_for, grace).await?,
+            ReadinessChange::MarkNotReady { silent_for } => {
+                mark_not_ready(objects, events, &node.metadata.name, heartbeat, silent_for, grace).await?
+            }
         }
     }
     metrics.nodes_ready.store(ready as i64, Ordering::Relaxed);

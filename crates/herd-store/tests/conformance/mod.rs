@@ -146,7 +146,8 @@ pub async fn watch_delivers_puts_and_deletes(h: &impl Harness) {
 
     let mut events = Vec::new();
     while events.len() < 3 {
-        let batch = tokio::time::timeout(Duration::from_secs(10), watcher.next()).await.expect("watch stalled").unwrap();
+        let batch =
+            tokio::time::timeout(Duration::from_secs(10), watcher.next()).await.expect("watch stalled").unwrap();
         events.extend(batch.events);
     }
     let summary: Vec<_> = events.iter().map(|e| (e.revision, e.kind, e.value.clone(), e.is_create())).collect();

@@ -18,7 +18,8 @@ fn read_documents(path: &Path) -> anyhow::Result<Vec<Value>> {
     } else {
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?
     };
-    let documents: Vec<Value> = serde_saphyr::from_multiple(&text).with_context(|| format!("{} is not valid YAML or JSON", path.display()))?;
+    let documents: Vec<Value> =
+        serde_saphyr::from_multiple(&text).with_context(|| format!("{} is not valid YAML or JSON", path.display()))?;
     Ok(documents.into_iter().filter(|d| !d.is_null()).collect())
 }
 
@@ -36,8 +37,10 @@ pub async fn apply(client: &Client, path: &Path, dry_run: bool) -> anyhow::Resul
     let mut checked = Vec::new();
     for (index, document) in documents.into_iter().enumerate() {
         let where_ = format!("{} document {}", path.display(), index + 1);
-        let kind_field = document.get("kind").and_then(Value::as_str).with_context(|| format!("{where_}: kind: missing"))?;
-        let kind = kinds::by_kind(kind_field).with_context(|| format!("{where_}: kind: unknown kind {kind_field:?}"))?;
+        let kind_field =
+            document.get("kind").and_then(Value::as_str).with_context(|| format!("{where_}: kind: missing"))?;
+        let kind =
+            kinds::by_kind(kind_field).with_context(|| format!("{where_}: kind: unknown kind {kind_field:?}"))?;
         let normalized = (kind.normalize)(document).map_err(|errors| anyhow::anyhow!("{where_}: {errors}"))?;
         checked.push((kind, normalized));
     }

@@ -8,7 +8,13 @@ use crate::cli::OutputFormat;
 use crate::kinds;
 use crate::output;
 
-pub async fn get(client: &Client, kind: &str, name: Option<&str>, selector: &str, format: OutputFormat) -> anyhow::Result<()> {
+pub async fn get(
+    client: &Client,
+    kind: &str,
+    name: Option<&str>,
+    selector: &str,
+    format: OutputFormat,
+) -> anyhow::Result<()> {
     let kind = kinds::resolve(kind)?;
     match name {
         Some(name) => {

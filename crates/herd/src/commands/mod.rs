@@ -16,7 +16,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             get::get(&context::client(&conn)?, &kind, name.as_deref(), selector.as_deref().unwrap_or(""), output).await
         }
         Command::Describe { kind, name } => get::describe(&context::client(&conn)?, &kind, &name).await,
-        Command::Events { for_object, output } => get::events(&context::client(&conn)?, for_object.as_deref(), output).await,
+        Command::Events { for_object, output } => {
+            get::events(&context::client(&conn)?, for_object.as_deref(), output).await
+        }
         Command::Apply { file, dry_run } => apply::apply(&context::client(&conn)?, &file, dry_run).await,
         Command::Delete { kind, name, dry_run } => apply::delete(&context::client(&conn)?, &kind, &name, dry_run).await,
         Command::Server(args) => modes::server(args).await,

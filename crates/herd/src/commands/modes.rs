@@ -48,7 +48,9 @@ pub async fn server(args: ServerArgs) -> anyhow::Result<()> {
 }
 
 fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_ascii_lowercase()).unwrap_or_else(|_| "localhost".into())
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_ascii_lowercase())
+        .unwrap_or_else(|_| "localhost".into())
 }
 
 pub async fn agent(args: AgentArgs, servers: Vec<String>) -> anyhow::Result<()> {
