@@ -17,6 +17,7 @@
 //! connection).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI32, Ordering};
 
 use async_trait::async_trait;
 use tokio::sync::{Mutex, Notify};
@@ -156,6 +157,10 @@ impl Conn {
         Conn::prepare(client).await
     }
 
+    async fn backend_pid(&self) -> Result<i32, StoreError> {
+        Ok(self.client.query_one("SELECT pg_backend_pid()", &[]).await?.get(0))
+    }
+
     async fn prepare(client: Client) -> Result<Conn, StoreError> {
         // Each read is one statement, so it sees one snapshot: the head
         // revision and the rows agree.
@@ -194,6 +199,9 @@ pub struct PostgresBackend {
     writer: Mutex<Conn>,
     readers: Mutex<Vec<Conn>>,
     external: Arc<Notify>,
+    /// The backend pid of the writer connection: notifications it sent are
+    /// this process's own commits, already handed to the watch tailer.
+    writer_pid: Arc<AtomicI32>,
     _listener: Client,
 }
 
@@ -225,10 +233,14 @@ impl PostgresBackend {
         let _ = setup_task.await;
 
         let external = Arc::new(Notify::new());
-        let listener = listen(url, external.clone()).await?;
+        let writer_pid = Arc::new(AtomicI32::new(0));
+        let listener = listen(url, external.clone(), writer_pid.clone()).await?;
+        let writer = Conn::connect(url).await?;
+        writer_pid.store(writer.backend_pid().await?, Ordering::Relaxed);
         Ok(PostgresBackend {
             url: url.to_string(),
-            writer: Mutex::new(Conn::connect(url).await?),
+            writer: Mutex::new(writer),
+            writer_pid,
             readers: Mutex::new(Vec::new()),
             external,
             _listener: listener,
@@ -251,16 +263,21 @@ impl PostgresBackend {
     }
 }
 
-/// A connection that LISTENs and turns notifications into wake-ups. The
-/// returned client must be kept: dropping it closes the connection.
-async fn listen(url: &str, external: Arc<Notify>) -> Result<Client, StoreError> {
+/// A connection that LISTENs and turns other processes' notifications into
+/// wake-ups. The returned client must be kept: dropping it closes the
+/// connection.
+async fn listen(url: &str, external: Arc<Notify>, own_pid: Arc<AtomicI32>) -> Result<Client, StoreError> {
     let (client, mut connection) = tokio_postgres::connect(url, NoTls).await?;
     tokio::spawn(async move {
         let messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
         futures_util::pin_mut!(messages);
         while let Some(message) = futures_util::StreamExt::next(&mut messages).await {
             match message {
-                Ok(tokio_postgres::AsyncMessage::Notification(_)) => external.notify_one(),
+                Ok(tokio_postgres::AsyncMessage::Notification(n))
+                    if n.process_id() != own_pid.load(Ordering::Relaxed) =>
+                {
+                    external.notify_one()
+                }
                 Ok(_) => {}
                 Err(error) => {
                     tracing::warn!(%error, "postgres listener connection failed; watches fall back to polling");
@@ -393,6 +410,7 @@ impl Backend for PostgresBackend {
         let mut conn = self.writer.lock().await;
         if conn.client.is_closed() {
             *conn = Conn::connect(&self.url).await?;
+            self.writer_pid.store(conn.backend_pid().await?, Ordering::Relaxed);
         }
         commit_batch(&conn, &batch).await
     }
