@@ -13,6 +13,7 @@ pub mod lifecycle;
 pub mod meta;
 pub mod node_health;
 pub mod resource;
+pub mod selection;
 pub mod time;
 pub mod validation;
 

@@ -94,3 +94,20 @@ impl IntoResponse for ApiError {
         (code, Json(status)).into_response()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_errors_map_to_the_api_statuses() {
+        let code = |e: StoreError| ApiError::from_store("Node", "n1", e).status().code;
+        assert_eq!(code(StoreError::Compacted { requested: 3, compacted: 9 }), 410, "relist after compaction");
+        assert_eq!(code(StoreError::Conflict { key: "k".into(), expected: 1, actual: Some(2) }), 409);
+        assert_eq!(code(StoreError::AlreadyExists("k".into())), 409);
+        assert_eq!(code(StoreError::NotFound("k".into())), 404);
+        assert_eq!(code(StoreError::Backend("disk".into())), 503);
+        let invalid = ApiError::invalid("Node", "n1", ValidationErrors::single("spec.role", "bad")).status();
+        assert_eq!((invalid.code, invalid.causes[0].field.as_str()), (422, "spec.role"));
+    }
+}

@@ -62,6 +62,45 @@ async fn watch_delivers_changes_after_the_list_revision() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_selector_watch_sees_objects_enter_and_leave_the_selection() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path());
+    let admin = server.admin();
+    let mut before = admin.create(&lease("l0", &[("team", "a")])).await.unwrap();
+    let list = admin.list_values("leases", "team=a").await.unwrap();
+    let mut watch = admin.watch("leases", Some(&list.metadata.resource_version), "team=a").await.unwrap();
+
+    let mut l1 = admin.create(&lease("l1", &[("team", "a")])).await.unwrap();
+    admin.create(&lease("other", &[("team", "b")])).await.unwrap();
+    l1.metadata.labels.insert("team".into(), "b".into());
+    let mut l1 = admin.update(&l1).await.unwrap();
+    l1.spec.holder_identity = "unseen".into();
+    let mut l1 = admin.update(&l1).await.unwrap();
+    l1.metadata.labels.insert("team".into(), "a".into());
+    admin.update(&l1).await.unwrap();
+    before.metadata.labels.insert("team".into(), "c".into());
+    admin.update(&before).await.unwrap();
+
+    let mut seen = Vec::new();
+    while seen.len() < 4 {
+        let event = tokio::time::timeout(Duration::from_secs(10), watch.next()).await.unwrap().unwrap().unwrap();
+        if event.type_ != WatchEventType::Bookmark {
+            seen.push((event.type_, event.object["metadata"]["name"].as_str().unwrap().to_string()));
+        }
+    }
+    assert_eq!(
+        seen,
+        vec![
+            (WatchEventType::Added, "l1".into()),
+            (WatchEventType::Deleted, "l1".into()),
+            (WatchEventType::Added, "l1".into()),
+            (WatchEventType::Deleted, "l0".into()),
+        ],
+        "objects leaving the selection are DELETED, entering it ADDED; the rest is not sent"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn selectors_paging_dry_run_and_status() {
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start(dir.path());

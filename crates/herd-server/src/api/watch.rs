@@ -1,9 +1,10 @@
 //! Watch streams: JSON lines of `{"type": ..., "object": ...}`, keyed by
 //! store revision, with a BOOKMARK every few seconds carrying how far the
-//! watch got. A watch from a compacted revision gets 410 Gone; compaction
+//! watch got. With a label selector, objects entering the selection are
+//! ADDED and objects leaving it DELETED (`herd_core::selection`). A watch from a compacted revision gets 410 Gone; compaction
 //! overtaking a running watch ends it with an ERROR line carrying 410.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -16,7 +17,8 @@ use bytes::Bytes;
 use herd_core::API_VERSION;
 use herd_core::api::{WatchEvent, WatchEventType};
 use herd_core::labels::LabelSelector;
-use herd_store::{EventKind, Watcher};
+use herd_core::selection::{Change, ChangeKind, SelectionTracker};
+use herd_store::{EventKind, ListOptions, Watcher};
 use serde_json::json;
 
 use super::AppState;
@@ -39,7 +41,7 @@ impl Drop for Active {
 struct WatchState {
     watcher: Watcher,
     kind: KindInfo,
-    selector: LabelSelector,
+    selection: SelectionTracker,
     pending: VecDeque<Bytes>,
     bookmarks: tokio::time::Interval,
     state: AppState,
@@ -74,14 +76,14 @@ impl WatchState {
             batch = self.watcher.next() => match batch {
                 Ok(batch) => {
                     for event in batch.events {
-                        if !self.selector.is_empty() && !self.selector.matches(&stored_labels(&event.value)) {
-                            continue;
-                        }
-                        let type_ = match event.kind {
-                            EventKind::Delete => WatchEventType::Deleted,
-                            EventKind::Put if event.is_create() => WatchEventType::Added,
-                            EventKind::Put => WatchEventType::Modified,
+                        let kind = match event.kind {
+                            EventKind::Delete => ChangeKind::Deleted,
+                            EventKind::Put if event.is_create() => ChangeKind::Created,
+                            EventKind::Put => ChangeKind::Modified,
                         };
+                        let labels = stored_labels(&event.value);
+                        let change = Change { key: &event.key, labels: &labels, revision: event.revision, kind };
+                        let Some(type_) = self.selection.classify(change) else { continue };
                         match decode_value(&event.value, &event.key, event.revision) {
                             Ok(object) => self.pending.push_back(line(&WatchEvent { type_, object })),
                             Err(error) => tracing::error!(%error, "skipping an unreadable stored object in a watch"),
@@ -100,6 +102,28 @@ impl WatchState {
     }
 }
 
+/// The keys matching `selector` now, for telling objects that leave or
+/// enter the selection (nothing to read without a selector).
+async fn seed_selection(
+    state: &AppState,
+    kind: KindInfo,
+    selector: LabelSelector,
+) -> Result<SelectionTracker, ApiError> {
+    if selector.is_empty() {
+        return Ok(SelectionTracker::new(selector, HashSet::new(), 0));
+    }
+    let page = state
+        .objects
+        .store()
+        .list(&collection_prefix(kind.plural), &ListOptions::default(), |kv| {
+            selector.matches(&stored_labels(&kv.value))
+        })
+        .await
+        .map_err(|e| ApiError::from_store(kind.kind, "", e))?;
+    let matching = page.items.into_iter().map(|kv| kv.key).collect();
+    Ok(SelectionTracker::new(selector, matching, page.revision))
+}
+
 pub async fn stream(
     state: AppState,
     kind: KindInfo,
@@ -113,13 +137,14 @@ pub async fn stream(
         .watch(&collection_prefix(kind.plural), from)
         .await
         .map_err(|e| ApiError::from_store(kind.kind, "", e))?;
+    let selection = seed_selection(&state, kind, selector).await?;
     state.metrics.watches_active.fetch_add(1, Ordering::Relaxed);
     let mut bookmarks = tokio::time::interval(BOOKMARK_INTERVAL);
     bookmarks.reset();
     let initial = WatchState {
         watcher,
         kind,
-        selector,
+        selection,
         pending: VecDeque::new(),
         bookmarks,
         _active: Active(state.metrics.clone()),
