@@ -238,3 +238,28 @@ async fn cli_apply_get_delete_and_exit_codes() {
     let out = run(&["describe", "lease", "l1"]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("Events:"));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_example_applies_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path());
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let mut applied = 0;
+    for entry in std::fs::read_dir(&examples).unwrap() {
+        let path = entry.unwrap().path();
+        if !matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml" | "json")) {
+            continue;
+        }
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_herd"))
+            .args(["apply", "--dry-run", "-f"])
+            .arg(&path)
+            .env("HERD_SERVER", &server.url)
+            .env("HERD_TOKEN", ADMIN_TOKEN)
+            .env("HERD_CONFIG", dir.path().join("none.yaml"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
+        applied += 1;
+    }
+    assert!(applied > 0, "no examples found in {}", examples.display());
+}
