@@ -18,9 +18,12 @@ pub mod heartbeat;
 use std::fs::File;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use herd_client::{Client, ClientError};
 use tokio_util::sync::CancellationToken;
+
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(Clone, Debug)]
 pub struct AgentConfig {
@@ -84,7 +87,9 @@ pub async fn run(config: AgentConfig, stop: CancellationToken) -> Result<(), Age
     let endpoint = endpoint::serve(config.listen, identity.clone(), stop.clone()).await?;
     tracing::info!(node = %identity.node_name, boot_id = %identity.agent_boot_id, address = %endpoint, "herd agent started");
 
-    let client = Client::new(config.servers.clone(), None);
+    // A heartbeat that takes longer than this is given up, and the next one
+    // goes to the next server: a hung server must not silence the node.
+    let client = Client::new(config.servers.clone(), None).with_timeout(REQUEST_TIMEOUT);
     let store = credentials::CredentialStore::new(&data_dir);
     heartbeat::run(client, store, config.join_token.clone(), identity, endpoint, stop).await?;
     drop(lock);

@@ -1,7 +1,8 @@
 //! A typed client for the herd HTTP API, used by the CLI, the agent and the
 //! tests. It knows several server URLs and moves to the next when one
 //! cannot be reached (only before a request was sent, so that a write is
-//! never sent twice).
+//! never sent twice). A request that times out is not re-sent, but the
+//! next request starts at the next server: a hung server is left behind.
 
 mod watch;
 
@@ -62,6 +63,7 @@ pub struct Client {
     servers: Arc<Vec<String>>,
     current: Arc<AtomicUsize>,
     token: Option<String>,
+    timeout: Duration,
     http: reqwest::Client,
 }
 
@@ -83,7 +85,12 @@ impl Client {
     pub fn new(servers: Vec<String>, token: Option<String>) -> Client {
         let servers = servers.into_iter().map(|s| s.trim_end_matches('/').to_string()).collect();
         let http = reqwest::Client::builder().connect_timeout(Duration::from_secs(5)).build().unwrap_or_default();
-        Client { servers: Arc::new(servers), current: Arc::default(), token, http }
+        Client { servers: Arc::new(servers), current: Arc::default(), token, timeout: REQUEST_TIMEOUT, http }
+    }
+
+    /// The same client with another per-request timeout (watches have none).
+    pub fn with_timeout(&self, timeout: Duration) -> Client {
+        Client { timeout, ..self.clone() }
     }
 
     /// The same servers with another token.
@@ -120,6 +127,9 @@ impl Client {
                 }
                 Err(error) if error.is_connect() => last_reason = format!("{base}: {}", error_chain(&error)),
                 Err(error) => {
+                    if error.is_timeout() {
+                        self.current.store((index + 1) % count, Ordering::Relaxed);
+                    }
                     return Err(ClientError::Unreachable { servers: base.clone(), reason: error_chain(&error) });
                 }
             }
@@ -145,7 +155,7 @@ impl Client {
                         None => request,
                     }
                 },
-                Some(REQUEST_TIMEOUT),
+                Some(self.timeout),
             )
             .await?;
         decode(response).await
@@ -268,7 +278,7 @@ impl Client {
 
     /// The raw text of an unauthenticated endpoint (`/metrics`, `/healthz`).
     pub async fn get_text(&self, path: &str) -> Result<String, ClientError> {
-        let response = check(self.send(Method::GET, path, |r| r, Some(REQUEST_TIMEOUT)).await?).await?;
+        let response = check(self.send(Method::GET, path, |r| r, Some(self.timeout)).await?).await?;
         response.text().await.map_err(|e| ClientError::Protocol { url: path.into(), reason: error_chain(&e) })
     }
 }

@@ -109,3 +109,30 @@ async fn agents_ride_out_a_server_restart_and_use_the_next_server_url() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_leaves_a_hung_server_for_the_next_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = TestServer::start(&dir.path().join("first"));
+    let second = TestServer::start(&dir.path().join("second"));
+    let mut command = common::herd();
+    command.args(["agent", "--server", &format!("{},{}", first.url, second.url), "--name", "node-a", "--data-dir"]);
+    command.arg(dir.path().join("a")).env("HERD_JOIN_TOKEN", common::JOIN_TOKEN);
+    let _agent = common::Proc::spawn(command);
+    eventually(Duration::from_secs(15), "node-a Ready on the first server", || async {
+        node(&first, "node-a").await.filter(|n| n.status.ready)
+    })
+    .await;
+
+    // The first server hangs (its connections stay open, nothing answers).
+    first.proc.signal("STOP");
+    let stopped_at = Instant::now();
+    let moved = eventually(Duration::from_secs(30), "node-a Ready on the second server", || async {
+        node(&second, "node-a").await.filter(|n| n.status.ready)
+    })
+    .await;
+    first.proc.signal("CONT");
+    assert!(moved.status.agent_boot_id.is_some());
+    // One request timeout (5s), a backoff step and a join.
+    assert!(stopped_at.elapsed() < Duration::from_secs(12), "took {:?}", stopped_at.elapsed());
+}
