@@ -24,7 +24,8 @@ macro_rules! conformance_suite {
             crud_and_revisions, write_conflicts, txn_is_atomic, list_prefix_paging_and_filter,
             watch_delivers_puts_and_deletes, watch_from_mid_revision, compaction_expires_old_watches,
             concurrent_creates_have_one_winner, concurrent_writers_are_group_committed,
-            concurrent_watch_sees_every_write_once_in_order, reopen_keeps_everything, invalid_keys_are_refused);
+            concurrent_watch_sees_every_write_once_in_order, reopen_keeps_everything, invalid_keys_are_refused,
+            random_transactions_match_a_model);
     };
     (@tests $harness:expr; $($name:ident),*) => {
         $(
@@ -335,4 +336,123 @@ pub async fn invalid_keys_are_refused(h: &impl Harness) {
         assert!(matches!(store.create(bad, b"".to_vec()).await, Err(StoreError::InvalidKey(_))), "{bad:?}");
     }
     assert_eq!(store.head(), 0, "nothing was written");
+}
+
+/// An obviously correct store, applied one transaction at a time: the
+/// oracle for `random_transactions_match_a_model`.
+#[derive(Default)]
+struct Model {
+    head: u64,
+    kv: std::collections::BTreeMap<String, (Vec<u8>, u64, u64)>,
+    events: Vec<(u64, EventKind, String, Vec<u8>, u64)>,
+}
+
+impl Model {
+    fn revision(&self, key: &str) -> Option<u64> {
+        self.kv.get(key).map(|(_, _, m)| *m)
+    }
+
+    fn apply(&mut self, txn: &Txn) -> TxnOutcome {
+        for (index, compare) in txn.compares.iter().enumerate() {
+            let actual = self.revision(compare.key());
+            if !compare.holds(actual) {
+                return TxnOutcome::CompareFailed { index, key: compare.key().to_string(), actual };
+            }
+        }
+        for op in &txn.ops {
+            match op {
+                herd_store::Op::Put { key, value } => {
+                    self.head += 1;
+                    let create = self.kv.get(key).map_or(self.head, |(_, c, _)| *c);
+                    self.kv.insert(key.clone(), (value.clone(), create, self.head));
+                    self.events.push((self.head, EventKind::Put, key.clone(), value.clone(), create));
+                }
+                herd_store::Op::Delete { key } => {
+                    if let Some((value, create, _)) = self.kv.remove(key) {
+                        self.head += 1;
+                        self.events.push((self.head, EventKind::Delete, key.clone(), value, create));
+                    }
+                }
+            }
+        }
+        TxnOutcome::Committed { revision: self.head }
+    }
+}
+
+/// A compare, resolved against the model when its group is submitted (so
+/// that it sometimes holds and sometimes, after an earlier transaction of
+/// the same group, fails).
+#[derive(Clone, Debug)]
+enum CompareSpec {
+    Current(usize),
+    Absent(usize),
+    Exists(usize),
+    Stale(usize),
+}
+
+fn random_groups() -> Vec<Vec<(Vec<CompareSpec>, Vec<(usize, Option<u8>)>)>> {
+    use proptest::prelude::*;
+    use proptest::strategy::ValueTree;
+    let compare = prop_oneof![
+        (0..4usize).prop_map(CompareSpec::Current),
+        (0..4usize).prop_map(CompareSpec::Absent),
+        (0..4usize).prop_map(CompareSpec::Exists),
+        (0..4usize).prop_map(CompareSpec::Stale),
+    ];
+    // An op: a key and Some(value) to put, None to delete.
+    let op = (0..4usize, proptest::option::weighted(0.7, any::<u8>()));
+    let txn = (proptest::collection::vec(compare, 0..3), proptest::collection::vec(op, 1..4));
+    let groups = proptest::collection::vec(proptest::collection::vec(txn, 1..6), 60);
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    groups.new_tree(&mut runner).unwrap().current()
+}
+
+pub async fn random_transactions_match_a_model(h: &impl Harness) {
+    let store = h.open().await;
+    let mut watcher = store.watch("/m/", 0).await.unwrap();
+    let mut model = Model::default();
+    let key = |k: usize| format!("/m/{k}");
+    for group in random_groups() {
+        let txns: Vec<Txn> = group
+            .iter()
+            .map(|(compares, ops)| {
+                let mut txn = Txn::new();
+                for spec in compares {
+                    txn = txn.when(match *spec {
+                        CompareSpec::Current(k) => {
+                            Compare::ModRevision { key: key(k), revision: model.revision(&key(k)).unwrap_or(0) }
+                        }
+                        CompareSpec::Absent(k) => Compare::ModRevision { key: key(k), revision: 0 },
+                        CompareSpec::Exists(k) => Compare::Exists { key: key(k) },
+                        CompareSpec::Stale(k) => Compare::ModRevision { key: key(k), revision: model.head + 1000 },
+                    });
+                }
+                for (k, value) in ops {
+                    txn = match value {
+                        Some(v) => txn.put(key(*k), vec![*v]),
+                        None => txn.delete(key(*k)),
+                    };
+                }
+                txn
+            })
+            .collect();
+        // Submitted together, in order: they share batches as concurrent
+        // writers' transactions do.
+        let outcomes = futures_util::future::join_all(txns.iter().cloned().map(|t| store.txn(t))).await;
+        for (txn, outcome) in txns.iter().zip(outcomes) {
+            assert_eq!(outcome.unwrap(), model.apply(txn), "{txn:?}");
+        }
+    }
+    let page = store.list("/m/", &ListOptions::default(), |_| true).await.unwrap();
+    let state: Vec<_> =
+        page.items.iter().map(|kv| (kv.key.clone(), (kv.value.clone(), kv.create_revision, kv.mod_revision))).collect();
+    assert_eq!(state, model.kv.clone().into_iter().collect::<Vec<_>>(), "final state");
+    let mut events = Vec::new();
+    while events.len() < model.events.len() {
+        let batch =
+            tokio::time::timeout(Duration::from_secs(10), watcher.next()).await.expect("watch stalled").unwrap();
+        events.extend(batch.events.into_iter().map(|e| (e.revision, e.kind, e.key, e.value, e.create_revision)));
+    }
+    assert_eq!(events, model.events, "event stream");
+    assert!(model.events.len() > 100, "the random history is substantial ({} events)", model.events.len());
 }
