@@ -390,7 +390,11 @@ enum CompareSpec {
     Stale(usize),
 }
 
-fn random_groups() -> Vec<Vec<(Vec<CompareSpec>, Vec<(usize, Option<u8>)>)>> {
+/// An operation: a key, and Some(value) to put it or None to delete it.
+type OpSpec = (usize, Option<u8>);
+type TxnSpec = (Vec<CompareSpec>, Vec<OpSpec>);
+
+fn random_groups() -> Vec<Vec<TxnSpec>> {
     use proptest::prelude::*;
     use proptest::strategy::ValueTree;
     let compare = prop_oneof![
@@ -399,7 +403,6 @@ fn random_groups() -> Vec<Vec<(Vec<CompareSpec>, Vec<(usize, Option<u8>)>)>> {
         (0..4usize).prop_map(CompareSpec::Exists),
         (0..4usize).prop_map(CompareSpec::Stale),
     ];
-    // An op: a key and Some(value) to put, None to delete.
     let op = (0..4usize, proptest::option::weighted(0.7, any::<u8>()));
     let txn = (proptest::collection::vec(compare, 0..3), proptest::collection::vec(op, 1..4));
     let groups = proptest::collection::vec(proptest::collection::vec(txn, 1..6), 60);
