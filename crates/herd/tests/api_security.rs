@@ -122,6 +122,17 @@ async fn malformed_bodies_get_422_with_the_field_and_store_nothing() {
     let status: serde_json::Value = raw.json().await.unwrap();
     assert_eq!(status["causes"][0]["field"], "body");
 
+    // A bad query parameter is a Status too, naming the parameter.
+    let raw = reqwest::Client::new()
+        .get(format!("{}/api/v1/nodes?limit=many", server.url))
+        .bearer_auth(common::ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(raw.status().as_u16(), 400);
+    let status: serde_json::Value = raw.json().await.unwrap();
+    assert!(status["message"].as_str().unwrap().contains("limit"), "{status}");
+
     let after = admin.list_values("nodes", "").await.unwrap();
     assert!(after.items.is_empty(), "nothing was stored");
     assert_eq!(after.metadata.resource_version, before, "not even a revision was used");

@@ -54,6 +54,21 @@ impl FromRequestParts<AppState> for Caller {
     }
 }
 
+/// Query parameters, with bad ones answered as a herd `Status` (400) that
+/// names the parameter, like every other error.
+pub struct ApiQuery<T>(pub T);
+
+impl<T: serde::de::DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(value)) => Ok(ApiQuery(value)),
+            Err(rejection) => Err(ApiError::BadRequest(format!("query parameters: {}", rejection.body_text()))),
+        }
+    }
+}
+
 async fn record_metrics(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let started = Instant::now();
     let method = request.method().to_string();

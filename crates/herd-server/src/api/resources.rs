@@ -2,7 +2,7 @@
 //! replace status, delete.
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::{AppState, Caller};
+use super::{ApiQuery, AppState, Caller};
 use crate::error::ApiError;
 use crate::objects::Part;
 
@@ -57,7 +57,7 @@ pub async fn list_or_watch(
     State(state): State<AppState>,
     caller: Caller,
     Path(plural): Path<String>,
-    Query(query): Query<ListQuery>,
+    ApiQuery(query): ApiQuery<ListQuery>,
 ) -> Result<Response, ApiError> {
     let kind = state.registry.get(&plural)?.info();
     let selector = LabelSelector::parse(query.label_selector.as_deref().unwrap_or(""))
@@ -89,7 +89,7 @@ pub async fn create(
     State(state): State<AppState>,
     caller: Caller,
     Path(plural): Path<String>,
-    Query(query): Query<WriteQuery>,
+    ApiQuery(query): ApiQuery<WriteQuery>,
     body: Bytes,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let ops = state.registry.get(&plural)?;
@@ -103,7 +103,7 @@ pub async fn replace(
     State(state): State<AppState>,
     caller: Caller,
     Path((plural, name)): Path<(String, String)>,
-    Query(query): Query<WriteQuery>,
+    ApiQuery(query): ApiQuery<WriteQuery>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
     replace_part(state, caller, &plural, &name, query, body, Part::Spec).await
@@ -113,7 +113,7 @@ pub async fn replace_status(
     State(state): State<AppState>,
     caller: Caller,
     Path((plural, name)): Path<(String, String)>,
-    Query(query): Query<WriteQuery>,
+    ApiQuery(query): ApiQuery<WriteQuery>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
     replace_part(state, caller, &plural, &name, query, body, Part::Status).await
@@ -142,7 +142,7 @@ pub async fn delete(
     State(state): State<AppState>,
     caller: Caller,
     Path((plural, name)): Path<(String, String)>,
-    Query(query): Query<WriteQuery>,
+    ApiQuery(query): ApiQuery<WriteQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let kind = state.registry.get(&plural)?.info();
     caller.may(Verb::Delete, &plural, Some(&name))?;
