@@ -51,9 +51,7 @@ impl ApiError {
             )),
             StoreError::Compacted { .. } => ApiError::Gone(error.to_string()),
             StoreError::InvalidKey(_) => ApiError::BadRequest(error.to_string()),
-            StoreError::Locked(_) | StoreError::Backend(_) | StoreError::Closed => {
-                ApiError::Unavailable(error.to_string())
-            }
+            StoreError::Backend(_) | StoreError::Closed => ApiError::Unavailable(error.to_string()),
         }
     }
 

@@ -16,8 +16,6 @@ pub enum StoreError {
     Compacted { requested: Revision, compacted: Revision },
     #[error("invalid key {0:?}: keys are 1-1024 printable ASCII characters without spaces")]
     InvalidKey(String),
-    #[error("the store is in use by another process: {0}")]
-    Locked(String),
     #[error("store backend error: {0}")]
     Backend(String),
     #[error("the store is closed")]

@@ -1,15 +1,21 @@
 //! The SQLite backend: one file, WAL, `synchronous=FULL`, so an acknowledged
 //! write survives power loss. One writer connection, a few readers (WAL lets
-//! them read while the writer commits). An exclusive lock on `<db>.lock`
-//! keeps a second process from opening the same store.
+//! them read while the writer commits).
+//!
+//! Several processes may share the file (server replicas on one host):
+//! their writes serialise on SQLite's own write lock (`BEGIN IMMEDIATE`),
+//! and the head revision is read inside it, so revisions still commit in
+//! order. A thread per store polls `PRAGMA data_version` to notice other
+//! processes' commits and wake the watch tailer.
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use tokio::sync::Notify;
 
 use crate::backend::{Backend, Committed};
 use crate::error::StoreError;
@@ -40,11 +46,14 @@ INSERT OR IGNORE INTO meta (id, compacted) VALUES (1, 0);
 /// Readers kept open for reuse.
 const MAX_IDLE_READERS: usize = 8;
 
+/// How often the file is checked for other processes' commits.
+const CHANGE_POLL: Duration = Duration::from_millis(25);
+
 pub struct SqliteBackend {
     path: PathBuf,
     writer: Arc<Mutex<Connection>>,
     readers: Arc<Mutex<Vec<Connection>>>,
-    _lock: File,
+    external: Arc<Notify>,
 }
 
 /// Opens a connection with the durability settings every herd SQLite
@@ -56,6 +65,25 @@ pub fn open_connection(path: &Path) -> Result<Connection, StoreError> {
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     Ok(conn)
+}
+
+/// Signals `changed` whenever another connection commits to the file (also
+/// this process's writer: the tailer then finds nothing new, cheaply). Ends
+/// when the backend is gone.
+fn watch_file(conn: Connection, changed: Weak<Notify>) {
+    std::thread::spawn(move || {
+        let version = |conn: &Connection| conn.query_row("PRAGMA data_version", [], |r| r.get::<_, i64>(0)).ok();
+        let mut last = version(&conn);
+        loop {
+            std::thread::sleep(CHANGE_POLL);
+            let Some(changed) = changed.upgrade() else { return };
+            let now = version(&conn);
+            if now != last {
+                last = now;
+                changed.notify_one();
+            }
+        }
+    });
 }
 
 fn lock_error(e: impl std::fmt::Display) -> StoreError {
@@ -85,21 +113,15 @@ impl SqliteBackend {
             std::fs::create_dir_all(dir)
                 .map_err(|e| StoreError::Backend(format!("creating {}: {e}", dir.display())))?;
         }
-        let lock_path = path.with_extension("lock");
-        let lock = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| StoreError::Backend(format!("opening {}: {e}", lock_path.display())))?;
-        lock.try_lock().map_err(|_| StoreError::Locked(format!("{} is locked", lock_path.display())))?;
         let writer = open_connection(&path)?;
         writer.execute_batch(SCHEMA)?;
+        let external = Arc::new(Notify::new());
+        watch_file(open_connection(&path)?, Arc::downgrade(&external));
         Ok(SqliteBackend {
             path,
             writer: Arc::new(Mutex::new(writer)),
             readers: Arc::new(Mutex::new(Vec::new())),
-            _lock: lock,
+            external,
         })
     }
 
@@ -293,6 +315,10 @@ impl Backend for SqliteBackend {
             Ok(events)
         })
         .await
+    }
+
+    fn external_commits(&self) -> Option<Arc<Notify>> {
+        Some(self.external.clone())
     }
 
     async fn compact(&self, upto: Revision) -> Result<(), StoreError> {
