@@ -2,7 +2,8 @@
 //! admission, and the controllers, over a [`herd_store::Store`].
 //!
 //! Code map: [`objects`] applies the lifecycle rules of `herd-core` to
-//! objects in the store (no HTTP); [`registry`] binds each kind's JSON to
+//! objects in the store (no HTTP); [`reflector`] keeps watch-fed copies of
+//! a kind for controllers; [`registry`] binds each kind's JSON to
 //! its typed rules; [`api`] is the axum router and thin handlers; [`error`]
 //! is the one place errors become HTTP statuses; [`auth`] knows tokens;
 //! [`nodes`] is the agent protocol (join, heartbeat); [`controllers`] are
@@ -18,6 +19,7 @@ pub mod metrics;
 pub mod nodes;
 pub mod objects;
 pub mod openapi;
+pub mod reflector;
 pub mod registry;
 
 use std::net::SocketAddr;
@@ -35,6 +37,7 @@ use crate::auth::Authenticator;
 use crate::error::ApiError;
 use crate::events::EventRecorder;
 use crate::objects::Objects;
+use crate::reflector::Reflector;
 use crate::registry::Registry;
 
 #[derive(Clone, Debug)]
@@ -80,8 +83,12 @@ impl Server {
 
         let registry = Arc::new(Registry::standard());
         let shutdown = CancellationToken::new();
+        // Serve only with the settings in hand: heartbeat answers carry them.
+        let cluster_config = Reflector::start(store.clone(), shutdown.clone());
+        cluster_config.synced().await;
         let state = AppState {
             objects: objects.clone(),
+            config: cluster_config.clone(),
             openapi: Arc::new(openapi::document(&registry)),
             registry,
             auth: Arc::new(Authenticator::new(store, &config.admin_token, &config.join_token)),
@@ -89,7 +96,8 @@ impl Server {
             events: EventRecorder::new(objects.clone(), "api"),
             shutdown: shutdown.clone(),
         };
-        let mut controllers = controllers::start(objects, state.metrics.clone(), shutdown.child_token());
+        let mut controllers =
+            controllers::start(objects, cluster_config, state.metrics.clone(), shutdown.child_token());
         let router = api::router(state).layer(tower_http::trace::TraceLayer::new_for_http());
         let stop = shutdown.clone();
         let task = tokio::spawn(async move {

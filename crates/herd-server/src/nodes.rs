@@ -11,11 +11,12 @@ use crate::auth::Authenticator;
 use crate::error::ApiError;
 use crate::events::EventRecorder;
 use crate::objects::{Objects, Part, now};
+use crate::reflector::Reflector;
 
-/// The cluster settings in force: the stored ClusterConfig, or the defaults
-/// if it was never written.
-pub async fn cluster_config(objects: &Objects) -> Result<ClusterConfigSpec, ApiError> {
-    Ok(objects.get::<ClusterConfigSpec>(CLUSTER_CONFIG_NAME).await?.map(|c| c.spec).unwrap_or_default())
+/// The cluster settings in force: the ClusterConfig in the cache, or the
+/// defaults if it was never written.
+pub fn cluster_config(config: &Reflector<ClusterConfigSpec>) -> ClusterConfigSpec {
+    config.get(CLUSTER_CONFIG_NAME).map(|c| c.spec).unwrap_or_default()
 }
 
 async fn tell(events: &EventRecorder, node: &Node, effects: HeartbeatEffects) {
@@ -34,6 +35,7 @@ async fn tell(events: &EventRecorder, node: &Node, effects: HeartbeatEffects) {
 /// and issues its node token.
 pub async fn join(
     objects: &Objects,
+    config: &Reflector<ClusterConfigSpec>,
     auth: &Authenticator,
     events: &EventRecorder,
     request: JoinRequest,
@@ -65,7 +67,7 @@ pub async fn join(
         }
         Some(_) => heartbeat_node(objects, events, &name, &request.report).await?,
     };
-    let config = cluster_config(objects).await?;
+    let config = cluster_config(config);
     tracing::info!(node = %node.metadata.name, "node joined");
     Ok(JoinResponse { node_name: name, node_token: token, heartbeat_period: config.heartbeat_period })
 }
@@ -95,11 +97,11 @@ async fn heartbeat_node(
 
 pub async fn heartbeat(
     objects: &Objects,
+    config: &Reflector<ClusterConfigSpec>,
     events: &EventRecorder,
     name: &str,
     report: AgentReport,
 ) -> Result<HeartbeatResponse, ApiError> {
     heartbeat_node(objects, events, name, &report).await?;
-    let config = cluster_config(objects).await?;
-    Ok(HeartbeatResponse { heartbeat_period: config.heartbeat_period })
+    Ok(HeartbeatResponse { heartbeat_period: cluster_config(config).heartbeat_period })
 }

@@ -23,11 +23,15 @@ use crate::error::ApiError;
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
 use crate::objects::Objects;
+use crate::reflector::Reflector;
 use crate::registry::Registry;
+use herd_core::kinds::ClusterConfigSpec;
 
 #[derive(Clone)]
 pub struct AppState {
     pub objects: Objects,
+    /// The cluster settings, cached from the store.
+    pub config: Reflector<ClusterConfigSpec>,
     pub registry: Arc<Registry>,
     pub auth: Arc<Authenticator>,
     pub metrics: Arc<Metrics>,

@@ -19,7 +19,7 @@ pub async fn join(
 ) -> Result<Json<JoinResponse>, ApiError> {
     state.auth.check_join_token(bearer(&headers))?;
     let request: JoinRequest = parse_body(&body, "Node", "")?;
-    crate::nodes::join(&state.objects, &state.auth, &state.events, request).await.map(Json)
+    crate::nodes::join(&state.objects, &state.config, &state.auth, &state.events, request).await.map(Json)
 }
 
 pub async fn heartbeat(
@@ -30,5 +30,5 @@ pub async fn heartbeat(
 ) -> Result<Json<HeartbeatResponse>, ApiError> {
     caller.may(Verb::Heartbeat, "nodes", Some(&name))?;
     let report: AgentReport = parse_body(&body, "Node", &name)?;
-    crate::nodes::heartbeat(&state.objects, &state.events, &name, report).await.map(Json)
+    crate::nodes::heartbeat(&state.objects, &state.config, &state.events, &name, report).await.map(Json)
 }

@@ -15,13 +15,21 @@ use tokio_util::sync::CancellationToken;
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
 use crate::objects::Objects;
+use crate::reflector::Reflector;
+use herd_core::kinds::{ClusterConfigSpec, NodeSpec};
 
 /// Starts every controller; they stop when `stop` is cancelled.
-pub fn start(objects: Objects, metrics: Arc<Metrics>, stop: CancellationToken) -> JoinSet<()> {
+pub fn start(
+    objects: Objects,
+    config: Reflector<ClusterConfigSpec>,
+    metrics: Arc<Metrics>,
+    stop: CancellationToken,
+) -> JoinSet<()> {
     let mut set = JoinSet::new();
     let events = EventRecorder::new(objects.clone(), "node-lifecycle");
+    let nodes = Reflector::<NodeSpec>::start(objects.store().clone(), stop.clone());
     set.spawn(compactor::run(objects.store().clone(), stop.clone()));
     set.spawn(event_ttl::run(objects.clone(), stop.clone()));
-    set.spawn(node_lifecycle::run(objects, events, metrics, stop));
+    set.spawn(node_lifecycle::run(objects, nodes, config, events, metrics, stop));
     set
 }

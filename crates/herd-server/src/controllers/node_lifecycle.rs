@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use herd_core::Timestamp;
-use herd_core::kinds::{EventType, NodeSpec};
+use herd_core::kinds::{ClusterConfigSpec, EventType, Node, NodeSpec};
 use herd_core::node_health::{self, ReadinessChange};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -21,6 +21,7 @@ use crate::events::EventRecorder;
 use crate::metrics::Metrics;
 use crate::nodes::cluster_config;
 use crate::objects::{Objects, Part, now};
+use crate::reflector::Reflector;
 
 /// How often the controller looks at every node.
 const PASS_INTERVAL: Duration = Duration::from_millis(500);
@@ -28,7 +29,18 @@ const PASS_INTERVAL: Duration = Duration::from_millis(500);
 /// When this controller last saw each node's heartbeat change.
 type Sightings = HashMap<String, (Option<Timestamp>, Instant)>;
 
-pub async fn run(objects: Objects, events: EventRecorder, metrics: Arc<Metrics>, stop: CancellationToken) {
+pub async fn run(
+    objects: Objects,
+    nodes: Reflector<NodeSpec>,
+    config: Reflector<ClusterConfigSpec>,
+    events: EventRecorder,
+    metrics: Arc<Metrics>,
+    stop: CancellationToken,
+) {
+    tokio::select! {
+        _ = stop.cancelled() => return,
+        _ = async { nodes.synced().await; config.synced().await } => {}
+    }
     let mut sightings = Sightings::new();
     let mut ticks = tokio::time::interval(PASS_INTERVAL);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -37,7 +49,8 @@ pub async fn run(objects: Objects, events: EventRecorder, metrics: Arc<Metrics>,
             _ = stop.cancelled() => return,
             _ = ticks.tick() => {}
         }
-        if let Err(error) = pass(&objects, &events, &metrics, &mut sightings).await {
+        let grace = cluster_config(&config).node_grace_period.get();
+        if let Err(error) = pass(&objects, &events, &metrics, &mut sightings, &nodes.list(), grace).await {
             tracing::warn!(%error, "node lifecycle pass failed");
         }
     }
@@ -48,13 +61,13 @@ async fn pass(
     events: &EventRecorder,
     metrics: &Metrics,
     sightings: &mut Sightings,
+    nodes: &[Node],
+    grace: Duration,
 ) -> Result<(), ApiError> {
-    let grace = cluster_config(objects).await?.node_grace_period.get();
-    let (nodes, _) = objects.list::<NodeSpec>().await?;
     let now_mono = Instant::now();
     sightings.retain(|name, _| nodes.iter().any(|n| &n.metadata.name == name));
     let mut ready = 0;
-    for node in &nodes {
+    for node in nodes {
         let heartbeat = node.status.last_heartbeat;
         let seen = sightings.entry(node.metadata.name.clone()).or_insert((heartbeat, now_mono));
         if seen.0 != heartbeat {
