@@ -7,6 +7,7 @@
 
 pub mod api;
 pub mod authz;
+pub mod election;
 pub mod kinds;
 pub mod labels;
 pub mod lifecycle;
