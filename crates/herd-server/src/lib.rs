@@ -13,6 +13,7 @@
 pub mod api;
 pub mod auth;
 pub mod controllers;
+pub mod elector;
 pub mod error;
 pub mod events;
 pub mod metrics;
@@ -34,6 +35,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::AppState;
 use crate::auth::Authenticator;
+use crate::elector::Elector;
 use crate::error::ApiError;
 use crate::events::EventRecorder;
 use crate::objects::Objects;
@@ -47,6 +49,8 @@ pub struct ServerConfig {
     pub store_url: String,
     pub admin_token: String,
     pub join_token: String,
+    /// This replica's name in the leader election.
+    pub identity: String,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -96,13 +100,35 @@ impl Server {
             events: EventRecorder::new(objects.clone(), "api"),
             shutdown: shutdown.clone(),
         };
-        let mut controllers =
-            controllers::start(objects, cluster_config, state.metrics.clone(), shutdown.child_token());
+        let leases = Reflector::start(objects.store().clone(), shutdown.clone());
+        let work_objects = objects.clone();
+        let work_config = cluster_config.clone();
+        let work_metrics = state.metrics.clone();
+        let elector = Elector {
+            objects: objects.clone(),
+            leases,
+            config: cluster_config,
+            events: EventRecorder::new(objects, "leader-election"),
+            identity: config.identity.clone(),
+            release_on_shutdown: true,
+            work: Box::new(move |stop| {
+                controllers::start(work_objects.clone(), work_config.clone(), work_metrics.clone(), stop)
+            }),
+        };
+        let (mut leadership, election) = elector.start(shutdown.clone());
+        let metrics = state.metrics.clone();
+        tokio::spawn(async move {
+            while leadership.changed().await.is_ok() {
+                let leading = matches!(*leadership.borrow(), elector::Leadership::Leading { .. });
+                metrics.leading.store(i64::from(leading), std::sync::atomic::Ordering::Relaxed);
+            }
+        });
         let router = api::router(state).layer(tower_http::trace::TraceLayer::new_for_http());
         let stop = shutdown.clone();
         let task = tokio::spawn(async move {
             let served = axum::serve(listener, router).with_graceful_shutdown(stop.cancelled_owned()).await;
-            while controllers.join_next().await.is_some() {}
+            // The elector stops the leader-only work, then releases the lease.
+            let _ = election.await;
             served.map_err(ServerError::Serve)
         });
         tracing::info!(%addr, backend = %config.store_url, "herd server listening");

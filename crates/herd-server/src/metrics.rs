@@ -20,6 +20,8 @@ pub struct Metrics {
     /// (method, route, status code) to count and total time.
     requests: Mutex<BTreeMap<(String, String, u16), RequestStats>>,
     pub watches_active: AtomicI64,
+    /// 1 while this replica leads.
+    pub leading: AtomicI64,
     pub nodes_ready: AtomicI64,
     pub nodes_not_ready: AtomicI64,
 }
@@ -78,6 +80,11 @@ impl Metrics {
             out,
             "# HELP herd_store_revision The newest store revision seen.\n# TYPE herd_store_revision gauge\nherd_store_revision {}",
             store.head()
+        );
+        let _ = writeln!(
+            out,
+            "# HELP herd_leader 1 while this replica holds the leader lease.\n# TYPE herd_leader gauge\nherd_leader {}",
+            self.leading.load(Ordering::Relaxed)
         );
         let _ = writeln!(
             out,

@@ -62,6 +62,11 @@ impl<S: Resource> Reflector<S> {
     pub fn revision(&self) -> Option<Revision> {
         *self.shared.revision.borrow()
     }
+
+    /// Changes whenever the copy moves to a new revision.
+    pub fn changes(&self) -> watch::Receiver<Option<Revision>> {
+        self.shared.revision.subscribe()
+    }
 }
 
 async fn run<S: Resource>(store: Store, shared: Arc<Shared<S>>, stop: CancellationToken) {

@@ -108,6 +108,9 @@ pub struct ServerArgs {
     /// [default: read from, or generated into, <data-dir>/join.token]
     #[arg(long, env = "HERD_JOIN_TOKEN", hide_env_values = true)]
     pub join_token: Option<String>,
+    /// This replica's name in the leader election [default: <host name>-<pid>].
+    #[arg(long, env = "HERD_IDENTITY")]
+    pub identity: Option<String>,
 }
 
 /// The agent joins and heartbeats to the servers given by the global

@@ -29,6 +29,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         store_url,
         admin_token: admin_token.clone(),
         join_token: join_token.clone(),
+        identity: "dev".into(),
     })
     .await
     .context("starting the server")?;

@@ -135,7 +135,10 @@ async fn malformed_bodies_get_422_with_the_field_and_store_nothing() {
 
     let after = admin.list_values("nodes", "").await.unwrap();
     assert!(after.items.is_empty(), "nothing was stored");
-    assert_eq!(after.metadata.resource_version, before, "not even a revision was used");
+    // Not even a refused half: no Node change at all since before the requests.
+    let mut watch = admin.watch("nodes", Some(&before), "").await.unwrap();
+    let next = tokio::time::timeout(std::time::Duration::from_millis(500), watch.next()).await;
+    assert!(next.is_err(), "a Node changed: {next:?}");
 }
 
 #[tokio::test]

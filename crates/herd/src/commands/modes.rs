@@ -35,7 +35,9 @@ pub async fn server(args: ServerArgs) -> anyhow::Result<()> {
         None => tokens::load_or_generate(&args.data_dir.join("join.token"))?,
     };
     let store_url = args.store.unwrap_or_else(|| args.data_dir.join("herd.db").display().to_string());
-    let server = Server::start(ServerConfig { listen: args.listen, store_url, admin_token, join_token }).await?;
+    let identity = args.identity.unwrap_or_else(|| format!("{}-{}", host_name(), std::process::id()));
+    let server =
+        Server::start(ServerConfig { listen: args.listen, store_url, admin_token, join_token, identity }).await?;
     println!("herd server listening on http://{}", server.addr());
     let stop = server.shutdown_token();
     tokio::spawn(async move {

@@ -101,8 +101,17 @@ impl TestServer {
     }
 
     pub fn start_at(data_dir: &Path, listen: &str) -> TestServer {
+        Self::start_with(data_dir, listen, &[])
+    }
+
+    /// A replica with a name of its own in the leader election.
+    pub fn start_replica(data_dir: &Path, identity: &str) -> TestServer {
+        Self::start_with(data_dir, "127.0.0.1:0", &["--identity", identity])
+    }
+
+    fn start_with(data_dir: &Path, listen: &str, extra: &[&str]) -> TestServer {
         let mut command = herd();
-        command.args(["server", "--listen", listen, "--data-dir"]).arg(data_dir);
+        command.args(["server", "--listen", listen]).args(extra).arg("--data-dir").arg(data_dir);
         command.env("HERD_ADMIN_TOKEN", ADMIN_TOKEN).env("HERD_JOIN_TOKEN", JOIN_TOKEN).env_remove("HERD_STORE");
         let mut proc = Proc::spawn(command);
         let line = proc.wait_for_line("listening on", Duration::from_secs(30));

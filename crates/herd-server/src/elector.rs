@@ -1,0 +1,220 @@
+//! The elector: campaigns for the leader Lease, renews it while leading,
+//! and runs the leader-only work (the controllers) exactly while it leads.
+//!
+//! The decisions come from `herd_core::election`; this shell reads the
+//! Lease (from a watch-fed cache, so a release is seen at once), writes it
+//! with a compare on the revision it read (the loser of a race gets a
+//! conflict), and keeps time on the monotonic clock. Leader-only work is
+//! stopped, and awaited, before leadership is given up: on losing the
+//! lease, on failing to renew within the renew deadline, and on shutdown,
+//! where the lease is then released so that a standby takes over at once.
+
+use std::time::Duration;
+
+use herd_core::Object;
+use herd_core::election::{self, Decision, Now, Observed};
+use herd_core::kinds::{ClusterConfigSpec, EventType, Lease, LeaseSpec};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::ApiError;
+use crate::events::EventRecorder;
+use crate::nodes::cluster_config;
+use crate::objects::{Objects, now};
+use crate::reflector::Reflector;
+
+/// The name of the leader Lease.
+pub const LOCK_NAME: &str = "herd-leader";
+
+/// Who leads, as this replica sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Leadership {
+    /// This replica leads, in this term (the lease's transition count).
+    Leading { term: u64 },
+    /// Another replica leads, or nobody (None) as far as this one knows.
+    Following { leader: Option<String> },
+}
+
+/// Leader-only work: started with a token, stopped by cancelling it.
+pub type LeaderWork = Box<dyn Fn(CancellationToken) -> JoinSet<()> + Send + Sync>;
+
+pub struct Elector {
+    pub objects: Objects,
+    pub leases: Reflector<LeaseSpec>,
+    pub config: Reflector<ClusterConfigSpec>,
+    pub events: EventRecorder,
+    pub identity: String,
+    pub release_on_shutdown: bool,
+    pub work: LeaderWork,
+}
+
+/// The leader-only work while it runs.
+struct Running {
+    stop: CancellationToken,
+    tasks: JoinSet<()>,
+}
+
+impl Running {
+    async fn stop(mut self) {
+        self.stop.cancel();
+        while self.tasks.join_next().await.is_some() {}
+    }
+}
+
+impl Elector {
+    /// Campaigns until `stop` fires; reports leadership on the returned channel.
+    pub fn start(self, stop: CancellationToken) -> (watch::Receiver<Leadership>, tokio::task::JoinHandle<()>) {
+        let (state, receiver) = watch::channel(Leadership::Following { leader: None });
+        let task = tokio::spawn(self.run(state, stop));
+        (receiver, task)
+    }
+
+    async fn run(self, state: watch::Sender<Leadership>, stop: CancellationToken) {
+        let origin = Instant::now();
+        let mono = || origin.elapsed();
+        let mut observed: Option<Observed> = None;
+        let mut last_renewed: Option<Duration> = None;
+        let mut running: Option<Running> = None;
+        let mut lease_changes = self.leases.changes();
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = async { self.leases.synced().await; self.config.synced().await } => {}
+        }
+        while !stop.is_cancelled() {
+            let settings = cluster_config(&self.config).leader_election;
+            observed = observe(self.leases.get(LOCK_NAME), observed, mono());
+            let decision = election::decide(
+                &self.identity,
+                observed.as_ref(),
+                Now { monotonic: mono(), wall: now() },
+                settings.lease_duration.get(),
+            );
+            // A write that hangs must not keep a leader from noticing that
+            // its renew deadline passed.
+            let written = match tokio::time::timeout(settings.retry_period.get(), self.write(&decision)).await {
+                Ok(result) => result,
+                Err(_) => Err(ApiError::Unavailable("writing the lease timed out".into())),
+            };
+            match (written, &decision) {
+                (Ok(Some(lease)), _) => {
+                    last_renewed = Some(mono());
+                    if running.is_none() {
+                        let term = lease.spec.lease_transitions;
+                        tracing::info!(identity = %self.identity, term, "started leading");
+                        self.events
+                            .record(
+                                &lease,
+                                EventType::Normal,
+                                "StartedLeading",
+                                format!("{} leads (term {term})", self.identity),
+                            )
+                            .await;
+                        let token = stop.child_token();
+                        running = Some(Running { tasks: (self.work)(token.clone()), stop: token });
+                        state.send_replace(Leadership::Leading { term });
+                    }
+                }
+                (Ok(None), Decision::Follow { holder, .. }) => {
+                    if let Some(work) = running.take() {
+                        self.step_down(work, &state, Some(holder.clone()), "another replica holds the lease").await;
+                        last_renewed = None;
+                    }
+                    let follow = Leadership::Following { leader: Some(holder.clone()) };
+                    state.send_if_modified(|current| {
+                        let changed = *current != follow;
+                        *current = follow.clone();
+                        changed
+                    });
+                }
+                (Ok(None), _) => {}
+                (Err(error), _) => tracing::debug!(%error, "lease write did not go through"),
+            }
+            if let Some(renewed) = last_renewed
+                && election::must_step_down(renewed, mono(), settings.renew_deadline.get())
+                && let Some(work) = running.take()
+            {
+                self.step_down(work, &state, None, "could not renew the lease within the renew deadline").await;
+                last_renewed = None;
+            }
+            let pause = settings.retry_period.get();
+            tokio::select! {
+                _ = stop.cancelled() => {}
+                _ = tokio::time::sleep(pause) => {}
+                // A follower looks again as soon as the lease changes (a release).
+                _ = lease_changes.changed(), if running.is_none() => {}
+            }
+        }
+        if let Some(work) = running.take() {
+            self.step_down(work, &state, None, "shutting down").await;
+            if self.release_on_shutdown {
+                self.release().await;
+            }
+        }
+    }
+
+    /// Makes the write a decision calls for; Some(lease) when this replica
+    /// holds the lease afterwards.
+    async fn write(&self, decision: &Decision) -> Result<Option<Lease>, ApiError> {
+        match decision {
+            Decision::Create(record) => {
+                self.objects.create(Object::new(LOCK_NAME, record.clone()), false, false).await.map(Some)
+            }
+            Decision::Write { record, revision, .. } => {
+                let mut lease = Object::new(LOCK_NAME, record.clone());
+                lease.metadata.resource_version = Some(revision.to_string());
+                self.objects.update(lease, false).await.map(Some)
+            }
+            Decision::Follow { .. } => Ok(None),
+        }
+    }
+
+    /// Stops the leader-only work, waits for it, then says so.
+    async fn step_down(&self, work: Running, state: &watch::Sender<Leadership>, leader: Option<String>, why: &str) {
+        work.stop().await;
+        state.send_replace(Leadership::Following { leader });
+        tracing::warn!(identity = %self.identity, why, "stopped leading");
+        if let Some(lease) = self.leases.get(LOCK_NAME) {
+            self.events
+                .record(
+                    &lease,
+                    EventType::Warning,
+                    "StoppedLeading",
+                    format!("{} stopped leading: {why}", self.identity),
+                )
+                .await;
+        }
+    }
+
+    /// Gives the lease up (holder "", 1s), retrying on conflict while this
+    /// replica still holds it.
+    async fn release(&self) {
+        for _ in 0..5 {
+            let Ok(Some(lease)) = self.objects.get::<LeaseSpec>(LOCK_NAME).await else { return };
+            if lease.spec.holder_identity != self.identity {
+                return;
+            }
+            let mut released = lease.clone();
+            released.spec = election::release(&lease.spec, now());
+            match self.objects.update(released, false).await {
+                Ok(_) => {
+                    tracing::info!(identity = %self.identity, "released the lease");
+                    return;
+                }
+                Err(error) => tracing::warn!(%error, "releasing the lease failed; retrying"),
+            }
+        }
+    }
+}
+
+/// The observation after reading `lease`: its change time moves only when
+/// its revision does.
+fn observe(lease: Option<Lease>, previous: Option<Observed>, now: Duration) -> Option<Observed> {
+    let lease = lease?;
+    let revision = lease.metadata.revision().ok().flatten().unwrap_or_default();
+    match previous {
+        Some(previous) if previous.revision == revision => Some(previous),
+        _ => Some(Observed { record: lease.spec, revision, changed_at: now }),
+    }
+}

@@ -1,0 +1,83 @@
+//! Leader election between server replicas (three `herd server` processes
+//! on one SQLite file): exactly one leads; a graceful stop hands over at
+//! once; a killed leader is replaced once its lease expires.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{TestServer, eventually};
+use herd_core::HumanDuration;
+use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
+use herd_core::kinds::{ClusterConfigSpec, LeaseSpec};
+
+const LEASE: Duration = Duration::from_secs(3);
+const RETRY: Duration = Duration::from_millis(500);
+
+async fn holder(server: &TestServer) -> Option<(String, u32)> {
+    let lease = server.admin().get::<LeaseSpec>("herd-leader").await.ok()?;
+    Some((lease.spec.holder_identity, lease.spec.lease_duration_seconds))
+}
+
+async fn leads(server: &TestServer) -> bool {
+    let metrics = server.anonymous().get_text("/metrics").await.unwrap_or_default();
+    metrics.lines().any(|l| l == "herd_leader 1")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_leader_graceful_handover_and_takeover_after_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut replicas: Vec<(String, TestServer)> =
+        ["s1", "s2", "s3"].iter().map(|id| (id.to_string(), TestServer::start_replica(dir.path(), id))).collect();
+    let admin = replicas[0].1.admin();
+    let mut config = admin.get::<ClusterConfigSpec>(CLUSTER_CONFIG_NAME).await.unwrap();
+    config.spec.leader_election.lease_duration = HumanDuration(LEASE);
+    config.spec.leader_election.renew_deadline = HumanDuration(Duration::from_secs(2));
+    config.spec.leader_election.retry_period = HumanDuration(RETRY);
+    admin.update(&config).await.unwrap();
+
+    // Exactly one leader, renewing with the new settings.
+    let first = eventually(Duration::from_secs(20), "a leader renewing with a 3s lease", || async {
+        holder(&replicas[0].1).await.filter(|(h, d)| !h.is_empty() && *d == 3).map(|(h, _)| h)
+    })
+    .await;
+    let mut leading = Vec::new();
+    for (id, server) in &replicas {
+        if leads(server).await {
+            leading.push(id.clone());
+        }
+    }
+    assert_eq!(leading, vec![first.clone()], "exactly one replica says it leads, the lease holder");
+
+    // SIGTERM: the leader stops its work, releases, and a standby takes over at once.
+    let index = replicas.iter().position(|(id, _)| *id == first).unwrap();
+    let (_, old) = replicas.remove(index);
+    old.proc.signal("TERM");
+    let stopped_at = Instant::now();
+    let second = eventually(Duration::from_secs(10), "a new leader after SIGTERM", || async {
+        holder(&replicas[0].1).await.map(|(h, _)| h).filter(|h| !h.is_empty() && *h != first)
+    })
+    .await;
+    let handover = stopped_at.elapsed();
+    assert!(handover < Duration::from_secs(1), "graceful handover took {handover:?}");
+    let mut old = old;
+    assert!(old.proc.wait_exit(Duration::from_secs(10)).success());
+
+    // kill -9: no release; the standby takes over once the lease expires.
+    let index = replicas.iter().position(|(id, _)| *id == second).unwrap();
+    let (_, mut crashed) = replicas.remove(index);
+    crashed.proc.kill9();
+    let killed_at = Instant::now();
+    let third = eventually(Duration::from_secs(15), "a new leader after kill -9", || async {
+        holder(&replicas[0].1).await.map(|(h, _)| h).filter(|h| *h != second && !h.is_empty())
+    })
+    .await;
+    let takeover = killed_at.elapsed();
+    eprintln!("election: graceful handover {handover:?}, takeover after kill -9 {takeover:?}");
+    assert!(takeover <= LEASE + RETRY.mul_f64(1.2) + Duration::from_secs(1), "takeover took {takeover:?}");
+    assert_eq!(third, replicas[0].0);
+    eventually(Duration::from_secs(5), "the survivor reports leading", || async {
+        leads(&replicas[0].1).await.then_some(())
+    })
+    .await;
+}
