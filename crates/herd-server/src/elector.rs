@@ -14,6 +14,7 @@ use std::time::Duration;
 use herd_core::Object;
 use herd_core::election::{self, Decision, Now, Observed};
 use herd_core::kinds::{ClusterConfigSpec, EventType, Lease, LeaseSpec};
+use herd_store::Op;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -22,11 +23,14 @@ use tokio_util::sync::CancellationToken;
 use crate::error::ApiError;
 use crate::events::EventRecorder;
 use crate::nodes::cluster_config;
-use crate::objects::{Objects, now};
+use crate::objects::{Fence, Objects, now};
 use crate::reflector::Reflector;
 
 /// The name of the leader Lease.
 pub const LOCK_NAME: &str = "herd-leader";
+/// Written only when a replica acquires the lease (renewals leave it), in
+/// the same transaction: leader-only writes compare it (see `Fence`).
+pub const FENCE_KEY: &str = "/fence/herd-leader";
 
 /// Who leads, as this replica sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,8 +41,9 @@ pub enum Leadership {
     Following { leader: Option<String> },
 }
 
-/// Leader-only work: started with a token, stopped by cancelling it.
-pub type LeaderWork = Box<dyn Fn(CancellationToken) -> JoinSet<()> + Send + Sync>;
+/// Leader-only work: started with a token and this leadership's fence
+/// (every write it makes must be fenced), stopped by cancelling the token.
+pub type LeaderWork = Box<dyn Fn(CancellationToken, Fence) -> JoinSet<()> + Send + Sync>;
 
 pub struct Elector {
     pub objects: Objects,
@@ -98,21 +103,15 @@ impl Elector {
                 Err(_) => Err(ApiError::Unavailable("writing the lease timed out".into())),
             };
             match (written, &decision) {
-                (Ok(Some(lease)), _) => {
+                (Ok(Some((lease, fence))), _) => {
                     last_renewed = Some(mono());
-                    if running.is_none() {
-                        let term = lease.spec.lease_transitions;
+                    if let (None, Some(fence)) = (&running, fence) {
+                        let term = fence.term;
                         tracing::info!(identity = %self.identity, term, "started leading");
-                        self.events
-                            .record(
-                                &lease,
-                                EventType::Normal,
-                                "StartedLeading",
-                                format!("{} leads (term {term})", self.identity),
-                            )
-                            .await;
+                        let message = format!("{} leads (term {term})", self.identity);
+                        self.events.record(&lease, EventType::Normal, "StartedLeading", message).await;
                         let token = stop.child_token();
-                        running = Some(Running { tasks: (self.work)(token.clone()), stop: token });
+                        running = Some(Running { tasks: (self.work)(token.clone(), fence), stop: token });
                         state.send_replace(Leadership::Leading { term });
                     }
                 }
@@ -154,20 +153,27 @@ impl Elector {
         }
     }
 
-    /// Makes the write a decision calls for; Some(lease) when this replica
-    /// holds the lease afterwards.
-    async fn write(&self, decision: &Decision) -> Result<Option<Lease>, ApiError> {
-        match decision {
-            Decision::Create(record) => {
-                self.objects.create(Object::new(LOCK_NAME, record.clone()), false, false).await.map(Some)
-            }
-            Decision::Write { record, revision, .. } => {
-                let mut lease = Object::new(LOCK_NAME, record.clone());
-                lease.metadata.resource_version = Some(revision.to_string());
-                self.objects.update(lease, false).await.map(Some)
-            }
-            Decision::Follow { .. } => Ok(None),
+    /// Makes the write a decision calls for. Some when this replica holds
+    /// the lease afterwards, with the new fence when it just acquired it.
+    async fn write(&self, decision: &Decision) -> Result<Option<(Lease, Option<Fence>)>, ApiError> {
+        let (record, revision, acquiring) = match decision {
+            Decision::Create(record) => (record, None, true),
+            Decision::Write { record, revision, acquiring } => (record, Some(*revision), *acquiring),
+            Decision::Follow { .. } => return Ok(None),
+        };
+        let mut lease = Object::new(LOCK_NAME, record.clone());
+        lease.metadata.resource_version = revision.map(|r| r.to_string());
+        if !acquiring {
+            return Ok(Some((self.objects.update(lease, false).await?, None)));
         }
+        // The fence moves in the acquiring transaction, just before the
+        // lease: its revision is the lease's minus one.
+        let term = record.lease_transitions;
+        let value = serde_json::json!({ "holder": self.identity, "term": term }).to_string().into_bytes();
+        let lease = self.objects.write_with(lease, vec![Op::Put { key: FENCE_KEY.into(), value }]).await?;
+        let lease_revision = lease.metadata.revision().ok().flatten().unwrap_or_default();
+        let fence = Fence { key: FENCE_KEY.into(), revision: lease_revision.saturating_sub(1), term };
+        Ok(Some((lease, Some(fence))))
     }
 
     /// Stops the leader-only work, waits for it, then says so.

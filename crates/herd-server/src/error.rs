@@ -29,6 +29,9 @@ pub enum ApiError {
     Internal(String),
     #[error("{0}")]
     Unavailable(String),
+    /// A leader-only write from a replica whose leadership has ended.
+    #[error("{0}")]
+    Fenced(String),
 }
 
 impl ApiError {
@@ -66,7 +69,7 @@ impl ApiError {
             ApiError::BadRequest(_) => StatusReason::BadRequest,
             ApiError::Gone(_) => StatusReason::Gone,
             ApiError::Internal(_) => StatusReason::InternalError,
-            ApiError::Unavailable(_) => StatusReason::ServiceUnavailable,
+            ApiError::Unavailable(_) | ApiError::Fenced(_) => StatusReason::ServiceUnavailable,
         };
         let mut status = Status::new(reason, self.to_string());
         if let ApiError::Invalid { errors, .. } = self {

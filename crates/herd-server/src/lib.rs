@@ -111,8 +111,8 @@ impl Server {
             events: EventRecorder::new(objects, "leader-election"),
             identity: config.identity.clone(),
             release_on_shutdown: true,
-            work: Box::new(move |stop| {
-                controllers::start(work_objects.clone(), work_config.clone(), work_metrics.clone(), stop)
+            work: Box::new(move |stop, fence| {
+                controllers::start(work_objects.fenced(fence), work_config.clone(), work_metrics.clone(), stop)
             }),
         };
         let (mut leadership, election) = elector.start(shutdown.clone());

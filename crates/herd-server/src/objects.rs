@@ -8,7 +8,7 @@ use herd_core::api::{ListMeta, ObjectList};
 use herd_core::labels::{LabelSelector, Labels};
 use herd_core::lifecycle::{self, Prepared};
 use herd_core::{API_VERSION, Object, Resource, Timestamp};
-use herd_store::{KeyValue, ListOptions, Revision, Store, StoreError};
+use herd_store::{Compare, KeyValue, ListOptions, Op, Revision, Store, StoreError, Txn, TxnOutcome};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -38,9 +38,23 @@ pub enum Part {
     Status,
 }
 
+/// A leader's fence. Leader-only code writes through [`Objects::fenced`]:
+/// every write then also requires the fence key to be still at the
+/// revision this leader's acquisition gave it, in the same transaction. A
+/// newer leader's acquisition moves the key, so a deposed leader's writes
+/// fail (`ApiError::Fenced`) and never land.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fence {
+    pub key: String,
+    pub revision: Revision,
+    /// The leadership term (lease transitions), for messages.
+    pub term: u64,
+}
+
 #[derive(Clone)]
 pub struct Objects {
     store: Store,
+    fence: Option<Fence>,
 }
 
 /// Parses a stored object; a record that does not parse is reported, never
@@ -86,7 +100,46 @@ pub fn stored_labels(value: &[u8]) -> Labels {
 
 impl Objects {
     pub fn new(store: Store) -> Self {
-        Objects { store }
+        Objects { store, fence: None }
+    }
+
+    /// The same objects, every write fenced by `fence`.
+    pub fn fenced(&self, fence: Fence) -> Self {
+        Objects { store: self.store.clone(), fence: Some(fence) }
+    }
+
+    /// Applies `ops` and then `last` in one transaction, if `key` is at
+    /// `expected` (None: absent) and the fence, if any, has not moved.
+    /// Returns the revision of `last`.
+    async fn commit(
+        &self,
+        (kind, name): (&str, &str),
+        key: &str,
+        expected: Option<Revision>,
+        ops: Vec<Op>,
+        last: Op,
+    ) -> Result<Revision, ApiError> {
+        let mut txn = Txn::new().when(Compare::ModRevision { key: key.into(), revision: expected.unwrap_or(0) });
+        if let Some(fence) = &self.fence {
+            txn = txn.when(Compare::ModRevision { key: fence.key.clone(), revision: fence.revision });
+        }
+        txn.ops = ops;
+        txn.ops.push(last);
+        let error = match self.store.txn(txn).await.map_err(|e| ApiError::from_store(kind, name, e))? {
+            TxnOutcome::Committed { revision } => return Ok(revision),
+            TxnOutcome::CompareFailed { index: 0, actual, .. } => match (expected, actual) {
+                (None, _) => StoreError::AlreadyExists(key.into()),
+                (Some(_), None) => StoreError::NotFound(key.into()),
+                (Some(expected), actual) => StoreError::Conflict { key: key.into(), expected, actual },
+            },
+            TxnOutcome::CompareFailed { .. } => {
+                let term = self.fence.as_ref().map_or(0, |f| f.term);
+                return Err(ApiError::Fenced(format!(
+                    "this replica's leadership (term {term}) has ended; the write to {kind} {name:?} was refused"
+                )));
+            }
+        };
+        Err(ApiError::from_store(kind, name, error))
     }
 
     pub fn store(&self) -> &Store {
@@ -114,17 +167,23 @@ impl Objects {
         Ok((objects, page.revision))
     }
 
-    async fn write<S: Resource>(&self, prepared: Prepared<S>, dry_run: bool) -> Result<Object<S>, ApiError> {
+    async fn write<S: Resource>(
+        &self,
+        prepared: Prepared<S>,
+        dry_run: bool,
+        ops: Vec<Op>,
+    ) -> Result<Object<S>, ApiError> {
         let mut object = prepared.object;
         let name = object.metadata.name.clone();
         let key = object_key(S::PLURAL, &name);
-        let bytes = encode(&object);
-        let revision = match (dry_run, prepared.expected_revision) {
-            (true, _) => self.check_dry_run::<S>(&key, &name, prepared.expected_revision).await?,
-            (false, None) => self.store.create(&key, bytes).await,
-            (false, Some(expected)) => self.store.update(&key, bytes, expected).await,
-        }
-        .map_err(|e| ApiError::from_store(S::KIND, &name, e))?;
+        let revision = if dry_run {
+            self.check_dry_run::<S>(&key, &name, prepared.expected_revision)
+                .await?
+                .map_err(|e| ApiError::from_store(S::KIND, &name, e))?
+        } else {
+            let put = Op::Put { key: key.clone(), value: encode(&object) };
+            self.commit((S::KIND, &name), &key, prepared.expected_revision, ops, put).await?
+        };
         object.metadata.resource_version = Some(revision.to_string());
         Ok(object)
     }
@@ -161,7 +220,7 @@ impl Objects {
         let uid = uuid::Uuid::now_v7().to_string();
         let prepared = lifecycle::prepare_create(object, uid, now(), keep_status)
             .map_err(|e| ApiError::invalid(S::KIND, &name, e))?;
-        self.write(prepared, dry_run).await
+        self.write(prepared, dry_run, Vec::new()).await
     }
 
     /// Replaces metadata and spec (the status is kept).
@@ -169,7 +228,22 @@ impl Objects {
         let name = object.metadata.name.clone();
         let old = self.require::<S>(&name).await?;
         let prepared = lifecycle::prepare_update(&old, object).map_err(|e| ApiError::invalid(S::KIND, &name, e))?;
-        self.write(prepared, dry_run).await
+        self.write(prepared, dry_run, Vec::new()).await
+    }
+
+    /// Creates `object` (no resourceVersion) or updates it, with `ops`
+    /// applied first in the same transaction. The object's revision is the
+    /// transaction's last; `ops` take the ones just before it, in order.
+    pub async fn write_with<S: Resource>(&self, object: Object<S>, ops: Vec<Op>) -> Result<Object<S>, ApiError> {
+        let name = object.metadata.name.clone();
+        let prepared = if object.metadata.resource_version.is_none() {
+            lifecycle::prepare_create(object, uuid::Uuid::now_v7().to_string(), now(), false)
+        } else {
+            let old = self.require::<S>(&name).await?;
+            lifecycle::prepare_update(&old, object)
+        }
+        .map_err(|e| ApiError::invalid(S::KIND, &name, e))?;
+        self.write(prepared, false, ops).await
     }
 
     /// Replaces the status (everything else is kept).
@@ -181,7 +255,7 @@ impl Objects {
         let old = self.require::<S>(&name).await?;
         let prepared =
             lifecycle::prepare_status_update(&old, object).map_err(|e| ApiError::invalid(S::KIND, &name, e))?;
-        self.write(prepared, dry_run).await
+        self.write(prepared, dry_run, Vec::new()).await
     }
 
     /// Replaces metadata and spec, or the status.
@@ -280,8 +354,53 @@ impl Objects {
         }
         let last = decode_value(&current.value, &current.key, current.mod_revision)?;
         if !dry_run {
-            self.store.delete(&key, Some(expected)).await.map_err(to_api)?;
+            self.commit((kind, name), &key, Some(expected), Vec::new(), Op::Delete { key: key.clone() }).await?;
         }
         Ok(last)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use herd_core::kinds::NodeSpec;
+
+    #[tokio::test]
+    async fn a_moved_fence_refuses_every_write_and_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("s.db").to_str().unwrap()).await.unwrap();
+        let objects = Objects::new(store.clone());
+        let fence_at = |revision| Fence { key: "/fence/test".into(), revision, term: 1 };
+        let TxnOutcome::Committed { revision } = store.txn(Txn::new().put("/fence/test", b"1".to_vec())).await.unwrap()
+        else {
+            panic!("fence not written")
+        };
+        let leader = objects.fenced(fence_at(revision));
+        let n1 = leader.create(Object::new("n1", NodeSpec::default()), false, false).await.unwrap();
+
+        // Another replica acquires: the fence moves.
+        store.txn(Txn::new().put("/fence/test", b"2".to_vec())).await.unwrap();
+        fn fenced<T>(result: Result<T, ApiError>) -> bool {
+            matches!(result, Err(ApiError::Fenced(_)))
+        }
+        assert!(fenced(leader.create(Object::new("n2", NodeSpec::default()), false, false).await));
+        let mut changed = n1.clone();
+        changed.spec.unschedulable = true;
+        assert!(fenced(leader.update(changed, false).await));
+        assert!(fenced(
+            leader
+                .modify::<NodeSpec>("n1", Part::Status, |n| Ok({
+                    n.status.ready = true;
+                    true
+                }))
+                .await
+        ));
+        assert!(fenced(leader.delete_value("Node", "nodes", "n1", None, false).await));
+
+        assert!(objects.get::<NodeSpec>("n2").await.unwrap().is_none(), "the refused create stored nothing");
+        let now = objects.require::<NodeSpec>("n1").await.unwrap();
+        assert_eq!(now, n1, "the refused update, status write and delete changed nothing");
+        // Unfenced writers (the API) are not affected.
+        objects.create(Object::new("n3", NodeSpec::default()), false, false).await.unwrap();
     }
 }
