@@ -81,3 +81,43 @@ async fn one_leader_graceful_handover_and_takeover_after_a_crash() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paused_leader_is_replaced_steps_down_when_it_resumes_and_can_lead_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = TestServer::start_replica(dir.path(), "a");
+    let admin = a.admin();
+    let mut config = admin.get::<ClusterConfigSpec>(CLUSTER_CONFIG_NAME).await.unwrap();
+    config.spec.leader_election.lease_duration = HumanDuration(LEASE);
+    config.spec.leader_election.renew_deadline = HumanDuration(Duration::from_secs(2));
+    config.spec.leader_election.retry_period = HumanDuration(RETRY);
+    admin.update(&config).await.unwrap();
+    eventually(Duration::from_secs(20), "a leads with a 3s lease", || async {
+        holder(&a).await.filter(|(h, d)| h == "a" && *d == 3)
+    })
+    .await;
+    let b = TestServer::start_replica(dir.path(), "b");
+
+    // Paused for longer than the lease: b takes over meanwhile.
+    a.proc.signal("STOP");
+    let paused_at = Instant::now();
+    eventually(Duration::from_secs(15), "b leads while a is paused", || async {
+        holder(&b).await.filter(|(h, _)| h == "b")
+    })
+    .await;
+    let takeover = paused_at.elapsed();
+    assert!(takeover <= LEASE + RETRY.mul_f64(1.2) + Duration::from_secs(1), "takeover took {takeover:?}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    a.proc.signal("CONT");
+
+    // a finds the lease taken, stops its leader-only work and follows.
+    eventually(Duration::from_secs(10), "a no longer says it leads", || async { (!leads(&a).await).then_some(()) })
+        .await;
+    assert_eq!(holder(&b).await.unwrap().0, "b", "b keeps the lease");
+    assert!(leads(&b).await);
+
+    // And a can lead again: b stops gracefully, a takes over at once.
+    b.proc.signal("TERM");
+    eventually(Duration::from_secs(5), "a leads again", || async { holder(&a).await.filter(|(h, _)| h == "a") }).await;
+    eventually(Duration::from_secs(5), "a says it leads", || async { leads(&a).await.then_some(()) }).await;
+}
