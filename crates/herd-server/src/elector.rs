@@ -41,6 +41,31 @@ pub enum Leadership {
     Following { leader: Option<String> },
 }
 
+/// What `/healthz` needs to know of this replica's leadership: when it
+/// last renewed, and with what lease duration, while it leads.
+#[derive(Default)]
+pub struct LeaderHealth {
+    renewed: std::sync::Mutex<Option<(Instant, Duration)>>,
+}
+
+impl LeaderHealth {
+    fn set(&self, value: Option<(Instant, Duration)>) {
+        if let Ok(mut renewed) = self.renewed.lock() {
+            *renewed = value;
+        }
+    }
+
+    /// Why this replica is unhealthy as a leader, if it is: it believes it
+    /// leads but has not renewed for longer than the lease (another replica
+    /// may lead already).
+    pub fn stale(&self) -> Option<String> {
+        let (renewed, lease) = (*self.renewed.lock().ok()?)?;
+        let silent = renewed.elapsed();
+        election::leadership_stale(Duration::ZERO, silent, lease)
+            .then(|| format!("this replica leads but has not renewed its lease for {silent:?} (lease {lease:?})"))
+    }
+}
+
 /// Leader-only work: started with a token and this leadership's fence
 /// (every write it makes must be fenced), stopped by cancelling the token.
 pub type LeaderWork = Box<dyn Fn(CancellationToken, Fence) -> JoinSet<()> + Send + Sync>;
@@ -53,6 +78,7 @@ pub struct Elector {
     pub identity: String,
     pub release_on_shutdown: bool,
     pub work: LeaderWork,
+    pub health: std::sync::Arc<LeaderHealth>,
 }
 
 /// The leader-only work while it runs.
@@ -89,7 +115,9 @@ impl Elector {
         }
         while !stop.is_cancelled() {
             let settings = cluster_config(&self.config).leader_election;
+            let previous_holder = observed.as_ref().map(|o| o.record.holder_identity.clone());
             observed = observe(self.leases.get(LOCK_NAME), observed, mono());
+            self.tell_new_leader(previous_holder, observed.as_ref()).await;
             let decision = election::decide(
                 &self.identity,
                 observed.as_ref(),
@@ -105,6 +133,7 @@ impl Elector {
             match (written, &decision) {
                 (Ok(Some((lease, fence))), _) => {
                     last_renewed = Some(mono());
+                    self.health.set(Some((Instant::now(), settings.lease_duration.get())));
                     if let (None, Some(fence)) = (&running, fence) {
                         let term = fence.term;
                         tracing::info!(identity = %self.identity, term, "started leading");
@@ -176,9 +205,23 @@ impl Elector {
         Ok(Some((lease, Some(fence))))
     }
 
+    /// Records a NewLeader event when the lease changed hands to another.
+    async fn tell_new_leader(&self, previous: Option<String>, observed: Option<&Observed>) {
+        let Some(observed) = observed else { return };
+        let holder = &observed.record.holder_identity;
+        if holder.is_empty() || *holder == self.identity || previous.as_ref() == Some(holder) {
+            return;
+        }
+        if let Some(lease) = self.leases.get(LOCK_NAME) {
+            let message = format!("{holder} leads (term {})", observed.record.lease_transitions);
+            self.events.record(&lease, EventType::Normal, "NewLeader", message).await;
+        }
+    }
+
     /// Stops the leader-only work, waits for it, then says so.
     async fn step_down(&self, work: Running, state: &watch::Sender<Leadership>, leader: Option<String>, why: &str) {
         work.stop().await;
+        self.health.set(None);
         state.send_replace(Leadership::Following { leader });
         tracing::warn!(identity = %self.identity, why, "stopped leading");
         if let Some(lease) = self.leases.get(LOCK_NAME) {
@@ -222,5 +265,23 @@ fn observe(lease: Option<Lease>, previous: Option<Observed>, now: Duration) -> O
     match previous {
         Some(previous) if previous.revision == revision => Some(previous),
         _ => Some(Observed { record: lease.spec, revision, changed_at: now }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_leader_that_stops_renewing_turns_unhealthy_after_one_lease() {
+        let health = LeaderHealth::default();
+        assert_eq!(health.stale(), None, "a follower is healthy");
+        health.set(Some((Instant::now(), Duration::from_secs(15))));
+        tokio::time::advance(Duration::from_secs(15)).await;
+        assert_eq!(health.stale(), None);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(health.stale().unwrap().contains("has not renewed its lease"));
+        health.set(None);
+        assert_eq!(health.stale(), None, "after stepping down it is healthy again");
     }
 }

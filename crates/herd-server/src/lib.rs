@@ -98,6 +98,7 @@ impl Server {
             auth: Arc::new(Authenticator::new(store, &config.admin_token, &config.join_token)),
             metrics: Arc::default(),
             events: EventRecorder::new(objects.clone(), "api"),
+            leader_health: Arc::default(),
             shutdown: shutdown.clone(),
         };
         let leases = Reflector::start(objects.store().clone(), shutdown.clone());
@@ -111,6 +112,7 @@ impl Server {
             events: EventRecorder::new(objects, "leader-election"),
             identity: config.identity.clone(),
             release_on_shutdown: true,
+            health: state.leader_health.clone(),
             work: Box::new(move |stop, fence| {
                 controllers::start(work_objects.fenced(fence), work_config.clone(), work_metrics.clone(), stop)
             }),

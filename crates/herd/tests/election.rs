@@ -62,6 +62,10 @@ async fn one_leader_graceful_handover_and_takeover_after_a_crash() {
     assert!(handover < Duration::from_secs(1), "graceful handover took {handover:?}");
     let mut old = old;
     assert!(old.proc.wait_exit(Duration::from_secs(10)).success());
+    let events = replicas[0].1.admin().list::<herd_core::kinds::EventSpec>("").await.unwrap();
+    for reason in ["StartedLeading", "StoppedLeading", "NewLeader"] {
+        assert!(events.iter().any(|e| e.spec.reason == reason), "a {reason} event");
+    }
 
     // kill -9: no release; the standby takes over once the lease expires.
     let index = replicas.iter().position(|(id, _)| *id == second).unwrap();

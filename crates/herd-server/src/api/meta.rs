@@ -7,8 +7,12 @@ use axum::response::IntoResponse;
 
 use super::AppState;
 
-/// Healthy when the store answers.
+/// Healthy when the store answers, and this replica, if it believes it
+/// leads, has renewed its lease within the lease duration.
 pub async fn healthz(State(state): State<AppState>) -> impl IntoResponse {
+    if let Some(reason) = state.leader_health.stale() {
+        return (axum::http::StatusCode::SERVICE_UNAVAILABLE, reason);
+    }
     match state.objects.store().get("/healthz").await {
         Ok(_) => (axum::http::StatusCode::OK, "ok".to_string()),
         Err(error) => (axum::http::StatusCode::SERVICE_UNAVAILABLE, format!("store unavailable: {error}")),

@@ -37,6 +37,8 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     pub events: EventRecorder,
     pub openapi: Arc<serde_json::Value>,
+    /// Whether this replica, if it leads, still renews its lease.
+    pub leader_health: Arc<crate::elector::LeaderHealth>,
     /// Fires when the server shuts down; ends watch streams.
     pub shutdown: CancellationToken,
 }
