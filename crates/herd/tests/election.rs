@@ -1,5 +1,5 @@
 //! Leader election between server replicas (three `herd server` processes
-//! on one SQLite file): exactly one leads; a graceful stop hands over at
+//! on one SQLite file, and on one PostgreSQL schema): exactly one leads; a graceful stop hands over at
 //! once; a killed leader is replaced once its lease expires.
 
 mod common;
@@ -25,10 +25,23 @@ async fn leads(server: &TestServer) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn one_leader_graceful_handover_and_takeover_after_a_crash() {
+async fn one_leader_graceful_handover_and_takeover_after_a_crash_on_sqlite() {
+    one_leader_graceful_handover_and_takeover_after_a_crash(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_leader_graceful_handover_and_takeover_after_a_crash_on_postgres() {
+    let Some(schema) = common::PostgresSchema::create() else { return };
+    one_leader_graceful_handover_and_takeover_after_a_crash(Some(&schema.url)).await;
+}
+
+/// Three replicas on one store (SQLite in a shared data dir, or `store`).
+async fn one_leader_graceful_handover_and_takeover_after_a_crash(store: Option<&str>) {
     let dir = tempfile::tempdir().unwrap();
-    let mut replicas: Vec<(String, TestServer)> =
-        ["s1", "s2", "s3"].iter().map(|id| (id.to_string(), TestServer::start_replica(dir.path(), id))).collect();
+    let mut replicas: Vec<(String, TestServer)> = ["s1", "s2", "s3"]
+        .iter()
+        .map(|id| (id.to_string(), TestServer::start_replica(dir.path(), id, store)))
+        .collect();
     let admin = replicas[0].1.admin();
     let mut config = admin.get::<ClusterConfigSpec>(CLUSTER_CONFIG_NAME).await.unwrap();
     config.spec.leader_election.lease_duration = HumanDuration(LEASE);
@@ -89,7 +102,7 @@ async fn one_leader_graceful_handover_and_takeover_after_a_crash() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_paused_leader_is_replaced_steps_down_when_it_resumes_and_can_lead_again() {
     let dir = tempfile::tempdir().unwrap();
-    let a = TestServer::start_replica(dir.path(), "a");
+    let a = TestServer::start_replica(dir.path(), "a", None);
     let admin = a.admin();
     let mut config = admin.get::<ClusterConfigSpec>(CLUSTER_CONFIG_NAME).await.unwrap();
     config.spec.leader_election.lease_duration = HumanDuration(LEASE);
@@ -100,7 +113,7 @@ async fn a_paused_leader_is_replaced_steps_down_when_it_resumes_and_can_lead_aga
         holder(&a).await.filter(|(h, d)| h == "a" && *d == 3)
     })
     .await;
-    let b = TestServer::start_replica(dir.path(), "b");
+    let b = TestServer::start_replica(dir.path(), "b", None);
 
     // Paused for longer than the lease: b takes over meanwhile.
     a.proc.signal("STOP");

@@ -104,9 +104,13 @@ impl TestServer {
         Self::start_with(data_dir, listen, &[])
     }
 
-    /// A replica with a name of its own in the leader election.
-    pub fn start_replica(data_dir: &Path, identity: &str) -> TestServer {
-        Self::start_with(data_dir, "127.0.0.1:0", &["--identity", identity])
+    /// A replica with a name of its own in the leader election, on the
+    /// SQLite store in `data_dir` or on `store` (a PostgreSQL URL).
+    pub fn start_replica(data_dir: &Path, identity: &str, store: Option<&str>) -> TestServer {
+        match store {
+            Some(url) => Self::start_with(data_dir, "127.0.0.1:0", &["--identity", identity, "--store", url]),
+            None => Self::start_with(data_dir, "127.0.0.1:0", &["--identity", identity]),
+        }
     }
 
     fn start_with(data_dir: &Path, listen: &str, extra: &[&str]) -> TestServer {
@@ -154,5 +158,45 @@ where
         }
         assert!(tokio::time::Instant::now() < deadline, "timed out after {timeout:?} waiting for: {what}");
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A fresh PostgreSQL schema for one test, dropped afterwards. None (said
+/// loudly) when HERD_TEST_POSTGRES_URL is not set outside CI; in CI a
+/// missing database fails the test.
+pub struct PostgresSchema {
+    base: String,
+    schema: String,
+    pub url: String,
+}
+
+impl PostgresSchema {
+    pub fn create() -> Option<PostgresSchema> {
+        let Ok(base) = std::env::var("HERD_TEST_POSTGRES_URL") else {
+            if std::env::var_os("CI").is_some() {
+                panic!("HERD_TEST_POSTGRES_URL is not set: CI must run the PostgreSQL tests");
+            }
+            eprintln!("!!! SKIPPED: HERD_TEST_POSTGRES_URL is not set; this PostgreSQL test did not run");
+            return None;
+        };
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let seconds = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let schema = format!("herd_test_{}_{n}_{seconds}", std::process::id());
+        let status =
+            Command::new("psql").args([base.as_str(), "-qc", &format!("CREATE SCHEMA {schema}")]).status().unwrap();
+        assert!(status.success(), "could not create schema {schema}");
+        let separator = if base.contains('?') { '&' } else { '?' };
+        let url = format!("{base}{separator}options=-csearch_path%3D{schema}");
+        Some(PostgresSchema { base, schema, url })
+    }
+}
+
+impl Drop for PostgresSchema {
+    fn drop(&mut self) {
+        let _ = Command::new("psql")
+            .args([self.base.as_str(), "-qc", &format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema)])
+            .env("PGOPTIONS", "--client-min-messages=warning")
+            .status();
     }
 }
