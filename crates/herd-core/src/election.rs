@@ -33,6 +33,18 @@ pub struct Observed {
     /// When, on this candidate's monotonic clock, the record was last seen
     /// to change (a renewal changes it).
     pub changed_at: Duration,
+    /// The store says the holder's process is gone (its liveness token is
+    /// dead): the lease may be taken before it expires. Only a speed-up:
+    /// safety rests on fencing.
+    pub holder_dead: bool,
+}
+
+/// Who campaigns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Candidate {
+    pub identity: String,
+    /// This process's liveness token, written into the lease while held.
+    pub liveness: Option<String>,
 }
 
 /// What to do next.
@@ -60,10 +72,11 @@ pub fn expires_at(observed: &Observed) -> Duration {
 }
 
 /// The candidate `me`'s move, given the lease it last saw (None: absent).
-pub fn decide(me: &str, observed: Option<&Observed>, now: Now, lease_duration: Duration) -> Decision {
+pub fn decide(me: &Candidate, observed: Option<&Observed>, now: Now, lease_duration: Duration) -> Decision {
     let held = |record: &LeaseSpec| LeaseSpec {
-        holder_identity: me.to_string(),
+        holder_identity: me.identity.clone(),
         lease_duration_seconds: seconds(lease_duration),
+        holder_liveness: me.liveness.clone(),
         ..record.clone()
     };
     let Some(observed) = observed else {
@@ -75,15 +88,15 @@ pub fn decide(me: &str, observed: Option<&Observed>, now: Now, lease_duration: D
         });
     };
     let record = &observed.record;
-    if record.holder_identity == me {
+    if record.holder_identity == me.identity {
         let renewed = LeaseSpec { renew_time: Some(now.wall), ..held(record) };
         return Decision::Write { record: renewed, revision: observed.revision, acquiring: false };
     }
     let expires = expires_at(observed);
-    if !record.holder_identity.is_empty() && now.monotonic < expires {
+    if !record.holder_identity.is_empty() && now.monotonic < expires && !observed.holder_dead {
         return Decision::Follow { holder: record.holder_identity.clone(), expires_at: expires };
     }
-    // Released (no holder) or expired: take it; the holder changes.
+    // Released (no holder), expired, or its holder died: take it.
     let acquired = LeaseSpec {
         acquire_time: Some(now.wall),
         renew_time: Some(now.wall),
@@ -103,6 +116,7 @@ pub fn release(record: &LeaseSpec, now: Timestamp) -> LeaseSpec {
         acquire_time: Some(now),
         renew_time: Some(now),
         lease_transitions: record.lease_transitions,
+        holder_liveness: None,
     }
 }
 
@@ -142,15 +156,21 @@ mod tests {
                 acquire_time: Some(wall(0)),
                 renew_time: Some(wall(changed_at)),
                 lease_transitions: transitions,
+                holder_liveness: Some(format!("token-of-{holder}")),
             },
             revision: 7,
             changed_at: Duration::from_secs(changed_at),
+            holder_dead: false,
         }
+    }
+
+    fn me(identity: &str) -> Candidate {
+        Candidate { identity: identity.into(), liveness: Some(format!("token-of-{identity}")) }
     }
 
     #[test]
     fn an_absent_lease_is_created_held_with_no_transitions() {
-        let Decision::Create(record) = decide("a", None, now(5), LEASE) else { panic!("expected Create") };
+        let Decision::Create(record) = decide(&me("a"), None, now(5), LEASE) else { panic!("expected Create") };
         assert_eq!(record.holder_identity, "a");
         assert_eq!(record.lease_duration_seconds, 15);
         assert_eq!((record.acquire_time, record.renew_time), (Some(wall(5)), Some(wall(5))));
@@ -159,7 +179,7 @@ mod tests {
 
     #[test]
     fn the_holder_renews_keeping_acquire_time_and_transitions() {
-        let decision = decide("a", Some(&observed("a", 15, 10, 3)), now(12), LEASE);
+        let decision = decide(&me("a"), Some(&observed("a", 15, 10, 3)), now(12), LEASE);
         let Decision::Write { record, revision, acquiring } = decision else { panic!("expected Write") };
         assert!(!acquiring);
         assert_eq!(revision, 7, "the write compares the revision it read");
@@ -169,13 +189,14 @@ mod tests {
 
     #[test]
     fn a_valid_lease_of_another_is_followed_until_it_expires() {
-        let decision = decide("b", Some(&observed("a", 15, 10, 3)), now(24), LEASE);
+        let decision = decide(&me("b"), Some(&observed("a", 15, 10, 3)), now(24), LEASE);
         assert_eq!(decision, Decision::Follow { holder: "a".into(), expires_at: Duration::from_secs(25) });
     }
 
     #[test]
     fn an_expired_lease_is_taken_with_one_more_transition() {
-        let Decision::Write { record, acquiring, .. } = decide("b", Some(&observed("a", 15, 10, 3)), now(25), LEASE)
+        let Decision::Write { record, acquiring, .. } =
+            decide(&me("b"), Some(&observed("a", 15, 10, 3)), now(25), LEASE)
         else {
             panic!("expected Write")
         };
@@ -188,7 +209,7 @@ mod tests {
     fn a_released_lease_is_taken_at_once() {
         let released =
             Observed { record: release(&observed("a", 15, 10, 3).record, wall(11)), ..observed("", 1, 11, 3) };
-        let decision = decide("b", Some(&released), now(11), LEASE);
+        let decision = decide(&me("b"), Some(&released), now(11), LEASE);
         let Decision::Write { record, acquiring, .. } = decision else { panic!("expected Write") };
         assert!(acquiring && record.holder_identity == "b" && record.lease_transitions == 4);
         assert_eq!(record.lease_duration_seconds, 15, "the new holder writes its own duration");
@@ -197,8 +218,19 @@ mod tests {
     #[test]
     fn expiry_uses_the_records_duration_not_ours() {
         // The record says 60s; our setting is 15s: 20s of silence is not expiry.
-        let decision = decide("b", Some(&observed("a", 60, 10, 0)), now(30), LEASE);
+        let decision = decide(&me("b"), Some(&observed("a", 60, 10, 0)), now(30), LEASE);
         assert!(matches!(decision, Decision::Follow { .. }), "{decision:?}");
+    }
+
+    #[test]
+    fn a_lease_whose_holder_died_is_taken_before_it_expires() {
+        let dead = Observed { holder_dead: true, ..observed("a", 15, 10, 3) };
+        let Decision::Write { record, acquiring, .. } = decide(&me("b"), Some(&dead), now(11), LEASE) else {
+            panic!("expected Write")
+        };
+        assert!(acquiring);
+        assert_eq!(record.holder_liveness.as_deref(), Some("token-of-b"), "the new holder writes its own token");
+        assert_eq!(record.lease_transitions, 4);
     }
 
     #[test]
@@ -208,6 +240,7 @@ mod tests {
         assert_eq!(released.lease_duration_seconds, 1);
         assert_eq!((released.acquire_time, released.renew_time), (Some(wall(20)), Some(wall(20))));
         assert_eq!(released.lease_transitions, 3);
+        assert_eq!(released.holder_liveness, None);
     }
 
     #[test]
@@ -245,10 +278,10 @@ mod tests {
                 Decision::Write { acquiring, revision, .. } => format!("write {acquiring} {revision}"),
                 Decision::Follow { holder, expires_at } => format!("follow {holder} {expires_at:?}"),
             };
-            prop_assert_eq!(kind(decide("b", Some(&seen), true_now, LEASE)), kind(decide("b", Some(&seen), skewed_now, LEASE)));
+            prop_assert_eq!(kind(decide(&me("b"), Some(&seen), true_now, LEASE)), kind(decide(&me("b"), Some(&seen), skewed_now, LEASE)));
             // And a held lease is taken exactly when the record's own duration
             // has passed since it was last seen to change.
-            let taken = matches!(decide("b", Some(&seen), skewed_now, LEASE), Decision::Write { acquiring: true, .. });
+            let taken = matches!(decide(&me("b"), Some(&seen), skewed_now, LEASE), Decision::Write { acquiring: true, .. });
             prop_assert_eq!(taken, holder.is_empty() || (holder != "b" && elapsed >= u64::from(duration)));
         }
     }

@@ -56,6 +56,20 @@ pub trait Backend: Send + Sync + 'static {
     /// Forgets events up to and including `upto` (no further than the head).
     async fn compact(&self, upto: Revision) -> Result<(), StoreError>;
 
+    /// A token by which other processes on this store can tell whether this
+    /// one still lives (None: the backend cannot tell).
+    fn liveness_token(&self) -> Option<String> {
+        None
+    }
+
+    /// Whether the process behind a token of [`Backend::liveness_token`]
+    /// still lives. When in doubt, alive: a wrong "alive" costs a wait, a
+    /// wrong "dead" an early takeover.
+    async fn is_alive(&self, token: &str) -> Result<bool, StoreError> {
+        let _ = token;
+        Ok(true)
+    }
+
     /// Signalled when another process committed to the same database, for
     /// backends that several processes share. None: only this process writes.
     fn external_commits(&self) -> Option<Arc<Notify>> {

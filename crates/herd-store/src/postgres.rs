@@ -126,6 +126,7 @@ $fn$;
 "#;
 
 const CHANNEL: &str = "herd_commits";
+const PID_PREFIX: &str = "postgres-pid:";
 /// The head revision, in a query over `herd_meta m`: the newest event's, or
 /// the compaction point when every event is compacted.
 const HEAD: &str = "GREATEST(COALESCE((SELECT max(revision) FROM herd_events), 0), m.compacted)";
@@ -456,5 +457,19 @@ impl Backend for PostgresBackend {
 
     fn external_commits(&self) -> Option<Arc<Notify>> {
         Some(self.external.clone())
+    }
+
+    /// The writer connection's backend pid: PostgreSQL ends that session
+    /// as soon as the process dies and its socket closes.
+    fn liveness_token(&self) -> Option<String> {
+        Some(format!("{PID_PREFIX}{}", self.writer_pid.load(Ordering::Relaxed)))
+    }
+
+    async fn is_alive(&self, token: &str) -> Result<bool, StoreError> {
+        let Some(pid) = token.strip_prefix(PID_PREFIX).and_then(|p| p.parse::<i32>().ok()) else { return Ok(true) };
+        let conn = self.reader().await?;
+        let row = conn.client.query_one("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", &[&pid]).await;
+        self.give_back(conn).await;
+        Ok(row?.get::<_, i64>(0) > 0)
     }
 }

@@ -9,6 +9,7 @@
 //! processes' commits and wake the watch tailer.
 
 use std::collections::HashMap;
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -54,6 +55,28 @@ pub struct SqliteBackend {
     writer: Arc<Mutex<Connection>>,
     readers: Arc<Mutex<Vec<Connection>>>,
     external: Arc<Notify>,
+    /// Locked for as long as this process has the store open: the liveness
+    /// token names it (processes sharing a SQLite file share a host).
+    alive: (File, PathBuf),
+}
+
+const ALIVE_PREFIX: &str = "sqlite-file:";
+
+impl Drop for SqliteBackend {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.alive.1);
+    }
+}
+
+/// Creates and locks this process's liveness file.
+fn lock_alive_file(db: &Path) -> Result<(File, PathBuf), StoreError> {
+    let dir = db.with_extension("alive");
+    std::fs::create_dir_all(&dir).map_err(|e| StoreError::Backend(format!("creating {}: {e}", dir.display())))?;
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+    let path = dir.join(format!("{}-{nanos}.lock", std::process::id()));
+    let file = File::create(&path).map_err(|e| StoreError::Backend(format!("creating {}: {e}", path.display())))?;
+    file.try_lock().map_err(|e| StoreError::Backend(format!("locking {}: {e}", path.display())))?;
+    Ok((file, path))
 }
 
 /// Opens a connection with the durability settings every herd SQLite
@@ -117,11 +140,13 @@ impl SqliteBackend {
         writer.execute_batch(SCHEMA)?;
         let external = Arc::new(Notify::new());
         watch_file(open_connection(&path)?, Arc::downgrade(&external));
+        let alive = lock_alive_file(&path)?;
         Ok(SqliteBackend {
             path,
             writer: Arc::new(Mutex::new(writer)),
             readers: Arc::new(Mutex::new(Vec::new())),
             external,
+            alive,
         })
     }
 
@@ -319,6 +344,28 @@ impl Backend for SqliteBackend {
 
     fn external_commits(&self) -> Option<Arc<Notify>> {
         Some(self.external.clone())
+    }
+
+    fn liveness_token(&self) -> Option<String> {
+        Some(format!("{ALIVE_PREFIX}{}", self.alive.1.display()))
+    }
+
+    /// Alive while its file is locked; a dead process's file is removed.
+    async fn is_alive(&self, token: &str) -> Result<bool, StoreError> {
+        let Some(path) = token.strip_prefix(ALIVE_PREFIX) else { return Ok(true) };
+        let file = match File::open(path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(_) => return Ok(true),
+        };
+        match file.try_lock() {
+            Ok(()) => {
+                drop(file);
+                let _ = std::fs::remove_file(path);
+                Ok(false)
+            }
+            Err(_) => Ok(true),
+        }
     }
 
     async fn compact(&self, upto: Revision) -> Result<(), StoreError> {

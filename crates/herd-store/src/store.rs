@@ -96,6 +96,17 @@ impl Store {
         &self.inner.stats
     }
 
+    /// A token by which other processes on this store can tell whether this
+    /// one still lives (a PostgreSQL session, a locked file).
+    pub fn liveness_token(&self) -> Option<String> {
+        self.inner.backend.liveness_token()
+    }
+
+    /// Whether the process behind a liveness token still lives.
+    pub async fn is_alive(&self, token: &str) -> Result<bool, StoreError> {
+        self.inner.backend.is_alive(token).await
+    }
+
     /// The newest revision this process has seen committed.
     pub fn head(&self) -> Revision {
         self.inner.hub.head()

@@ -1,6 +1,7 @@
 //! Leader election between server replicas (three `herd server` processes
-//! on one SQLite file, and on one PostgreSQL schema): exactly one leads; a graceful stop hands over at
-//! once; a killed leader is replaced once its lease expires.
+//! on one SQLite file, and on one PostgreSQL schema): exactly one leads; a
+//! graceful stop hands over at once; a killed leader is replaced at once
+//! (its process is seen gone); a paused one only after its lease expires.
 
 mod common;
 
@@ -80,7 +81,8 @@ async fn one_leader_graceful_handover_and_takeover_after_a_crash(store: Option<&
         assert!(events.iter().any(|e| e.spec.reason == reason), "a {reason} event");
     }
 
-    // kill -9: no release; the standby takes over once the lease expires.
+    // kill -9: no release, but the standby sees the holder's process gone
+    // (and would take over at expiry at the latest).
     let index = replicas.iter().position(|(id, _)| *id == second).unwrap();
     let (_, mut crashed) = replicas.remove(index);
     crashed.proc.kill9();
@@ -137,4 +139,36 @@ async fn a_paused_leader_is_replaced_steps_down_when_it_resumes_and_can_lead_aga
     b.proc.signal("TERM");
     eventually(Duration::from_secs(5), "a leads again", || async { holder(&a).await.filter(|(h, _)| h == "a") }).await;
     eventually(Duration::from_secs(5), "a says it leads", || async { leads(&a).await.then_some(()) }).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_leader_is_replaced_at_once_with_the_default_15s_lease_on_sqlite() {
+    a_killed_leader_is_replaced_at_once(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_leader_is_replaced_at_once_with_the_default_15s_lease_on_postgres() {
+    let Some(schema) = common::PostgresSchema::create() else { return };
+    a_killed_leader_is_replaced_at_once(Some(&schema.url)).await;
+}
+
+/// The standby sees the holder's process die (its store session or its
+/// locked file is gone) and does not wait out the 15s lease.
+async fn a_killed_leader_is_replaced_at_once(store: Option<&str>) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut first = TestServer::start_replica(dir.path(), "first", store);
+    eventually(Duration::from_secs(20), "first leads", || async {
+        holder(&first).await.filter(|(h, d)| h == "first" && *d == 15)
+    })
+    .await;
+    let second = TestServer::start_replica(dir.path(), "second", store);
+    first.proc.kill9();
+    let killed_at = Instant::now();
+    eventually(Duration::from_secs(20), "second leads", || async {
+        holder(&second).await.filter(|(h, _)| h == "second")
+    })
+    .await;
+    let takeover = killed_at.elapsed();
+    eprintln!("election: takeover after kill -9 with a 15s lease {takeover:?}");
+    assert!(takeover < Duration::from_secs(2), "takeover took {takeover:?}");
 }

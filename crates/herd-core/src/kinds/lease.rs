@@ -24,6 +24,10 @@ pub struct LeaseSpec {
     /// How many times the holder changed.
     #[serde(default)]
     pub lease_transitions: u64,
+    /// How a replica on the same store can tell that the holder's process
+    /// died (a store-specific token): then it need not wait for expiry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder_liveness: Option<String>,
 }
 
 impl Resource for LeaseSpec {
