@@ -7,9 +7,9 @@ use crate::API_VERSION;
 use crate::meta::ObjectMeta;
 use crate::validation::{FieldPath, ValidationErrors};
 
-/// What a kind of resource is: its names, its status type and its checks.
-/// Implemented by the kind's spec type.
-pub trait Resource:
+/// What every spec and status type is: (de)serialisable, described by a
+/// schema, comparable, shareable between tasks.
+pub trait Data:
     Serialize
     + DeserializeOwned
     + schemars::JsonSchema
@@ -21,14 +21,10 @@ pub trait Resource:
     + Sync
     + 'static
 {
-    /// `Node`, `ClusterConfig`, ...
-    const KIND: &'static str;
-    /// The path segment in `/api/v1/<plural>`.
-    const PLURAL: &'static str;
-    /// Whether the kind has a status written through the status subresource.
-    const HAS_STATUS: bool = true;
+}
 
-    type Status: Serialize
+impl<T> Data for T where
+    T: Serialize
         + DeserializeOwned
         + schemars::JsonSchema
         + Clone
@@ -37,7 +33,21 @@ pub trait Resource:
         + std::fmt::Debug
         + Send
         + Sync
-        + 'static;
+        + 'static
+{
+}
+
+/// What a kind of resource is: its names, its status type and its checks.
+/// Implemented by the kind's spec type.
+pub trait Resource: Data {
+    /// `Node`, `ClusterConfig`, ...
+    const KIND: &'static str;
+    /// The path segment in `/api/v1/<plural>`.
+    const PLURAL: &'static str;
+    /// Whether the kind has a status written through the status subresource.
+    const HAS_STATUS: bool = true;
+
+    type Status: Data;
 
     /// Checks the spec; `path` is `spec`.
     fn validate_spec(&self, _path: &FieldPath, _errors: &mut ValidationErrors) {}

@@ -20,6 +20,15 @@ async fn holder(server: &TestServer) -> Option<(String, u32)> {
     Some((lease.spec.holder_identity, lease.spec.lease_duration_seconds))
 }
 
+/// Lease 3s, renew deadline 2s, retry 0.5s: the same rules, quicker.
+async fn use_short_election_settings(admin: &herd_client::Client) {
+    let mut config = admin.get::<ClusterConfigSpec>(CLUSTER_CONFIG_NAME).await.unwrap();
+    config.spec.leader_election.lease_duration = HumanDuration(LEASE);
+    config.spec.leader_election.renew_deadline = HumanDuration(Duration::from_secs(2));
+    config.spec.leader_election.retry_period = HumanDuration(RETRY);
+    admin.update(&config).await.unwrap();
+}
+
 async fn leads(server: &TestServer) -> bool {
     let metrics = server.anonymous().get_text("/metrics").await.unwrap_or_default();
     metrics.lines().any(|l| l == "herd_leader 1")
@@ -44,11 +53,7 @@ async fn one_leader_graceful_handover_and_takeover_after_a_crash(store: Option<&
         .map(|id| (id.to_string(), TestServer::start_replica(dir.path(), id, store)))
         .collect();
     let admin = replicas[0].1.admin();
-    let mut config = admin.get::<ClusterConfigSpec>(CLUSTER_CONFIG_NAME).await.unwrap();
-    config.spec.leader_election.lease_duration = HumanDuration(LEASE);
-    config.spec.leader_election.renew_deadline = HumanDuration(Duration::from_secs(2));
-    config.spec.leader_election.retry_period = HumanDuration(RETRY);
-    admin.update(&config).await.unwrap();
+    use_short_election_settings(&admin).await;
 
     // Exactly one leader, renewing with the new settings.
     let first = eventually(Duration::from_secs(20), "a leader renewing with a 3s lease", || async {
@@ -106,11 +111,7 @@ async fn a_paused_leader_is_replaced_steps_down_when_it_resumes_and_can_lead_aga
     let dir = tempfile::tempdir().unwrap();
     let a = TestServer::start_replica(dir.path(), "a", None);
     let admin = a.admin();
-    let mut config = admin.get::<ClusterConfigSpec>(CLUSTER_CONFIG_NAME).await.unwrap();
-    config.spec.leader_election.lease_duration = HumanDuration(LEASE);
-    config.spec.leader_election.renew_deadline = HumanDuration(Duration::from_secs(2));
-    config.spec.leader_election.retry_period = HumanDuration(RETRY);
-    admin.update(&config).await.unwrap();
+    use_short_election_settings(&admin).await;
     eventually(Duration::from_secs(20), "a leads with a 3s lease", || async {
         holder(&a).await.filter(|(h, d)| h == "a" && *d == 3)
     })
