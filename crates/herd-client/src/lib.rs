@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use herd_core::api::{
-    AgentReport, HeartbeatResponse, JoinRequest, JoinResponse, ObjectList, Status, StatusReason, collection_path,
-    object_path,
+    AgentReport, CLUSTER_STATUS_PATH, ClusterStatus, HeartbeatResponse, JoinRequest, JoinResponse, ObjectList, Status,
+    StatusReason, collection_path, object_path,
 };
 use herd_core::{Object, Resource};
 use reqwest::{Method, RequestBuilder};
@@ -274,6 +274,11 @@ impl Client {
         let response = self.send(Method::GET, &collection_path(plural), |r| r.query(&query), None).await?;
         let response = check(response).await?;
         Ok(WatchStream::new(response))
+    }
+
+    /// The leader and the replicas, as the answering replica sees them.
+    pub async fn cluster_status(&self) -> Result<ClusterStatus, ClientError> {
+        self.call(Method::GET, CLUSTER_STATUS_PATH, &[], None).await
     }
 
     /// The raw text of an unauthenticated endpoint (`/metrics`, `/healthz`).

@@ -141,3 +141,48 @@ pub struct HeartbeatResponse {
     /// The period the agent should use from now on (ClusterConfig).
     pub heartbeat_period: HumanDuration,
 }
+
+pub const CLUSTER_STATUS_PATH: &str = "/api/v1/cluster/status";
+
+/// The control plane as the answering replica sees it (`herd cluster status`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterStatus {
+    /// The replica that answered.
+    pub served_by: String,
+    /// The name of the leader Lease.
+    pub lock_name: String,
+    /// Who holds the lease; None when nobody does (released, or never taken).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader: Option<LeaderInfo>,
+    /// How many times the lease changed hands.
+    pub lease_transitions: u64,
+    pub replicas: Vec<ReplicaInfo>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaderInfo {
+    pub identity: String,
+    /// The leadership term: the lease's transition count when it was won.
+    pub term: u64,
+    /// When it took the lease.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<crate::time::Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub renewed: Option<crate::time::Timestamp>,
+    pub lease_duration_seconds: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicaInfo {
+    pub name: String,
+    pub url: String,
+    pub state: crate::kinds::ReplicaState,
+    pub started_at: crate::time::Timestamp,
+    pub last_seen: crate::time::Timestamp,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_at: Option<crate::time::Timestamp>,
+    pub version: String,
+}

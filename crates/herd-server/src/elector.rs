@@ -9,19 +9,22 @@
 //! lease, on failing to renew within the renew deadline, and on shutdown,
 //! where the lease is then released so that a standby takes over at once.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use herd_core::Object;
 use herd_core::election::{self, Candidate, Decision, Now, Observed};
-use herd_core::kinds::{ClusterConfigSpec, EventType, Lease, LeaseSpec};
+use herd_core::kinds::{
+    ClusterConfigSpec, EventType, LeaderElectionOverrides, LeaderElectionSettings, Lease, LeaseSpec,
+};
 use herd_store::Op;
-use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::ApiError;
 use crate::events::EventRecorder;
+use crate::metrics::Metrics;
 use crate::nodes::cluster_config;
 use crate::objects::{Fence, Objects, now};
 use crate::reflector::Reflector;
@@ -29,19 +32,11 @@ use crate::reflector::Reflector;
 /// How often a standby checks that a leader whose death it can tell lives.
 const HOLDER_CHECK: Duration = Duration::from_millis(250);
 
-/// The name of the leader Lease.
-pub const LOCK_NAME: &str = "herd-leader";
-/// Written only when a replica acquires the lease (renewals leave it), in
-/// the same transaction: leader-only writes compare it (see `Fence`).
-pub const FENCE_KEY: &str = "/fence/herd-leader";
-
-/// Who leads, as this replica sees it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Leadership {
-    /// This replica leads, in this term (the lease's transition count).
-    Leading { term: u64 },
-    /// Another replica leads, or nobody (None) as far as this one knows.
-    Following { leader: Option<String> },
+/// The key written only when a replica acquires lease `lock_name`
+/// (renewals leave it), in the same transaction: leader-only writes
+/// compare it (see `Fence`).
+pub fn fence_key(lock_name: &str) -> String {
+    format!("/fence/{lock_name}")
 }
 
 /// What `/healthz` needs to know of this replica's leadership: when it
@@ -79,9 +74,15 @@ pub struct Elector {
     pub config: Reflector<ClusterConfigSpec>,
     pub events: EventRecorder,
     pub identity: String,
-    pub release_on_shutdown: bool,
+    /// The settings as validated at start: the lock name and the switches
+    /// are read from here only.
+    pub settings: LeaderElectionSettings,
+    /// This replica's flags, applied again to every ClusterConfig change
+    /// (the durations follow it).
+    pub overrides: LeaderElectionOverrides,
     pub work: LeaderWork,
-    pub health: std::sync::Arc<LeaderHealth>,
+    pub health: Arc<LeaderHealth>,
+    pub metrics: Arc<Metrics>,
 }
 
 /// The leader-only work while it runs.
@@ -98,28 +99,34 @@ impl Running {
 }
 
 impl Elector {
-    /// Campaigns until `stop` fires; reports leadership on the returned channel.
-    pub fn start(self, stop: CancellationToken) -> (watch::Receiver<Leadership>, tokio::task::JoinHandle<()>) {
-        let (state, receiver) = watch::channel(Leadership::Following { leader: None });
-        let task = tokio::spawn(self.run(state, stop));
-        (receiver, task)
+    /// Campaigns until `stop` fires, then stops the leader-only work and
+    /// (releaseOnShutdown) releases the lease before the task ends.
+    pub fn start(self, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(self.run(stop))
     }
 
-    async fn run(self, state: watch::Sender<Leadership>, stop: CancellationToken) {
+    async fn run(self, stop: CancellationToken) {
         let origin = Instant::now();
         let mono = || origin.elapsed();
         let mut observed: Option<Observed> = None;
         let mut last_renewed: Option<Duration> = None;
         let mut running: Option<Running> = None;
         let mut lease_changes = self.leases.changes();
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = async { self.leases.synced().await; self.config.synced().await } => {}
+        if self.settings.wait_for_ready {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = async { self.leases.synced().await; self.config.synced().await } => {}
+            }
         }
+        let mut settings = self.settings.clone();
+        let mut refused = None;
         while !stop.is_cancelled() {
-            let settings = cluster_config(&self.config).leader_election;
+            settings = self.current_settings(&settings, &mut refused);
             let previous_holder = observed.as_ref().map(|o| o.record.holder_identity.clone());
-            observed = observe(self.leases.get(LOCK_NAME), observed, mono());
+            observed = observe(self.leases.get(&self.settings.lock_name), observed, mono());
+            if let Some(seen) = &observed {
+                self.metrics.observe_lease(&seen.record.holder_identity, seen.record.lease_transitions);
+            }
             self.tell_new_leader(previous_holder, observed.as_ref()).await;
             let watching_holder = match observed.as_mut() {
                 Some(seen) => self.check_holder(seen).await,
@@ -146,23 +153,17 @@ impl Elector {
                         let term = fence.term;
                         tracing::info!(identity = %self.identity, term, "started leading");
                         let message = format!("{} leads (term {term})", self.identity);
-                        self.events.record(&lease, EventType::Normal, "StartedLeading", message).await;
+                        self.publish(&lease, EventType::Normal, "StartedLeading", message).await;
                         let token = stop.child_token();
                         running = Some(Running { tasks: (self.work)(token.clone(), fence), stop: token });
-                        state.send_replace(Leadership::Leading { term });
+                        self.metrics.started_leading();
                     }
                 }
-                (Ok(None), Decision::Follow { holder, .. }) => {
+                (Ok(None), Decision::Follow { .. }) => {
                     if let Some(work) = running.take() {
-                        self.step_down(work, &state, Some(holder.clone()), "another replica holds the lease").await;
+                        self.step_down(work, "another replica holds the lease").await;
                         last_renewed = None;
                     }
-                    let follow = Leadership::Following { leader: Some(holder.clone()) };
-                    state.send_if_modified(|current| {
-                        let changed = *current != follow;
-                        *current = follow.clone();
-                        changed
-                    });
                 }
                 (Ok(None), _) => {}
                 (Err(error), _) => tracing::debug!(%error, "lease write did not go through"),
@@ -171,7 +172,7 @@ impl Elector {
                 && election::must_step_down(renewed, mono(), settings.renew_deadline.get())
                 && let Some(work) = running.take()
             {
-                self.step_down(work, &state, None, "could not renew the lease within the renew deadline").await;
+                self.step_down(work, "could not renew the lease within the renew deadline").await;
                 last_renewed = None;
             }
             // Following a holder whose death can be told: look often, so
@@ -189,10 +190,47 @@ impl Elector {
             }
         }
         if let Some(work) = running.take() {
-            self.step_down(work, &state, None, "shutting down").await;
-            if self.release_on_shutdown {
+            self.step_down(work, "shutting down").await;
+            if self.settings.release_on_shutdown {
                 self.release().await;
             }
+        }
+    }
+
+    /// The settings for this round: the durations from the ClusterConfig
+    /// with this replica's flags on top, the rest as at start. A
+    /// ClusterConfig that does not go with the flags is reported once
+    /// (`refused` remembers it) and the previous settings stay.
+    fn current_settings(
+        &self,
+        previous: &LeaderElectionSettings,
+        refused: &mut Option<LeaderElectionSettings>,
+    ) -> LeaderElectionSettings {
+        let config = cluster_config(&self.config).leader_election;
+        match self.overrides.apply(&config) {
+            Ok(current) => {
+                *refused = None;
+                LeaderElectionSettings {
+                    lease_duration: current.lease_duration,
+                    renew_deadline: current.renew_deadline,
+                    retry_period: current.retry_period,
+                    ..self.settings.clone()
+                }
+            }
+            Err(error) => {
+                if refused.as_ref() != Some(&config) {
+                    tracing::warn!(%error, "the ClusterConfig's leader election settings do not go with this replica's flags; keeping the previous ones");
+                    *refused = Some(config);
+                }
+                previous.clone()
+            }
+        }
+    }
+
+    /// Records a leadership Event, unless publishEvents is off.
+    async fn publish(&self, lease: &Lease, type_: EventType, reason: &str, message: String) {
+        if self.settings.publish_events {
+            self.events.record(lease, type_, reason, message).await;
         }
     }
 
@@ -204,7 +242,7 @@ impl Elector {
             Decision::Write { record, revision, acquiring } => (record, Some(*revision), *acquiring),
             Decision::Follow { .. } => return Ok(None),
         };
-        let mut lease = Object::new(LOCK_NAME, record.clone());
+        let mut lease = Object::new(&self.settings.lock_name, record.clone());
         lease.metadata.resource_version = revision.map(|r| r.to_string());
         if !acquiring {
             return Ok(Some((self.objects.update(lease, false).await?, None)));
@@ -213,9 +251,10 @@ impl Elector {
         // lease: its revision is the lease's minus one.
         let term = record.lease_transitions;
         let value = serde_json::json!({ "holder": self.identity, "term": term }).to_string().into_bytes();
-        let lease = self.objects.write_with(lease, vec![Op::Put { key: FENCE_KEY.into(), value }]).await?;
+        let key = fence_key(&self.settings.lock_name);
+        let lease = self.objects.write_with(lease, vec![Op::Put { key: key.clone(), value }]).await?;
         let lease_revision = lease.metadata.revision().ok().flatten().unwrap_or_default();
-        let fence = Fence { key: FENCE_KEY.into(), revision: lease_revision.saturating_sub(1), term };
+        let fence = Fence { key, revision: lease_revision.saturating_sub(1), term };
         Ok(Some((lease, Some(fence))))
     }
 
@@ -247,27 +286,21 @@ impl Elector {
         if holder.is_empty() || *holder == self.identity || previous.as_ref() == Some(holder) {
             return;
         }
-        if let Some(lease) = self.leases.get(LOCK_NAME) {
+        if let Some(lease) = self.leases.get(&self.settings.lock_name) {
             let message = format!("{holder} leads (term {})", observed.record.lease_transitions);
-            self.events.record(&lease, EventType::Normal, "NewLeader", message).await;
+            self.publish(&lease, EventType::Normal, "NewLeader", message).await;
         }
     }
 
     /// Stops the leader-only work, waits for it, then says so.
-    async fn step_down(&self, work: Running, state: &watch::Sender<Leadership>, leader: Option<String>, why: &str) {
+    async fn step_down(&self, work: Running, why: &str) {
         work.stop().await;
         self.health.set(None);
-        state.send_replace(Leadership::Following { leader });
+        self.metrics.stopped_leading();
         tracing::warn!(identity = %self.identity, why, "stopped leading");
-        if let Some(lease) = self.leases.get(LOCK_NAME) {
-            self.events
-                .record(
-                    &lease,
-                    EventType::Warning,
-                    "StoppedLeading",
-                    format!("{} stopped leading: {why}", self.identity),
-                )
-                .await;
+        if let Some(lease) = self.leases.get(&self.settings.lock_name) {
+            let message = format!("{} stopped leading: {why}", self.identity);
+            self.publish(&lease, EventType::Warning, "StoppedLeading", message).await;
         }
     }
 
@@ -275,7 +308,7 @@ impl Elector {
     /// replica still holds it.
     async fn release(&self) {
         for _ in 0..5 {
-            let Ok(Some(lease)) = self.objects.get::<LeaseSpec>(LOCK_NAME).await else { return };
+            let Ok(Some(lease)) = self.objects.get::<LeaseSpec>(&self.settings.lock_name).await else { return };
             if lease.spec.holder_identity != self.identity {
                 return;
             }

@@ -6,9 +6,10 @@
 //! a kind for controllers; [`registry`] binds each kind's JSON to
 //! its typed rules; [`api`] is the axum router and thin handlers; [`error`]
 //! is the one place errors become HTTP statuses; [`auth`] knows tokens;
-//! [`nodes`] is the agent protocol (join, heartbeat); [`controllers`] are
-//! the background loops; [`events`] records Events; [`metrics`] and
-//! [`openapi`] describe the server.
+//! [`nodes`] is the agent protocol (join, heartbeat); [`elector`] campaigns
+//! for leadership and runs the leader-only [`controllers`] while it leads;
+//! [`replicas`] keeps this replica's record and reads the cluster status;
+//! [`events`] records Events; [`metrics`] and [`openapi`] describe the server.
 
 pub mod api;
 pub mod auth;
@@ -22,25 +23,30 @@ pub mod objects;
 pub mod openapi;
 pub mod reflector;
 pub mod registry;
+pub mod replicas;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
-use herd_core::Object;
-use herd_core::kinds::ClusterConfigSpec;
 use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
+use herd_core::kinds::{ClusterConfigSpec, LeaderElectionOverrides};
+use herd_core::validation::{FieldPath, check_name};
+use herd_core::{Object, ValidationErrors};
 use herd_store::{Store, StoreError};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::AppState;
 use crate::auth::Authenticator;
-use crate::elector::Elector;
+use crate::elector::{Elector, LeaderWork};
 use crate::error::ApiError;
 use crate::events::EventRecorder;
+use crate::metrics::Metrics;
 use crate::objects::Objects;
 use crate::reflector::Reflector;
 use crate::registry::Registry;
+use crate::replicas::ReplicaIdentity;
 
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
@@ -51,6 +57,13 @@ pub struct ServerConfig {
     pub join_token: String,
     /// This replica's name in the leader election.
     pub identity: String,
+    /// Where other replicas and the CLI reach this one [default: http://<listen address>].
+    pub advertise_url: Option<String>,
+    /// Leader-election flags; each one given wins over the ClusterConfig.
+    pub election: LeaderElectionOverrides,
+    /// Run the fencing probe while leading, writing at this interval
+    /// (diagnostics: see `controllers::fencing_probe`).
+    pub fencing_probe: Option<Duration>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -61,6 +74,8 @@ pub enum ServerError {
     Bind { addr: SocketAddr, source: std::io::Error },
     #[error("preparing the cluster: {0}")]
     Bootstrap(#[from] ApiError),
+    #[error("invalid settings: {0}")]
+    Settings(ValidationErrors),
     #[error("serving HTTP: {0}")]
     Serve(std::io::Error),
 }
@@ -76,64 +91,75 @@ impl Server {
     /// Opens the store, makes sure the ClusterConfig exists, starts the
     /// controllers and serves HTTP.
     pub async fn start(config: ServerConfig) -> Result<Server, ServerError> {
+        let mut bad_identity = ValidationErrors::new();
+        check_name(&FieldPath::root("--identity"), &config.identity, &mut bad_identity);
+        bad_identity.into_result().map_err(ServerError::Settings)?;
         let store = Store::open(&config.store_url).await?;
         let objects = Objects::new(store.clone());
         ensure_cluster_config(&objects).await?;
 
-        let listener = tokio::net::TcpListener::bind(config.listen)
-            .await
-            .map_err(|source| ServerError::Bind { addr: config.listen, source })?;
-        let addr = listener.local_addr().map_err(|source| ServerError::Bind { addr: config.listen, source })?;
-
-        let registry = Arc::new(Registry::standard());
         let shutdown = CancellationToken::new();
         // Serve only with the settings in hand: heartbeat answers carry them.
         let cluster_config = Reflector::start(store.clone(), shutdown.clone());
         cluster_config.synced().await;
+        let settings = match config.election.apply(&nodes::cluster_config(&cluster_config).leader_election) {
+            Ok(settings) => settings,
+            Err(errors) => {
+                shutdown.cancel();
+                return Err(ServerError::Settings(errors));
+            }
+        };
+
+        let bound = tokio::net::TcpListener::bind(config.listen).await.and_then(|l| Ok((l.local_addr()?, l)));
+        let (addr, listener) = bound.map_err(|source| {
+            shutdown.cancel();
+            ServerError::Bind { addr: config.listen, source }
+        })?;
+        let me = ReplicaIdentity {
+            name: config.identity.clone(),
+            url: config.advertise_url.clone().unwrap_or_else(|| format!("http://{addr}")),
+            lock_name: settings.lock_name.clone(),
+        };
+
+        let registry = Arc::new(Registry::standard());
+        let metrics = Arc::<Metrics>::default();
         let state = AppState {
             objects: objects.clone(),
             config: cluster_config.clone(),
             openapi: Arc::new(openapi::document(&registry)),
             registry,
             auth: Arc::new(Authenticator::new(store, &config.admin_token, &config.join_token)),
-            metrics: Arc::default(),
+            metrics: metrics.clone(),
             events: EventRecorder::new(objects.clone(), "api"),
             leader_health: Arc::default(),
+            replica: Arc::new(me.clone()),
             shutdown: shutdown.clone(),
         };
-        let leases = Reflector::start(objects.store().clone(), shutdown.clone());
-        let work_objects = objects.clone();
-        let work_config = cluster_config.clone();
-        let work_metrics = state.metrics.clone();
         let elector = Elector {
             objects: objects.clone(),
-            leases,
-            config: cluster_config,
-            events: EventRecorder::new(objects, "leader-election"),
+            leases: Reflector::start(objects.store().clone(), shutdown.clone()),
+            config: cluster_config.clone(),
+            events: EventRecorder::new(objects.clone(), "leader-election"),
             identity: config.identity.clone(),
-            release_on_shutdown: true,
+            settings,
+            overrides: config.election.clone(),
             health: state.leader_health.clone(),
-            work: Box::new(move |stop, fence| {
-                controllers::start(work_objects.fenced(fence), work_config.clone(), work_metrics.clone(), stop)
-            }),
+            metrics: metrics.clone(),
+            work: leader_work(objects.clone(), cluster_config, metrics, config.identity.clone(), config.fencing_probe),
         };
-        let (mut leadership, election) = elector.start(shutdown.clone());
-        let metrics = state.metrics.clone();
-        tokio::spawn(async move {
-            while leadership.changed().await.is_ok() {
-                let leading = matches!(*leadership.borrow(), elector::Leadership::Leading { .. });
-                metrics.leading.store(i64::from(leading), std::sync::atomic::Ordering::Relaxed);
-            }
-        });
+        let election = elector.start(shutdown.clone());
+        let record = replicas::keep_record(objects, me, shutdown.clone()).await;
         let router = api::router(state).layer(tower_http::trace::TraceLayer::new_for_http());
         let stop = shutdown.clone();
         let task = tokio::spawn(async move {
             let served = axum::serve(listener, router).with_graceful_shutdown(stop.cancelled_owned()).await;
-            // The elector stops the leader-only work, then releases the lease.
+            // The elector stops the leader-only work, then releases the
+            // lease; the record then says this replica stopped.
             let _ = election.await;
+            let _ = record.await;
             served.map_err(ServerError::Serve)
         });
-        tracing::info!(%addr, backend = %config.store_url, "herd server listening");
+        tracing::info!(%addr, backend = %config.store_url, identity = %config.identity, "herd server listening");
         Ok(Server { addr, shutdown, task })
     }
 
@@ -158,6 +184,26 @@ impl Server {
     pub fn shutdown_token(&self) -> CancellationToken {
         self.shutdown.clone()
     }
+}
+
+/// The leader-only work: the controllers, and the fencing probe when asked
+/// for, all writing through this leadership's fence.
+fn leader_work(
+    objects: Objects,
+    config: Reflector<ClusterConfigSpec>,
+    metrics: Arc<Metrics>,
+    identity: String,
+    fencing_probe: Option<Duration>,
+) -> LeaderWork {
+    Box::new(move |stop, fence| {
+        let term = fence.term;
+        let fenced = objects.fenced(fence, metrics.clone());
+        let mut work = controllers::start(fenced.clone(), config.clone(), metrics.clone(), stop.clone());
+        if let Some(every) = fencing_probe {
+            work.spawn(controllers::fencing_probe::run(fenced, identity.clone(), term, every, stop));
+        }
+        work
+    })
 }
 
 async fn ensure_cluster_config(objects: &Objects) -> Result<(), ApiError> {

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use herd_store::Store;
@@ -20,13 +20,54 @@ pub struct Metrics {
     /// (method, route, status code) to count and total time.
     requests: Mutex<BTreeMap<(String, String, u16), RequestStats>>,
     pub watches_active: AtomicI64,
-    /// 1 while this replica leads.
-    pub leading: AtomicI64,
+    leadership: Mutex<Leadership>,
+    /// Leader-only writes refused because this replica's leadership had ended.
+    pub fenced_writes: AtomicU64,
     pub nodes_ready: AtomicI64,
     pub nodes_not_ready: AtomicI64,
 }
 
+/// The leader election as this replica saw it.
+#[derive(Default)]
+struct Leadership {
+    leading: bool,
+    started: u64,
+    stopped: u64,
+    holder: String,
+    lease_transitions: u64,
+}
+
 impl Metrics {
+    pub fn started_leading(&self) {
+        self.with_leadership(|l| {
+            l.leading = true;
+            l.started += 1;
+        });
+    }
+
+    pub fn stopped_leading(&self) {
+        self.with_leadership(|l| {
+            l.leading = false;
+            l.stopped += 1;
+        });
+    }
+
+    /// The lease as last read: who holds it, how many times it changed hands.
+    pub fn observe_lease(&self, holder: &str, transitions: u64) {
+        self.with_leadership(|l| {
+            if l.holder != holder {
+                l.holder = holder.to_string();
+            }
+            l.lease_transitions = transitions;
+        });
+    }
+
+    fn with_leadership(&self, change: impl FnOnce(&mut Leadership)) {
+        if let Ok(mut leadership) = self.leadership.lock() {
+            change(&mut leadership);
+        }
+    }
+
     pub fn observe_request(&self, method: &str, route: &str, code: u16, elapsed: Duration) {
         if let Ok(mut requests) = self.requests.lock() {
             let stats = requests.entry((method.to_string(), route.to_string(), code)).or_default();
@@ -81,10 +122,27 @@ impl Metrics {
             "# HELP herd_store_revision The newest store revision seen.\n# TYPE herd_store_revision gauge\nherd_store_revision {}",
             store.head()
         );
+        if let Ok(l) = self.leadership.lock() {
+            let _ = writeln!(
+                out,
+                "# HELP herd_leader 1 while this replica holds the leader lease.\n# TYPE herd_leader gauge\nherd_leader {}",
+                u8::from(l.leading)
+            );
+            let _ = writeln!(
+                out,
+                "# HELP herd_leader_started_total Times this replica started leading.\n# TYPE herd_leader_started_total counter\nherd_leader_started_total {}\n# HELP herd_leader_stopped_total Times this replica stopped leading.\n# TYPE herd_leader_stopped_total counter\nherd_leader_stopped_total {}",
+                l.started, l.stopped
+            );
+            let _ = writeln!(
+                out,
+                "# HELP herd_lease_transitions How many times the leader lease changed hands.\n# TYPE herd_lease_transitions gauge\nherd_lease_transitions {}\n# HELP herd_lease_holder The lease holder as this replica last read it.\n# TYPE herd_lease_holder gauge\nherd_lease_holder{{holder=\"{}\"}} 1",
+                l.lease_transitions, l.holder
+            );
+        }
         let _ = writeln!(
             out,
-            "# HELP herd_leader 1 while this replica holds the leader lease.\n# TYPE herd_leader gauge\nherd_leader {}",
-            self.leading.load(Ordering::Relaxed)
+            "# HELP herd_fenced_writes_total Leader-only writes refused because this replica no longer led.\n# TYPE herd_fenced_writes_total counter\nherd_fenced_writes_total {}",
+            self.fenced_writes.load(Ordering::Relaxed)
         );
         let _ = writeln!(
             out,

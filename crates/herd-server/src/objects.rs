@@ -2,6 +2,8 @@
 //! server's lifecycle rules applied. No HTTP here: the API handlers, the
 //! controllers and the join/heartbeat logic all go through this.
 
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::SystemTime;
 
 use herd_core::api::{ListMeta, ObjectList};
@@ -13,6 +15,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::error::ApiError;
+use crate::metrics::Metrics;
 
 /// How many times a read-modify-write is retried when another writer got
 /// there first.
@@ -54,7 +57,8 @@ pub struct Fence {
 #[derive(Clone)]
 pub struct Objects {
     store: Store,
-    fence: Option<Fence>,
+    /// The fence, and the metrics that count the writes it refuses.
+    fence: Option<(Fence, Arc<Metrics>)>,
 }
 
 /// Parses a stored object; a record that does not parse is reported, never
@@ -103,9 +107,10 @@ impl Objects {
         Objects { store, fence: None }
     }
 
-    /// The same objects, every write fenced by `fence`.
-    pub fn fenced(&self, fence: Fence) -> Self {
-        Objects { store: self.store.clone(), fence: Some(fence) }
+    /// The same objects, every write fenced by `fence`; refusals are
+    /// logged and counted in `metrics`.
+    pub fn fenced(&self, fence: Fence, metrics: Arc<Metrics>) -> Self {
+        Objects { store: self.store.clone(), fence: Some((fence, metrics)) }
     }
 
     /// Applies `ops` and then `last` in one transaction, if `key` is at
@@ -120,7 +125,7 @@ impl Objects {
         last: Op,
     ) -> Result<Revision, ApiError> {
         let mut txn = Txn::new().when(Compare::ModRevision { key: key.into(), revision: expected.unwrap_or(0) });
-        if let Some(fence) = &self.fence {
+        if let Some((fence, _)) = &self.fence {
             txn = txn.when(Compare::ModRevision { key: fence.key.clone(), revision: fence.revision });
         }
         txn.ops = ops;
@@ -133,13 +138,24 @@ impl Objects {
                 (Some(expected), actual) => StoreError::Conflict { key: key.into(), expected, actual },
             },
             TxnOutcome::CompareFailed { .. } => {
-                let term = self.fence.as_ref().map_or(0, |f| f.term);
+                let term = self.fence.as_ref().map_or(0, |(fence, metrics)| {
+                    metrics.fenced_writes.fetch_add(1, Ordering::Relaxed);
+                    fence.term
+                });
+                tracing::warn!(term, kind, name, "refused a leader-only write: this replica's leadership has ended");
                 return Err(ApiError::Fenced(format!(
                     "this replica's leadership (term {term}) has ended; the write to {kind} {name:?} was refused"
                 )));
             }
         };
         Err(ApiError::from_store(kind, name, error))
+    }
+
+    /// Writes a bare key, not an object, under the same rules: it must be
+    /// at `expected` (None: absent), and the fence must hold.
+    pub async fn put_key(&self, key: &str, expected: Option<Revision>, value: Vec<u8>) -> Result<Revision, ApiError> {
+        let put = Op::Put { key: key.into(), value };
+        self.commit(("key", key), key, expected, Vec::new(), put).await
     }
 
     pub fn store(&self) -> &Store {
@@ -375,7 +391,8 @@ mod tests {
         else {
             panic!("fence not written")
         };
-        let leader = objects.fenced(fence_at(revision));
+        let metrics = Arc::new(Metrics::default());
+        let leader = objects.fenced(fence_at(revision), metrics.clone());
         let n1 = leader.create(Object::new("n1", NodeSpec::default()), false, false).await.unwrap();
 
         // Another replica acquires: the fence moves.
@@ -396,6 +413,8 @@ mod tests {
                 .await
         ));
         assert!(fenced(leader.delete_value("Node", "nodes", "n1", None, false).await));
+        assert!(fenced(leader.put_key("/probe", None, b"x".to_vec()).await));
+        assert_eq!(metrics.fenced_writes.load(Ordering::Relaxed), 5, "each refusal is counted");
 
         assert!(objects.get::<NodeSpec>("n2").await.unwrap().is_none(), "the refused create stored nothing");
         let now = objects.require::<NodeSpec>("n1").await.unwrap();

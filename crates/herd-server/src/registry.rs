@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::marker::PhantomData;
 
 use async_trait::async_trait;
-use herd_core::kinds::{ClusterConfigSpec, EventSpec, LeaseSpec, NodeSpec};
+use herd_core::kinds::{ClusterConfigSpec, EventSpec, LeaseSpec, NodeSpec, ReplicaSpec};
 use herd_core::{Object, Resource, ValidationErrors};
 use schemars::{Schema, SchemaGenerator};
 use serde_json::Value;
@@ -96,6 +96,7 @@ impl Registry {
         registry.add::<ClusterConfigSpec>();
         registry.add::<LeaseSpec>();
         registry.add::<EventSpec>();
+        registry.add::<ReplicaSpec>();
         registry
     }
 

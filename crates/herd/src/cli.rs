@@ -4,6 +4,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use herd_core::HumanDuration;
+use herd_core::kinds::LeaderElectionOverrides;
 
 #[derive(Parser, Debug)]
 #[command(name = "herd", version, about = "herd: a self-healing cluster manager for stateful application clusters")]
@@ -82,6 +84,11 @@ pub enum Command {
         #[arg(long, short, value_enum, default_value_t)]
         output: OutputFormat,
     },
+    /// The control plane: its leader and replicas.
+    Cluster {
+        #[command(subcommand)]
+        command: ClusterCommand,
+    },
     /// Run a control-plane server.
     Server(ServerArgs),
     /// Run the agent of this host.
@@ -90,6 +97,20 @@ pub enum Command {
     Dev(DevArgs),
     /// Print a shell completion script.
     Completion { shell: clap_complete::Shell },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ClusterCommand {
+    /// Who leads, since when, how many times the lease changed hands, and
+    /// what each replica is doing (Leading, Standby, Unresponsive, Gone, Stopped).
+    Status {
+        #[arg(long, short, value_enum, default_value_t)]
+        output: OutputFormat,
+    },
+}
+
+fn duration(text: &str) -> Result<HumanDuration, String> {
+    humantime::parse_duration(text).map(HumanDuration).map_err(|e| format!("not a duration like 15s or 2m: {e}"))
 }
 
 #[derive(Args, Debug, Clone)]
@@ -111,6 +132,58 @@ pub struct ServerArgs {
     /// This replica's name in the leader election [default: <host name>-<pid>].
     #[arg(long, env = "HERD_IDENTITY")]
     pub identity: Option<String>,
+    /// The URL other replicas and clients reach this one at [default: http://<listen address>].
+    #[arg(long)]
+    pub advertise_url: Option<String>,
+    #[command(flatten)]
+    pub election: ElectionArgs,
+    /// Diagnostics: while leading, write a sequence record at this interval
+    /// through the fenced path, to check that no two leaders' writes interleave.
+    #[arg(long, value_parser = duration)]
+    pub fencing_probe: Option<HumanDuration>,
+}
+
+/// Leader-election settings; each one given wins over the ClusterConfig's
+/// `spec.leaderElection`. Checked at start: leaseDuration > renewDeadline >
+/// 1.2 x retryPeriod.
+#[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Leader election (default: the ClusterConfig's)")]
+pub struct ElectionArgs {
+    /// How long a lease holds without renewal [ClusterConfig default: 15s].
+    #[arg(long, value_parser = duration)]
+    pub lease_duration: Option<HumanDuration>,
+    /// A leader that cannot renew within this steps down [ClusterConfig default: 10s].
+    #[arg(long, value_parser = duration)]
+    pub renew_deadline: Option<HumanDuration>,
+    /// How often the leader renews and the others look [ClusterConfig default: 2s].
+    #[arg(long, value_parser = duration)]
+    pub retry_period: Option<HumanDuration>,
+    /// The Lease the replicas compete for [ClusterConfig default: herd-leader].
+    #[arg(long)]
+    pub lock_name: Option<String>,
+    /// Campaign only once the caches are synced [ClusterConfig default: true].
+    #[arg(long)]
+    pub wait_for_ready: Option<bool>,
+    /// Record leadership Events [ClusterConfig default: true].
+    #[arg(long)]
+    pub publish_events: Option<bool>,
+    /// Give the lease up on shutdown [ClusterConfig default: true].
+    #[arg(long)]
+    pub release_on_shutdown: Option<bool>,
+}
+
+impl ElectionArgs {
+    pub fn overrides(&self) -> LeaderElectionOverrides {
+        LeaderElectionOverrides {
+            lease_duration: self.lease_duration,
+            renew_deadline: self.renew_deadline,
+            retry_period: self.retry_period,
+            lock_name: self.lock_name.clone(),
+            wait_for_ready: self.wait_for_ready,
+            publish_events: self.publish_events,
+            release_on_shutdown: self.release_on_shutdown,
+        }
+    }
 }
 
 /// The agent joins and heartbeats to the servers given by the global

@@ -30,6 +30,9 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         admin_token: admin_token.clone(),
         join_token: join_token.clone(),
         identity: "dev".into(),
+        advertise_url: None,
+        election: Default::default(),
+        fencing_probe: None,
     })
     .await
     .context("starting the server")?;

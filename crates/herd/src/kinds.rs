@@ -1,7 +1,7 @@
 //! The names users type for kinds: `node`, `nodes`, `no`, `Node`.
 
 use anyhow::bail;
-use herd_core::kinds::{ClusterConfigSpec, EventSpec, LeaseSpec, NodeSpec};
+use herd_core::kinds::{ClusterConfigSpec, EventSpec, LeaseSpec, NodeSpec, ReplicaSpec};
 use herd_core::{Object, Resource, ValidationErrors};
 
 #[derive(Clone, Copy, Debug)]
@@ -24,8 +24,14 @@ fn of<S: Resource>(short: &'static str) -> KindName {
     KindName { kind: S::KIND, plural: S::PLURAL, short, normalize: normalize::<S> }
 }
 
-pub fn all() -> [KindName; 4] {
-    [of::<NodeSpec>("no"), of::<ClusterConfigSpec>("cc"), of::<LeaseSpec>("lease"), of::<EventSpec>("ev")]
+pub fn all() -> [KindName; 5] {
+    [
+        of::<NodeSpec>("no"),
+        of::<ClusterConfigSpec>("cc"),
+        of::<LeaseSpec>("lease"),
+        of::<EventSpec>("ev"),
+        of::<ReplicaSpec>("rep"),
+    ]
 }
 
 pub fn resolve(name: &str) -> anyhow::Result<KindName> {

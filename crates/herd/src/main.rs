@@ -19,6 +19,9 @@ use herd_client::ClientError;
 use herd_core::api::StatusReason;
 
 fn exit_code(error: &anyhow::Error) -> u8 {
+    if let Some(herd_server::ServerError::Settings(_)) = error.downcast_ref() {
+        return 2;
+    }
     match error.downcast_ref::<ClientError>().and_then(ClientError::reason) {
         Some(StatusReason::NotFound) => 3,
         Some(StatusReason::Conflict | StatusReason::AlreadyExists) => 4,

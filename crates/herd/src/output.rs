@@ -114,6 +114,14 @@ fn columns(kind: &str) -> Vec<Column> {
             col("RENEWED", |v| age_of(v, "/spec/renewTime")),
             col("TRANSITIONS", |v| text(v, "/spec/leaseTransitions")),
         ],
+        "Replica" => vec![
+            name,
+            col("URL", |v| text(v, "/spec/url")),
+            col("STARTED", |v| age_of(v, "/status/startedAt")),
+            col("LAST SEEN", |v| age_of(v, "/status/lastSeen")),
+            col("STOPPED", |v| age_of(v, "/status/stoppedAt")),
+            wide("VERSION", |v| text(v, "/status/version")),
+        ],
         _ => vec![name, age, wide("LABELS", labels)],
     }
 }

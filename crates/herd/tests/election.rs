@@ -1,7 +1,8 @@
 //! Leader election between server replicas (three `herd server` processes
 //! on one SQLite file, and on one PostgreSQL schema): exactly one leads; a
 //! graceful stop hands over at once; a killed leader is replaced at once
-//! (its process is seen gone); a paused one only after its lease expires.
+//! (its process is seen gone); a paused one only after its lease expires,
+//! and none of the writes it attempts after resuming lands (fencing).
 
 mod common;
 
@@ -9,29 +10,33 @@ use std::time::{Duration, Instant};
 
 use common::{TestServer, eventually};
 use herd_core::HumanDuration;
+use herd_core::api::ClusterStatus;
 use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
-use herd_core::kinds::{ClusterConfigSpec, LeaseSpec};
+use herd_core::kinds::{ClusterConfigSpec, LeaseSpec, ReplicaState};
+use herd_server::controllers::fencing_probe::{PROBE_PREFIX, ProbeRecord};
+use herd_store::{ListOptions, Store};
 
 const LEASE: Duration = Duration::from_secs(3);
 const RETRY: Duration = Duration::from_millis(500);
+/// The same rules as the defaults, quicker: lease 3s, renew deadline 2s, retry 0.5s.
+const SHORT: [&str; 6] = ["--lease-duration", "3s", "--renew-deadline", "2s", "--retry-period", "500ms"];
 
 async fn holder(server: &TestServer) -> Option<(String, u32)> {
     let lease = server.admin().get::<LeaseSpec>("herd-leader").await.ok()?;
     Some((lease.spec.holder_identity, lease.spec.lease_duration_seconds))
 }
 
-/// Lease 3s, renew deadline 2s, retry 0.5s: the same rules, quicker.
-async fn use_short_election_settings(admin: &herd_client::Client) {
-    let mut config = admin.get::<ClusterConfigSpec>(CLUSTER_CONFIG_NAME).await.unwrap();
-    config.spec.leader_election.lease_duration = HumanDuration(LEASE);
-    config.spec.leader_election.renew_deadline = HumanDuration(Duration::from_secs(2));
-    config.spec.leader_election.retry_period = HumanDuration(RETRY);
-    admin.update(&config).await.unwrap();
+async fn leads(server: &TestServer) -> bool {
+    metric(server, "herd_leader").await == Some(1)
 }
 
-async fn leads(server: &TestServer) -> bool {
-    let metrics = server.anonymous().get_text("/metrics").await.unwrap_or_default();
-    metrics.lines().any(|l| l == "herd_leader 1")
+async fn metric(server: &TestServer, name: &str) -> Option<u64> {
+    let metrics = server.anonymous().get_text("/metrics").await.ok()?;
+    metrics.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+fn state_of(status: &ClusterStatus, name: &str) -> Option<ReplicaState> {
+    status.replicas.iter().find(|r| r.name == name).map(|r| r.state)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -45,17 +50,16 @@ async fn one_leader_graceful_handover_and_takeover_after_a_crash_on_postgres() {
     one_leader_graceful_handover_and_takeover_after_a_crash(Some(&schema.url)).await;
 }
 
-/// Three replicas on one store (SQLite in a shared data dir, or `store`).
+/// Three replicas on one store (SQLite in a shared data dir, or `store`),
+/// their election settings given as flags.
 async fn one_leader_graceful_handover_and_takeover_after_a_crash(store: Option<&str>) {
     let dir = tempfile::tempdir().unwrap();
     let mut replicas: Vec<(String, TestServer)> = ["s1", "s2", "s3"]
         .iter()
-        .map(|id| (id.to_string(), TestServer::start_replica(dir.path(), id, store)))
+        .map(|id| (id.to_string(), TestServer::start_replica(dir.path(), id, store, &SHORT)))
         .collect();
-    let admin = replicas[0].1.admin();
-    use_short_election_settings(&admin).await;
 
-    // Exactly one leader, renewing with the new settings.
+    // Exactly one leader, renewing with the flags' lease.
     let first = eventually(Duration::from_secs(20), "a leader renewing with a 3s lease", || async {
         holder(&replicas[0].1).await.filter(|(h, d)| !h.is_empty() && *d == 3).map(|(h, _)| h)
     })
@@ -67,6 +71,12 @@ async fn one_leader_graceful_handover_and_takeover_after_a_crash(store: Option<&
         }
     }
     assert_eq!(leading, vec![first.clone()], "exactly one replica says it leads, the lease holder");
+    let status = replicas[0].1.admin().cluster_status().await.unwrap();
+    assert_eq!(status.leader.as_ref().map(|l| l.identity.as_str()), Some(first.as_str()));
+    for (id, _) in &replicas {
+        let expected = if *id == first { ReplicaState::Leading } else { ReplicaState::Standby };
+        assert_eq!(state_of(&status, id), Some(expected), "{id} in {status:?}");
+    }
 
     // SIGTERM: the leader stops its work, releases, and a standby takes over at once.
     let index = replicas.iter().position(|(id, _)| *id == first).unwrap();
@@ -104,19 +114,24 @@ async fn one_leader_graceful_handover_and_takeover_after_a_crash(store: Option<&
         leads(&replicas[0].1).await.then_some(())
     })
     .await;
+
+    // The cluster status tells each replica's story.
+    let status = replicas[0].1.admin().cluster_status().await.unwrap();
+    assert_eq!(state_of(&status, &first), Some(ReplicaState::Stopped), "{status:?}");
+    assert_eq!(state_of(&status, &second), Some(ReplicaState::Gone), "{status:?}");
+    assert_eq!(state_of(&status, &third), Some(ReplicaState::Leading), "{status:?}");
+    let leader = status.leader.unwrap();
+    assert_eq!((leader.identity.as_str(), leader.term), (third.as_str(), 2), "two transitions since the first");
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_paused_leader_is_replaced_steps_down_when_it_resumes_and_can_lead_again() {
+async fn a_paused_leader_is_fenced_steps_down_when_it_resumes_and_can_lead_again() {
     let dir = tempfile::tempdir().unwrap();
-    let a = TestServer::start_replica(dir.path(), "a", None);
-    let admin = a.admin();
-    use_short_election_settings(&admin).await;
-    eventually(Duration::from_secs(20), "a leads with a 3s lease", || async {
-        holder(&a).await.filter(|(h, d)| h == "a" && *d == 3)
-    })
-    .await;
-    let b = TestServer::start_replica(dir.path(), "b", None);
+    let probe = [&SHORT[..], &["--fencing-probe", "20ms"]].concat();
+    let a = TestServer::start_replica(dir.path(), "a", None, &probe);
+    eventually(Duration::from_secs(20), "a leads", || async { holder(&a).await.filter(|(h, _)| h == "a") }).await;
+    let b = TestServer::start_replica(dir.path(), "b", None, &probe);
+    tokio::time::sleep(Duration::from_millis(300)).await;
 
     // Paused for longer than the lease: b takes over meanwhile.
     a.proc.signal("STOP");
@@ -126,20 +141,87 @@ async fn a_paused_leader_is_replaced_steps_down_when_it_resumes_and_can_lead_aga
     })
     .await;
     let takeover = paused_at.elapsed();
+    // Its last renewal came up to one retry period before the pause.
+    assert!(takeover >= LEASE - RETRY, "a live (paused) leader was replaced before its lease expired: {takeover:?}");
     assert!(takeover <= LEASE + RETRY.mul_f64(1.2) + Duration::from_secs(1), "takeover took {takeover:?}");
+    let status = b.admin().cluster_status().await.unwrap();
+    assert_eq!(state_of(&status, "b"), Some(ReplicaState::Leading), "{status:?}");
     tokio::time::sleep(Duration::from_secs(1)).await;
     a.proc.signal("CONT");
 
-    // a finds the lease taken, stops its leader-only work and follows.
+    // a finds the lease taken, stops its leader-only work and follows;
+    // the probe writes it attempted meanwhile were refused.
     eventually(Duration::from_secs(10), "a no longer says it leads", || async { (!leads(&a).await).then_some(()) })
         .await;
     assert_eq!(holder(&b).await.unwrap().0, "b", "b keeps the lease");
     assert!(leads(&b).await);
+    let refused = metric(&a, "herd_fenced_writes_total").await.unwrap();
+    assert!(refused >= 1, "the resumed replica attempted leader-only writes, and they were refused");
 
     // And a can lead again: b stops gracefully, a takes over at once.
     b.proc.signal("TERM");
     eventually(Duration::from_secs(5), "a leads again", || async { holder(&a).await.filter(|(h, _)| h == "a") }).await;
     eventually(Duration::from_secs(5), "a says it leads", || async { leads(&a).await.then_some(()) }).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    // The store's record of the probe: three terms (a, b, a again), and no
+    // write of one term after the first write of the next.
+    let store = Store::open(dir.path().join("herd.db").to_str().unwrap()).await.unwrap();
+    let page = store.list(PROBE_PREFIX, &ListOptions::default(), |_| true).await.unwrap();
+    let terms: Vec<(ProbeRecord, u64, u64)> = page
+        .items
+        .iter()
+        .map(|kv| (serde_json::from_slice(&kv.value).unwrap(), kv.create_revision, kv.mod_revision))
+        .collect();
+    let holders: Vec<&str> = terms.iter().map(|(r, _, _)| r.holder.as_str()).collect();
+    assert_eq!(holders, ["a", "b", "a"], "{terms:?}");
+    for pair in terms.windows(2) {
+        let ((earlier, _, last_write), (later, first_write, _)) = (&pair[0], &pair[1]);
+        assert!(earlier.term < later.term);
+        assert!(
+            last_write < first_write,
+            "term {} ({}) wrote at revision {last_write}, after term {} ({}) began at {first_write}",
+            earlier.term,
+            earlier.holder,
+            later.term,
+            later.holder
+        );
+    }
+    assert!(terms.iter().all(|(r, _, _)| r.count >= 2), "every leader wrote several times: {terms:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_election_settings_are_refused_at_start_naming_the_setting() {
+    let dir = tempfile::tempdir().unwrap();
+    let refused_start = |flags: &[&str]| {
+        let output = common::herd()
+            .args(["server", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(dir.path())
+            .args(flags)
+            .env("HERD_ADMIN_TOKEN", "t")
+            .env("HERD_JOIN_TOKEN", "j")
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2), "a usage error");
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let stderr = refused_start(&["--renew-deadline", "20s"]);
+    assert!(
+        stderr
+            .contains("ClusterConfig spec.leaderElection.leaseDuration: must be more than renewDeadline (20s), is 15s"),
+        "{stderr}"
+    );
+
+    // A ClusterConfig that the flags contradict is named as such too.
+    let server = TestServer::start(dir.path());
+    let admin = server.admin();
+    let mut config = admin.get::<ClusterConfigSpec>(CLUSTER_CONFIG_NAME).await.unwrap();
+    config.spec.leader_election.lease_duration = HumanDuration(Duration::from_secs(60));
+    config.spec.leader_election.renew_deadline = HumanDuration(Duration::from_secs(50));
+    admin.update(&config).await.unwrap();
+    drop(server);
+    let stderr = refused_start(&["--lease-duration", "30s"]);
+    assert!(stderr.contains("--lease-duration: must be more than renewDeadline (50s), is 30s"), "{stderr}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -157,12 +239,12 @@ async fn a_killed_leader_is_replaced_at_once_with_the_default_15s_lease_on_postg
 /// locked file is gone) and does not wait out the 15s lease.
 async fn a_killed_leader_is_replaced_at_once(store: Option<&str>) {
     let dir = tempfile::tempdir().unwrap();
-    let mut first = TestServer::start_replica(dir.path(), "first", store);
+    let mut first = TestServer::start_replica(dir.path(), "first", store, &[]);
     eventually(Duration::from_secs(20), "first leads", || async {
         holder(&first).await.filter(|(h, d)| h == "first" && *d == 15)
     })
     .await;
-    let second = TestServer::start_replica(dir.path(), "second", store);
+    let second = TestServer::start_replica(dir.path(), "second", store, &[]);
     first.proc.kill9();
     let killed_at = Instant::now();
     eventually(Duration::from_secs(20), "second leads", || async {

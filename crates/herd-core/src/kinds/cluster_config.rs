@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use super::NoStatus;
 use crate::resource::{Object, Resource};
 use crate::time::HumanDuration;
-use crate::validation::{FieldPath, ValidationErrors};
+use crate::validation::{FieldPath, ValidationErrors, check_name};
 
 pub type ClusterConfig = Object<ClusterConfigSpec>;
 
@@ -36,13 +36,26 @@ impl Default for ClusterConfigSpec {
     }
 }
 
-/// client-go's three durations.
+/// How the control-plane replicas elect their leader: client-go's three
+/// durations and fabric8's switches. A server's flags win over these
+/// (see [`LeaderElectionOverrides`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct LeaderElectionSettings {
+    /// How long a lease holds without renewal before another may take it.
     pub lease_duration: HumanDuration,
+    /// A leader that cannot renew within this steps down.
     pub renew_deadline: HumanDuration,
+    /// How often the leader renews and the others look.
     pub retry_period: HumanDuration,
+    /// The name of the Lease the replicas compete for (read at start).
+    pub lock_name: String,
+    /// Campaign only once the store answers and the caches are synced (read at start).
+    pub wait_for_ready: bool,
+    /// Record StartedLeading, StoppedLeading and NewLeader Events (read at start).
+    pub publish_events: bool,
+    /// On shutdown, give the lease up so that a standby takes over at once (read at start).
+    pub release_on_shutdown: bool,
 }
 
 impl Default for LeaderElectionSettings {
@@ -51,13 +64,19 @@ impl Default for LeaderElectionSettings {
             lease_duration: HumanDuration::from_secs(15),
             renew_deadline: HumanDuration::from_secs(10),
             retry_period: HumanDuration::from_secs(2),
+            lock_name: "herd-leader".into(),
+            wait_for_ready: true,
+            publish_events: true,
+            release_on_shutdown: true,
         }
     }
 }
 
 impl LeaderElectionSettings {
-    /// leaseDuration > renewDeadline > 1.2 x retryPeriod, all positive.
+    /// leaseDuration > renewDeadline > 1.2 x retryPeriod, all positive;
+    /// the lock name is an object name.
     pub fn validate(&self, path: &FieldPath, errors: &mut ValidationErrors) {
+        check_name(&path.child("lockName"), &self.lock_name, errors);
         let retry = self.retry_period.get();
         if retry.is_zero() {
             errors.add(&path.child("retryPeriod"), "must be positive");
@@ -78,6 +97,60 @@ impl LeaderElectionSettings {
                 format!("must be more than renewDeadline ({}), is {}", self.renew_deadline, self.lease_duration),
             );
         }
+    }
+}
+
+/// Leader-election settings given to one server (its command-line flags).
+/// Each one given wins over the ClusterConfig's.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LeaderElectionOverrides {
+    pub lease_duration: Option<HumanDuration>,
+    pub renew_deadline: Option<HumanDuration>,
+    pub retry_period: Option<HumanDuration>,
+    pub lock_name: Option<String>,
+    pub wait_for_ready: Option<bool>,
+    pub publish_events: Option<bool>,
+    pub release_on_shutdown: Option<bool>,
+}
+
+/// Each overridable setting: its field, its flag, and whether a flag set it.
+type Override = (&'static str, &'static str, fn(&LeaderElectionOverrides) -> bool);
+const OVERRIDES: [Override; 7] = [
+    ("leaseDuration", "--lease-duration", |o| o.lease_duration.is_some()),
+    ("renewDeadline", "--renew-deadline", |o| o.renew_deadline.is_some()),
+    ("retryPeriod", "--retry-period", |o| o.retry_period.is_some()),
+    ("lockName", "--lock-name", |o| o.lock_name.is_some()),
+    ("waitForReady", "--wait-for-ready", |o| o.wait_for_ready.is_some()),
+    ("publishEvents", "--publish-events", |o| o.publish_events.is_some()),
+    ("releaseOnShutdown", "--release-on-shutdown", |o| o.release_on_shutdown.is_some()),
+];
+
+impl LeaderElectionOverrides {
+    /// The settings in effect: `base` (the ClusterConfig's) with these on
+    /// top, validated. Each error names where its setting came from: the
+    /// flag (`--renew-deadline`) or the ClusterConfig field
+    /// (`ClusterConfig spec.leaderElection.renewDeadline`).
+    pub fn apply(&self, base: &LeaderElectionSettings) -> Result<LeaderElectionSettings, ValidationErrors> {
+        let merged = LeaderElectionSettings {
+            lease_duration: self.lease_duration.unwrap_or(base.lease_duration),
+            renew_deadline: self.renew_deadline.unwrap_or(base.renew_deadline),
+            retry_period: self.retry_period.unwrap_or(base.retry_period),
+            lock_name: self.lock_name.clone().unwrap_or_else(|| base.lock_name.clone()),
+            wait_for_ready: self.wait_for_ready.unwrap_or(base.wait_for_ready),
+            publish_events: self.publish_events.unwrap_or(base.publish_events),
+            release_on_shutdown: self.release_on_shutdown.unwrap_or(base.release_on_shutdown),
+        };
+        let mut found = ValidationErrors::new();
+        merged.validate(&FieldPath::root(""), &mut found);
+        let mut named = ValidationErrors::new();
+        for error in found.errors {
+            let field = match OVERRIDES.iter().find(|(name, _, _)| *name == error.field) {
+                Some((_, flag, set)) if set(self) => flag.to_string(),
+                _ => format!("ClusterConfig spec.leaderElection.{}", error.field),
+            };
+            named.add(&FieldPath::root(&field), error.reason);
+        }
+        named.into_result().map(|()| merged)
     }
 }
 
@@ -133,6 +206,51 @@ mod tests {
         let err = config.validate().unwrap_err();
         let fields: Vec<_> = err.errors.iter().map(|e| e.field.as_str()).collect();
         assert_eq!(fields, ["spec.leaderElection.renewDeadline", "spec.leaderElection.leaseDuration"]);
+    }
+
+    #[test]
+    fn flags_win_over_the_cluster_config() {
+        let base = LeaderElectionSettings::default();
+        let flags = LeaderElectionOverrides {
+            lease_duration: Some(HumanDuration::from_secs(30)),
+            release_on_shutdown: Some(false),
+            ..Default::default()
+        };
+        let merged = flags.apply(&base).unwrap();
+        assert_eq!(merged.lease_duration, HumanDuration::from_secs(30));
+        assert_eq!(merged.renew_deadline, base.renew_deadline);
+        assert!(!merged.release_on_shutdown);
+        assert!(merged.publish_events);
+    }
+
+    #[test]
+    fn a_bad_setting_is_named_by_where_it_came_from() {
+        let mut base = LeaderElectionSettings::default();
+        // From a flag: the flag is named.
+        let flags = LeaderElectionOverrides { renew_deadline: Some(HumanDuration::from_secs(2)), ..Default::default() };
+        let error = flags.apply(&base).unwrap_err();
+        assert_eq!(error.to_string(), "--renew-deadline: must be more than 1.2 x retryPeriod (2s 400ms), is 2s");
+        // The same rule broken by the ClusterConfig: its field is named.
+        base.renew_deadline = HumanDuration::from_secs(20);
+        let error = LeaderElectionOverrides::default().apply(&base).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "ClusterConfig spec.leaderElection.leaseDuration: must be more than renewDeadline (20s), is 15s"
+        );
+        // A flag can repair what the ClusterConfig broke.
+        let flags =
+            LeaderElectionOverrides { lease_duration: Some(HumanDuration::from_secs(25)), ..Default::default() };
+        assert_eq!(flags.apply(&base).unwrap().lease_duration, HumanDuration::from_secs(25));
+        let flags = LeaderElectionOverrides { lock_name: Some("Leader!".into()), ..Default::default() };
+        let error = flags.apply(&LeaderElectionSettings::default()).unwrap_err();
+        assert!(error.to_string().starts_with("--lock-name: may contain only"), "{error}");
+    }
+
+    #[test]
+    fn a_zero_retry_period_is_refused() {
+        let flags = LeaderElectionOverrides { retry_period: Some(HumanDuration::from_secs(0)), ..Default::default() };
+        let error = flags.apply(&LeaderElectionSettings::default()).unwrap_err();
+        assert_eq!(error.errors[0].field, "--retry-period");
     }
 
     #[test]

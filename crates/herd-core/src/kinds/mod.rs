@@ -5,11 +5,13 @@ pub mod cluster_config;
 pub mod event;
 pub mod lease;
 pub mod node;
+pub mod replica;
 
-pub use cluster_config::{ClusterConfig, ClusterConfigSpec, LeaderElectionSettings};
+pub use cluster_config::{ClusterConfig, ClusterConfigSpec, LeaderElectionOverrides, LeaderElectionSettings};
 pub use event::{Event, EventSpec, EventType, InvolvedObject};
 pub use lease::{Lease, LeaseSpec};
 pub use node::{Condition, ConditionStatus, Node, NodeRole, NodeSpec, NodeStatus};
+pub use replica::{Replica, ReplicaSpec, ReplicaState, ReplicaStatus};
 
 /// No status: for kinds without a status subresource.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]

@@ -1,11 +1,15 @@
-//! Health, metrics and the OpenAPI document: no authentication needed.
+//! Health, metrics and the OpenAPI document (no authentication needed),
+//! and the cluster status (admins only).
 
 use axum::Json;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
 
-use super::AppState;
+use herd_core::authz::Verb;
+
+use super::{AppState, Caller};
+use crate::error::ApiError;
 
 /// Healthy when the store answers, and this replica, if it believes it
 /// leads, has renewed its lease within the lease duration.
@@ -25,4 +29,13 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
 
 pub async fn openapi(State(state): State<AppState>) -> impl IntoResponse {
     Json(state.openapi.as_ref().clone())
+}
+
+/// The leader and the replicas, as this replica sees them.
+pub async fn cluster_status(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> Result<Json<herd_core::api::ClusterStatus>, ApiError> {
+    caller.may(Verb::Get, "replicas", None)?;
+    Ok(Json(crate::replicas::cluster_status(&state.objects, &state.replica).await?))
 }

@@ -39,6 +39,8 @@ pub struct AppState {
     pub openapi: Arc<serde_json::Value>,
     /// Whether this replica, if it leads, still renews its lease.
     pub leader_health: Arc<crate::elector::LeaderHealth>,
+    /// This replica's name and URL, and the leader Lease's name.
+    pub replica: Arc<crate::replicas::ReplicaIdentity>,
     /// Fires when the server shuts down; ends watch streams.
     pub shutdown: CancellationToken,
 }
@@ -89,6 +91,7 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(meta::healthz))
         .route("/metrics", get(meta::metrics))
         .route("/openapi.json", get(meta::openapi))
+        .route(herd_core::api::CLUSTER_STATUS_PATH, get(meta::cluster_status))
         .route("/api/v1/join", post(nodes::join))
         .route("/api/v1/nodes/{name}/heartbeat", post(nodes::heartbeat))
         .route("/api/v1/{plural}", get(resources::list_or_watch).post(resources::create))

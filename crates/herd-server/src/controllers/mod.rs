@@ -1,10 +1,12 @@
 //! Controllers: background loops that move observed state toward desired
-//! state. Each runs until its cancellation token fires; leader election
-//! (a later capability) will start and stop them as leadership comes and
-//! goes, which is why they take a token and keep no state that outlives it.
+//! state. They are leader-only work: the elector starts them when this
+//! replica wins the lease and cancels (and awaits) them before it gives the
+//! lease up, which is why they take a token and keep no state that
+//! outlives it. Their writes go through the leadership's fence.
 
 pub mod compactor;
 pub mod event_ttl;
+pub mod fencing_probe;
 pub mod node_lifecycle;
 
 use std::sync::Arc;

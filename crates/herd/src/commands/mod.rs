@@ -1,12 +1,13 @@
 //! One module per command; [`run`] dispatches.
 
 mod apply;
+mod cluster;
 mod get;
 pub mod modes;
 
 use clap::CommandFactory;
 
-use crate::cli::{Cli, Command};
+use crate::cli::{Cli, ClusterCommand, Command};
 use crate::context;
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -21,6 +22,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Apply { file, dry_run } => apply::apply(&context::client(&conn)?, &file, dry_run).await,
         Command::Delete { kind, name, dry_run } => apply::delete(&context::client(&conn)?, &kind, &name, dry_run).await,
+        Command::Cluster { command: ClusterCommand::Status { output } } => {
+            cluster::status(&context::client(&conn)?, output).await
+        }
         Command::Server(args) => modes::server(args).await,
         Command::Agent(args) => modes::agent(args, conn.server).await,
         Command::Dev(args) => crate::dev::run(args).await,

@@ -2,6 +2,7 @@
 
 use anyhow::Context;
 use herd_agent::AgentConfig;
+use herd_core::HumanDuration;
 use herd_server::{Server, ServerConfig};
 use tokio_util::sync::CancellationToken;
 
@@ -36,8 +37,17 @@ pub async fn server(args: ServerArgs) -> anyhow::Result<()> {
     };
     let store_url = args.store.unwrap_or_else(|| args.data_dir.join("herd.db").display().to_string());
     let identity = args.identity.unwrap_or_else(|| format!("{}-{}", host_name(), std::process::id()));
-    let server =
-        Server::start(ServerConfig { listen: args.listen, store_url, admin_token, join_token, identity }).await?;
+    let server = Server::start(ServerConfig {
+        listen: args.listen,
+        store_url,
+        admin_token,
+        join_token,
+        identity,
+        advertise_url: args.advertise_url,
+        election: args.election.overrides(),
+        fencing_probe: args.fencing_probe.map(HumanDuration::get),
+    })
+    .await?;
     println!("herd server listening on http://{}", server.addr());
     let stop = server.shutdown_token();
     tokio::spawn(async move {

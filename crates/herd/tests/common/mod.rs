@@ -105,12 +105,15 @@ impl TestServer {
     }
 
     /// A replica with a name of its own in the leader election, on the
-    /// SQLite store in `data_dir` or on `store` (a PostgreSQL URL).
-    pub fn start_replica(data_dir: &Path, identity: &str, store: Option<&str>) -> TestServer {
-        match store {
-            Some(url) => Self::start_with(data_dir, "127.0.0.1:0", &["--identity", identity, "--store", url]),
-            None => Self::start_with(data_dir, "127.0.0.1:0", &["--identity", identity]),
+    /// SQLite store in `data_dir` or on `store` (a PostgreSQL URL), with
+    /// `flags` added to its command line.
+    pub fn start_replica(data_dir: &Path, identity: &str, store: Option<&str>, flags: &[&str]) -> TestServer {
+        let mut args = vec!["--identity", identity];
+        if let Some(url) = store {
+            args.extend(["--store", url]);
         }
+        args.extend(flags);
+        Self::start_with(data_dir, "127.0.0.1:0", &args)
     }
 
     fn start_with(data_dir: &Path, listen: &str, extra: &[&str]) -> TestServer {

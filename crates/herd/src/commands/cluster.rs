@@ -1,0 +1,107 @@
+//! `herd cluster status`: who leads, since when, and every replica on record.
+
+use std::time::SystemTime;
+
+use comfy_table::{Table, presets};
+use herd_client::Client;
+use herd_core::Timestamp;
+use herd_core::api::ClusterStatus;
+
+use crate::cli::OutputFormat;
+use crate::output::{self, short_duration};
+
+pub async fn status(client: &Client, format: OutputFormat) -> anyhow::Result<()> {
+    let status = client.cluster_status().await?;
+    match format {
+        OutputFormat::Table | OutputFormat::Wide => {
+            println!("{}", render(&status, Timestamp::from_system_time(SystemTime::now())));
+            Ok(())
+        }
+        OutputFormat::Json | OutputFormat::Yaml => {
+            output::print("ClusterStatus", &serde_json::to_value(&status)?, &[], format)
+        }
+    }
+}
+
+fn ago(time: Option<Timestamp>, now: Timestamp) -> String {
+    time.map_or_else(|| "never".into(), |t| format!("{} ago", short_duration(t.age(now))))
+}
+
+/// The status as text: a header on the leader, then a row per replica.
+fn render(status: &ClusterStatus, now: Timestamp) -> String {
+    let mut out = String::new();
+    match &status.leader {
+        Some(leader) => {
+            let since = leader.since.map_or_else(String::new, |t| format!(", since {t} ({})", ago(Some(t), now)));
+            out += &format!("Leader:       {} (term {}{since})\n", leader.identity, leader.term);
+            out += &format!(
+                "Lease:        {}, {}s, renewed {}\n",
+                status.lock_name,
+                leader.lease_duration_seconds,
+                ago(leader.renewed, now)
+            );
+        }
+        None => out += &format!("Leader:       none (lease {} is free)\n", status.lock_name),
+    }
+    out += &format!("Transitions:  {}\n", status.lease_transitions);
+    out += &format!("Answered by:  {}\n\n", status.served_by);
+    let mut table = Table::new();
+    table.load_preset(presets::NOTHING);
+    table.set_header(["REPLICA", "STATE", "URL", "STARTED", "LAST SEEN", "VERSION"]);
+    for replica in &status.replicas {
+        table.add_row([
+            replica.name.clone(),
+            format!("{:?}", replica.state),
+            replica.url.clone(),
+            ago(Some(replica.started_at), now),
+            ago(Some(replica.last_seen), now),
+            replica.version.clone(),
+        ]);
+    }
+    let rows: Vec<String> = table.lines().map(|l| l.strip_prefix(' ').unwrap_or(&l).trim_end().to_string()).collect();
+    out + &rows.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use herd_core::api::{LeaderInfo, ReplicaInfo};
+    use herd_core::kinds::ReplicaState;
+
+    use super::*;
+
+    #[test]
+    fn renders_the_leader_and_each_replica() {
+        let now = Timestamp::from_system_time(SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000));
+        let before = |secs| Timestamp::from_system_time(now.system_time() - Duration::from_secs(secs));
+        let replica = |name: &str, state| ReplicaInfo {
+            name: name.into(),
+            url: format!("http://{name}:7700"),
+            state,
+            started_at: before(600),
+            last_seen: before(2),
+            stopped_at: None,
+            version: "0.1.0".into(),
+        };
+        let status = ClusterStatus {
+            served_by: "r2".into(),
+            lock_name: "herd-leader".into(),
+            leader: Some(LeaderInfo {
+                identity: "r1".into(),
+                term: 3,
+                since: Some(before(300)),
+                renewed: Some(before(1)),
+                lease_duration_seconds: 15,
+            }),
+            lease_transitions: 3,
+            replicas: vec![replica("r1", ReplicaState::Leading), replica("r2", ReplicaState::Gone)],
+        };
+        let text = render(&status, now);
+        assert!(text.contains("Leader:       r1 (term 3, since 1970-01-12T13:41:40.000Z (5m ago))"), "{text}");
+        assert!(text.contains("Lease:        herd-leader, 15s, renewed 1s ago"), "{text}");
+        assert!(text.contains("r2       Gone     http://r2:7700"), "{text}");
+        let free = ClusterStatus { leader: None, ..status };
+        assert!(render(&free, now).contains("Leader:       none (lease herd-leader is free)"));
+    }
+}
