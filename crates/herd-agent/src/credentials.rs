@@ -27,6 +27,7 @@ pub enum CredentialsError {
     OtherNode { path: PathBuf, found: String, expected: String },
 }
 
+#[derive(Clone)]
 pub struct CredentialStore {
     path: PathBuf,
 }

@@ -1,8 +1,11 @@
 //! Joining and heartbeating. The loop never gives up on an unreachable
 //! server (it backs off, up to a few seconds, and tries every server URL);
 //! it stops only when told to, or when the cluster refuses this node.
+//! Every heartbeat carries the members and the unacknowledged journal; a
+//! journal change sends one at once instead of at the next period.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use herd_client::{Client, ClientError};
@@ -11,10 +14,14 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::credentials::{CredentialStore, Credentials};
+use crate::executor::Executor;
+use crate::members::Members;
 use crate::{AgentError, Identity};
 
 const FIRST_RETRY: Duration = Duration::from_millis(250);
 const MAX_RETRY: Duration = Duration::from_secs(4);
+/// A journal change is reported after this pause, with whatever else changed.
+const REPORT_PAUSE: Duration = Duration::from_millis(50);
 
 /// Doubling delays between failed attempts, capped.
 struct Backoff {
@@ -47,90 +54,125 @@ fn is_refusal(error: &ClientError) -> bool {
     matches!(error, ClientError::Api(status) if matches!(status.code, 401 | 403 | 422))
 }
 
-pub async fn run(
-    client: Client,
-    store: CredentialStore,
-    join_token: Option<String>,
-    identity: Identity,
-    endpoint: SocketAddr,
-    stop: CancellationToken,
-) -> Result<(), AgentError> {
-    let report = AgentReport {
-        agent_boot_id: identity.agent_boot_id.clone(),
-        host_boot_id: identity.host_boot_id.clone(),
-        address: Some(endpoint.to_string()),
-        agent_version: Some(env!("CARGO_PKG_VERSION").to_string()),
-    };
-    let name = identity.node_name.clone();
-    let mut credentials = store.load(&name)?;
-    let mut backoff = Backoff::new();
-    let mut failing = false;
-    while !stop.is_cancelled() {
-        let started = Instant::now();
-        let Some(creds) = credentials.clone() else {
-            let token = join_token.clone().ok_or(AgentError::NoJoinToken)?;
-            match client
-                .with_token(Some(token))
-                .join(&JoinRequest { node_name: name.clone(), report: report.clone() })
-                .await
-            {
-                Ok(joined) => {
-                    let creds = Credentials { node_name: name.clone(), node_token: joined.node_token };
-                    store.save(&creds)?;
-                    credentials = Some(creds);
-                    let period = joined.heartbeat_period.get();
+/// Sleeps until `deadline`, or until the journal changes (but not sooner
+/// than a short pause, so that a burst of changes is one heartbeat); false
+/// if `stop` fired first.
+async fn sleep_or_report(deadline: Instant, executor: &Executor, stop: &CancellationToken) -> bool {
+    tokio::select! {
+        _ = stop.cancelled() => false,
+        _ = tokio::time::sleep_until(deadline) => true,
+        _ = async { executor.changed().await; tokio::time::sleep(REPORT_PAUSE).await } => true,
+    }
+}
+
+/// Everything the heartbeat loop needs.
+pub struct Heartbeat {
+    pub client: Client,
+    pub store: CredentialStore,
+    pub join_token: Option<String>,
+    pub identity: Identity,
+    pub endpoint: SocketAddr,
+    pub members: Members,
+    pub executor: Arc<Executor>,
+    /// After the server has been unreachable this long, the disconnect hooks run.
+    pub disconnect_grace: Duration,
+}
+
+impl Heartbeat {
+    pub async fn run(self, stop: CancellationToken) -> Result<(), AgentError> {
+        let Heartbeat { client, store, join_token, identity, endpoint, members, executor, disconnect_grace } = self;
+        let mut report = AgentReport {
+            agent_boot_id: identity.agent_boot_id.clone(),
+            host_boot_id: identity.host_boot_id.clone(),
+            address: Some(endpoint.to_string()),
+            agent_version: Some(env!("CARGO_PKG_VERSION").to_string()),
+            members: Vec::new(),
+            commands: Vec::new(),
+        };
+        let name = identity.node_name.clone();
+        let mut credentials = store.load(&name)?;
+        let mut backoff = Backoff::new();
+        let mut failing = false;
+        // Since when the server has been unreachable, and whether the
+        // disconnect hooks ran for this outage.
+        let mut unreachable_since: Option<(Instant, bool)> = None;
+        while !stop.is_cancelled() {
+            let started = Instant::now();
+            let Some(creds) = credentials.clone() else {
+                let token = join_token.clone().ok_or(AgentError::NoJoinToken)?;
+                match client
+                    .with_token(Some(token))
+                    .join(&JoinRequest { node_name: name.clone(), report: report.clone() })
+                    .await
+                {
+                    Ok(joined) => {
+                        let creds = Credentials { node_name: name.clone(), node_token: joined.node_token };
+                        store.save(&creds)?;
+                        credentials = Some(creds);
+                        let period = joined.heartbeat_period.get();
+                        backoff.reset();
+                        tracing::info!(node = %name, "joined the cluster");
+                        if !sleep_until(started + period, &stop).await {
+                            break;
+                        }
+                    }
+                    Err(error) if is_refusal(&error) => return Err(AgentError::JoinRefused(error)),
+                    Err(error) => {
+                        tracing::warn!(%error, "could not join yet; retrying");
+                        if !sleep_until(started + backoff.step(), &stop).await {
+                            break;
+                        }
+                    }
+                }
+                continue;
+            };
+            report.members = members.report();
+            report.commands = executor.reports();
+            match client.with_token(Some(creds.node_token)).heartbeat(&name, &report).await {
+                Ok(answer) => {
+                    if failing {
+                        tracing::info!("heartbeats go through again");
+                        failing = false;
+                    }
+                    unreachable_since = None;
+                    executor.acknowledge(&answer.acknowledged);
+                    let period = answer.heartbeat_period.get();
                     backoff.reset();
-                    tracing::info!(node = %name, "joined the cluster");
-                    if !sleep_until(started + period, &stop).await {
+                    if !sleep_or_report(started + period, &executor, &stop).await {
                         break;
                     }
                 }
-                Err(error) if is_refusal(&error) => return Err(AgentError::JoinRefused(error)),
+                Err(error @ ClientError::Api(_))
+                    if matches!(
+                        error.reason(),
+                        Some(herd_core::api::StatusReason::Unauthorized | herd_core::api::StatusReason::NotFound)
+                    ) =>
+                {
+                    // The cluster no longer knows this node or its token (a new
+                    // store, or the node was deleted): join again.
+                    tracing::warn!(%error, "the server does not accept this node's identity; joining again");
+                    if join_token.is_none() {
+                        return Err(AgentError::JoinRefused(error));
+                    }
+                    credentials = None;
+                }
                 Err(error) => {
-                    tracing::warn!(%error, "could not join yet; retrying");
+                    if !failing {
+                        tracing::warn!(%error, "heartbeat failed; retrying with backoff");
+                        failing = true;
+                    }
+                    let (since, hooks_ran) = unreachable_since.get_or_insert((started, false));
+                    if !*hooks_ran && since.elapsed() > disconnect_grace {
+                        *hooks_ran = true;
+                        let why = format!("the server has been unreachable for over {disconnect_grace:?}");
+                        executor.run_disconnect_hooks(&why).await;
+                    }
                     if !sleep_until(started + backoff.step(), &stop).await {
                         break;
                     }
                 }
             }
-            continue;
-        };
-        match client.with_token(Some(creds.node_token)).heartbeat(&name, &report).await {
-            Ok(answer) => {
-                if failing {
-                    tracing::info!("heartbeats go through again");
-                    failing = false;
-                }
-                let period = answer.heartbeat_period.get();
-                backoff.reset();
-                if !sleep_until(started + period, &stop).await {
-                    break;
-                }
-            }
-            Err(error @ ClientError::Api(_))
-                if matches!(
-                    error.reason(),
-                    Some(herd_core::api::StatusReason::Unauthorized | herd_core::api::StatusReason::NotFound)
-                ) =>
-            {
-                // The cluster no longer knows this node or its token (a new
-                // store, or the node was deleted): join again.
-                tracing::warn!(%error, "the server does not accept this node's identity; joining again");
-                if join_token.is_none() {
-                    return Err(AgentError::JoinRefused(error));
-                }
-                credentials = None;
-            }
-            Err(error) => {
-                if !failing {
-                    tracing::warn!(%error, "heartbeat failed; retrying with backoff");
-                    failing = true;
-                }
-                if !sleep_until(started + backoff.step(), &stop).await {
-                    break;
-                }
-            }
         }
+        Ok(())
     }
-    Ok(())
 }

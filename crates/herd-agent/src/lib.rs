@@ -1,19 +1,30 @@
 //! herd's agent: the only truth about what runs on its host.
 //!
-//! Today it joins the cluster (trading the join token for a node token kept
-//! in its data dir), serves a small HTTP endpoint of its own and sends a
+//! It joins the cluster (trading the join token for a node token kept in
+//! its data dir), serves a small HTTP endpoint of its own and sends a
 //! heartbeat every period, riding out server restarts with backoff and
-//! moving between several server URLs. Members, volumes and the command
-//! journal come with their capabilities.
+//! moving between several server URLs. It runs members, and carries out
+//! the Commands the leader issues to it, journaling each.
 //!
 //! Code map: [`credentials`] keeps the node token; [`fsutil`] writes files
 //! atomically; [`heartbeat`] is the join/heartbeat loop; [`endpoint`] is
-//! the agent's own HTTP server.
+//! the agent's own HTTP server; [`members`] runs and re-adopts member
+//! processes ([`procs`]: liveness and signals); [`command_watch`] feeds the
+//! node's Commands to the [`executor`], which journals ([`journal`]) and
+//! carries them out ([`script`] runs scripts; [`worker`] is the detached
+//! copy worker).
 
+pub mod command_watch;
 pub mod credentials;
 pub mod endpoint;
+pub mod executor;
 pub mod fsutil;
 pub mod heartbeat;
+pub mod journal;
+pub mod members;
+pub mod procs;
+pub mod script;
+pub mod worker;
 
 use std::fs::File;
 use std::net::SocketAddr;
@@ -35,6 +46,9 @@ pub struct AgentConfig {
     pub node_name: String,
     /// Where the agent's own HTTP endpoint listens.
     pub listen: SocketAddr,
+    /// After the server has been unreachable this long, the disconnect
+    /// hooks of running commands run (cancelling them).
+    pub disconnect_grace: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +65,10 @@ pub enum AgentError {
     JoinRefused(ClientError),
     #[error("{0}")]
     Credentials(#[from] credentials::CredentialsError),
+    #[error("{0}")]
+    Members(#[from] members::MemberError),
+    #[error("{0}")]
+    Journal(#[from] journal::JournalError),
 }
 
 /// What identifies this run of the agent.
@@ -89,9 +107,33 @@ pub async fn run(config: AgentConfig, stop: CancellationToken) -> Result<(), Age
 
     // A heartbeat that takes longer than this is given up, and the next one
     // goes to the next server: a hung server must not silence the node.
+    let members = members::Members::open(&data_dir, stop.clone()).await?;
+    let executor = executor::Executor::open(&data_dir, members.clone(), stop.clone())?;
     let client = Client::new(config.servers.clone(), None).with_timeout(REQUEST_TIMEOUT);
     let store = credentials::CredentialStore::new(&data_dir);
-    heartbeat::run(client, store, config.join_token.clone(), identity, endpoint, stop).await?;
+    // The watch is long-lived: no request timeout on it.
+    let watcher = tokio::spawn(command_watch::run(
+        Client::new(config.servers.clone(), None),
+        store.clone(),
+        identity.node_name.clone(),
+        executor.clone(),
+        stop.clone(),
+    ));
+    let heartbeat = heartbeat::Heartbeat {
+        client,
+        store,
+        join_token: config.join_token.clone(),
+        identity,
+        endpoint,
+        members,
+        executor: executor.clone(),
+        disconnect_grace: config.disconnect_grace,
+    };
+    let beating = heartbeat.run(stop.clone()).await;
+    stop.cancel();
+    let _ = watcher.await;
+    executor.run_disconnect_hooks("the agent is stopping").await;
+    beating?;
     drop(lock);
     Ok(())
 }

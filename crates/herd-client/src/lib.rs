@@ -12,8 +12,9 @@ use std::time::Duration;
 
 use herd_core::api::{
     AgentReport, CLUSTER_STATUS_PATH, ClusterStatus, HeartbeatResponse, JoinRequest, JoinResponse, ObjectList, Status,
-    StatusReason, collection_path, object_path,
+    StatusReason, collection_path, node_commands_path, object_path,
 };
+use herd_core::kinds::CommandSpec;
 use herd_core::{Object, Resource};
 use reqwest::{Method, RequestBuilder};
 use serde::Serialize;
@@ -264,6 +265,10 @@ impl Client {
 
     /// Watches a kind for changes after revision `from` (None: from now).
     pub async fn watch(&self, plural: &str, from: Option<&str>, selector: &str) -> Result<WatchStream, ClientError> {
+        self.watch_path(&collection_path(plural), from, selector).await
+    }
+
+    async fn watch_path(&self, path: &str, from: Option<&str>, selector: &str) -> Result<WatchStream, ClientError> {
         let mut query = vec![("watch", "true".to_string())];
         if let Some(from) = from {
             query.push(("resourceVersion", from.to_string()));
@@ -271,9 +276,20 @@ impl Client {
         if !selector.is_empty() {
             query.push(("labelSelector", selector.to_string()));
         }
-        let response = self.send(Method::GET, &collection_path(plural), |r| r.query(&query), None).await?;
+        let response = self.send(Method::GET, path, |r| r.query(&query), None).await?;
         let response = check(response).await?;
         Ok(WatchStream::new(response))
+    }
+
+    /// A node's Commands (with that node's token), and the revision to
+    /// watch them from.
+    pub async fn node_commands(&self, node: &str) -> Result<ObjectList<Object<CommandSpec>>, ClientError> {
+        self.call(Method::GET, &node_commands_path(node), &[], None).await
+    }
+
+    /// Watches a node's Commands after revision `from`.
+    pub async fn watch_node_commands(&self, node: &str, from: &str) -> Result<WatchStream, ClientError> {
+        self.watch_path(&node_commands_path(node), Some(from), "").await
     }
 
     /// The leader and the replicas, as the answering replica sees them.

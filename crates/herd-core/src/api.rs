@@ -15,6 +15,11 @@ pub fn object_path(plural: &str, name: &str) -> String {
     format!("/api/v1/{plural}/{name}")
 }
 
+/// Where a node lists and watches its Commands.
+pub fn node_commands_path(node: &str) -> String {
+    format!("/api/v1/nodes/{node}/commands")
+}
+
 /// Why a request failed, in a form scripts can branch on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum StatusReason {
@@ -124,6 +129,60 @@ pub struct AgentReport {
     pub address: Option<String>,
     #[serde(default)]
     pub agent_version: Option<String>,
+    /// The members this node runs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<MemberReport>,
+    /// The journal: every command attempt the server has not acknowledged
+    /// in its final state yet.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub commands: Vec<CommandReport>,
+}
+
+/// One command attempt as the agent's journal has it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CommandReport {
+    pub name: String,
+    pub uid: String,
+    pub attempt: u32,
+    pub state: crate::kinds::AgentState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<crate::kinds::Answer>,
+    pub updated: crate::time::Timestamp,
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub progress: std::collections::BTreeMap<String, String>,
+}
+
+/// A command attempt whose final state the server has recorded: the agent
+/// may forget it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CommandAck {
+    pub name: String,
+    pub attempt: u32,
+}
+
+/// One member as its agent reports it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MemberReport {
+    pub name: String,
+    /// Whether it should run (started and not stopped).
+    pub wanted: bool,
+    /// Whether its process runs now.
+    pub running: bool,
+    /// Fresh at every start of its process: a new one means it restarted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<crate::time::Timestamp>,
+    /// Starts after the first.
+    #[serde(default)]
+    pub restarts: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_exit: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -133,6 +192,9 @@ pub struct JoinResponse {
     /// The node's own credential; the join token is not needed again.
     pub node_token: String,
     pub heartbeat_period: HumanDuration,
+    /// What agents show each other (and the server shows them) to read
+    /// volumes from their endpoints.
+    pub peer_token: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -140,6 +202,10 @@ pub struct JoinResponse {
 pub struct HeartbeatResponse {
     /// The period the agent should use from now on (ClusterConfig).
     pub heartbeat_period: HumanDuration,
+    pub peer_token: String,
+    /// Command attempts whose final state is recorded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub acknowledged: Vec<CommandAck>,
 }
 
 pub const CLUSTER_STATUS_PATH: &str = "/api/v1/cluster/status";

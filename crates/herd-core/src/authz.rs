@@ -29,6 +29,8 @@ pub enum Verb {
     UpdateStatus,
     Delete,
     Heartbeat,
+    /// List or watch the Commands for a node.
+    ReadCommands,
 }
 
 /// What a request touches: a collection (`name` None) or one object.
@@ -50,7 +52,7 @@ pub fn authorize(principal: &Principal, verb: Verb, target: Target<'_>) -> Resul
     let own_node = target.plural == "nodes" && target.name == Some(node.as_str());
     let allowed = match verb {
         Verb::Get => own_node || target.plural == "clusterconfigs",
-        Verb::UpdateStatus | Verb::Heartbeat => own_node,
+        Verb::UpdateStatus | Verb::Heartbeat | Verb::ReadCommands => own_node,
         Verb::List | Verb::Watch | Verb::Create | Verb::Update | Verb::Delete => false,
     };
     if allowed {
@@ -61,7 +63,7 @@ pub fn authorize(principal: &Principal, verb: Verb, target: Target<'_>) -> Resul
             None => target.plural.to_string(),
         };
         Err(Denied(format!(
-            "node {node} may not {verb:?} {what}: a node may read its own Node and write only its own Node's status"
+            "node {node} may not {verb:?} {what}: a node may read its own Node and Commands and write only its own Node's status"
         )))
     }
 }
@@ -80,6 +82,8 @@ mod tests {
         let other = Target { plural: "nodes", name: Some("b") };
         assert!(authorize(&node("a"), Verb::UpdateStatus, own).is_ok());
         assert!(authorize(&node("a"), Verb::Heartbeat, own).is_ok());
+        assert!(authorize(&node("a"), Verb::ReadCommands, own).is_ok());
+        assert!(authorize(&node("a"), Verb::ReadCommands, other).is_err(), "only its own Commands");
         assert!(authorize(&node("a"), Verb::Get, own).is_ok());
         let denied = authorize(&node("a"), Verb::UpdateStatus, other).unwrap_err();
         assert!(denied.0.contains("node a may not UpdateStatus nodes b"), "{denied}");

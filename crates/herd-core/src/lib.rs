@@ -8,11 +8,13 @@
 pub mod api;
 pub mod authz;
 pub mod election;
+pub mod journal;
 pub mod kinds;
 pub mod labels;
 pub mod lifecycle;
 pub mod meta;
 pub mod node_health;
+pub mod reconcile;
 pub mod resource;
 pub mod selection;
 pub mod time;

@@ -48,6 +48,7 @@ pub fn apply_heartbeat(status: &mut NodeStatus, report: &AgentReport, now: Times
     if report.agent_version.is_some() {
         status.agent_version = report.agent_version.clone();
     }
+    status.members = report.members.clone();
     status.set_condition(READY, ConditionStatus::True, "AgentHeartbeat", "the agent is sending heartbeats", now);
     effects
 }
@@ -92,6 +93,8 @@ mod tests {
             host_boot_id: Some(host.into()),
             address: Some("127.0.0.1:1".into()),
             agent_version: None,
+            members: Vec::new(),
+            commands: Vec::new(),
         }
     }
 

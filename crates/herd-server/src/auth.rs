@@ -1,11 +1,13 @@
 //! Bearer tokens: who is calling.
 //!
-//! Three kinds of token. The admin token may do everything. The join token
+//! Three kinds of token for the API, and one between agents. The admin token may do everything. The join token
 //! may only register a node (`POST /api/v1/join`), which hands the node its
 //! own node token. A node token (`herdnode.<node>.<secret>`) identifies that
 //! node; what it may do is decided by `herd_core::authz`. Only blake3 hashes
 //! of tokens are kept: node token hashes in the store, so every server
-//! replica knows them.
+//! replica knows them. The peer token is one cluster-wide secret, kept in
+//! the store as it is (agents need it back): agents show it to each other
+//! to read volumes, and the server shows it to ask agents what exists.
 
 use axum::http::HeaderMap;
 use herd_core::authz::Principal;
@@ -16,6 +18,7 @@ use crate::error::ApiError;
 use crate::objects::now;
 
 const NODE_TOKEN_PREFIX: &str = "herdnode.";
+const PEER_TOKEN_KEY: &str = "/secrets/peer-token";
 
 fn node_token_key(node: &str) -> String {
     format!("/secrets/nodetokens/{node}")
@@ -41,6 +44,7 @@ pub struct Authenticator {
     store: Store,
     admin: blake3::Hash,
     join: blake3::Hash,
+    peer: tokio::sync::OnceCell<String>,
 }
 
 fn hash(token: &str) -> blake3::Hash {
@@ -49,7 +53,7 @@ fn hash(token: &str) -> blake3::Hash {
 
 impl Authenticator {
     pub fn new(store: Store, admin_token: &str, join_token: &str) -> Self {
-        Authenticator { store, admin: hash(admin_token), join: hash(join_token) }
+        Authenticator { store, admin: hash(admin_token), join: hash(join_token), peer: Default::default() }
     }
 
     /// Who presents this token; 401 if nobody.
@@ -79,6 +83,26 @@ impl Authenticator {
             Some(_) => Err(ApiError::Unauthorized("the join token is not valid".into())),
             None => Err(ApiError::Unauthorized("joining needs the join token as bearer token".into())),
         }
+    }
+
+    /// The cluster's peer token, created by the first replica that needs it.
+    pub async fn peer_token(&self) -> Result<String, ApiError> {
+        self.peer
+            .get_or_try_init(|| async {
+                let fresh = generate_secret();
+                match self.store.create(PEER_TOKEN_KEY, fresh.clone()).await {
+                    Ok(_) => Ok(fresh),
+                    Err(herd_store::StoreError::AlreadyExists(_)) => {
+                        let kv = self.store.get(PEER_TOKEN_KEY).await?;
+                        let value = kv.map(|kv| kv.value).unwrap_or_default();
+                        String::from_utf8(value)
+                            .map_err(|_| ApiError::Internal("the stored peer token is not text".into()))
+                    }
+                    Err(other) => Err(other.into()),
+                }
+            })
+            .await
+            .cloned()
     }
 
     /// Issues a new token for `node`, replacing any earlier one.

@@ -30,7 +30,7 @@ use crate::objects::{Fence, Objects, now};
 use crate::reflector::Reflector;
 
 /// How often a standby checks that a leader whose death it can tell lives.
-const HOLDER_CHECK: Duration = Duration::from_millis(250);
+const HOLDER_CHECK: Duration = Duration::from_millis(100);
 
 /// The key written only when a replica acquires lease `lock_name`
 /// (renewals leave it), in the same transaction: leader-only writes
@@ -190,10 +190,12 @@ impl Elector {
             }
         }
         if let Some(work) = running.take() {
-            self.step_down(work, "shutting down").await;
+            // Release before anything else is written: a standby is waiting.
+            work.stop().await;
             if self.settings.release_on_shutdown {
                 self.release().await;
             }
+            self.stepped_down("shutting down").await;
         }
     }
 
@@ -295,6 +297,11 @@ impl Elector {
     /// Stops the leader-only work, waits for it, then says so.
     async fn step_down(&self, work: Running, why: &str) {
         work.stop().await;
+        self.stepped_down(why).await;
+    }
+
+    /// Tells that this replica no longer leads (health, metrics, log, Event).
+    async fn stepped_down(&self, why: &str) {
         self.health.set(None);
         self.metrics.stopped_leading();
         tracing::warn!(identity = %self.identity, why, "stopped leading");

@@ -13,6 +13,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod commands;
 pub mod controllers;
 pub mod elector;
 pub mod error;
@@ -148,7 +149,10 @@ impl Server {
             work: leader_work(objects.clone(), cluster_config, metrics, config.identity.clone(), config.fencing_probe),
         };
         let election = elector.start(shutdown.clone());
-        let record = replicas::keep_record(objects, me, shutdown.clone()).await;
+        // The record is marked stopped only after the lease is released:
+        // nothing else is written while a standby waits for it.
+        let record_stop = CancellationToken::new();
+        let record = replicas::keep_record(objects, me, record_stop.clone()).await;
         let router = api::router(state).layer(tower_http::trace::TraceLayer::new_for_http());
         let stop = shutdown.clone();
         let task = tokio::spawn(async move {
@@ -156,6 +160,7 @@ impl Server {
             // The elector stops the leader-only work, then releases the
             // lease; the record then says this replica stopped.
             let _ = election.await;
+            record_stop.cancel();
             let _ = record.await;
             served.map_err(ServerError::Serve)
         });
@@ -198,7 +203,7 @@ fn leader_work(
     Box::new(move |stop, fence| {
         let term = fence.term;
         let fenced = objects.fenced(fence, metrics.clone());
-        let mut work = controllers::start(fenced.clone(), config.clone(), metrics.clone(), stop.clone());
+        let mut work = controllers::start(fenced.clone(), term, config.clone(), metrics.clone(), stop.clone());
         if let Some(every) = fencing_probe {
             work.spawn(controllers::fencing_probe::run(fenced, identity.clone(), term, every, stop));
         }

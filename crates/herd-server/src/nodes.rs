@@ -69,7 +69,12 @@ pub async fn join(
     };
     let config = cluster_config(config);
     tracing::info!(node = %node.metadata.name, "node joined");
-    Ok(JoinResponse { node_name: name, node_token: token, heartbeat_period: config.heartbeat_period })
+    Ok(JoinResponse {
+        node_name: name,
+        node_token: token,
+        heartbeat_period: config.heartbeat_period,
+        peer_token: auth.peer_token().await?,
+    })
 }
 
 async fn heartbeat_node(
@@ -95,13 +100,25 @@ async fn heartbeat_node(
     Ok(node)
 }
 
+/// A heartbeat: the node's status, then the reports on its Commands (a
+/// report on another node's Command refuses the heartbeat, changing nothing).
 pub async fn heartbeat(
     objects: &Objects,
     config: &Reflector<ClusterConfigSpec>,
+    auth: &Authenticator,
     events: &EventRecorder,
     name: &str,
     report: AgentReport,
 ) -> Result<HeartbeatResponse, ApiError> {
+    let foreign = crate::commands::foreign_report(objects, name, &report.commands).await?;
+    if let Some(refusal) = foreign {
+        return Err(refusal);
+    }
     heartbeat_node(objects, events, name, &report).await?;
-    Ok(HeartbeatResponse { heartbeat_period: cluster_config(config).heartbeat_period })
+    let acknowledged = crate::commands::record_reports(objects, name, &report.commands).await?;
+    Ok(HeartbeatResponse {
+        heartbeat_period: cluster_config(config).heartbeat_period,
+        peer_token: auth.peer_token().await?,
+        acknowledged,
+    })
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::marker::PhantomData;
 
 use async_trait::async_trait;
-use herd_core::kinds::{ClusterConfigSpec, EventSpec, LeaseSpec, NodeSpec, ReplicaSpec};
+use herd_core::kinds::{ClusterConfigSpec, CommandSpec, EventSpec, LeaseSpec, NodeSpec, ReplicaSpec};
 use herd_core::{Object, Resource, ValidationErrors};
 use schemars::{Schema, SchemaGenerator};
 use serde_json::Value;
@@ -84,6 +84,39 @@ impl<S: Resource> KindOps for Typed<S> {
     }
 }
 
+/// Commands are admitted first: labelled with their node, and refused
+/// when an unsettled Command holds what they would hold.
+struct CommandKind;
+
+#[async_trait]
+impl KindOps for CommandKind {
+    fn info(&self) -> KindInfo {
+        Typed::<CommandSpec>(PhantomData).info()
+    }
+
+    async fn create(&self, objects: &Objects, body: Value, dry_run: bool) -> Result<Value, ApiError> {
+        let mut object = parse::<CommandSpec>(body, None)?;
+        object.validate().map_err(|e| ApiError::invalid(CommandSpec::KIND, &object.metadata.name, e))?;
+        crate::commands::admit(objects, &mut object).await?;
+        Ok(objects.create(object, false, dry_run).await?.to_json_value())
+    }
+
+    async fn replace(
+        &self,
+        objects: &Objects,
+        name: &str,
+        body: Value,
+        part: Part,
+        dry_run: bool,
+    ) -> Result<Value, ApiError> {
+        Typed::<CommandSpec>(PhantomData).replace(objects, name, body, part, dry_run).await
+    }
+
+    fn schema(&self, generator: &mut SchemaGenerator) -> Schema {
+        Typed::<CommandSpec>(PhantomData).schema(generator)
+    }
+}
+
 /// Every kind the server serves, by plural.
 pub struct Registry {
     kinds: BTreeMap<&'static str, Box<dyn KindOps>>,
@@ -97,6 +130,7 @@ impl Registry {
         registry.add::<LeaseSpec>();
         registry.add::<EventSpec>();
         registry.add::<ReplicaSpec>();
+        registry.kinds.insert(CommandSpec::PLURAL, Box::new(CommandKind));
         registry
     }
 

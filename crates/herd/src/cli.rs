@@ -201,6 +201,10 @@ pub struct AgentArgs {
     /// Where the agent's own endpoint listens.
     #[arg(long, default_value = "127.0.0.1:0")]
     pub listen: SocketAddr,
+    /// After the server has been unreachable this long, running commands
+    /// are cancelled by their disconnect hooks.
+    #[arg(long, value_parser = duration, default_value = "30s")]
+    pub disconnect_grace: HumanDuration,
 }
 
 #[derive(Args, Debug, Clone)]

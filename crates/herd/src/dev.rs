@@ -76,9 +76,14 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     println!("Press Ctrl-C to stop.");
 
     shutdown_signal().await;
-    println!("stopping {} agents and the server", agents.len());
+    println!("stopping {} agents, their members and the server", agents.len());
     for (_, child) in &mut agents {
         processes::stop(child, Duration::from_secs(5)).await;
+    }
+    // Members outlive their agent by design; here they go too, as in a
+    // host shutdown, and the next `herd dev` starts them again.
+    for (name, _) in &agents {
+        herd_agent::members::stop_processes(&dir.join("agents").join(name)).await;
     }
     server.stop().await?;
     Ok(())

@@ -1,7 +1,7 @@
 //! The names users type for kinds: `node`, `nodes`, `no`, `Node`.
 
 use anyhow::bail;
-use herd_core::kinds::{ClusterConfigSpec, EventSpec, LeaseSpec, NodeSpec, ReplicaSpec};
+use herd_core::kinds::{ClusterConfigSpec, CommandSpec, EventSpec, LeaseSpec, NodeSpec, ReplicaSpec};
 use herd_core::{Object, Resource, ValidationErrors};
 
 #[derive(Clone, Copy, Debug)]
@@ -24,8 +24,9 @@ fn of<S: Resource>(short: &'static str) -> KindName {
     KindName { kind: S::KIND, plural: S::PLURAL, short, normalize: normalize::<S> }
 }
 
-pub fn all() -> [KindName; 5] {
+pub fn all() -> [KindName; 6] {
     [
+        of::<CommandSpec>("cmd"),
         of::<NodeSpec>("no"),
         of::<ClusterConfigSpec>("cc"),
         of::<LeaseSpec>("lease"),
@@ -60,6 +61,7 @@ mod tests {
             assert_eq!(resolve(name).unwrap().plural, "nodes");
         }
         assert_eq!(resolve("cc").unwrap().kind, "ClusterConfig");
-        assert!(resolve("pods").unwrap_err().to_string().contains("known kinds: nodes"));
+        assert!(resolve("pods").unwrap_err().to_string().contains("known kinds: commands, nodes"));
+        assert_eq!(resolve("cmd").unwrap().kind, "Command");
     }
 }

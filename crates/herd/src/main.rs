@@ -43,6 +43,17 @@ fn init_logging(verbose: bool, json: bool) {
 
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
+    let long_running = matches!(args.command, cli::Command::Server(_) | cli::Command::Agent(_) | cli::Command::Dev(_));
+    if !long_running {
+        // A CLI command dies quietly when stdout is a closed pipe (`herd
+        // get ... | head`), as other tools do, instead of panicking on the
+        // write. (Servers keep SIGPIPE ignored: a client hanging up must
+        // not kill them.)
+        // SAFETY: setting a signal disposition before any thread starts.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     init_logging(args.verbose, args.log_json);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,

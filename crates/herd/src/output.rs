@@ -114,6 +114,22 @@ fn columns(kind: &str) -> Vec<Column> {
             col("RENEWED", |v| age_of(v, "/spec/renewTime")),
             col("TRANSITIONS", |v| text(v, "/spec/leaseTransitions")),
         ],
+        "Command" => vec![
+            name,
+            col("NODE", |v| text(v, "/spec/node")),
+            col("ACTION", |v| format!("{} {}", text(v, "/spec/action/type"), text(v, "/spec/action/member"))),
+            col("MANAGEMENT", |v| {
+                let state = text(v, "/status/stateByManagement");
+                if state.is_empty() { "CREATED".into() } else { state }
+            }),
+            col("AGENT", |v| text(v, "/status/stateByAgent")),
+            col("ATTEMPT", |v| text(v, "/status/issued/attempt")),
+            col("RETRIES", |v| text(v, "/status/retryCount")),
+            age,
+            wide("TERM", |v| text(v, "/status/issued/term")),
+            wide("REASON", |v| text(v, "/status/reason")),
+            wide("ANSWER", |v| text(v, "/status/answer/message")),
+        ],
         "Replica" => vec![
             name,
             col("URL", |v| text(v, "/spec/url")),

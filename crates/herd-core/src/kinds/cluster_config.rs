@@ -23,6 +23,42 @@ pub struct ClusterConfigSpec {
     pub heartbeat_period: HumanDuration,
     /// A node whose heartbeats stop for longer than this is NotReady.
     pub node_grace_period: HumanDuration,
+    pub commands: CommandSettings,
+}
+
+/// How the leader reconciles Commands (CloudStack's reconcile settings).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct CommandSettings {
+    /// How often every unsettled Command is looked at.
+    pub reconcile_interval: HumanDuration,
+    /// A reconciliation still running after this is retried.
+    pub reconciling_timeout: HumanDuration,
+    /// How long an agent's final answer may take to arrive.
+    pub answer_grace: HumanDuration,
+    /// Reconciliation attempts before a Command is given up.
+    pub max_attempts: u32,
+}
+
+impl Default for CommandSettings {
+    fn default() -> Self {
+        CommandSettings {
+            reconcile_interval: HumanDuration::from_secs(2),
+            reconciling_timeout: HumanDuration::from_secs(600),
+            answer_grace: HumanDuration::from_secs(30),
+            max_attempts: 30,
+        }
+    }
+}
+
+impl CommandSettings {
+    pub fn reconcile(&self) -> crate::reconcile::ReconcileSettings {
+        crate::reconcile::ReconcileSettings {
+            reconciling_timeout: self.reconciling_timeout.get(),
+            answer_grace: self.answer_grace.get(),
+            max_attempts: self.max_attempts,
+        }
+    }
 }
 
 impl Default for ClusterConfigSpec {
@@ -32,6 +68,7 @@ impl Default for ClusterConfigSpec {
             leader_election: LeaderElectionSettings::default(),
             heartbeat_period: HumanDuration::from_secs(2),
             node_grace_period: HumanDuration::from_secs(10),
+            commands: CommandSettings::default(),
         }
     }
 }
@@ -179,6 +216,9 @@ impl Resource for ClusterConfigSpec {
         self.leader_election.validate(&path.child("leaderElection"), errors);
         if self.heartbeat_period.get().is_zero() {
             errors.add(&path.child("heartbeatPeriod"), "must be positive");
+        }
+        if self.commands.reconcile_interval.get().is_zero() {
+            errors.add(&path.child("commands").child("reconcileInterval"), "must be positive");
         }
         if self.node_grace_period <= self.heartbeat_period {
             errors.add(

@@ -2,12 +2,14 @@
 //! [`crate::Resource`] on its spec type.
 
 pub mod cluster_config;
+pub mod command;
 pub mod event;
 pub mod lease;
 pub mod node;
 pub mod replica;
 
 pub use cluster_config::{ClusterConfig, ClusterConfigSpec, LeaderElectionOverrides, LeaderElectionSettings};
+pub use command::{Action, AgentState, Answer, Command, CommandSpec, CommandStatus, ManagementState};
 pub use event::{Event, EventSpec, EventType, InvolvedObject};
 pub use lease::{Lease, LeaseSpec};
 pub use node::{Condition, ConditionStatus, Node, NodeRole, NodeSpec, NodeStatus};

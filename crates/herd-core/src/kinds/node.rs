@@ -94,6 +94,9 @@ pub struct NodeStatus {
     pub config_serial: u64,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// The members the agent runs, as of its last heartbeat.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<crate::api::MemberReport>,
 }
 
 impl NodeStatus {

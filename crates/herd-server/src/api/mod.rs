@@ -94,6 +94,7 @@ pub fn router(state: AppState) -> Router {
         .route(herd_core::api::CLUSTER_STATUS_PATH, get(meta::cluster_status))
         .route("/api/v1/join", post(nodes::join))
         .route("/api/v1/nodes/{name}/heartbeat", post(nodes::heartbeat))
+        .route("/api/v1/nodes/{name}/commands", get(nodes::commands))
         .route("/api/v1/{plural}", get(resources::list_or_watch).post(resources::create))
         .route("/api/v1/{plural}/{name}", get(resources::get).put(resources::replace).delete(resources::delete))
         .route("/api/v1/{plural}/{name}/status", put(resources::replace_status))

@@ -7,8 +7,14 @@ use bytes::Bytes;
 use herd_core::api::{AgentReport, HeartbeatResponse, JoinRequest, JoinResponse};
 use herd_core::authz::Verb;
 
-use super::resources::parse_body;
-use super::{AppState, Caller};
+use axum::response::Response;
+use herd_core::Resource;
+use herd_core::kinds::CommandSpec;
+use herd_core::kinds::command::NODE_LABEL;
+use herd_core::labels::LabelSelector;
+
+use super::resources::{ListQuery, parse_body, serve_list};
+use super::{ApiQuery, AppState, Caller};
 use crate::auth::bearer;
 use crate::error::ApiError;
 
@@ -22,6 +28,21 @@ pub async fn join(
     crate::nodes::join(&state.objects, &state.config, &state.auth, &state.events, request).await.map(Json)
 }
 
+/// `GET /api/v1/nodes/{name}/commands` (list, or watch with `watch=true`):
+/// the Commands for one node, readable with that node's token.
+pub async fn commands(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(name): Path<String>,
+    ApiQuery(query): ApiQuery<ListQuery>,
+) -> Result<Response, ApiError> {
+    caller.may(Verb::ReadCommands, "nodes", Some(&name))?;
+    let selector =
+        LabelSelector::parse(&format!("{NODE_LABEL}={name}")).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let kind = state.registry.get(CommandSpec::PLURAL)?.info();
+    serve_list(state, kind, selector, query).await
+}
+
 pub async fn heartbeat(
     State(state): State<AppState>,
     caller: Caller,
@@ -30,5 +51,5 @@ pub async fn heartbeat(
 ) -> Result<Json<HeartbeatResponse>, ApiError> {
     caller.may(Verb::Heartbeat, "nodes", Some(&name))?;
     let report: AgentReport = parse_body(&body, "Node", &name)?;
-    crate::nodes::heartbeat(&state.objects, &state.config, &state.events, &name, report).await.map(Json)
+    crate::nodes::heartbeat(&state.objects, &state.config, &state.auth, &state.events, &name, report).await.map(Json)
 }

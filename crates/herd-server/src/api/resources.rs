@@ -27,6 +27,24 @@ pub struct ListQuery {
     resource_version: Option<String>,
 }
 
+/// Lists, or watches, the objects of `kind` that `selector` picks.
+pub(super) async fn serve_list(
+    state: AppState,
+    kind: crate::registry::KindInfo,
+    selector: LabelSelector,
+    query: ListQuery,
+) -> Result<Response, ApiError> {
+    if query.watch.unwrap_or(false) {
+        let from = query.resource_version.as_deref().map(parse_revision).transpose()?;
+        return super::watch::stream(state, kind, selector, from).await;
+    }
+    let list = state
+        .objects
+        .list_values(kind.kind, kind.plural, &selector, query.limit.unwrap_or(0), query.continue_token)
+        .await?;
+    Ok(Json(list).into_response())
+}
+
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct WriteQuery {
@@ -62,17 +80,8 @@ pub async fn list_or_watch(
     let kind = state.registry.get(&plural)?.info();
     let selector = LabelSelector::parse(query.label_selector.as_deref().unwrap_or(""))
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
-    if query.watch.unwrap_or(false) {
-        caller.may(Verb::Watch, &plural, None)?;
-        let from = query.resource_version.as_deref().map(parse_revision).transpose()?;
-        return super::watch::stream(state, kind, selector, from).await;
-    }
-    caller.may(Verb::List, &plural, None)?;
-    let list = state
-        .objects
-        .list_values(kind.kind, kind.plural, &selector, query.limit.unwrap_or(0), query.continue_token)
-        .await?;
-    Ok(Json(list).into_response())
+    caller.may(if query.watch.unwrap_or(false) { Verb::Watch } else { Verb::List }, &plural, None)?;
+    serve_list(state, kind, selector, query).await
 }
 
 pub async fn get(

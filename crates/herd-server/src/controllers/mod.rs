@@ -4,6 +4,7 @@
 //! lease up, which is why they take a token and keep no state that
 //! outlives it. Their writes go through the leadership's fence.
 
+pub mod commands;
 pub mod compactor;
 pub mod event_ttl;
 pub mod fencing_probe;
@@ -20,9 +21,11 @@ use crate::objects::Objects;
 use crate::reflector::Reflector;
 use herd_core::kinds::{ClusterConfigSpec, NodeSpec};
 
-/// Starts every controller; they stop when `stop` is cancelled.
+/// Starts every controller for the leadership of `term`; they stop when
+/// `stop` is cancelled.
 pub fn start(
     objects: Objects,
+    term: u64,
     config: Reflector<ClusterConfigSpec>,
     metrics: Arc<Metrics>,
     stop: CancellationToken,
@@ -30,6 +33,15 @@ pub fn start(
     let mut set = JoinSet::new();
     let events = EventRecorder::new(objects.clone(), "node-lifecycle");
     let nodes = Reflector::<NodeSpec>::start(objects.store().clone(), stop.clone());
+    let command_controller = commands::CommandController {
+        objects: objects.clone(),
+        term,
+        commands: Reflector::start(objects.store().clone(), stop.clone()),
+        nodes: nodes.clone(),
+        config: config.clone(),
+        events: EventRecorder::new(objects.clone(), "commands"),
+    };
+    set.spawn(command_controller.run(stop.clone()));
     set.spawn(compactor::run(objects.store().clone(), stop.clone()));
     set.spawn(event_ttl::run(objects.clone(), stop.clone()));
     set.spawn(node_lifecycle::run(objects, nodes, config, events, metrics, stop));

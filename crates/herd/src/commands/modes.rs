@@ -75,6 +75,7 @@ pub async fn agent(args: AgentArgs, servers: Vec<String>) -> anyhow::Result<()> 
         data_dir: args.data_dir,
         node_name: args.name.unwrap_or_else(host_name),
         listen: args.listen,
+        disconnect_grace: args.disconnect_grace.get(),
     };
     let stop = CancellationToken::new();
     let on_signal = stop.clone();

@@ -203,3 +203,21 @@ impl Drop for PostgresSchema {
             .status();
     }
 }
+
+/// Kills, on drop, the process group of every member an agent recorded in
+/// `agent_dir`: members outlive their agent by design, so a test must end
+/// them itself, also when it fails.
+pub struct MemberReaper(pub PathBuf);
+
+impl Drop for MemberReaper {
+    fn drop(&mut self) {
+        let Ok(dirs) = std::fs::read_dir(self.0.join("members")) else { return };
+        for dir in dirs.flatten() {
+            let Ok(text) = std::fs::read_to_string(dir.path().join("member.json")) else { continue };
+            let Ok(record) = serde_json::from_str::<serde_json::Value>(&text) else { continue };
+            if let Some(pid) = record.pointer("/process/pid").and_then(serde_json::Value::as_u64) {
+                let _ = Command::new("kill").args(["-s", "KILL", "--", &format!("-{pid}")]).status();
+            }
+        }
+    }
+}

@@ -1,0 +1,67 @@
+//! Watching this node's Commands: list, then watch from the list's
+//! revision, and list again whenever the watch ends. Every Command seen
+//! goes to the executor, which acts only on new issued attempts.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use herd_client::Client;
+use herd_core::api::WatchEventType;
+use herd_core::kinds::Command;
+use tokio_util::sync::CancellationToken;
+
+use crate::credentials::CredentialStore;
+use crate::executor::Executor;
+
+const RETRY: Duration = Duration::from_secs(1);
+
+pub async fn run(
+    client: Client,
+    store: CredentialStore,
+    node: String,
+    executor: Arc<Executor>,
+    stop: CancellationToken,
+) {
+    while !stop.is_cancelled() {
+        let outcome = tokio::select! {
+            _ = stop.cancelled() => return,
+            outcome = watch_once(&client, &store, &node, &executor) => outcome,
+        };
+        if let Err(reason) = outcome {
+            tracing::debug!(%reason, "watching this node's commands; retrying");
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(RETRY) => {}
+        }
+    }
+}
+
+/// One list-and-watch, until the watch ends.
+async fn watch_once(
+    client: &Client,
+    store: &CredentialStore,
+    node: &str,
+    executor: &Arc<Executor>,
+) -> Result<(), String> {
+    let credentials = store.load(node).map_err(|e| e.to_string())?.ok_or("the node has not joined yet")?;
+    let client = client.with_token(Some(credentials.node_token));
+    let list = client.node_commands(node).await.map_err(|e| e.to_string())?;
+    for command in list.items {
+        executor.accept(command);
+    }
+    let mut watch =
+        client.watch_node_commands(node, &list.metadata.resource_version).await.map_err(|e| e.to_string())?;
+    while let Some(event) = watch.next().await {
+        let event = event.map_err(|e| e.to_string())?;
+        match event.type_ {
+            WatchEventType::Added | WatchEventType::Modified => match serde_json::from_value::<Command>(event.object) {
+                Ok(command) => executor.accept(command),
+                Err(error) => tracing::warn!(%error, "a command on the watch does not parse"),
+            },
+            WatchEventType::Error => return Err(format!("the watch ended: {}", event.object)),
+            WatchEventType::Deleted | WatchEventType::Bookmark => {}
+        }
+    }
+    Err("the watch stream ended".into())
+}

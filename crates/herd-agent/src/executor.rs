@@ -1,0 +1,486 @@
+//! Carrying out Commands: each accepted attempt is journaled before any
+//! work starts, moved through its states as the work goes, bounded by its
+//! timeout, and reported with every heartbeat until the server
+//! acknowledges its final state (only then is its journal file removed).
+//!
+//! An agent refuses a Command issued in a term older than the newest it
+//! has seen (a deposed leader's), answering so instead of acting.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use herd_core::Timestamp;
+use herd_core::api::{CommandAck, CommandReport};
+use herd_core::journal::{Backend, recover};
+use herd_core::kinds::{Action, AgentState, Answer, Command, ManagementState};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::fsutil::write_atomic;
+use crate::journal::{Entry, Journal, JournalError};
+use crate::members::Members;
+use crate::{procs, script};
+
+fn now() -> Timestamp {
+    Timestamp::from_system_time(SystemTime::now())
+}
+
+fn answer(success: bool, message: impl Into<String>, details: BTreeMap<String, String>) -> Answer {
+    Answer { success, message: message.into(), details }
+}
+
+/// Why an action did not succeed, as the answer will say.
+pub type Failure = String;
+
+/// Cancels one running attempt; must be harmless when it already ended
+/// and when run twice.
+pub type DisconnectHook = Arc<dyn Fn() + Send + Sync>;
+
+/// How long one disconnect hook may take.
+const HOOK_BOUND: Duration = Duration::from_secs(10);
+
+pub struct Executor {
+    journal: Journal,
+    members: Members,
+    term_file: PathBuf,
+    /// The journal, in memory: (command, attempt) to entry.
+    entries: Mutex<BTreeMap<(String, u32), Entry>>,
+    newest_term: Mutex<u64>,
+    /// Fires when an entry changed: the heartbeat reports it at once.
+    changed: Notify,
+    /// What to do for each running attempt if the agent loses the server
+    /// or shuts down.
+    hooks: Mutex<BTreeMap<(String, u32), DisconnectHook>>,
+    /// Attempts a disconnect hook cancelled, and why.
+    cancelled: Mutex<BTreeMap<(String, u32), String>>,
+    stop: CancellationToken,
+}
+
+impl Executor {
+    /// Opens the journal and recovers what a previous run left unfinished.
+    pub fn open(data_dir: &Path, members: Members, stop: CancellationToken) -> Result<Arc<Executor>, JournalError> {
+        let journal = Journal::open(data_dir)?;
+        let term_file = data_dir.join("term");
+        let newest_term = std::fs::read_to_string(&term_file).ok().and_then(|t| t.trim().parse().ok()).unwrap_or(0);
+        let mut entries = BTreeMap::new();
+        for mut entry in journal.load()? {
+            let backend = match &entry.worker {
+                Some(worker) if procs::is_alive(worker.pid, worker.start_ticks) => Backend::Alive,
+                Some(worker) => match crate::worker::read_result(&worker.result) {
+                    Some(result) => Backend::Finished { success: result.success },
+                    None => Backend::Gone,
+                },
+                None => Backend::Gone,
+            };
+            let recovered = recover(entry.state, backend);
+            if recovered != entry.state {
+                tracing::warn!(command = %entry.name, attempt = entry.attempt, from = ?entry.state, to = ?recovered, "recovered an unfinished command");
+                entry.state = recovered;
+                entry.updated = now();
+                if let (Backend::Finished { .. }, Some(worker)) = (backend, &entry.worker) {
+                    entry.answer = crate::worker::read_result(&worker.result);
+                } else if recovered == AgentState::Interrupted {
+                    entry.answer = Some(answer(false, "interrupted: the agent stopped while it ran", BTreeMap::new()));
+                }
+                journal.write(&entry)?;
+            }
+            entries.insert((entry.name.clone(), entry.attempt), entry);
+        }
+        let executor = Arc::new(Executor {
+            journal,
+            members,
+            term_file,
+            entries: Mutex::new(entries),
+            newest_term: Mutex::new(newest_term),
+            changed: Notify::new(),
+            hooks: Mutex::default(),
+            cancelled: Mutex::default(),
+            stop,
+        });
+        let dangling: Vec<Entry> =
+            executor.lock().values().filter(|e| e.state == AgentState::DangledInBackend).cloned().collect();
+        for entry in dangling {
+            let executor = executor.clone();
+            tokio::spawn(async move { executor.reattach(entry).await });
+        }
+        Ok(executor)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, u32), Entry>> {
+        self.entries.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Resolves when an entry changed since the last call.
+    pub async fn changed(&self) {
+        self.changed.notified().await
+    }
+
+    /// What the heartbeat carries: every entry not yet acknowledged.
+    pub fn reports(&self) -> Vec<CommandReport> {
+        self.lock()
+            .values()
+            .map(|e| CommandReport {
+                name: e.name.clone(),
+                uid: e.uid.clone(),
+                attempt: e.attempt,
+                state: e.state,
+                answer: e.answer.clone(),
+                updated: e.updated,
+                progress: e.progress.clone(),
+            })
+            .collect()
+    }
+
+    /// The server recorded these: forget them (journal file and all).
+    pub fn acknowledge(&self, acks: &[CommandAck]) {
+        for ack in acks {
+            let key = (ack.name.clone(), ack.attempt);
+            let entry = self.lock().get(&key).cloned();
+            let Some(entry) = entry.filter(|e| e.state.is_final() || e.state == AgentState::Interrupted) else {
+                continue;
+            };
+            match self.journal.remove(&entry) {
+                Ok(()) => {
+                    self.lock().remove(&key);
+                }
+                Err(error) => tracing::error!(%error, "could not remove an acknowledged journal entry"),
+            }
+        }
+    }
+
+    /// Takes a Command seen on the watch: a new attempt, issued to this
+    /// agent and not settled, is journaled and started (or refused when its
+    /// term is stale). Anything else is ignored, so seeing a Command again
+    /// does nothing.
+    pub fn accept(self: &Arc<Self>, command: Command) {
+        let Some(issued) = command.status.issued.clone() else { return };
+        if command.status.state_by_management != ManagementState::Created {
+            return;
+        }
+        let key = (command.metadata.name.clone(), issued.attempt);
+        if self.lock().contains_key(&key) {
+            return;
+        }
+        let started = now();
+        let deadline = Timestamp::from_system_time(SystemTime::now() + command.spec.timeout());
+        let mut entry = Entry {
+            name: key.0.clone(),
+            uid: command.metadata.uid.clone().unwrap_or_default(),
+            attempt: issued.attempt,
+            term: issued.term,
+            spec: command.spec,
+            state: AgentState::Started,
+            started,
+            updated: started,
+            deadline,
+            answer: None,
+            worker: None,
+            progress: BTreeMap::new(),
+        };
+        let stale = self.observe_term(issued.term);
+        if let Some(newest) = stale {
+            entry.state = AgentState::Failed;
+            entry.answer = Some(answer(
+                false,
+                format!("refused: issued in term {}, but this agent has seen term {newest}", issued.term),
+                BTreeMap::new(),
+            ));
+        }
+        if let Err(error) = self.journal.write(&entry) {
+            // Not journaled, not done: the next sighting tries again.
+            tracing::error!(%error, command = %entry.name, "could not journal a command; not starting it");
+            return;
+        }
+        self.lock().insert(key, entry.clone());
+        self.changed.notify_one();
+        if stale.is_none() {
+            let executor = self.clone();
+            tokio::spawn(async move { executor.run(entry).await });
+        }
+    }
+
+    /// Remembers the newest term; Some(newest) when `term` is older.
+    fn observe_term(&self, term: u64) -> Option<u64> {
+        let mut newest = self.newest_term.lock().unwrap_or_else(|p| p.into_inner());
+        if term < *newest {
+            return Some(*newest);
+        }
+        if term > *newest {
+            *newest = term;
+            if let Err(error) = write_atomic(&self.term_file, term.to_string().as_bytes(), 0o644) {
+                tracing::error!(%error, "could not persist the newest term");
+            }
+        }
+        None
+    }
+
+    /// Runs every registered disconnect hook, in parallel, each bounded;
+    /// returns how many ran. Called when the server has been unreachable
+    /// for longer than the grace period, and on shutdown.
+    pub async fn run_disconnect_hooks(&self, why: &str) -> usize {
+        let hooks: Vec<((String, u32), DisconnectHook)> =
+            self.hooks.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(k, h)| (k.clone(), h.clone())).collect();
+        let mut running = tokio::task::JoinSet::new();
+        for ((name, attempt), hook) in &hooks {
+            tracing::warn!(command = %name, attempt, why, "running the disconnect hook");
+            self.cancelled.lock().unwrap_or_else(|p| p.into_inner()).insert((name.clone(), *attempt), why.to_string());
+            let hook = hook.clone();
+            running.spawn(tokio::time::timeout(HOOK_BOUND, tokio::task::spawn_blocking(move || hook())));
+        }
+        while let Some(done) = running.join_next().await {
+            if !matches!(done, Ok(Ok(Ok(())))) {
+                tracing::error!("a disconnect hook failed or did not finish within {HOOK_BOUND:?}");
+            }
+        }
+        hooks.len()
+    }
+
+    fn set_hook(&self, entry: &Entry, hook: Option<DisconnectHook>) {
+        let mut hooks = self.hooks.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (entry.name.clone(), entry.attempt);
+        match hook {
+            Some(hook) => hooks.insert(key, hook),
+            None => hooks.remove(&key),
+        };
+    }
+
+    /// Moves an entry and writes it; false when the journal refused.
+    fn advance(&self, entry: &mut Entry, to: AgentState, answer: Option<Answer>) -> bool {
+        if let Err(error) = self.journal.advance(entry, to, answer, now()) {
+            tracing::error!(%error, "journal");
+            return false;
+        }
+        self.lock().insert((entry.name.clone(), entry.attempt), entry.clone());
+        self.changed.notify_one();
+        true
+    }
+
+    async fn run(&self, mut entry: Entry) {
+        if !self.advance(&mut entry, AgentState::Processing, None) {
+            return;
+        }
+        let left = entry.deadline.system_time().duration_since(SystemTime::now()).unwrap_or(Duration::ZERO);
+        let outcome = tokio::select! {
+            // The agent is stopping: the entry stays PROCESSING in the
+            // journal, and the next start reports it INTERRUPTED.
+            _ = self.stop.cancelled() => return,
+            outcome = tokio::time::timeout(left, self.perform(&entry)) => outcome,
+        };
+        let key = (entry.name.clone(), entry.attempt);
+        let cancelled = self.cancelled.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
+        let (state, answer) = match (outcome, cancelled) {
+            (Err(_), _) => {
+                let message = format!("timed out after {:?}", entry.spec.timeout());
+                (AgentState::TimedOut, answer(false, message, BTreeMap::new()))
+            }
+            (Ok(Ok(answer)), _) if answer.success => (AgentState::Completed, answer),
+            (Ok(Ok(mut answer)), Some(why)) => {
+                answer.message = format!("cancelled ({why}); {}", answer.message);
+                (AgentState::Failed, answer)
+            }
+            (Ok(Ok(answer)), None) => (AgentState::Failed, answer),
+            (Ok(Err(failure)), Some(why)) => {
+                (AgentState::Failed, answer(false, format!("cancelled ({why}); {failure}"), BTreeMap::new()))
+            }
+            (Ok(Err(failure)), None) => (AgentState::Failed, answer(false, failure, BTreeMap::new())),
+        };
+        self.set_hook(&entry, None);
+        tracing::info!(command = %entry.name, attempt = entry.attempt, ?state, message = %answer.message, "command finished");
+        self.advance(&mut entry, state, Some(answer));
+    }
+
+    /// Waits for a worker left running by an earlier agent run.
+    async fn reattach(&self, mut entry: Entry) {
+        let Some(worker) = entry.worker.clone() else { return };
+        if !self.advance(&mut entry, AgentState::ProcessingInBackend, None) {
+            return;
+        }
+        tracing::info!(command = %entry.name, pid = worker.pid, "re-attached to a running worker");
+        while procs::is_alive(worker.pid, worker.start_ticks) {
+            tokio::select! {
+                _ = self.stop.cancelled() => return,
+                _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+            }
+        }
+        let (state, answer) = match crate::worker::read_result(&worker.result) {
+            Some(result) if result.success => (AgentState::Completed, result),
+            Some(result) => (AgentState::Failed, result),
+            None => (AgentState::Interrupted, answer(false, "the worker ended without a result", BTreeMap::new())),
+        };
+        if state == AgentState::Interrupted {
+            // Not a move the journal makes by itself: written as found.
+            entry.state = state;
+            entry.answer = Some(answer);
+            entry.updated = now();
+            if self.journal.write(&entry).is_ok() {
+                self.lock().insert((entry.name.clone(), entry.attempt), entry);
+                self.changed.notify_one();
+            }
+            return;
+        }
+        self.advance(&mut entry, state, Some(answer));
+    }
+
+    /// Does the work of an action: its answer (which may say it failed,
+    /// with details), or why it could not be done.
+    async fn perform(&self, entry: &Entry) -> Result<Answer, Failure> {
+        let mut details = BTreeMap::new();
+        match &entry.spec.action {
+            Action::StartMember { member, run } => {
+                let instance = self.members.start(member, run.clone()).await.map_err(|e| e.to_string())?;
+                details.insert("instanceId".into(), instance.clone());
+                Ok(answer(true, format!("member {member} runs as instance {instance}"), details))
+            }
+            Action::StopMember { member } => {
+                self.members.stop(member).await.map_err(|e| e.to_string())?;
+                Ok(answer(true, format!("member {member} stopped"), details))
+            }
+            Action::DeleteVolume { member, volume } => {
+                if self.members.is_running(member) {
+                    return Err(format!("member {member} is running: stop it before deleting its volume {volume}"));
+                }
+                let dir = self.members.volume_dir(member, volume);
+                if !dir.is_dir() && entry.attempt > 1 {
+                    // An earlier, interrupted attempt may have deleted it.
+                    return Ok(answer(true, format!("volume {member}/{volume} is gone"), details));
+                }
+                if !dir.is_dir() {
+                    return Err(format!("volume {member}/{volume} does not exist on this node"));
+                }
+                std::fs::remove_dir_all(&dir).map_err(|e| format!("deleting {}: {e}", dir.display()))?;
+                Ok(answer(true, format!("volume {member}/{volume} deleted"), details))
+            }
+            Action::RunScript { member, script } => {
+                let record = self.members.record(member).ok_or(format!("member {member} is not known on this node"))?;
+                let started = |pid: u32| {
+                    let hook: DisconnectHook = Arc::new(move || {
+                        let _ = procs::signal_group(pid, libc::SIGKILL);
+                    });
+                    self.set_hook(entry, Some(hook));
+                };
+                let outcome = script::run(&self.members, &record, script, entry.deadline, started).await?;
+                details.insert("exitCode".into(), outcome.code.to_string());
+                details.insert("stdout".into(), outcome.stdout);
+                details.insert("stderr".into(), outcome.stderr);
+                Ok(answer(outcome.code == 0, format!("the script exited with {}", outcome.code), details))
+            }
+            Action::CopyVolume { .. } | Action::MigrateMember { .. } => {
+                Err(format!("{} is not supported by this agent yet", entry.spec.action.type_name()))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use herd_core::kinds::command::Issue;
+    use herd_core::kinds::{CommandSpec, CommandStatus};
+
+    fn command(name: &str, term: u64, action: Action) -> Command {
+        let mut command = Command::new(name, CommandSpec { node: "n1".into(), timeout: None, action });
+        command.metadata.uid = Some(format!("uid-{name}"));
+        command.status = CommandStatus {
+            issued: Some(Issue { term, attempt: 1, at: now(), peers: BTreeMap::new() }),
+            ..Default::default()
+        };
+        command
+    }
+
+    async fn settled(executor: &Executor, name: &str) -> CommandReport {
+        for _ in 0..200 {
+            if let Some(report) = executor.reports().into_iter().find(|r| r.name == name && r.state.is_final()) {
+                return report;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("{name} did not finish: {:?}", executor.reports());
+    }
+
+    /// An executor whose node runs member `m` (started by a command).
+    async fn with_member_m(dir: &Path, stop: &CancellationToken) -> (Members, Arc<Executor>) {
+        let members = Members::open(dir, stop.clone()).await.unwrap();
+        let executor = Executor::open(dir, members.clone(), stop.clone()).unwrap();
+        let command_line = vec!["sleep".into(), "60".into()];
+        let run = herd_core::kinds::command::MemberRun { command: command_line, env: BTreeMap::new(), volumes: vec![] };
+        executor.accept(command("start", 1, Action::StartMember { member: "m".into(), run }));
+        settled(&executor, "start").await;
+        (members, executor)
+    }
+
+    #[tokio::test]
+    async fn a_command_from_an_older_term_is_refused_and_answered() {
+        let dir = tempfile::tempdir().unwrap();
+        let stop = CancellationToken::new();
+        let members = Members::open(dir.path(), stop.clone()).await.unwrap();
+        let executor = Executor::open(dir.path(), members, stop.clone()).unwrap();
+        executor.accept(command("new", 5, Action::StopMember { member: "m".into() }));
+        executor.accept(command("old", 4, Action::StopMember { member: "m".into() }));
+        let old = settled(&executor, "old").await;
+        assert_eq!(old.state, AgentState::Failed);
+        let message = old.answer.unwrap().message;
+        assert_eq!(message, "refused: issued in term 4, but this agent has seen term 5");
+        // The newest term survives a restart of the agent.
+        stop.cancel();
+        let stop = CancellationToken::new();
+        let members = Members::open(dir.path(), stop.clone()).await.unwrap();
+        let executor = Executor::open(dir.path(), members, stop.clone()).unwrap();
+        executor.accept(command("older", 3, Action::StopMember { member: "m".into() }));
+        assert_eq!(settled(&executor, "older").await.state, AgentState::Failed);
+        stop.cancel();
+    }
+
+    #[tokio::test]
+    async fn an_interrupted_command_is_reported_interrupted_after_a_restart_and_forgotten_once_acknowledged() {
+        let dir = tempfile::tempdir().unwrap();
+        let stop = CancellationToken::new();
+        let (_, executor) = with_member_m(dir.path(), &stop).await;
+        let script = "sleep 30".to_string();
+        executor.accept(command("script", 1, Action::RunScript { member: "m".into(), script }));
+        for _ in 0..100 {
+            if executor.reports().iter().any(|r| r.name == "script" && r.state == AgentState::Processing) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // The agent stops while the script runs: its work is dropped (the
+        // journal keeps it PROCESSING), and its disconnect hook ends it.
+        stop.cancel();
+        let hooks = executor.run_disconnect_hooks("shutting down").await;
+        assert_eq!(hooks, 1);
+        let stop = CancellationToken::new();
+        let members = Members::open(dir.path(), stop.clone()).await.unwrap();
+        let executor = Executor::open(dir.path(), members.clone(), stop.clone()).unwrap();
+        let script = executor.reports().into_iter().find(|r| r.name == "script").unwrap();
+        assert_eq!(script.state, AgentState::Interrupted);
+        executor.acknowledge(&[
+            CommandAck { name: "script".into(), attempt: 1 },
+            CommandAck { name: "start".into(), attempt: 1 },
+        ]);
+        assert!(executor.reports().is_empty());
+        assert_eq!(std::fs::read_dir(dir.path().join("journal")).unwrap().count(), 0, "the journal files are removed");
+        members.stop("m").await.unwrap();
+        stop.cancel();
+    }
+
+    #[tokio::test]
+    async fn a_disconnect_hook_cancels_a_running_script_and_the_answer_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let stop = CancellationToken::new();
+        let (members, executor) = with_member_m(dir.path(), &stop).await;
+        executor.accept(command("script", 1, Action::RunScript { member: "m".into(), script: "sleep 30".into() }));
+        while executor.run_disconnect_hooks("the server has been unreachable for over 30s").await == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let report = settled(&executor, "script").await;
+        assert_eq!(report.state, AgentState::Failed);
+        let message = report.answer.unwrap().message;
+        assert!(message.starts_with("cancelled (the server has been unreachable for over 30s)"), "{message}");
+        // Running the hooks again is harmless.
+        assert_eq!(executor.run_disconnect_hooks("again").await, 0);
+        members.stop("m").await.unwrap();
+        stop.cancel();
+    }
+}

@@ -1,0 +1,469 @@
+//! Members: the processes this agent runs, each in its own process group,
+//! with its volumes and its log files.
+//!
+//! What runs is persisted (`<data-dir>/members/<name>/member.json`) so that
+//! an agent that restarts re-adopts members that still run: their pid and
+//! start time match, and their instance id stays. A member that is gone
+//! (it exited, or the host rebooted) is started again with a fresh
+//! instance id. Members outlive the agent: stopping the agent leaves them
+//! running.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use herd_core::Timestamp;
+use herd_core::api::MemberReport;
+use herd_core::kinds::command::{MemberRun, VolumeSpec};
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use crate::fsutil::write_atomic;
+use crate::procs;
+
+/// How long a stopping member gets between SIGTERM and SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+/// How often a member the agent is not the parent of is looked at.
+const ADOPTED_POLL: Duration = Duration::from_millis(500);
+const FIRST_RESTART_DELAY: Duration = Duration::from_millis(500);
+const MAX_RESTART_DELAY: Duration = Duration::from_secs(30);
+
+#[derive(Debug, thiserror::Error)]
+pub enum MemberError {
+    #[error("member {member}: {context}: {source}")]
+    Io { member: String, context: String, source: std::io::Error },
+    #[error("member {0} is not known on this node")]
+    Unknown(String),
+    #[error("member {member} is running; stop it first ({what})")]
+    Running { member: String, what: String },
+}
+
+/// A member as persisted.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberRecord {
+    pub name: String,
+    pub run: MemberRun,
+    /// Whether it should run.
+    pub wanted: bool,
+    /// The current run, when one was started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<Running>,
+    /// Starts after the first.
+    #[serde(default)]
+    pub restarts: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_exit: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Running {
+    pub instance_id: String,
+    pub pid: u32,
+    pub start_ticks: u64,
+    pub started_at: Timestamp,
+}
+
+struct Slot {
+    record: MemberRecord,
+    /// Bumped at every start and stop: a watcher of an older run ends.
+    generation: u64,
+}
+
+/// The members of this node.
+#[derive(Clone)]
+pub struct Members {
+    data_dir: PathBuf,
+    slots: Arc<Mutex<BTreeMap<String, Slot>>>,
+    stop: CancellationToken,
+}
+
+fn now() -> Timestamp {
+    Timestamp::from_system_time(SystemTime::now())
+}
+
+impl Members {
+    /// Loads what this node runs: members that still run are adopted,
+    /// wanted members that are gone are started again.
+    pub async fn open(data_dir: &Path, stop: CancellationToken) -> Result<Members, MemberError> {
+        let members = Members { data_dir: data_dir.to_path_buf(), slots: Arc::default(), stop };
+        let root = data_dir.join("members");
+        let io =
+            |source| MemberError::Io { member: "*".into(), context: format!("reading {}", root.display()), source };
+        std::fs::create_dir_all(&root).map_err(io)?;
+        for item in std::fs::read_dir(&root).map_err(io)? {
+            let path = item.map_err(io)?.path().join("member.json");
+            let Ok(text) = std::fs::read(&path) else { continue };
+            let record: MemberRecord = match serde_json::from_slice(&text) {
+                Ok(record) => record,
+                Err(error) => {
+                    tracing::error!(path = %path.display(), %error, "a member record does not parse; left as is");
+                    continue;
+                }
+            };
+            let name = record.name.clone();
+            let alive = record.process.as_ref().is_some_and(|p| procs::is_alive(p.pid, p.start_ticks));
+            members.lock().insert(name.clone(), Slot { record: record.clone(), generation: 0 });
+            match (alive, record.wanted) {
+                (true, _) => {
+                    let process = record.process.clone().expect("alive implies a process");
+                    tracing::info!(member = %name, instance = %process.instance_id, pid = process.pid, "re-adopted a running member");
+                    members.watch_adopted(name, 0, process);
+                }
+                (false, true) => {
+                    tracing::info!(member = %name, "a wanted member is not running (host restart, or it exited); starting it");
+                    members.launch(&name)?;
+                }
+                (false, false) => {}
+            }
+        }
+        Ok(members)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Slot>> {
+        self.slots.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub fn member_dir(&self, member: &str) -> PathBuf {
+        self.data_dir.join("members").join(member)
+    }
+
+    pub fn volume_dir(&self, member: &str, volume: &str) -> PathBuf {
+        self.data_dir.join("volumes").join(member).join(volume)
+    }
+
+    /// Starts `member` with `run`; a member already running with the same
+    /// `run` is left alone (the same instance id is returned).
+    pub async fn start(&self, member: &str, run: MemberRun) -> Result<String, MemberError> {
+        {
+            let mut slots = self.lock();
+            if let Some(slot) = slots.get_mut(member)
+                && let Some(process) = &slot.record.process
+                && procs::is_alive(process.pid, process.start_ticks)
+            {
+                if slot.record.run == run {
+                    slot.record.wanted = true;
+                    return Ok(process.instance_id.clone());
+                }
+                return Err(MemberError::Running { member: member.into(), what: "it runs with other settings".into() });
+            }
+            let record = MemberRecord {
+                name: member.into(),
+                run,
+                wanted: true,
+                process: None,
+                restarts: slots.get(member).map_or(0, |s| s.record.restarts),
+                last_exit: None,
+            };
+            let generation = slots.get(member).map_or(0, |s| s.generation);
+            slots.insert(member.into(), Slot { record, generation });
+        }
+        self.launch(member)
+    }
+
+    /// Starts a new run of a known member: volumes prepared, a fresh
+    /// instance id, recorded before it is watched.
+    fn launch(&self, member: &str) -> Result<String, MemberError> {
+        let io = |context: String| {
+            let member = member.to_string();
+            move |source| MemberError::Io { member, context, source }
+        };
+        let run = self.lock().get(member).map(|s| s.record.run.clone()).ok_or(MemberError::Unknown(member.into()))?;
+        let dir = self.member_dir(member);
+        std::fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
+        let instance_id = uuid::Uuid::now_v7().to_string();
+        let mut command = tokio::process::Command::new(&run.command[0]);
+        command.args(&run.command[1..]).current_dir(&dir).envs(&run.env);
+        command.env("HERD_MEMBER", member).env("HERD_INSTANCE_ID", &instance_id);
+        for volume in &run.volumes {
+            self.prepare_volume(member, volume).map_err(io(format!("preparing volume {}", volume.name)))?;
+        }
+        let record = self.record(member).ok_or(MemberError::Unknown(member.into()))?;
+        command.envs(self.volume_env(&record));
+        let log = |name: &str| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(dir.join(name))
+                .map_err(io(format!("opening {name}")))
+        };
+        command.stdin(Stdio::null()).stdout(log("stdout.log")?).stderr(log("stderr.log")?);
+        // Its own process group: signals reach all its processes, and
+        // none reach it from the agent's terminal.
+        command.process_group(0).kill_on_drop(false);
+        let child = command.spawn().map_err(io(format!("starting {:?}", run.command[0])))?;
+        let pid = child.id().unwrap_or_default();
+        let process = Running {
+            instance_id: instance_id.clone(),
+            pid,
+            start_ticks: procs::start_ticks(pid).unwrap_or_default(),
+            started_at: now(),
+        };
+        let generation = {
+            let mut slots = self.lock();
+            let slot = slots.get_mut(member).ok_or(MemberError::Unknown(member.into()))?;
+            if slot.record.process.is_some() {
+                slot.record.restarts += 1;
+            }
+            slot.record.process = Some(process.clone());
+            slot.generation += 1;
+            slot.generation
+        };
+        self.persist(member)?;
+        tracing::info!(member, instance = %instance_id, pid, "started a member");
+        let members = self.clone();
+        let name = member.to_string();
+        tokio::spawn(async move {
+            let mut child = child;
+            let exit = tokio::select! {
+                _ = members.stop.cancelled() => return,
+                status = child.wait() => status.map_or_else(|e| format!("unknown ({e})"), |s| s.to_string()),
+            };
+            members.exited(&name, generation, exit).await;
+        });
+        Ok(instance_id)
+    }
+
+    /// Watches a member started by an earlier agent run.
+    fn watch_adopted(&self, member: String, generation: u64, process: Running) {
+        let members = self.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = members.stop.cancelled() => return,
+                    _ = tokio::time::sleep(ADOPTED_POLL) => {}
+                }
+                if !procs::is_alive(process.pid, process.start_ticks) {
+                    break;
+                }
+            }
+            members.exited(&member, generation, "exited (status unknown: adopted)".into()).await;
+        });
+    }
+
+    /// A run ended: record it, and start the member again (with backoff)
+    /// if it is still wanted.
+    async fn exited(&self, member: &str, generation: u64, exit: String) {
+        let restarts = {
+            let mut slots = self.lock();
+            let Some(slot) = slots.get_mut(member).filter(|s| s.generation == generation) else { return };
+            slot.record.last_exit = Some(exit.clone());
+            if !slot.record.wanted {
+                return;
+            }
+            slot.record.restarts
+        };
+        tracing::warn!(member, %exit, "a member exited; starting it again");
+        let delay = FIRST_RESTART_DELAY.saturating_mul(1 << restarts.min(6)).min(MAX_RESTART_DELAY);
+        tokio::select! {
+            _ = self.stop.cancelled() => return,
+            _ = tokio::time::sleep(delay) => {}
+        }
+        let still_wanted = self.lock().get(member).is_some_and(|s| s.generation == generation && s.record.wanted);
+        if still_wanted && let Err(error) = self.launch(member) {
+            tracing::error!(member, %error, "could not start a member again");
+        }
+    }
+
+    /// Stops a member: SIGTERM to its group, SIGKILL after the grace
+    /// period. Its volumes stay.
+    pub async fn stop(&self, member: &str) -> Result<(), MemberError> {
+        let process = {
+            let mut slots = self.lock();
+            let slot = slots.get_mut(member).ok_or(MemberError::Unknown(member.into()))?;
+            slot.record.wanted = false;
+            slot.generation += 1;
+            slot.record.process.clone()
+        };
+        self.persist(member)?;
+        let Some(process) = process else { return Ok(()) };
+        let io = |source| MemberError::Io { member: member.into(), context: "signalling".into(), source };
+        if procs::is_alive(process.pid, process.start_ticks) {
+            procs::signal_group(process.pid, libc::SIGTERM).map_err(io)?;
+            let deadline = tokio::time::Instant::now() + STOP_GRACE;
+            while procs::is_alive(process.pid, process.start_ticks) && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            procs::signal_group(process.pid, libc::SIGKILL).map_err(io)?;
+        }
+        if let Some(slot) = self.lock().get_mut(member) {
+            slot.record.last_exit = Some("stopped".into());
+        }
+        tracing::info!(member, instance = %process.instance_id, "stopped a member");
+        self.persist(member)
+    }
+
+    /// Whether `member` is known and wanted running.
+    pub fn is_running(&self, member: &str) -> bool {
+        self.lock().get(member).is_some_and(|s| s.record.wanted)
+    }
+
+    pub fn record(&self, member: &str) -> Option<MemberRecord> {
+        self.lock().get(member).map(|s| s.record.clone())
+    }
+
+    /// What the heartbeat tells the server.
+    pub fn report(&self) -> Vec<MemberReport> {
+        self.lock()
+            .values()
+            .map(|slot| {
+                let record = &slot.record;
+                let live = record.process.as_ref().filter(|p| procs::is_alive(p.pid, p.start_ticks));
+                MemberReport {
+                    name: record.name.clone(),
+                    wanted: record.wanted,
+                    running: live.is_some(),
+                    instance_id: record.process.as_ref().map(|p| p.instance_id.clone()),
+                    pid: live.map(|p| p.pid),
+                    started_at: record.process.as_ref().map(|p| p.started_at),
+                    restarts: record.restarts,
+                    last_exit: record.last_exit.clone(),
+                }
+            })
+            .collect()
+    }
+
+    fn persist(&self, member: &str) -> Result<(), MemberError> {
+        let Some(record) = self.record(member) else { return Ok(()) };
+        let path = self.member_dir(member).join("member.json");
+        let io =
+            |source| MemberError::Io { member: member.into(), context: format!("writing {}", path.display()), source };
+        std::fs::create_dir_all(self.member_dir(member)).map_err(io)?;
+        let json = serde_json::to_vec_pretty(&record).expect("a member record always serialises");
+        write_atomic(&path, &json, 0o644).map_err(io)
+    }
+
+    /// `HERD_VOLUME_<NAME>` to the path of each of the member's volumes.
+    pub fn volume_env(&self, record: &MemberRecord) -> Vec<(String, PathBuf)> {
+        record.run.volumes.iter().map(|v| (volume_env(&v.name), self.volume_dir(&record.name, &v.name))).collect()
+    }
+
+    /// A persistent volume is kept; an ephemeral one starts empty.
+    fn prepare_volume(&self, member: &str, volume: &VolumeSpec) -> std::io::Result<PathBuf> {
+        let path = self.volume_dir(member, &volume.name);
+        if !volume.persistent && path.exists() {
+            std::fs::remove_dir_all(&path)?;
+        }
+        std::fs::create_dir_all(&path)?;
+        Ok(path)
+    }
+}
+
+/// Ends the processes of every member recorded in `data_dir` (SIGTERM to
+/// each group, SIGKILL after the grace period), as a host shutdown would,
+/// leaving the records: the next agent start brings wanted members back
+/// with new instance ids. For `herd dev`, whose Ctrl-C stops everything it
+/// started. Returns how many were running.
+pub async fn stop_processes(data_dir: &Path) -> usize {
+    let Ok(dirs) = std::fs::read_dir(data_dir.join("members")) else { return 0 };
+    let running: Vec<Running> = dirs
+        .flatten()
+        .filter_map(|dir| std::fs::read(dir.path().join("member.json")).ok())
+        .filter_map(|text| serde_json::from_slice::<MemberRecord>(&text).ok())
+        .filter_map(|record| record.process)
+        .filter(|p| procs::is_alive(p.pid, p.start_ticks))
+        .collect();
+    for process in &running {
+        let _ = procs::signal_group(process.pid, libc::SIGTERM);
+    }
+    let deadline = tokio::time::Instant::now() + STOP_GRACE;
+    while running.iter().any(|p| procs::is_alive(p.pid, p.start_ticks)) && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for process in &running {
+        let _ = procs::signal_group(process.pid, libc::SIGKILL);
+    }
+    running.len()
+}
+
+/// `HERD_VOLUME_<NAME>`, the name upper-cased with `-` and `.` as `_`.
+fn volume_env(name: &str) -> String {
+    let upper: String =
+        name.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' }).collect();
+    format!("HERD_VOLUME_{upper}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(script: &str, volumes: Vec<VolumeSpec>) -> MemberRun {
+        MemberRun { command: vec!["sh".into(), "-c".into(), script.into()], env: BTreeMap::new(), volumes }
+    }
+
+    async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+        for _ in 0..200 {
+            if check() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("timed out waiting for {what}");
+    }
+
+    #[tokio::test]
+    async fn a_restarted_agent_adopts_running_members_and_a_reboot_starts_them_afresh() {
+        let dir = tempfile::tempdir().unwrap();
+        let stop = CancellationToken::new();
+        let members = Members::open(dir.path(), stop.clone()).await.unwrap();
+        let volumes = vec![
+            VolumeSpec { name: "data".into(), persistent: true },
+            VolumeSpec { name: "scratch".into(), persistent: false },
+        ];
+        let script =
+            "echo started >> \"$HERD_VOLUME_DATA/starts\"; touch \"$HERD_VOLUME_SCRATCH/x\"; echo out; exec sleep 60";
+        let first = members.start("m1", run(script, volumes.clone())).await.unwrap();
+        let starts = members.volume_dir("m1", "data").join("starts");
+        let stdout = members.member_dir("m1").join("stdout.log");
+        let log = || std::fs::read_to_string(&stdout).unwrap_or_default();
+        eventually("the member ran its script", || log() == "out\n").await;
+        assert_eq!(
+            members.start("m1", run(script, volumes.clone())).await.unwrap(),
+            first,
+            "starting again is a no-op"
+        );
+
+        // The agent stops (members keep running) and starts again: adopted.
+        stop.cancel();
+        let stop = CancellationToken::new();
+        let members = Members::open(dir.path(), stop.clone()).await.unwrap();
+        let report = members.report();
+        assert_eq!(report[0].instance_id.as_deref(), Some(first.as_str()));
+        assert!(report[0].running);
+        let pid = report[0].pid.unwrap();
+
+        // A "host reboot": the agent and its members die; the member comes
+        // back with a new instance id, its persistent volume kept and its
+        // ephemeral one emptied.
+        stop.cancel();
+        procs::signal_group(pid, libc::SIGKILL).unwrap();
+        eventually("the member died", || procs::start_ticks(pid).is_none()).await;
+        let stop = CancellationToken::new();
+        let members = Members::open(dir.path(), stop.clone()).await.unwrap();
+        let second = members.report()[0].instance_id.clone().unwrap();
+        assert_ne!(second, first);
+        eventually("both runs' output in one log", || log() == "out\nout\n").await;
+        assert_eq!(std::fs::read_to_string(&starts).unwrap().lines().count(), 2);
+        members.stop("m1").await.unwrap();
+        assert!(!members.report()[0].running);
+        assert!(members.volume_dir("m1", "data").join("starts").exists(), "stopping keeps volumes");
+        stop.cancel();
+    }
+
+    #[tokio::test]
+    async fn a_member_that_exits_is_started_again_with_a_new_instance_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let stop = CancellationToken::new();
+        let members = Members::open(dir.path(), stop.clone()).await.unwrap();
+        let first = members.start("m1", run("sleep 0.2", vec![])).await.unwrap();
+        eventually("a restart", || members.report()[0].restarts >= 1).await;
+        let report = &members.report()[0];
+        assert_ne!(report.instance_id.as_deref(), Some(first.as_str()));
+        assert!(report.last_exit.as_deref().unwrap_or_default().contains("exit status: 0"), "{report:?}");
+        members.stop("m1").await.unwrap();
+        stop.cancel();
+    }
+}

@@ -1,0 +1,124 @@
+//! The agent's command journal as a state machine: which moves an entry
+//! may make, and what an unfinished entry becomes when the agent starts
+//! again (CloudStack's command state logging, seed 002 section 2.3).
+
+use crate::kinds::AgentState;
+
+/// Whether a journal entry may move from `from` to `to`.
+pub fn may_move(from: AgentState, to: AgentState) -> bool {
+    use AgentState::*;
+    match from {
+        Started => matches!(to, Processing | ProcessingInBackend | Completed | Failed | TimedOut),
+        // A backend step may be followed by more work in the agent itself
+        // (MigrateMember: copy in a worker, then start the member).
+        Processing | ProcessingInBackend => {
+            matches!(to, Processing | ProcessingInBackend | Completed | Failed | TimedOut) && to != from
+        }
+        // Re-attached to a live worker, or found it gone.
+        DangledInBackend => matches!(to, ProcessingInBackend | Completed | Failed | Interrupted),
+        Completed | Failed | TimedOut | Interrupted => false,
+    }
+}
+
+/// What is known, at start, of the detached worker of an entry that was
+/// processing in the backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// The worker process still runs.
+    Alive,
+    /// The worker is gone and left its result: success or failure.
+    Finished { success: bool },
+    /// The worker is gone without a result.
+    Gone,
+}
+
+/// The state of an entry found on start. Finished entries stay as they
+/// are (their answer may not have been acknowledged yet); an entry that
+/// was being processed in the agent is INTERRUPTED; one that was
+/// processing in a backend worker is DANGLED_IN_BACKEND while the worker
+/// lives (the agent re-attaches), takes the worker's result if it left
+/// one, and is INTERRUPTED otherwise.
+pub fn recover(state: AgentState, backend: Backend) -> AgentState {
+    use AgentState::*;
+    match (state, backend) {
+        (Completed | Failed | TimedOut | Interrupted, _) => state,
+        (Started | Processing, _) => Interrupted,
+        (ProcessingInBackend | DangledInBackend, Backend::Alive) => DangledInBackend,
+        (ProcessingInBackend | DangledInBackend, Backend::Finished { success: true }) => Completed,
+        (ProcessingInBackend | DangledInBackend, Backend::Finished { success: false }) => Failed,
+        (ProcessingInBackend | DangledInBackend, Backend::Gone) => Interrupted,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use AgentState::*;
+    use proptest::prelude::*;
+
+    const ALL: [AgentState; 8] =
+        [Started, Processing, ProcessingInBackend, Completed, Failed, TimedOut, Interrupted, DangledInBackend];
+
+    #[test]
+    fn the_happy_paths() {
+        assert!(may_move(Started, Processing) && may_move(Processing, Completed));
+        assert!(may_move(Processing, ProcessingInBackend) && may_move(ProcessingInBackend, Processing));
+        assert!(may_move(DangledInBackend, ProcessingInBackend));
+        assert!(!may_move(Completed, Processing), "a final entry never moves");
+        assert!(!may_move(Started, Interrupted), "interrupted is found at start, not moved to");
+    }
+
+    #[test]
+    fn recovery() {
+        assert_eq!(recover(Processing, Backend::Gone), Interrupted);
+        assert_eq!(recover(Started, Backend::Alive), Interrupted, "no backend was started yet");
+        assert_eq!(recover(ProcessingInBackend, Backend::Alive), DangledInBackend);
+        assert_eq!(recover(ProcessingInBackend, Backend::Finished { success: true }), Completed);
+        assert_eq!(recover(ProcessingInBackend, Backend::Finished { success: false }), Failed);
+        assert_eq!(recover(ProcessingInBackend, Backend::Gone), Interrupted);
+        assert_eq!(recover(Completed, Backend::Gone), Completed);
+    }
+
+    fn any_state() -> impl Strategy<Value = AgentState> {
+        prop::sample::select(ALL.to_vec())
+    }
+
+    fn any_backend() -> impl Strategy<Value = Backend> {
+        prop_oneof![
+            Just(Backend::Alive),
+            Just(Backend::Gone),
+            any::<bool>().prop_map(|success| Backend::Finished { success })
+        ]
+    }
+
+    proptest! {
+        /// Whatever a crash leaves behind, and however often the agent
+        /// restarts, recovery ends in a state that is final or being
+        /// re-attached, never in one that claims work is running in the
+        /// agent; and it is idempotent.
+        #[test]
+        fn recovery_never_leaves_an_entry_running(state in any_state(), backend in any_backend()) {
+            let once = recover(state, backend);
+            prop_assert!(!matches!(once, Started | Processing | ProcessingInBackend));
+            prop_assert_eq!(recover(once, backend), once);
+            prop_assert!(once == state || once.is_final() || once == Interrupted || once == DangledInBackend);
+        }
+
+        /// Every run of allowed moves from STARTED ends in at most one final state.
+        #[test]
+        fn final_states_are_absorbing(path in prop::collection::vec(any_state(), 0..12)) {
+            let mut state = Started;
+            for next in path {
+                if may_move(state, next) {
+                    prop_assert!(!state.is_final());
+                    state = next;
+                }
+            }
+            if state.is_final() {
+                for next in ALL {
+                    prop_assert!(!may_move(state, next));
+                }
+            }
+        }
+    }
+}

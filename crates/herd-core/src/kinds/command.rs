@@ -1,0 +1,469 @@
+//! `Command`: a long-running operation the server asks one node's agent to
+//! carry out (CloudStack's Command/Answer, made durable on both sides).
+//!
+//! The spec says what to do and where; the status keeps the two views
+//! apart, as CloudStack's reconcile table does: `stateByManagement` is the
+//! server's, `stateByAgent` the agent's last report (from its journal),
+//! with the answer, the retry count and why the last decision was taken.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::resource::{Object, Resource};
+use crate::time::{HumanDuration, Timestamp};
+use crate::validation::{FieldPath, ValidationErrors, check_name};
+
+pub type Command = Object<CommandSpec>;
+
+/// The label every Command carries with its node's name: agents watch
+/// their own Commands through it.
+pub const NODE_LABEL: &str = "herd.io/node";
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CommandSpec {
+    /// The node whose agent carries it out.
+    pub node: String,
+    /// How long the agent may take [default: per action].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<HumanDuration>,
+    pub action: Action,
+}
+
+/// What to do. Member and volume names are object names, so no path
+/// built from them can leave the agent's data dir.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all_fields = "camelCase", deny_unknown_fields)]
+pub enum Action {
+    /// Start a member (a process) with fresh volumes where missing.
+    StartMember { member: String, run: MemberRun },
+    /// Stop a member; its persistent volumes stay.
+    StopMember { member: String },
+    /// Pull a member's volume from the agent of `fromNode`, streamed and
+    /// checksummed; resumable after an interruption.
+    CopyVolume { member: String, volume: String, from_node: String },
+    /// Move a member here from `fromNode`: stop it there, copy its
+    /// persistent volumes, start it here, and remove the source copy only
+    /// once this copy is verified.
+    MigrateMember { member: String, from_node: String, run: MemberRun },
+    /// Delete a member's volume (the member must be stopped).
+    DeleteVolume { member: String, volume: String },
+    /// Run a shell script in a member's environment (its volumes, its
+    /// environment variables), with the command's timeout.
+    RunScript { member: String, script: String },
+}
+
+impl Default for Action {
+    fn default() -> Self {
+        Action::StopMember { member: String::new() }
+    }
+}
+
+/// How a member runs: the process and its volumes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MemberRun {
+    /// The program and its arguments.
+    pub command: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub volumes: Vec<VolumeSpec>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct VolumeSpec {
+    pub name: String,
+    /// Persistent volumes survive member restarts; the others are wiped at
+    /// every start.
+    #[serde(default)]
+    pub persistent: bool,
+}
+
+impl Action {
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Action::StartMember { .. } => "StartMember",
+            Action::StopMember { .. } => "StopMember",
+            Action::CopyVolume { .. } => "CopyVolume",
+            Action::MigrateMember { .. } => "MigrateMember",
+            Action::DeleteVolume { .. } => "DeleteVolume",
+            Action::RunScript { .. } => "RunScript",
+        }
+    }
+
+    pub fn member(&self) -> &str {
+        match self {
+            Action::StartMember { member, .. }
+            | Action::StopMember { member }
+            | Action::CopyVolume { member, .. }
+            | Action::MigrateMember { member, .. }
+            | Action::DeleteVolume { member, .. }
+            | Action::RunScript { member, .. } => member,
+        }
+    }
+
+    /// The default time the agent gets.
+    pub fn default_timeout(&self) -> Duration {
+        match self {
+            Action::CopyVolume { .. } | Action::MigrateMember { .. } => Duration::from_secs(3600),
+            Action::RunScript { .. } => Duration::from_secs(60),
+            _ => Duration::from_secs(30),
+        }
+    }
+
+    /// What this action holds while it is not settled: (node, member,
+    /// volume), volume None meaning the whole member.
+    pub fn holds(&self, node: &str) -> Vec<Hold> {
+        let hold = |node: &str, volume: Option<&str>| Hold {
+            node: node.to_string(),
+            member: self.member().to_string(),
+            volume: volume.map(str::to_string),
+        };
+        match self {
+            Action::CopyVolume { volume, from_node, .. } => {
+                vec![hold(node, Some(volume)), hold(from_node, Some(volume))]
+            }
+            Action::MigrateMember { from_node, .. } => vec![hold(node, None), hold(from_node, None)],
+            Action::DeleteVolume { volume, .. } => vec![hold(node, Some(volume))],
+            Action::StartMember { .. } | Action::StopMember { .. } | Action::RunScript { .. } => vec![hold(node, None)],
+        }
+    }
+
+    fn validate(&self, path: &FieldPath, errors: &mut ValidationErrors) {
+        check_name(&path.child("member"), self.member(), errors);
+        match self {
+            Action::StartMember { run, .. } => run.validate(&path.child("run"), errors),
+            Action::MigrateMember { from_node, run, .. } => {
+                check_name(&path.child("fromNode"), from_node, errors);
+                run.validate(&path.child("run"), errors);
+            }
+            Action::CopyVolume { volume, from_node, .. } => {
+                check_name(&path.child("volume"), volume, errors);
+                check_name(&path.child("fromNode"), from_node, errors);
+            }
+            Action::DeleteVolume { volume, .. } => check_name(&path.child("volume"), volume, errors),
+            Action::RunScript { script, .. } => {
+                if script.trim().is_empty() {
+                    errors.add(&path.child("script"), "must not be empty");
+                }
+            }
+            Action::StopMember { .. } => {}
+        }
+    }
+}
+
+impl MemberRun {
+    fn validate(&self, path: &FieldPath, errors: &mut ValidationErrors) {
+        if self.command.first().is_none_or(|program| program.is_empty()) {
+            errors.add(&path.child("command"), "must name a program to run");
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, volume) in self.volumes.iter().enumerate() {
+            let field = path.child("volumes").key(&i.to_string()).child("name");
+            check_name(&field, &volume.name, errors);
+            if !seen.insert(&volume.name) {
+                errors.add(&field, format!("{:?} is listed twice", volume.name));
+            }
+        }
+        for key in self.env.keys() {
+            let valid = !key.is_empty()
+                && !key.starts_with(|c: char| c.is_ascii_digit())
+                && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !valid {
+                errors.add(&path.child("env").key(key), "must be a shell variable name ([A-Za-z_][A-Za-z0-9_]*)");
+            }
+        }
+    }
+}
+
+/// Something a Command holds while it is not settled.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Hold {
+    pub node: String,
+    pub member: String,
+    pub volume: Option<String>,
+}
+
+impl Hold {
+    /// Whether two holds are on the same thing (a whole member covers each
+    /// of its volumes).
+    pub fn overlaps(&self, other: &Hold) -> bool {
+        self.node == other.node
+            && self.member == other.member
+            && (self.volume.is_none() || other.volume.is_none() || self.volume == other.volume)
+    }
+}
+
+impl std::fmt::Display for Hold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.volume {
+            Some(volume) => write!(f, "volume {}/{volume} on node {}", self.member, self.node),
+            None => write!(f, "member {} on node {}", self.member, self.node),
+        }
+    }
+}
+
+/// The server's state of a Command (CloudStack's state_by_management).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ManagementState {
+    #[default]
+    Created,
+    Completed,
+    Failed,
+    TimedOut,
+    Interrupted,
+    ReconcileRetry,
+    Reconciling,
+    Reconciled,
+    ReconcileFailed,
+    ReconcileSkipped,
+}
+
+impl ManagementState {
+    /// Nothing more will happen to the Command by itself: it neither
+    /// holds anything nor waits for the reconciler.
+    pub fn is_settled(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed | Self::Reconciled | Self::ReconcileSkipped)
+    }
+}
+
+/// The agent's state of a Command, as its journal has it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum AgentState {
+    Started,
+    Processing,
+    ProcessingInBackend,
+    Completed,
+    Failed,
+    TimedOut,
+    Interrupted,
+    DangledInBackend,
+}
+
+impl AgentState {
+    /// The agent is done with it, one way or another.
+    pub fn is_final(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed | Self::TimedOut)
+    }
+    /// The agent was working on it.
+    pub fn is_running(self) -> bool {
+        matches!(self, Self::Started | Self::Processing | Self::ProcessingInBackend)
+    }
+}
+
+/// What the agent answered.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Answer {
+    pub success: bool,
+    pub message: String,
+    /// Facts the action produced: the copied volume's size and checksum,
+    /// the started member's instance id, the script's exit code.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub details: BTreeMap<String, String>,
+}
+
+/// How the leader handed a Command to the agent.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Issue {
+    /// The issuing leader's term: an agent refuses a term older than the
+    /// newest it has seen.
+    pub term: u64,
+    /// Counts issues of this Command; a retry issues it again.
+    pub attempt: u32,
+    pub at: Timestamp,
+    /// The agent endpoints of the other nodes the action involves.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub peers: BTreeMap<String, String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CommandStatus {
+    #[serde(default)]
+    pub state_by_management: ManagementState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_by_agent: Option<AgentState>,
+    /// Set by the leader when it hands the Command to the agent; the agent
+    /// acts only on issued Commands.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issued: Option<Issue>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<Answer>,
+    /// Issues so far; the next issue is attempt `attempts + 1`.
+    #[serde(default)]
+    pub attempts: u32,
+    /// Retries after the first attempt (by the reconciler or the operator).
+    #[serde(default)]
+    pub retry_count: u32,
+    /// When either state last changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated: Option<Timestamp>,
+    /// Why the last decision was taken, for `herd describe`.
+    #[serde(default)]
+    pub reason: String,
+}
+
+impl CommandStatus {
+    /// Hands the Command to its agent as a new attempt.
+    pub fn issue(&mut self, term: u64, peers: BTreeMap<String, String>, now: Timestamp) {
+        self.attempts += 1;
+        self.issued = Some(Issue { term, attempt: self.attempts, at: now, peers });
+        self.state_by_management = ManagementState::Created;
+        self.state_by_agent = None;
+        self.answer = None;
+        self.updated = Some(now);
+        self.reason = format!("issued (attempt {}, term {term})", self.attempts);
+    }
+
+    /// Makes the Command ready to be issued again, counting a retry.
+    pub fn retry(&mut self, why: impl Into<String>, now: Timestamp) {
+        self.issued = None;
+        self.state_by_management = ManagementState::Created;
+        self.retry_count += 1;
+        self.updated = Some(now);
+        self.reason = why.into();
+    }
+
+    /// Moves the management state, saying why.
+    pub fn mark(&mut self, state: ManagementState, why: impl Into<String>, now: Timestamp) {
+        self.state_by_management = state;
+        self.updated = Some(now);
+        self.reason = why.into();
+    }
+
+    /// Records what the agent reported of the current attempt; returns
+    /// whether the agent may now forget it (its state is final, or it was
+    /// interrupted, and that is recorded). A settled Command keeps its
+    /// management state: the agent's word is still shown.
+    pub fn record_agent_report(&mut self, state: AgentState, answer: Option<Answer>, now: Timestamp) -> bool {
+        if self.state_by_agent != Some(state) || (answer.is_some() && self.answer != answer) {
+            self.updated = Some(now);
+        }
+        self.state_by_agent = Some(state);
+        if answer.is_some() {
+            self.answer = answer;
+        }
+        let management = match state {
+            AgentState::Completed => Some(ManagementState::Completed),
+            AgentState::Failed => Some(ManagementState::Failed),
+            AgentState::TimedOut => Some(ManagementState::TimedOut),
+            AgentState::Interrupted => Some(ManagementState::Interrupted),
+            AgentState::Started
+            | AgentState::Processing
+            | AgentState::ProcessingInBackend
+            | AgentState::DangledInBackend => None,
+        };
+        if let Some(next) = management
+            && !self.state_by_management.is_settled()
+            && self.state_by_management != next
+        {
+            self.state_by_management = next;
+            self.reason = format!("the agent reported {state:?}");
+            self.updated = Some(now);
+        }
+        management.is_some()
+    }
+}
+
+impl Resource for CommandSpec {
+    const KIND: &'static str = "Command";
+    const PLURAL: &'static str = "commands";
+    const HAS_STATUS: bool = true;
+    type Status = CommandStatus;
+
+    fn validate_spec(&self, path: &FieldPath, errors: &mut ValidationErrors) {
+        check_name(&path.child("node"), &self.node, errors);
+        if self.timeout.is_some_and(|t| t.get().is_zero()) {
+            errors.add(&path.child("timeout"), "must be positive");
+        }
+        self.action.validate(&path.child("action"), errors);
+    }
+}
+
+impl CommandSpec {
+    pub fn timeout(&self) -> Duration {
+        self.timeout.map_or_else(|| self.action.default_timeout(), HumanDuration::get)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(spec: serde_json::Value) -> Result<Command, ValidationErrors> {
+        let command = Command::from_json_value(serde_json::json!({"metadata": {"name": "c1"}, "spec": spec}))?;
+        command.validate().map(|()| command)
+    }
+
+    fn fields(error: ValidationErrors) -> Vec<String> {
+        error.errors.into_iter().map(|e| e.field).collect()
+    }
+
+    #[test]
+    fn an_unknown_action_is_named() {
+        let error = parse(serde_json::json!({"node": "n1", "action": {"type": "FormatDisk", "member": "m"}}));
+        let error = error.unwrap_err();
+        assert_eq!(fields(error.clone()), ["spec.action.type"], "{error}");
+        assert!(error.to_string().contains("FormatDisk"), "{error}");
+    }
+
+    #[test]
+    fn names_that_could_escape_the_data_dir_are_refused() {
+        let spec = serde_json::json!({"node": "n1", "action": {"type": "DeleteVolume", "member": "..", "volume": "../../etc"}});
+        assert_eq!(fields(parse(spec).unwrap_err()), ["spec.action.member", "spec.action.volume"]);
+        let spec = serde_json::json!({"node": "n1", "action": {"type": "CopyVolume", "member": "m", "volume": "a/b", "fromNode": "n2"}});
+        assert_eq!(fields(parse(spec).unwrap_err()), ["spec.action.volume"]);
+    }
+
+    #[test]
+    fn a_member_run_is_checked() {
+        let spec = serde_json::json!({"node": "n1", "action": {"type": "StartMember", "member": "m",
+            "run": {"command": [], "env": {"1X": "y"}, "volumes": [{"name": "d"}, {"name": "d"}]}}});
+        assert_eq!(
+            fields(parse(spec).unwrap_err()),
+            ["spec.action.run.command", "spec.action.run.volumes[1].name", "spec.action.run.env[1X]"]
+        );
+        let ok = serde_json::json!({"node": "n1", "action": {"type": "StartMember", "member": "m",
+            "run": {"command": ["sleep", "100"], "volumes": [{"name": "data", "persistent": true}]}}});
+        assert!(parse(ok).is_ok());
+    }
+
+    #[test]
+    fn agent_reports_move_the_management_state_until_it_is_settled() {
+        let now = Timestamp::parse("2026-11-29T10:00:00Z").unwrap();
+        let mut status = CommandStatus::default();
+        assert!(!status.record_agent_report(AgentState::Processing, None, now), "running: keep it");
+        assert_eq!(status.state_by_management, ManagementState::Created);
+        assert!(status.record_agent_report(AgentState::Interrupted, None, now));
+        assert_eq!(status.state_by_management, ManagementState::Interrupted);
+        let done = Answer { success: true, message: "copied".into(), details: BTreeMap::new() };
+        assert!(status.record_agent_report(AgentState::Completed, Some(done.clone()), now));
+        assert_eq!((status.state_by_management, status.answer.clone()), (ManagementState::Completed, Some(done)));
+        // Settled: a late report is shown but changes nothing else.
+        assert!(status.record_agent_report(AgentState::Failed, None, now));
+        assert_eq!(status.state_by_management, ManagementState::Completed);
+        assert_eq!(status.state_by_agent, Some(AgentState::Failed));
+    }
+
+    #[test]
+    fn holds_overlap_on_the_same_member_or_volume() {
+        let copy = Action::CopyVolume { member: "m".into(), volume: "data".into(), from_node: "n2".into() };
+        let holds = copy.holds("n1");
+        assert_eq!(holds.len(), 2);
+        let delete_source = Action::DeleteVolume { member: "m".into(), volume: "data".into() }.holds("n2");
+        assert!(holds.iter().any(|h| h.overlaps(&delete_source[0])));
+        let other_volume = Action::DeleteVolume { member: "m".into(), volume: "logs".into() }.holds("n2");
+        assert!(!holds.iter().any(|h| h.overlaps(&other_volume[0])));
+        let stop = Action::StopMember { member: "m".into() }.holds("n1");
+        assert!(holds.iter().any(|h| h.overlaps(&stop[0])), "the whole member covers its volumes");
+    }
+}

@@ -1,0 +1,222 @@
+//! What the leader's command reconciler does with one unsettled Command:
+//! CloudStack's decision table (first match wins), with a management-side
+//! timeout in front of it for agents that went silent. Pure: the caller
+//! passes what it observed and how long ago things changed.
+
+use std::time::Duration;
+
+use crate::kinds::{AgentState, ManagementState};
+
+/// The reconciler's knobs (ClusterConfig `spec.commands`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReconcileSettings {
+    /// A reconciliation that has not finished after this is retried.
+    pub reconciling_timeout: Duration,
+    /// After an agent's final answer, how long the server waits for it to
+    /// arrive before it looks for itself.
+    pub answer_grace: Duration,
+    /// Reconciliation attempts before the Command is given up
+    /// (RECONCILE_SKIPPED, with the reason shown).
+    pub max_attempts: u32,
+}
+
+/// One Command as the reconciler sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct CommandView {
+    pub management: ManagementState,
+    pub agent: Option<AgentState>,
+    /// Since the status last changed.
+    pub since_update: Duration,
+    /// Since the Command was issued to the agent (None: not issued yet).
+    pub since_issued: Option<Duration>,
+    /// The action's timeout.
+    pub timeout: Duration,
+    pub retry_count: u32,
+    /// The node exists and is Ready.
+    pub host_up: bool,
+}
+
+/// What to do now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Nothing, for the reason given.
+    Skip,
+    /// The agent is working on it and its host is up: wait.
+    Wait,
+    /// Find out what really happened and record it.
+    Reconcile,
+    /// Mark it RECONCILE_RETRY (a reconciliation got stuck).
+    MarkRetry,
+    /// Mark it TIMED_OUT: issued longer ago than its timeout allows, and
+    /// the agent has not finished it.
+    MarkTimedOut,
+    /// Mark it RECONCILE_SKIPPED: too many failed attempts.
+    GiveUp,
+}
+
+/// The step for `view`, and why (shown to the operator).
+pub fn decide(view: &CommandView, settings: &ReconcileSettings) -> (Step, &'static str) {
+    use AgentState as A;
+    use ManagementState as M;
+    if view.management.is_settled() {
+        return (Step::Skip, "settled");
+    }
+    if view.management == M::Created {
+        let Some(since_issued) = view.since_issued else { return (Step::Skip, "not issued yet") };
+        let agent_done = view.agent.is_some_and(AgentState::is_final);
+        if !agent_done && since_issued > view.timeout + settings.answer_grace {
+            return (Step::MarkTimedOut, "the agent did not finish within the timeout");
+        }
+    }
+    match (view.management, view.agent) {
+        (M::TimedOut | M::Interrupted | M::ReconcileRetry, _) => (Step::Reconcile, "needs reconciling"),
+        (M::Reconciling, _) if view.since_update < settings.reconciling_timeout => (Step::Skip, "being reconciled"),
+        (M::Reconciling, _) => (Step::MarkRetry, "reconciling took too long"),
+        (M::ReconcileFailed, _) if view.retry_count <= settings.max_attempts => {
+            (Step::Reconcile, "retrying a failed reconciliation")
+        }
+        (M::ReconcileFailed, _) => (Step::GiveUp, "too many failed reconciliation attempts"),
+        (_, None) => (Step::Skip, "the agent has not reported it yet"),
+        (_, Some(A::Started | A::Processing | A::ProcessingInBackend)) if view.host_up => {
+            (Step::Wait, "the agent is working on it")
+        }
+        (_, Some(A::Started | A::Processing | A::ProcessingInBackend)) => {
+            (Step::Reconcile, "the agent was working on it and its host is down")
+        }
+        (_, Some(A::Completed | A::Failed | A::TimedOut)) if view.since_update < settings.answer_grace => {
+            (Step::Skip, "the agent's answer may still be on its way")
+        }
+        (_, Some(A::Completed | A::Failed | A::TimedOut)) => {
+            (Step::Reconcile, "the agent finished but its answer never arrived")
+        }
+        (_, Some(A::Interrupted | A::DangledInBackend)) => (Step::Reconcile, "the agent was interrupted"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use AgentState as A;
+    use ManagementState as M;
+
+    const SETTINGS: ReconcileSettings = ReconcileSettings {
+        reconciling_timeout: Duration::from_secs(600),
+        answer_grace: Duration::from_secs(60),
+        max_attempts: 3,
+    };
+
+    fn view(management: ManagementState, agent: Option<AgentState>) -> CommandView {
+        CommandView {
+            management,
+            agent,
+            since_update: Duration::from_secs(1),
+            since_issued: Some(Duration::from_secs(1)),
+            timeout: Duration::from_secs(30),
+            retry_count: 0,
+            host_up: true,
+        }
+    }
+
+    fn step(view: CommandView) -> Step {
+        decide(&view, &SETTINGS).0
+    }
+
+    #[test]
+    fn settled_commands_are_left_alone() {
+        for m in [M::Completed, M::Failed, M::Reconciled, M::ReconcileSkipped] {
+            assert_eq!(step(view(m, Some(A::Interrupted))), Step::Skip, "{m:?}");
+        }
+    }
+
+    #[test]
+    fn unissued_commands_wait_for_the_leader() {
+        assert_eq!(step(CommandView { since_issued: None, ..view(M::Created, None) }), Step::Skip);
+    }
+
+    #[test]
+    fn a_silent_agent_past_the_timeout_times_the_command_out() {
+        let late = Some(Duration::from_secs(30 + 61));
+        assert_eq!(step(CommandView { since_issued: late, ..view(M::Created, None) }), Step::MarkTimedOut);
+        assert_eq!(
+            step(CommandView { since_issued: late, ..view(M::Created, Some(A::Processing)) }),
+            Step::MarkTimedOut
+        );
+        // A final answer is not timed out: its row decides.
+        assert_eq!(step(CommandView { since_issued: late, ..view(M::Created, Some(A::Completed)) }), Step::Skip);
+        // Within timeout + grace: not yet.
+        let edge = Some(Duration::from_secs(90));
+        assert_eq!(step(CommandView { since_issued: edge, ..view(M::Created, None) }), Step::Skip);
+    }
+
+    #[test]
+    fn row_timed_out_interrupted_or_retry_reconciles() {
+        for m in [M::TimedOut, M::Interrupted, M::ReconcileRetry] {
+            assert_eq!(step(view(m, None)), Step::Reconcile, "{m:?}");
+            assert_eq!(step(view(m, Some(A::Processing))), Step::Reconcile, "{m:?}");
+        }
+    }
+
+    #[test]
+    fn row_reconciling_recently_skips() {
+        assert_eq!(step(view(M::Reconciling, Some(A::Interrupted))), Step::Skip);
+    }
+
+    #[test]
+    fn row_reconciling_for_too_long_is_marked_for_retry() {
+        let stuck = CommandView { since_update: Duration::from_secs(601), ..view(M::Reconciling, None) };
+        assert_eq!(step(stuck), Step::MarkRetry);
+    }
+
+    #[test]
+    fn row_reconcile_failed_within_the_attempts_retries() {
+        let failed = CommandView { retry_count: 3, ..view(M::ReconcileFailed, Some(A::Interrupted)) };
+        assert_eq!(step(failed), Step::Reconcile);
+    }
+
+    #[test]
+    fn row_reconcile_failed_past_the_attempts_gives_up() {
+        let failed = CommandView { retry_count: 4, ..view(M::ReconcileFailed, Some(A::Interrupted)) };
+        assert_eq!(decide(&failed, &SETTINGS), (Step::GiveUp, "too many failed reconciliation attempts"));
+    }
+
+    #[test]
+    fn row_agent_state_unknown_skips() {
+        assert_eq!(step(view(M::Created, None)), Step::Skip);
+    }
+
+    #[test]
+    fn row_agent_working_and_host_up_waits() {
+        for a in [A::Started, A::Processing, A::ProcessingInBackend] {
+            assert_eq!(step(view(M::Created, Some(a))), Step::Wait, "{a:?}");
+        }
+    }
+
+    #[test]
+    fn row_agent_working_and_host_down_reconciles() {
+        for a in [A::Started, A::Processing, A::ProcessingInBackend] {
+            assert_eq!(step(CommandView { host_up: false, ..view(M::Created, Some(a)) }), Step::Reconcile, "{a:?}");
+        }
+    }
+
+    #[test]
+    fn row_agent_finished_recently_skips() {
+        for a in [A::Completed, A::Failed, A::TimedOut] {
+            assert_eq!(step(view(M::Created, Some(a))), Step::Skip, "{a:?}");
+        }
+    }
+
+    #[test]
+    fn row_agent_finished_long_ago_reconciles() {
+        for a in [A::Completed, A::Failed, A::TimedOut] {
+            let old = CommandView { since_update: Duration::from_secs(61), ..view(M::Created, Some(a)) };
+            assert_eq!(step(old), Step::Reconcile, "{a:?}");
+        }
+    }
+
+    #[test]
+    fn row_agent_interrupted_or_dangled_reconciles() {
+        for a in [A::Interrupted, A::DangledInBackend] {
+            assert_eq!(step(view(M::Created, Some(a))), Step::Reconcile, "{a:?}");
+        }
+    }
+}

@@ -1,0 +1,93 @@
+//! The server side of the command protocol (no HTTP here): recording what
+//! agents report of their journals, and keeping two unsettled Commands
+//! off the same member or volume.
+
+use herd_core::api::{CommandAck, CommandReport};
+use herd_core::kinds::command::NODE_LABEL;
+use herd_core::kinds::{Command, CommandSpec};
+
+use crate::error::ApiError;
+use crate::objects::{Objects, Part, now};
+
+/// The refusal for a report on another node's Command, if there is one.
+pub async fn foreign_report(
+    objects: &Objects,
+    node: &str,
+    reports: &[CommandReport],
+) -> Result<Option<ApiError>, ApiError> {
+    for report in reports {
+        if let Some(command) = objects.get::<CommandSpec>(&report.name).await?
+            && command.spec.node != node
+        {
+            return Ok(Some(ApiError::Forbidden(format!(
+                "command {} is for node {}; node {node} may not answer it",
+                report.name, command.spec.node
+            ))));
+        }
+    }
+    Ok(None)
+}
+
+/// Records `node`'s reports on its Commands (checked by [`foreign_report`]
+/// first); returns what the agent may forget.
+pub async fn record_reports(
+    objects: &Objects,
+    node: &str,
+    reports: &[CommandReport],
+) -> Result<Vec<CommandAck>, ApiError> {
+    let mut current = Vec::with_capacity(reports.len());
+    for report in reports {
+        current.push(objects.get::<CommandSpec>(&report.name).await?);
+    }
+    let mut acks = Vec::new();
+    for (report, command) in reports.iter().zip(current) {
+        let ack = CommandAck { name: report.name.clone(), attempt: report.attempt };
+        let is_current = command.as_ref().is_some_and(|c| {
+            c.spec.node == node
+                && c.metadata.uid.as_deref() == Some(report.uid.as_str())
+                && c.status.issued.as_ref().map(|i| i.attempt) == Some(report.attempt)
+        });
+        if !is_current {
+            // Deleted, replaced by a Command of the same name, or an older
+            // attempt: nothing to record; a finished one can be forgotten.
+            tracing::info!(node, command = %report.name, attempt = report.attempt, "a report on a command attempt that is no longer current");
+            if report.state.is_final() {
+                acks.push(ack);
+            }
+            continue;
+        }
+        let mut forget = false;
+        objects
+            .modify::<CommandSpec>(&report.name, Part::Status, |command| {
+                let before = command.status.clone();
+                forget = command.status.record_agent_report(report.state, report.answer.clone(), now());
+                Ok(command.status != before)
+            })
+            .await?;
+        if forget {
+            acks.push(ack);
+        }
+    }
+    Ok(acks)
+}
+
+/// Admission of a new Command: it carries its node's label, and nothing
+/// it would hold is held by an unsettled Command (the error names it).
+pub async fn admit(objects: &Objects, command: &mut Command) -> Result<(), ApiError> {
+    command.metadata.labels.insert(NODE_LABEL.into(), command.spec.node.clone());
+    let holds = command.spec.action.holds(&command.spec.node);
+    let (others, _) = objects.list::<CommandSpec>().await?;
+    for other in others.iter().filter(|o| !o.status.state_by_management.is_settled()) {
+        let their = other.spec.action.holds(&other.spec.node);
+        if let Some(hold) = holds.iter().find(|h| their.iter().any(|t| t.overlaps(h))) {
+            return Err(ApiError::Conflict(format!(
+                "{hold} is held by command {} ({}, {:?}): wait for it to settle, or `herd command abandon {}`",
+                other.metadata.name,
+                other.spec.action.type_name(),
+                other.status.state_by_management,
+                other.metadata.name
+            )));
+        }
+    }
+    Ok(())
+}
