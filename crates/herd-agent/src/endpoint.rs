@@ -1,28 +1,202 @@
-//! The agent's own HTTP endpoint. Today it answers who it is; the volume
-//! data plane and command answers will live here.
+//! The agent's own HTTP endpoint: who it is (`/healthz`, open), and its
+//! volumes, for peer agents copying them and for the server finding out
+//! what exists (peer token required): a volume's manifest, and its files,
+//! streamed from any offset (`Range: bytes=N-`) so that a copy resumes.
 
 use std::net::SocketAddr;
+use std::sync::{Arc, RwLock};
 
 use axum::Json;
 use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use herd_core::ValidationErrors;
+use herd_core::validation::{FieldPath, check_name};
+use serde::Deserialize;
 use serde_json::json;
+use tokio::io::AsyncSeekExt;
 use tokio_util::sync::CancellationToken;
 
+use crate::members::Members;
+use crate::volumes;
 use crate::{AgentError, Identity};
 
+/// The cluster's peer token, once a server handed it over.
+pub type PeerToken = Arc<RwLock<Option<String>>>;
+
+/// The peer token kept in the data dir (so that a restarted agent can copy
+/// before its first heartbeat), or none yet.
+pub fn load_peer_token(data_dir: &std::path::Path) -> PeerToken {
+    let token = std::fs::read_to_string(data_dir.join("peer-token")).ok().map(|t| t.trim().to_string());
+    Arc::new(RwLock::new(token.filter(|t| !t.is_empty())))
+}
+
+/// Keeps `token` as the peer token, in memory and in the data dir.
+pub fn remember_peer_token(peer_token: &PeerToken, data_dir: &std::path::Path, token: &str) {
+    let Ok(mut current) = peer_token.write() else { return };
+    if current.as_deref() == Some(token) {
+        return;
+    }
+    if let Err(error) = crate::fsutil::write_atomic(&data_dir.join("peer-token"), token.as_bytes(), 0o600) {
+        tracing::warn!(%error, "could not keep the peer token in the data dir");
+    }
+    *current = Some(token.to_string());
+}
+
+#[derive(Clone)]
+struct EndpointState {
+    identity: Identity,
+    members: Members,
+    peer_token: PeerToken,
+    /// Hashes of volume files already read (a copy reads the source's
+    /// manifest twice).
+    hashes: Arc<volumes::HashCache>,
+}
+
+/// An error answer: status and a message.
+struct Refusal(StatusCode, String);
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        (self.0, Json(json!({ "message": self.1 }))).into_response()
+    }
+}
+
+impl EndpointState {
+    fn authorize(&self, headers: &HeaderMap) -> Result<(), Refusal> {
+        let expected = self.peer_token.read().ok().and_then(|t| t.clone());
+        let Some(expected) = expected else {
+            return Err(Refusal(StatusCode::SERVICE_UNAVAILABLE, "this agent has no peer token yet".into()));
+        };
+        let given =
+            headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+        // Compared as blake3 hashes: in constant time.
+        if given.map(|g| blake3::hash(g.as_bytes())) == Some(blake3::hash(expected.as_bytes())) {
+            Ok(())
+        } else {
+            Err(Refusal(StatusCode::UNAUTHORIZED, "the peer token is missing or wrong".into()))
+        }
+    }
+
+    fn check_names(member: &str, volume: &str) -> Result<(), Refusal> {
+        let mut errors = ValidationErrors::new();
+        check_name(&FieldPath::root("member"), member, &mut errors);
+        check_name(&FieldPath::root("volume"), volume, &mut errors);
+        errors.into_result().map_err(|errors| Refusal(StatusCode::BAD_REQUEST, errors.to_string()))
+    }
+
+    /// The directory of an existing volume; the names are checked first.
+    fn volume_dir(&self, member: &str, volume: &str) -> Result<std::path::PathBuf, Refusal> {
+        Self::check_names(member, volume)?;
+        let dir = self.members.volume_dir(member, volume);
+        if !dir.is_dir() {
+            return Err(Refusal(
+                StatusCode::NOT_FOUND,
+                format!("volume {member}/{volume} does not exist on {}", self.identity.node_name),
+            ));
+        }
+        Ok(dir)
+    }
+}
+
+async fn manifest(
+    State(state): State<EndpointState>,
+    headers: HeaderMap,
+    Path((member, volume)): Path<(String, String)>,
+) -> Result<Response, Refusal> {
+    state.authorize(&headers)?;
+    let dir = state.volume_dir(&member, &volume)?;
+    let hashes = state.hashes.clone();
+    let manifest = tokio::task::spawn_blocking(move || volumes::manifest_cached(&dir, &hashes))
+        .await
+        .map_err(|e| Refusal(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+        .map_err(|e| Refusal(StatusCode::INTERNAL_SERVER_ERROR, format!("reading the volume: {e}")))?;
+    Ok(Json(manifest).into_response())
+}
+
+/// How many bytes a copy in progress has staged for the volume.
+async fn staged(
+    State(state): State<EndpointState>,
+    headers: HeaderMap,
+    Path((member, volume)): Path<(String, String)>,
+) -> Result<Response, Refusal> {
+    state.authorize(&headers)?;
+    EndpointState::check_names(&member, &volume)?;
+    let dir = state.members.staging_dir(&member, &volume);
+    if !dir.is_dir() {
+        return Err(Refusal(StatusCode::NOT_FOUND, format!("no copy of {member}/{volume} is staged")));
+    }
+    let bytes = tokio::task::spawn_blocking(move || volumes::staged_bytes(&dir))
+        .await
+        .map_err(|e| Refusal(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+        .map_err(|e| Refusal(StatusCode::INTERNAL_SERVER_ERROR, format!("reading the staged copy: {e}")))?;
+    Ok(Json(json!({ "bytes": bytes })).into_response())
+}
+
+#[derive(Deserialize)]
+struct FileQuery {
+    path: String,
+}
+
+async fn file(
+    State(state): State<EndpointState>,
+    headers: HeaderMap,
+    Path((member, volume)): Path<(String, String)>,
+    Query(query): Query<FileQuery>,
+) -> Result<Response, Refusal> {
+    state.authorize(&headers)?;
+    let dir = state.volume_dir(&member, &volume)?;
+    let path = volumes::inside(&dir, &query.path)
+        .ok_or_else(|| Refusal(StatusCode::BAD_REQUEST, format!("path {:?} would leave the volume", query.path)))?;
+    let metadata = tokio::fs::symlink_metadata(&path).await.ok().filter(|m| m.is_file());
+    let Some(metadata) = metadata else {
+        return Err(Refusal(StatusCode::NOT_FOUND, format!("no file {:?} in volume {member}/{volume}", query.path)));
+    };
+    let from = headers
+        .get(header::RANGE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("bytes="))
+        .and_then(|v| v.strip_suffix('-'))
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0)
+        .min(metadata.len());
+    let mut file =
+        tokio::fs::File::open(&path).await.map_err(|e| Refusal(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    file.seek(std::io::SeekFrom::Start(from))
+        .await
+        .map_err(|e| Refusal(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    let stream = tokio_util::io::ReaderStream::with_capacity(file, 2 << 20);
+    let status = if from > 0 { StatusCode::PARTIAL_CONTENT } else { StatusCode::OK };
+    Ok((status, [(header::CONTENT_LENGTH, (metadata.len() - from).to_string())], Body::from_stream(stream))
+        .into_response())
+}
+
 /// Starts serving; returns the address actually bound.
-pub async fn serve(listen: SocketAddr, identity: Identity, stop: CancellationToken) -> Result<SocketAddr, AgentError> {
+pub async fn serve(
+    listen: SocketAddr,
+    identity: Identity,
+    members: Members,
+    peer_token: PeerToken,
+    stop: CancellationToken,
+) -> Result<SocketAddr, AgentError> {
     let listener =
         tokio::net::TcpListener::bind(listen).await.map_err(|source| AgentError::Listen { addr: listen, source })?;
     let addr = listener.local_addr().map_err(|source| AgentError::Listen { addr: listen, source })?;
-    let router = Router::new().route(
-        "/healthz",
-        get(move || {
-            let identity = identity.clone();
-            async move { Json(json!({ "nodeName": identity.node_name, "agentBootId": identity.agent_boot_id })) }
-        }),
-    );
+    let state = EndpointState { identity, members, peer_token, hashes: Arc::default() };
+    let router = Router::new()
+        .route(
+            "/healthz",
+            get(|State(state): State<EndpointState>| async move {
+                Json(json!({ "nodeName": state.identity.node_name, "agentBootId": state.identity.agent_boot_id }))
+            }),
+        )
+        .route("/volumes/{member}/{volume}", get(manifest))
+        .route("/volumes/{member}/{volume}/file", get(file))
+        .route("/volumes/{member}/{volume}/staged", get(staged))
+        .with_state(state);
     tokio::spawn(async move {
         if let Err(error) = axum::serve(listener, router).with_graceful_shutdown(stop.cancelled_owned()).await {
             tracing::error!(%error, "agent endpoint failed");

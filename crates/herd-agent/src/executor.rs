@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -18,9 +19,11 @@ use herd_core::kinds::{Action, AgentState, Answer, Command, ManagementState};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use crate::endpoint::PeerToken;
 use crate::fsutil::write_atomic;
-use crate::journal::{Entry, Journal, JournalError};
+use crate::journal::{Entry, Journal, JournalError, WorkerRef};
 use crate::members::Members;
+use crate::worker::CopyJob;
 use crate::{procs, script};
 
 fn now() -> Timestamp {
@@ -38,12 +41,26 @@ pub type Failure = String;
 /// and when run twice.
 pub type DisconnectHook = Arc<dyn Fn() + Send + Sync>;
 
+/// How detached workers are started.
+#[derive(Clone)]
+pub struct Workers {
+    /// `<program> agent-worker <job>`: the herd binary.
+    pub program: PathBuf,
+    /// Handed to copy workers for reading from peer agents.
+    pub peer_token: PeerToken,
+    /// A copy's bandwidth limit in bytes per second (None: none).
+    pub bandwidth: Option<u64>,
+}
+
 /// How long one disconnect hook may take.
 const HOOK_BOUND: Duration = Duration::from_secs(10);
 
 pub struct Executor {
     journal: Journal,
     members: Members,
+    workers: Workers,
+    /// Jobs, results and logs of workers: `<data>/workers/`.
+    worker_dir: PathBuf,
     term_file: PathBuf,
     /// The journal, in memory: (command, attempt) to entry.
     entries: Mutex<BTreeMap<(String, u32), Entry>>,
@@ -60,8 +77,15 @@ pub struct Executor {
 
 impl Executor {
     /// Opens the journal and recovers what a previous run left unfinished.
-    pub fn open(data_dir: &Path, members: Members, stop: CancellationToken) -> Result<Arc<Executor>, JournalError> {
+    pub fn open(
+        data_dir: &Path,
+        members: Members,
+        workers: Workers,
+        stop: CancellationToken,
+    ) -> Result<Arc<Executor>, JournalError> {
         let journal = Journal::open(data_dir)?;
+        let worker_dir = data_dir.join("workers");
+        std::fs::create_dir_all(&worker_dir).map_err(|source| JournalError::Io { path: worker_dir.clone(), source })?;
         let term_file = data_dir.join("term");
         let newest_term = std::fs::read_to_string(&term_file).ok().and_then(|t| t.trim().parse().ok()).unwrap_or(0);
         let mut entries = BTreeMap::new();
@@ -91,6 +115,8 @@ impl Executor {
         let executor = Arc::new(Executor {
             journal,
             members,
+            workers,
+            worker_dir,
             term_file,
             entries: Mutex::new(entries),
             newest_term: Mutex::new(newest_term),
@@ -138,12 +164,15 @@ impl Executor {
         for ack in acks {
             let key = (ack.name.clone(), ack.attempt);
             let entry = self.lock().get(&key).cloned();
-            let Some(entry) = entry.filter(|e| e.state.is_final() || e.state == AgentState::Interrupted) else {
+            let Some(entry) = entry.filter(|e| e.state.is_over()) else {
                 continue;
             };
             match self.journal.remove(&entry) {
                 Ok(()) => {
                     self.lock().remove(&key);
+                    for suffix in ["job.json", "result.json", "log"] {
+                        let _ = std::fs::remove_file(self.worker_file(&entry, suffix));
+                    }
                 }
                 Err(error) => tracing::error!(%error, "could not remove an acknowledged journal entry"),
             }
@@ -177,6 +206,7 @@ impl Executor {
             deadline,
             answer: None,
             worker: None,
+            peers: issued.peers.clone(),
             progress: BTreeMap::new(),
         };
         let stale = self.observe_term(issued.term);
@@ -262,12 +292,26 @@ impl Executor {
             return;
         }
         let left = entry.deadline.system_time().duration_since(SystemTime::now()).unwrap_or(Duration::ZERO);
-        let outcome = tokio::select! {
-            // The agent is stopping: the entry stays PROCESSING in the
-            // journal, and the next start reports it INTERRUPTED.
-            _ = self.stop.cancelled() => return,
-            outcome = tokio::time::timeout(left, self.perform(&entry)) => outcome,
+        let work = async {
+            if matches!(entry.spec.action, Action::CopyVolume { .. }) {
+                self.copy(&mut entry).await
+            } else {
+                self.perform(&entry).await
+            }
         };
+        let outcome = tokio::select! {
+            // The agent is stopping: the entry stays PROCESSING (or
+            // PROCESSING_IN_BACKEND, its worker running on) in the journal,
+            // and the next start reports it INTERRUPTED or re-attaches.
+            _ = self.stop.cancelled() => return,
+            outcome = tokio::time::timeout(left, work) => outcome,
+        };
+        if outcome.is_err()
+            && let Some(worker) = &entry.worker
+        {
+            // Timed out: the worker goes too.
+            let _ = procs::signal_group(worker.pid, libc::SIGKILL);
+        }
         let key = (entry.name.clone(), entry.attempt);
         let cancelled = self.cancelled.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
         let (state, answer) = match (outcome, cancelled) {
@@ -276,13 +320,15 @@ impl Executor {
                 (AgentState::TimedOut, answer(false, message, BTreeMap::new()))
             }
             (Ok(Ok(answer)), _) if answer.success => (AgentState::Completed, answer),
+            // Cancelled by a disconnect hook: not a failure of the action,
+            // an interruption, which the server reconciles.
             (Ok(Ok(mut answer)), Some(why)) => {
                 answer.message = format!("cancelled ({why}); {}", answer.message);
-                (AgentState::Failed, answer)
+                (AgentState::Interrupted, answer)
             }
             (Ok(Ok(answer)), None) => (AgentState::Failed, answer),
             (Ok(Err(failure)), Some(why)) => {
-                (AgentState::Failed, answer(false, format!("cancelled ({why}); {failure}"), BTreeMap::new()))
+                (AgentState::Interrupted, answer(false, format!("cancelled ({why}); {failure}"), BTreeMap::new()))
             }
             (Ok(Err(failure)), None) => (AgentState::Failed, answer(false, failure, BTreeMap::new())),
         };
@@ -291,12 +337,76 @@ impl Executor {
         self.advance(&mut entry, state, Some(answer));
     }
 
+    fn worker_file(&self, entry: &Entry, suffix: &str) -> PathBuf {
+        self.worker_dir.join(format!("{}-{}.{suffix}", entry.name, entry.attempt))
+    }
+
+    /// CopyVolume: in a detached worker, which the journal records before
+    /// it is waited for.
+    async fn copy(&self, entry: &mut Entry) -> Result<Answer, Failure> {
+        let Action::CopyVolume { member, volume, from_node } = entry.spec.action.clone() else {
+            return Err("not a copy".into());
+        };
+        let source = entry
+            .peers
+            .get(&from_node)
+            .cloned()
+            .ok_or(format!("node {from_node} has no agent endpoint on record (has its agent ever reported?)"))?;
+        let peer_token =
+            self.workers.peer_token.read().ok().and_then(|t| t.clone()).ok_or("this agent has no peer token yet")?;
+        let result = self.worker_file(entry, "result.json");
+        let _ = std::fs::remove_file(&result);
+        let job = CopyJob {
+            source,
+            peer_token,
+            staging: self.members.staging_dir(&member, &volume),
+            destination: self.members.volume_dir(&member, &volume),
+            member,
+            volume,
+            result: result.clone(),
+            bandwidth: self.workers.bandwidth,
+        };
+        let job_path = self.worker_file(entry, "job.json");
+        let json = serde_json::to_vec_pretty(&job).expect("a job always serialises");
+        write_atomic(&job_path, &json, 0o600).map_err(|e| format!("writing the worker's job: {e}"))?;
+        let log = std::fs::File::create(self.worker_file(entry, "log"))
+            .map_err(|e| format!("creating the worker log: {e}"))?;
+        let log_err = log.try_clone().map_err(|e| format!("creating the worker log: {e}"))?;
+        let mut command = tokio::process::Command::new(&self.workers.program);
+        command.arg("agent-worker").arg(&job_path).stdin(Stdio::null()).stdout(log).stderr(log_err);
+        // Its own group, no link to the agent's life: it outlives a crash.
+        command.process_group(0).kill_on_drop(false);
+        let mut child = command.spawn().map_err(|e| format!("starting the copy worker: {e}"))?;
+        let pid = child.id().unwrap_or_default();
+        entry.worker =
+            Some(WorkerRef { pid, start_ticks: procs::start_ticks(pid).unwrap_or_default(), result: result.clone() });
+        if !self.advance(entry, AgentState::ProcessingInBackend, None) {
+            let _ = procs::signal_group(pid, libc::SIGKILL);
+            return Err("could not journal the worker".into());
+        }
+        self.set_hook(
+            entry,
+            Some(Arc::new(move || {
+                let _ = procs::signal_group(pid, libc::SIGKILL);
+            })),
+        );
+        let status = child.wait().await.map_err(|e| format!("waiting for the copy worker: {e}"))?;
+        crate::worker::read_result(&result).ok_or_else(|| format!("the copy worker ended ({status}) without a result"))
+    }
+
     /// Waits for a worker left running by an earlier agent run.
     async fn reattach(&self, mut entry: Entry) {
         let Some(worker) = entry.worker.clone() else { return };
         if !self.advance(&mut entry, AgentState::ProcessingInBackend, None) {
             return;
         }
+        let pid = worker.pid;
+        self.set_hook(
+            &entry,
+            Some(Arc::new(move || {
+                let _ = procs::signal_group(pid, libc::SIGKILL);
+            })),
+        );
         tracing::info!(command = %entry.name, pid = worker.pid, "re-attached to a running worker");
         while procs::is_alive(worker.pid, worker.start_ticks) {
             tokio::select! {
@@ -304,6 +414,7 @@ impl Executor {
                 _ = tokio::time::sleep(Duration::from_millis(200)) => {}
             }
         }
+        self.set_hook(&entry, None);
         let (state, answer) = match crate::worker::read_result(&worker.result) {
             Some(result) if result.success => (AgentState::Completed, result),
             Some(result) => (AgentState::Failed, result),
@@ -366,7 +477,8 @@ impl Executor {
                 details.insert("stderr".into(), outcome.stderr);
                 Ok(answer(outcome.code == 0, format!("the script exited with {}", outcome.code), details))
             }
-            Action::CopyVolume { .. } | Action::MigrateMember { .. } => {
+            Action::CopyVolume { .. } => Err("a copy runs in a worker".into()),
+            Action::MigrateMember { .. } => {
                 Err(format!("{} is not supported by this agent yet", entry.spec.action.type_name()))
             }
         }
@@ -391,7 +503,7 @@ mod tests {
 
     async fn settled(executor: &Executor, name: &str) -> CommandReport {
         for _ in 0..200 {
-            if let Some(report) = executor.reports().into_iter().find(|r| r.name == name && r.state.is_final()) {
+            if let Some(report) = executor.reports().into_iter().find(|r| r.name == name && r.state.is_over()) {
                 return report;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -399,10 +511,15 @@ mod tests {
         panic!("{name} did not finish: {:?}", executor.reports());
     }
 
+    /// No copies in these tests: the worker program is the herd binary.
+    fn no_workers() -> Workers {
+        Workers { program: PathBuf::from("/nonexistent/herd"), peer_token: PeerToken::default(), bandwidth: None }
+    }
+
     /// An executor whose node runs member `m` (started by a command).
     async fn with_member_m(dir: &Path, stop: &CancellationToken) -> (Members, Arc<Executor>) {
         let members = Members::open(dir, stop.clone()).await.unwrap();
-        let executor = Executor::open(dir, members.clone(), stop.clone()).unwrap();
+        let executor = Executor::open(dir, members.clone(), no_workers(), stop.clone()).unwrap();
         let command_line = vec!["sleep".into(), "60".into()];
         let run = herd_core::kinds::command::MemberRun { command: command_line, env: BTreeMap::new(), volumes: vec![] };
         executor.accept(command("start", 1, Action::StartMember { member: "m".into(), run }));
@@ -415,7 +532,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let stop = CancellationToken::new();
         let members = Members::open(dir.path(), stop.clone()).await.unwrap();
-        let executor = Executor::open(dir.path(), members, stop.clone()).unwrap();
+        let executor = Executor::open(dir.path(), members, no_workers(), stop.clone()).unwrap();
         executor.accept(command("new", 5, Action::StopMember { member: "m".into() }));
         executor.accept(command("old", 4, Action::StopMember { member: "m".into() }));
         let old = settled(&executor, "old").await;
@@ -426,7 +543,7 @@ mod tests {
         stop.cancel();
         let stop = CancellationToken::new();
         let members = Members::open(dir.path(), stop.clone()).await.unwrap();
-        let executor = Executor::open(dir.path(), members, stop.clone()).unwrap();
+        let executor = Executor::open(dir.path(), members, no_workers(), stop.clone()).unwrap();
         executor.accept(command("older", 3, Action::StopMember { member: "m".into() }));
         assert_eq!(settled(&executor, "older").await.state, AgentState::Failed);
         stop.cancel();
@@ -452,7 +569,7 @@ mod tests {
         assert_eq!(hooks, 1);
         let stop = CancellationToken::new();
         let members = Members::open(dir.path(), stop.clone()).await.unwrap();
-        let executor = Executor::open(dir.path(), members.clone(), stop.clone()).unwrap();
+        let executor = Executor::open(dir.path(), members.clone(), no_workers(), stop.clone()).unwrap();
         let script = executor.reports().into_iter().find(|r| r.name == "script").unwrap();
         assert_eq!(script.state, AgentState::Interrupted);
         executor.acknowledge(&[
@@ -475,7 +592,7 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         let report = settled(&executor, "script").await;
-        assert_eq!(report.state, AgentState::Failed);
+        assert_eq!(report.state, AgentState::Interrupted, "for the server to reconcile");
         let message = report.answer.unwrap().message;
         assert!(message.starts_with("cancelled (the server has been unreachable for over 30s)"), "{message}");
         // Running the hooks again is harmless.

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::credentials::{CredentialStore, Credentials};
+use crate::endpoint::{PeerToken, remember_peer_token};
 use crate::executor::Executor;
 use crate::members::Members;
 use crate::{AgentError, Identity};
@@ -74,13 +75,29 @@ pub struct Heartbeat {
     pub endpoint: SocketAddr,
     pub members: Members,
     pub executor: Arc<Executor>,
+    /// Set from every answer of the server.
+    pub peer_token: PeerToken,
+    /// Where the peer token is kept.
+    pub data_dir: std::path::PathBuf,
     /// After the server has been unreachable this long, the disconnect hooks run.
     pub disconnect_grace: Duration,
 }
 
 impl Heartbeat {
     pub async fn run(self, stop: CancellationToken) -> Result<(), AgentError> {
-        let Heartbeat { client, store, join_token, identity, endpoint, members, executor, disconnect_grace } = self;
+        let Heartbeat {
+            client,
+            store,
+            join_token,
+            identity,
+            endpoint,
+            members,
+            executor,
+            peer_token,
+            data_dir,
+            disconnect_grace,
+        } = self;
+        let remember = |token: &str| remember_peer_token(&peer_token, &data_dir, token);
         let mut report = AgentReport {
             agent_boot_id: identity.agent_boot_id.clone(),
             host_boot_id: identity.host_boot_id.clone(),
@@ -108,6 +125,7 @@ impl Heartbeat {
                     Ok(joined) => {
                         let creds = Credentials { node_name: name.clone(), node_token: joined.node_token };
                         store.save(&creds)?;
+                        remember(&joined.peer_token);
                         credentials = Some(creds);
                         let period = joined.heartbeat_period.get();
                         backoff.reset();
@@ -136,6 +154,7 @@ impl Heartbeat {
                     }
                     unreachable_since = None;
                     executor.acknowledge(&answer.acknowledged);
+                    remember(&answer.peer_token);
                     let period = answer.heartbeat_period.get();
                     backoff.reset();
                     if !sleep_or_report(started + period, &executor, &stop).await {

@@ -55,6 +55,9 @@ pub struct Entry {
     pub answer: Option<Answer>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker: Option<WorkerRef>,
+    /// The agent endpoints of the other nodes the action involves.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub peers: BTreeMap<String, String>,
     /// How far the work got (for example the bytes copied), shown to the operator.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub progress: BTreeMap<String, String>,
@@ -112,10 +115,16 @@ impl Journal {
         Ok(())
     }
 
-    /// Every entry, oldest first. A file that does not parse is moved
-    /// aside (`.corrupt`) and reported, never silently dropped.
+    /// Every entry, oldest first. Torn writes (a crash between a write and
+    /// its rename) are cleared: the entry they were to replace holds the
+    /// state before. A file that does not parse is moved aside
+    /// (`.corrupt`) and reported, never silently dropped.
     pub fn load(&self) -> Result<Vec<Entry>, JournalError> {
         let io = |source| JournalError::Io { path: self.dir.clone(), source };
+        let torn = crate::fsutil::remove_torn_writes(&self.dir).map_err(io)?;
+        if torn > 0 {
+            tracing::warn!(torn, "cleared journal writes cut short by a crash");
+        }
         let mut entries = Vec::new();
         for item in std::fs::read_dir(&self.dir).map_err(io)? {
             let path = item.map_err(io)?.path();
@@ -170,6 +179,7 @@ mod tests {
             deadline: Timestamp::from_system_time(SystemTime::now() + Duration::from_secs(30)),
             answer: None,
             worker: None,
+            peers: BTreeMap::new(),
             progress: BTreeMap::new(),
         }
     }

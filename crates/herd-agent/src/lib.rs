@@ -24,6 +24,7 @@ pub mod journal;
 pub mod members;
 pub mod procs;
 pub mod script;
+pub mod volumes;
 pub mod worker;
 
 use std::fs::File;
@@ -49,6 +50,11 @@ pub struct AgentConfig {
     /// After the server has been unreachable this long, the disconnect
     /// hooks of running commands run (cancelling them).
     pub disconnect_grace: Duration,
+    /// The program that runs detached copy workers (`<program> agent-worker <job>`):
+    /// the `herd` binary.
+    pub worker_program: PathBuf,
+    /// Bytes per second a volume copy may pull at most (None: no limit).
+    pub copy_bandwidth: Option<u64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -102,13 +108,20 @@ pub async fn run(config: AgentConfig, stop: CancellationToken) -> Result<(), Age
         agent_boot_id: uuid::Uuid::now_v7().to_string(),
         host_boot_id: host_boot_id(),
     };
-    let endpoint = endpoint::serve(config.listen, identity.clone(), stop.clone()).await?;
+    let members = members::Members::open(&data_dir, stop.clone()).await?;
+    let peer_token = endpoint::load_peer_token(&data_dir);
+    let endpoint =
+        endpoint::serve(config.listen, identity.clone(), members.clone(), peer_token.clone(), stop.clone()).await?;
     tracing::info!(node = %identity.node_name, boot_id = %identity.agent_boot_id, address = %endpoint, "herd agent started");
+    let workers = executor::Workers {
+        program: config.worker_program.clone(),
+        peer_token: peer_token.clone(),
+        bandwidth: config.copy_bandwidth,
+    };
+    let executor = executor::Executor::open(&data_dir, members.clone(), workers, stop.clone())?;
 
     // A heartbeat that takes longer than this is given up, and the next one
     // goes to the next server: a hung server must not silence the node.
-    let members = members::Members::open(&data_dir, stop.clone()).await?;
-    let executor = executor::Executor::open(&data_dir, members.clone(), stop.clone())?;
     let client = Client::new(config.servers.clone(), None).with_timeout(REQUEST_TIMEOUT);
     let store = credentials::CredentialStore::new(&data_dir);
     // The watch is long-lived: no request timeout on it.
@@ -127,6 +140,8 @@ pub async fn run(config: AgentConfig, stop: CancellationToken) -> Result<(), Age
         endpoint,
         members,
         executor: executor.clone(),
+        peer_token,
+        data_dir: data_dir.clone(),
         disconnect_grace: config.disconnect_grace,
     };
     let beating = heartbeat.run(stop.clone()).await;

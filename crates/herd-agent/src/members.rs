@@ -135,6 +135,12 @@ impl Members {
         self.data_dir.join("volumes").join(member).join(volume)
     }
 
+    /// Where a copy of a volume is staged until it is verified (kept
+    /// across attempts, so that a copy resumes).
+    pub fn staging_dir(&self, member: &str, volume: &str) -> PathBuf {
+        self.data_dir.join("volumes").join(".incoming").join(member).join(volume)
+    }
+
     /// Starts `member` with `run`; a member already running with the same
     /// `run` is left alone (the same instance id is returned).
     pub async fn start(&self, member: &str, run: MemberRun) -> Result<String, MemberError> {

@@ -4,6 +4,7 @@
 //! never sent twice). A request that times out is not re-sent, but the
 //! next request starts at the next server: a hung server is left behind.
 
+mod peer;
 mod watch;
 
 use std::sync::Arc;
@@ -21,6 +22,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+pub use peer::PeerClient;
 pub use watch::WatchStream;
 
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -32,6 +34,8 @@ pub enum ClientError {
     Api(Status),
     #[error("cannot reach the herd server ({servers}): {reason}")]
     Unreachable { servers: String, reason: String },
+    #[error("cannot reach the agent at {agent}: {reason}")]
+    AgentUnreachable { agent: String, reason: String },
     #[error("unexpected answer from {url}: {reason}")]
     Protocol { url: String, reason: String },
 }
@@ -281,6 +285,12 @@ impl Client {
         Ok(WatchStream::new(response))
     }
 
+    /// `herd command retry` (`abandon` false) or `herd command abandon`.
+    pub async fn command_action(&self, name: &str, abandon: bool) -> Result<Object<CommandSpec>, ClientError> {
+        let verb = if abandon { "abandon" } else { "retry" };
+        self.call(Method::POST, &format!("{}/{verb}", object_path("commands", name)), &[], None).await
+    }
+
     /// A node's Commands (with that node's token), and the revision to
     /// watch them from.
     pub async fn node_commands(&self, node: &str) -> Result<ObjectList<Object<CommandSpec>>, ClientError> {
@@ -314,7 +324,7 @@ fn typed<S: Resource>(value: Value) -> Result<Object<S>, ClientError> {
 }
 
 /// The whole chain of an error: reqwest's Display alone hides the cause.
-fn error_chain(error: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {

@@ -252,3 +252,57 @@ pub struct ReplicaInfo {
     pub stopped_at: Option<crate::time::Timestamp>,
     pub version: String,
 }
+
+/// What a volume holds, as its agent sees it: every regular file with its
+/// size and blake3 hash, and a checksum over all of them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeManifest {
+    /// Relative paths, `/`-separated, sorted.
+    pub files: Vec<ManifestFile>,
+    /// Bytes in all files.
+    pub size: u64,
+    /// blake3 over the sorted (path, size, hash) lines: two volumes with
+    /// the same checksum hold the same files.
+    pub checksum: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ManifestFile {
+    pub path: String,
+    pub size: u64,
+    pub blake3: String,
+}
+
+impl VolumeManifest {
+    /// The manifest of `files` (in any order).
+    pub fn of(mut files: Vec<ManifestFile>) -> Self {
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        let mut hasher = blake3::Hasher::new();
+        for file in &files {
+            hasher.update(format!("{}\0{}\0{}\n", file.path, file.size, file.blake3).as_bytes());
+        }
+        VolumeManifest {
+            size: files.iter().map(|f| f.size).sum(),
+            checksum: hasher.finalize().to_hex().to_string(),
+            files,
+        }
+    }
+}
+
+/// Where an agent serves a volume's manifest (peer token required).
+pub fn volume_path(member: &str, volume: &str) -> String {
+    format!("/volumes/{member}/{volume}")
+}
+
+/// Where an agent says how many bytes a copy in progress has staged for a
+/// volume (`{"bytes": N}`; 404 when no copy is staged).
+pub fn volume_staged_path(member: &str, volume: &str) -> String {
+    format!("/volumes/{member}/{volume}/staged")
+}
+
+/// Where an agent serves one file of a volume (`?path=`, with `Range`).
+pub fn volume_file_path(member: &str, volume: &str) -> String {
+    format!("/volumes/{member}/{volume}/file")
+}

@@ -8,11 +8,13 @@ use crate::kinds::AgentState;
 pub fn may_move(from: AgentState, to: AgentState) -> bool {
     use AgentState::*;
     match from {
-        Started => matches!(to, Processing | ProcessingInBackend | Completed | Failed | TimedOut),
+        // Interrupted: a disconnect hook cancelled the work (or the agent
+        // found it unfinished at start, see `recover`).
+        Started => matches!(to, Processing | ProcessingInBackend | Completed | Failed | TimedOut | Interrupted),
         // A backend step may be followed by more work in the agent itself
         // (MigrateMember: copy in a worker, then start the member).
         Processing | ProcessingInBackend => {
-            matches!(to, Processing | ProcessingInBackend | Completed | Failed | TimedOut) && to != from
+            matches!(to, Processing | ProcessingInBackend | Completed | Failed | TimedOut | Interrupted) && to != from
         }
         // Re-attached to a live worker, or found it gone.
         DangledInBackend => matches!(to, ProcessingInBackend | Completed | Failed | Interrupted),
@@ -65,7 +67,8 @@ mod tests {
         assert!(may_move(Processing, ProcessingInBackend) && may_move(ProcessingInBackend, Processing));
         assert!(may_move(DangledInBackend, ProcessingInBackend));
         assert!(!may_move(Completed, Processing), "a final entry never moves");
-        assert!(!may_move(Started, Interrupted), "interrupted is found at start, not moved to");
+        assert!(may_move(ProcessingInBackend, Interrupted), "a disconnect hook cancelled it");
+        assert!(!may_move(Interrupted, Processing), "the server reconciles it; a retry is a new attempt");
     }
 
     #[test]

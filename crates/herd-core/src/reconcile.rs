@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use crate::api::VolumeManifest;
 use crate::kinds::{AgentState, ManagementState};
 
 /// The reconciler's knobs (ClusterConfig `spec.commands`).
@@ -18,6 +19,18 @@ pub struct ReconcileSettings {
     /// Reconciliation attempts before the Command is given up
     /// (RECONCILE_SKIPPED, with the reason shown).
     pub max_attempts: u32,
+    /// The pause before the first retry of a failed reconciliation; it
+    /// doubles with each further retry, up to [`MAX_RETRY_DELAY`].
+    pub retry_delay: Duration,
+}
+
+pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(300);
+
+impl ReconcileSettings {
+    /// The pause before retrying after `retries` failed reconciliations.
+    pub fn retry_delay(&self, retries: u32) -> Duration {
+        self.retry_delay.saturating_mul(1 << retries.min(16)).min(MAX_RETRY_DELAY)
+    }
 }
 
 /// One Command as the reconciler sees it.
@@ -72,6 +85,12 @@ pub fn decide(view: &CommandView, settings: &ReconcileSettings) -> (Step, &'stat
         (M::TimedOut | M::Interrupted | M::ReconcileRetry, _) => (Step::Reconcile, "needs reconciling"),
         (M::Reconciling, _) if view.since_update < settings.reconciling_timeout => (Step::Skip, "being reconciled"),
         (M::Reconciling, _) => (Step::MarkRetry, "reconciling took too long"),
+        (M::ReconcileFailed, _)
+            if view.retry_count <= settings.max_attempts
+                && view.since_update < settings.retry_delay(view.retry_count.saturating_sub(1)) =>
+        {
+            (Step::Skip, "waiting before retrying a failed reconciliation")
+        }
         (M::ReconcileFailed, _) if view.retry_count <= settings.max_attempts => {
             (Step::Reconcile, "retrying a failed reconciliation")
         }
@@ -93,6 +112,42 @@ pub fn decide(view: &CommandView, settings: &ReconcileSettings) -> (Step, &'stat
     }
 }
 
+/// One look at a copy's destination: the volume's manifest (None: absent)
+/// and how many bytes a copy in progress has staged (None: none).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DestinationLook {
+    pub manifest: Option<VolumeManifest>,
+    pub staged: Option<u64>,
+}
+
+/// What a reconciler found of an interrupted copy, from the source's
+/// manifest and two looks at the destination.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CopyVerdict {
+    /// The destination holds exactly the source's files, and held still
+    /// between the two looks: the copy happened.
+    Completed,
+    /// The destination is changing: a copy is still running.
+    StillChanging,
+    /// The destination is missing or differs from the source: copy again.
+    NotCopied,
+    /// Neither side has the volume.
+    Lost,
+}
+
+pub fn copy_verdict(source: Option<&VolumeManifest>, first: &DestinationLook, second: &DestinationLook) -> CopyVerdict {
+    let checksum = |look: &DestinationLook| look.manifest.as_ref().map(|m| m.checksum.clone());
+    if checksum(first) != checksum(second) || first.staged != second.staged {
+        return CopyVerdict::StillChanging;
+    }
+    match (source, second.manifest.as_ref()) {
+        (Some(source), Some(dest)) if source.checksum == dest.checksum => CopyVerdict::Completed,
+        (None, Some(_)) => CopyVerdict::Completed,
+        (None, None) => CopyVerdict::Lost,
+        _ => CopyVerdict::NotCopied,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -103,6 +158,7 @@ mod tests {
         reconciling_timeout: Duration::from_secs(600),
         answer_grace: Duration::from_secs(60),
         max_attempts: 3,
+        retry_delay: Duration::from_secs(2),
     };
 
     fn view(management: ManagementState, agent: Option<AgentState>) -> CommandView {
@@ -119,6 +175,34 @@ mod tests {
 
     fn step(view: CommandView) -> Step {
         decide(&view, &SETTINGS).0
+    }
+
+    fn manifest(content: &str) -> VolumeManifest {
+        VolumeManifest::of(vec![crate::api::ManifestFile { path: "f".into(), size: 1, blake3: content.into() }])
+    }
+
+    #[test]
+    fn copy_verdicts() {
+        let (a, b) = (manifest("a"), manifest("b"));
+        let look = |m: Option<&VolumeManifest>| DestinationLook { manifest: m.cloned(), staged: None };
+        let staging = |bytes| DestinationLook { manifest: None, staged: Some(bytes) };
+        assert_eq!(copy_verdict(Some(&a), &look(Some(&a)), &look(Some(&a))), CopyVerdict::Completed);
+        assert_eq!(copy_verdict(Some(&a), &look(Some(&b)), &look(Some(&a))), CopyVerdict::StillChanging);
+        assert_eq!(copy_verdict(Some(&a), &look(None), &look(Some(&a))), CopyVerdict::StillChanging, "it appeared");
+        assert_eq!(copy_verdict(Some(&a), &staging(10), &staging(20)), CopyVerdict::StillChanging, "a copy is running");
+        assert_eq!(
+            copy_verdict(Some(&a), &staging(10), &staging(10)),
+            CopyVerdict::NotCopied,
+            "a copy stopped half-way"
+        );
+        assert_eq!(copy_verdict(Some(&a), &look(Some(&b)), &look(Some(&b))), CopyVerdict::NotCopied, "an old copy");
+        assert_eq!(copy_verdict(Some(&a), &look(None), &look(None)), CopyVerdict::NotCopied);
+        assert_eq!(
+            copy_verdict(None, &look(Some(&b)), &look(Some(&b))),
+            CopyVerdict::Completed,
+            "source removed after"
+        );
+        assert_eq!(copy_verdict(None, &look(None), &look(None)), CopyVerdict::Lost);
     }
 
     #[test]
@@ -168,15 +252,25 @@ mod tests {
     }
 
     #[test]
-    fn row_reconcile_failed_within_the_attempts_retries() {
-        let failed = CommandView { retry_count: 3, ..view(M::ReconcileFailed, Some(A::Interrupted)) };
-        assert_eq!(step(failed), Step::Reconcile);
+    fn row_reconcile_failed_within_the_attempts_retries_after_a_growing_pause() {
+        let failed = |retries, since| CommandView {
+            retry_count: retries,
+            since_update: Duration::from_secs(since),
+            ..view(M::ReconcileFailed, Some(A::Interrupted))
+        };
+        assert_eq!(step(failed(1, 1)), Step::Skip, "the first retry waits 2s");
+        assert_eq!(step(failed(1, 2)), Step::Reconcile);
+        assert_eq!(step(failed(3, 7)), Step::Skip, "the third waits 8s");
+        assert_eq!(step(failed(3, 8)), Step::Reconcile);
+        assert_eq!(SETTINGS.retry_delay(30), MAX_RETRY_DELAY);
     }
 
     #[test]
     fn row_reconcile_failed_past_the_attempts_gives_up() {
         let failed = CommandView { retry_count: 4, ..view(M::ReconcileFailed, Some(A::Interrupted)) };
         assert_eq!(decide(&failed, &SETTINGS), (Step::GiveUp, "too many failed reconciliation attempts"));
+        let waited = CommandView { since_update: Duration::from_secs(1000), ..failed };
+        assert_eq!(step(waited), Step::GiveUp);
     }
 
     #[test]

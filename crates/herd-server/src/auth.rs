@@ -30,6 +30,19 @@ struct StoredToken {
     issued: herd_core::Timestamp,
 }
 
+/// The cluster's peer token, created by the first replica that needs it.
+pub async fn peer_token(store: &Store) -> Result<String, ApiError> {
+    let fresh = generate_secret();
+    match store.create(PEER_TOKEN_KEY, fresh.clone()).await {
+        Ok(_) => Ok(fresh),
+        Err(herd_store::StoreError::AlreadyExists(_)) => {
+            let value = store.get(PEER_TOKEN_KEY).await?.map(|kv| kv.value).unwrap_or_default();
+            String::from_utf8(value).map_err(|_| ApiError::Internal("the stored peer token is not text".into()))
+        }
+        Err(other) => Err(other.into()),
+    }
+}
+
 /// A fresh random secret: two v4 UUIDs, 244 random bits.
 pub fn generate_secret() -> String {
     format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple())
@@ -85,24 +98,9 @@ impl Authenticator {
         }
     }
 
-    /// The cluster's peer token, created by the first replica that needs it.
+    /// The cluster's peer token (see [`peer_token`]), read once.
     pub async fn peer_token(&self) -> Result<String, ApiError> {
-        self.peer
-            .get_or_try_init(|| async {
-                let fresh = generate_secret();
-                match self.store.create(PEER_TOKEN_KEY, fresh.clone()).await {
-                    Ok(_) => Ok(fresh),
-                    Err(herd_store::StoreError::AlreadyExists(_)) => {
-                        let kv = self.store.get(PEER_TOKEN_KEY).await?;
-                        let value = kv.map(|kv| kv.value).unwrap_or_default();
-                        String::from_utf8(value)
-                            .map_err(|_| ApiError::Internal("the stored peer token is not text".into()))
-                    }
-                    Err(other) => Err(other.into()),
-                }
-            })
-            .await
-            .cloned()
+        self.peer.get_or_try_init(|| peer_token(&self.store)).await.cloned()
     }
 
     /// Issues a new token for `node`, replacing any earlier one.

@@ -51,7 +51,7 @@ pub async fn record_reports(
             // Deleted, replaced by a Command of the same name, or an older
             // attempt: nothing to record; a finished one can be forgotten.
             tracing::info!(node, command = %report.name, attempt = report.attempt, "a report on a command attempt that is no longer current");
-            if report.state.is_final() {
+            if report.state.is_over() {
                 acks.push(ack);
             }
             continue;
@@ -90,4 +90,37 @@ pub async fn admit(objects: &Objects, command: &mut Command) -> Result<(), ApiEr
         }
     }
     Ok(())
+}
+
+/// What an operator may do to a stuck Command.
+#[derive(Clone, Copy, Debug)]
+pub enum OperatorAction {
+    Retry,
+    Abandon,
+}
+
+/// Applies an operator's retry or abandon, recorded as an Event; a 409
+/// says why it is not possible now.
+pub async fn operator_action(
+    objects: &Objects,
+    events: &crate::events::EventRecorder,
+    name: &str,
+    action: OperatorAction,
+) -> Result<Command, ApiError> {
+    let written = objects
+        .modify::<CommandSpec>(name, Part::Status, |command| {
+            let done = match action {
+                OperatorAction::Retry => command.status.operator_retry(now()),
+                OperatorAction::Abandon => command.status.operator_abandon(now()),
+            };
+            done.map(|()| true)
+                .map_err(|why| ApiError::Conflict(format!("command {name} cannot be {action:?}ed: {why}")))
+        })
+        .await?;
+    let (type_, reason) = match action {
+        OperatorAction::Retry => (herd_core::kinds::EventType::Normal, "CommandRetried"),
+        OperatorAction::Abandon => (herd_core::kinds::EventType::Warning, "CommandAbandoned"),
+    };
+    events.record(&written, type_, reason, written.status.reason.clone()).await;
+    Ok(written)
 }

@@ -84,6 +84,12 @@ pub enum Command {
         #[arg(long, short, value_enum, default_value_t)]
         output: OutputFormat,
     },
+    /// The supported ways out of a stuck Command (recorded as Events).
+    #[command(name = "command")]
+    Commands {
+        #[command(subcommand)]
+        action: CommandAction,
+    },
     /// The control plane: its leader and replicas.
     Cluster {
         #[command(subcommand)]
@@ -97,6 +103,17 @@ pub enum Command {
     Dev(DevArgs),
     /// Print a shell completion script.
     Completion { shell: clap_complete::Shell },
+    /// Internal: a detached copy worker, started by the agent.
+    #[command(hide = true)]
+    AgentWorker { job: PathBuf },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum CommandAction {
+    /// Issue a failed, interrupted or abandoned Command again, as a new attempt.
+    Retry { name: String },
+    /// Give a Command up: it is settled and no longer holds its member or volume.
+    Abandon { name: String },
 }
 
 #[derive(Subcommand, Debug)]
@@ -205,6 +222,9 @@ pub struct AgentArgs {
     /// are cancelled by their disconnect hooks.
     #[arg(long, value_parser = duration, default_value = "30s")]
     pub disconnect_grace: HumanDuration,
+    /// Limit each volume copy to this many MiB/s [default: no limit].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub copy_mib_per_sec: Option<u64>,
 }
 
 #[derive(Args, Debug, Clone)]

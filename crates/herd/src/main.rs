@@ -43,7 +43,10 @@ fn init_logging(verbose: bool, json: bool) {
 
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
-    let long_running = matches!(args.command, cli::Command::Server(_) | cli::Command::Agent(_) | cli::Command::Dev(_));
+    let long_running = matches!(
+        args.command,
+        cli::Command::Server(_) | cli::Command::Agent(_) | cli::Command::Dev(_) | cli::Command::AgentWorker { .. }
+    );
     if !long_running {
         // A CLI command dies quietly when stdout is a closed pipe (`herd
         // get ... | head`), as other tools do, instead of panicking on the

@@ -37,7 +37,7 @@ fn member_run() -> MemberRun {
 
 /// Waits until the Command is settled; returns it.
 async fn settled(server: &TestServer, name: &str) -> Command {
-    eventually(Duration::from_secs(20), &format!("command {name} settles"), || async {
+    eventually(Duration::from_secs(40), &format!("command {name} settles"), || async {
         let command = server.admin().get::<CommandSpec>(name).await.ok()?;
         command.status.state_by_management.is_settled().then_some(command)
     })
@@ -212,4 +212,219 @@ async fn an_agent_restart_keeps_members_and_a_host_reboot_restarts_them() {
     let (second, new_pid, _) = running_instance(&server, Some(&boot)).await;
     assert_ne!(second, first);
     assert_ne!(new_pid, pid);
+}
+
+/// Fills `dir` with `files` files of pseudo-random content and sizes.
+pub fn fill_volume(dir: &std::path::Path, seed: u64, files: usize, max_size: usize) {
+    std::fs::create_dir_all(dir.join("sub")).unwrap();
+    let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut next = move || {
+        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        state >> 33
+    };
+    for i in 0..files {
+        let size = (next() as usize) % max_size;
+        let bytes: Vec<u8> = (0..size).map(|_| next() as u8).collect();
+        let path = if i % 2 == 0 { dir.join(format!("f{i}")) } else { dir.join("sub").join(format!("f{i}")) };
+        std::fs::write(path, bytes).unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_volume_is_copied_between_agents_and_verified() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(&dir.path().join("server"));
+    quick_heartbeats(&server).await;
+    let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
+    let _reap = (MemberReaper(a_dir.clone()), MemberReaper(b_dir.clone()));
+    let _a = start_agent(&server.url, &a_dir, "n1");
+    let _b = start_agent(&server.url, &b_dir, "n2");
+    for name in ["n1", "n2"] {
+        eventually(Duration::from_secs(15), "both nodes Ready", || async {
+            server.admin().get::<NodeSpec>(name).await.ok().filter(|n| n.status.ready)
+        })
+        .await;
+    }
+    run(&server, "start-m1", "n1", Action::StartMember { member: "m1".into(), run: member_run() }).await;
+    let source = a_dir.join("volumes/m1/data");
+    fill_volume(&source, 7, 12, 3 << 20);
+    let copy = Action::CopyVolume { member: "m1".into(), volume: "data".into(), from_node: "n1".into() };
+    let copied = run(&server, "copy-data", "n2", copy).await;
+    assert_eq!(copied.status.state_by_management, ManagementState::Completed, "{:?}", copied.status);
+    let answer = copied.status.answer.unwrap();
+    let expected = herd_agent::volumes::manifest(&source).unwrap();
+    let got = herd_agent::volumes::manifest(&b_dir.join("volumes/m1/data")).unwrap();
+    assert_eq!(got, expected, "the copy holds the same files");
+    assert_eq!(answer.details["checksum"], expected.checksum);
+    assert!(!b_dir.join("volumes/.incoming/m1/data").exists(), "nothing left in staging");
+
+    // A copy from a node without the volume fails and says why.
+    let missing = Action::CopyVolume { member: "m1".into(), volume: "nothere".into(), from_node: "n1".into() };
+    let failed = run(&server, "copy-missing", "n2", missing).await;
+    assert_eq!(failed.status.state_by_management, ManagementState::Failed);
+    assert_eq!(failed.status.answer.unwrap().message, "volume m1/nothere does not exist on the source");
+}
+
+fn cli(server: &TestServer, args: &[&str]) -> std::process::Output {
+    common::herd()
+        .args(args)
+        .env("HERD_SERVER", &server.url)
+        .env("HERD_TOKEN", common::ADMIN_TOKEN)
+        .env("HERD_CONFIG", "/nonexistent/herd-config.yaml")
+        .output()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_operator_abandons_or_retries_a_stuck_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(&dir.path().join("server"));
+    let admin = server.admin();
+    // Its node has no agent: issued, and stuck.
+    admin.create(&command("stuck", "ghost", Action::StopMember { member: "m1".into() })).await.unwrap();
+    eventually(Duration::from_secs(10), "the command issued", || async {
+        admin.get::<CommandSpec>("stuck").await.ok()?.status.issued
+    })
+    .await;
+
+    let out = cli(&server, &["command", "abandon", "stuck"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stuck = admin.get::<CommandSpec>("stuck").await.unwrap();
+    assert_eq!(stuck.status.state_by_management, ManagementState::ReconcileSkipped);
+    assert_eq!(stuck.status.reason, "abandoned by the operator");
+    let events = admin.list::<herd_core::kinds::EventSpec>("").await.unwrap();
+    assert!(events.iter().any(|e| e.spec.reason == "CommandAbandoned" && e.spec.involved_object.name == "stuck"));
+    // What it held is free again.
+    admin
+        .create(&command("next", "ghost", Action::DeleteVolume { member: "m1".into(), volume: "data".into() }))
+        .await
+        .unwrap();
+
+    let again = cli(&server, &["command", "abandon", "stuck"]);
+    assert_eq!(again.status.code(), Some(4), "a conflict");
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already settled"));
+
+    admin.command_action("next", true).await.unwrap();
+    let out = cli(&server, &["command", "retry", "stuck"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let retried = eventually(Duration::from_secs(10), "issued again", || async {
+        let command = admin.get::<CommandSpec>("stuck").await.ok()?;
+        command.status.issued.as_ref().is_some_and(|i| i.attempt == 2).then_some(command)
+    })
+    .await;
+    assert_eq!((retried.status.state_by_management, retried.status.retry_count), (ManagementState::Created, 1));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_cut_off_from_the_server_cancels_its_copy_and_reports_after_reconnecting() {
+    let dir = tempfile::tempdir().unwrap();
+    let server_dir = dir.path().join("server");
+    let server = TestServer::start(&server_dir);
+    quick_heartbeats(&server).await;
+    let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
+    let _reap = (MemberReaper(a_dir.clone()), MemberReaper(b_dir.clone()));
+    let _a = common::start_agent_with(&server.url, &a_dir, "n1", &[]);
+    let flags = ["--disconnect-grace", "1s", "--copy-mib-per-sec", "4"];
+    let _b = common::start_agent_with(&server.url, &b_dir, "n2", &flags);
+    for name in ["n1", "n2"] {
+        eventually(Duration::from_secs(15), "both nodes Ready", || async {
+            server.admin().get::<NodeSpec>(name).await.ok().filter(|n| n.status.ready)
+        })
+        .await;
+    }
+    let source = a_dir.join("volumes/m1/data");
+    fill_volume(&source, 3, 4, 8 << 20);
+    let copy = Action::CopyVolume { member: "m1".into(), volume: "data".into(), from_node: "n1".into() };
+    server.admin().create(&command("copy", "n2", copy)).await.unwrap();
+    eventually(Duration::from_secs(15), "the copy running in its worker", || async {
+        let command = server.admin().get::<CommandSpec>("copy").await.ok()?;
+        (command.status.state_by_agent == Some(AgentState::ProcessingInBackend)).then_some(())
+    })
+    .await;
+    let journal_entry = || -> Option<serde_json::Value> {
+        let text = std::fs::read_to_string(b_dir.join("journal/copy-1.json")).ok()?;
+        serde_json::from_str(&text).ok()
+    };
+    let worker = journal_entry().unwrap()["worker"]["pid"].as_u64().unwrap();
+
+    // The server goes away: after the grace period the hook cancels the copy.
+    let listen = server.listen_addr();
+    drop(server);
+    let cut_at = std::time::Instant::now();
+    let entry = eventually(Duration::from_secs(20), "the copy cancelled", || async {
+        journal_entry().filter(|e| e["state"] == "INTERRUPTED")
+    })
+    .await;
+    let cancelled_after = cut_at.elapsed();
+    assert!(
+        entry["answer"]["message"].as_str().unwrap().starts_with("cancelled (the server has been unreachable"),
+        "{entry}"
+    );
+    assert!(
+        std::fs::read_to_string(format!("/proc/{worker}/stat")).is_err() || {
+            let stat = std::fs::read_to_string(format!("/proc/{worker}/stat")).unwrap_or_default();
+            stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+        },
+        "the worker is gone"
+    );
+    assert!(cancelled_after < Duration::from_secs(15), "cancelled {cancelled_after:?} after the server went");
+
+    // The server returns: the interruption is reported and reconciled, and
+    // the copy is issued again and completes (resuming what it had).
+    let server = TestServer::start_at(&server_dir, &listen);
+    let copied = settled(&server, "copy").await;
+    assert_eq!(copied.status.state_by_management, ManagementState::Completed, "{:?}", copied.status);
+    assert!(copied.status.attempts >= 2, "issued again after the interruption: {:?}", copied.status);
+    let expected = herd_agent::volumes::manifest(&source).unwrap();
+    assert_eq!(herd_agent::volumes::manifest(&b_dir.join("volumes/m1/data")).unwrap(), expected);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn commands_finish_or_are_reconciled_across_a_server_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let server_dir = dir.path().join("server");
+    let mut server = TestServer::start(&server_dir);
+    quick_heartbeats(&server).await;
+    let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
+    let _reap = (MemberReaper(a_dir.clone()), MemberReaper(b_dir.clone()));
+    let _a = start_agent(&server.url, &a_dir, "n1");
+    let _b = common::start_agent_with(&server.url, &b_dir, "n2", &["--copy-mib-per-sec", "8"]);
+    for name in ["n1", "n2"] {
+        eventually(Duration::from_secs(15), "both nodes Ready", || async {
+            server.admin().get::<NodeSpec>(name).await.ok().filter(|n| n.status.ready)
+        })
+        .await;
+    }
+    for i in 0..4 {
+        fill_volume(&a_dir.join(format!("volumes/m{i}/data")), i, 3, 4 << 20);
+        let copy = Action::CopyVolume { member: format!("m{i}"), volume: "data".into(), from_node: "n1".into() };
+        server.admin().create(&command(&format!("copy-{i}"), "n2", copy)).await.unwrap();
+    }
+    server
+        .admin()
+        .create(&command("start", "n1", Action::StartMember { member: "web".into(), run: member_run() }))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+
+    // kill -9 of the server while the copies run; it comes back on the same address.
+    let listen = server.listen_addr();
+    server.proc.kill9();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    server = TestServer::start_at(&server_dir, &listen);
+
+    for name in ["copy-0", "copy-1", "copy-2", "copy-3", "start"] {
+        let command = settled(&server, name).await;
+        let status = &command.status;
+        assert!(
+            matches!(status.state_by_management, ManagementState::Completed | ManagementState::Reconciled)
+                && status.answer.as_ref().is_some_and(|a| a.success),
+            "{name}: {status:?}"
+        );
+    }
+    for i in 0..4 {
+        let source = herd_agent::volumes::manifest(&a_dir.join(format!("volumes/m{i}/data"))).unwrap();
+        let copy = herd_agent::volumes::manifest(&b_dir.join(format!("volumes/m{i}/data"))).unwrap();
+        assert_eq!(copy.checksum, source.checksum, "m{i}");
+    }
 }

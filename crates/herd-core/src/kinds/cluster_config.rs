@@ -38,6 +38,9 @@ pub struct CommandSettings {
     pub answer_grace: HumanDuration,
     /// Reconciliation attempts before a Command is given up.
     pub max_attempts: u32,
+    /// The pause before retrying a failed reconciliation, doubling with
+    /// each retry (up to 5 minutes).
+    pub retry_delay: HumanDuration,
 }
 
 impl Default for CommandSettings {
@@ -47,6 +50,7 @@ impl Default for CommandSettings {
             reconciling_timeout: HumanDuration::from_secs(600),
             answer_grace: HumanDuration::from_secs(30),
             max_attempts: 30,
+            retry_delay: HumanDuration::from_secs(2),
         }
     }
 }
@@ -57,6 +61,7 @@ impl CommandSettings {
             reconciling_timeout: self.reconciling_timeout.get(),
             answer_grace: self.answer_grace.get(),
             max_attempts: self.max_attempts,
+            retry_delay: self.retry_delay.get(),
         }
     }
 }

@@ -252,9 +252,15 @@ impl AgentState {
     pub fn is_final(self) -> bool {
         matches!(self, Self::Completed | Self::Failed | Self::TimedOut)
     }
-    /// The agent was working on it.
+    /// The agent is working on it.
     pub fn is_running(self) -> bool {
-        matches!(self, Self::Started | Self::Processing | Self::ProcessingInBackend)
+        matches!(self, Self::Started | Self::Processing | Self::ProcessingInBackend | Self::DangledInBackend)
+    }
+
+    /// Nothing more will happen to it in the agent: final, or interrupted
+    /// (the server reconciles it). The agent forgets it once acknowledged.
+    pub fn is_over(self) -> bool {
+        self.is_final() || self == Self::Interrupted
     }
 }
 
@@ -333,6 +339,39 @@ impl CommandStatus {
         self.reason = why.into();
     }
 
+    /// `herd command retry`: issue the Command again. Refused (with why)
+    /// while its agent is working on it, and once it completed.
+    pub fn operator_retry(&mut self, now: Timestamp) -> Result<(), String> {
+        match (self.state_by_management, self.state_by_agent) {
+            (ManagementState::Completed, _) => Err("it completed; there is nothing to retry".into()),
+            (ManagementState::Created, Some(state)) if state.is_running() => Err(format!(
+                "its agent is working on it (attempt {}, {state:?}); wait, or abandon it first",
+                self.attempts
+            )),
+            (ManagementState::Created, _) if self.issued.is_none() => Err("it has not been issued yet".into()),
+            _ => {
+                self.retry("retried by the operator", now);
+                Ok(())
+            }
+        }
+    }
+
+    /// `herd command abandon`: give the Command up, releasing what it
+    /// holds. Refused once it is settled.
+    pub fn operator_abandon(&mut self, now: Timestamp) -> Result<(), String> {
+        if self.state_by_management.is_settled() {
+            return Err(format!("it is already settled ({:?})", self.state_by_management));
+        }
+        let running = self.state_by_agent.is_some_and(AgentState::is_running);
+        let why = if running {
+            "abandoned by the operator while its agent was working on it; its late reports show in stateByAgent, nothing more"
+        } else {
+            "abandoned by the operator"
+        };
+        self.mark(ManagementState::ReconcileSkipped, why, now);
+        Ok(())
+    }
+
     /// Moves the management state, saying why.
     pub fn mark(&mut self, state: ManagementState, why: impl Into<String>, now: Timestamp) {
         self.state_by_management = state;
@@ -343,8 +382,14 @@ impl CommandStatus {
     /// Records what the agent reported of the current attempt; returns
     /// whether the agent may now forget it (its state is final, or it was
     /// interrupted, and that is recorded). A settled Command keeps its
-    /// management state: the agent's word is still shown.
+    /// management state and its answer (a reconciler's finding is not
+    /// overwritten by a repeated or late report); the agent's state is
+    /// still shown.
     pub fn record_agent_report(&mut self, state: AgentState, answer: Option<Answer>, now: Timestamp) -> bool {
+        if self.state_by_management.is_settled() {
+            self.state_by_agent = Some(state);
+            return state.is_over();
+        }
         if self.state_by_agent != Some(state) || (answer.is_some() && self.answer != answer) {
             self.updated = Some(now);
         }
@@ -449,9 +494,35 @@ mod tests {
         assert!(status.record_agent_report(AgentState::Completed, Some(done.clone()), now));
         assert_eq!((status.state_by_management, status.answer.clone()), (ManagementState::Completed, Some(done)));
         // Settled: a late report is shown but changes nothing else.
-        assert!(status.record_agent_report(AgentState::Failed, None, now));
+        let late = Answer { success: false, message: "interrupted".into(), details: BTreeMap::new() };
+        assert!(status.record_agent_report(AgentState::Interrupted, Some(late), now));
         assert_eq!(status.state_by_management, ManagementState::Completed);
-        assert_eq!(status.state_by_agent, Some(AgentState::Failed));
+        assert_eq!(status.state_by_agent, Some(AgentState::Interrupted));
+        assert_eq!(status.answer.as_ref().map(|a| a.message.as_str()), Some("copied"), "the recorded truth stays");
+    }
+
+    #[test]
+    fn the_operator_retries_and_abandons_within_the_rules() {
+        let now = Timestamp::parse("2026-11-29T10:00:00Z").unwrap();
+        let mut status = CommandStatus::default();
+        assert!(status.operator_retry(now).unwrap_err().contains("not been issued"));
+        status.issue(1, BTreeMap::new(), now);
+        status.record_agent_report(AgentState::Processing, None, now);
+        assert!(status.operator_retry(now).unwrap_err().contains("working on it"));
+        status.operator_abandon(now).unwrap();
+        assert_eq!(status.state_by_management, ManagementState::ReconcileSkipped);
+        assert!(status.reason.contains("late reports"));
+        assert!(status.operator_abandon(now).unwrap_err().contains("already settled"));
+        // An abandoned (or failed) Command can be retried: a new attempt.
+        status.operator_retry(now).unwrap();
+        assert_eq!(
+            (status.state_by_management, status.issued.clone(), status.retry_count),
+            (ManagementState::Created, None, 1)
+        );
+        status.issue(1, BTreeMap::new(), now);
+        assert_eq!(status.issued.as_ref().unwrap().attempt, 2);
+        status.record_agent_report(AgentState::Completed, None, now);
+        assert!(status.operator_retry(now).unwrap_err().contains("completed"));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The HTTP API: routing, the caller extractor, request metrics. Handlers
 //! are thin: they authorise, parse, and call [`crate::objects::Objects`].
 
+mod commands;
 mod meta;
 mod nodes;
 mod resources;
@@ -95,6 +96,8 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/join", post(nodes::join))
         .route("/api/v1/nodes/{name}/heartbeat", post(nodes::heartbeat))
         .route("/api/v1/nodes/{name}/commands", get(nodes::commands))
+        .route("/api/v1/commands/{name}/retry", post(commands::retry))
+        .route("/api/v1/commands/{name}/abandon", post(commands::abandon))
         .route("/api/v1/{plural}", get(resources::list_or_watch).post(resources::create))
         .route("/api/v1/{plural}/{name}", get(resources::get).put(resources::replace).delete(resources::delete))
         .route("/api/v1/{plural}/{name}/status", put(resources::replace_status))

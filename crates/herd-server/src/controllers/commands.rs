@@ -10,8 +10,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+use herd_client::PeerClient;
 use herd_core::kinds::{Action, Answer, ClusterConfigSpec, Command, CommandSpec, EventType, ManagementState, NodeSpec};
-use herd_core::reconcile::{CommandView, Step, decide};
+use herd_core::reconcile::{CommandView, CopyVerdict, DestinationLook, Step, copy_verdict, decide};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -20,6 +21,9 @@ use crate::events::EventRecorder;
 use crate::nodes::cluster_config;
 use crate::objects::{Objects, Part, now};
 use crate::reflector::Reflector;
+
+/// Between the two looks at a copy's destination.
+const SECOND_LOOK: Duration = Duration::from_secs(1);
 
 /// When this controller first saw each Command's status as it is now, and
 /// its current attempt issued.
@@ -162,68 +166,147 @@ impl CommandController {
         Ok(())
     }
 
-    /// Finds out what really happened, from what the agents report, and
-    /// records it: done (RECONCILED, with the facts), or issued again.
+    /// Finds out what really happened, from what the agents report and
+    /// what they hold, and records it: done (RECONCILED, with the facts),
+    /// issued again, or looked at again later.
     async fn reconcile(&self, command: &Command, why: &str) -> Result<(), ApiError> {
+        let finding = self.find_out(command).await;
+        let name = &command.metadata.name;
+        let (reason, message) = match &finding {
+            Finding::Done(answer) => ("CommandReconciled", format!("{why}; found: {}", answer.message)),
+            Finding::Again(found) => ("CommandRetried", format!("{why}; found: {found}; issuing it again")),
+            Finding::Later(found) => ("ReconcileRetry", format!("{why}; found: {found}; looking again later")),
+            Finding::Unknown(error) => ("ReconcileFailed", format!("{why}; could not find out: {error}")),
+        };
+        let written = self
+            .objects
+            .modify::<CommandSpec>(name, Part::Status, |c| {
+                match &finding {
+                    Finding::Done(answer) => {
+                        c.status.answer = Some(answer.clone());
+                        c.status.mark(ManagementState::Reconciled, message.clone(), now());
+                    }
+                    Finding::Again(_) => c.status.retry(message.clone(), now()),
+                    Finding::Later(_) => c.status.mark(ManagementState::ReconcileRetry, message.clone(), now()),
+                    Finding::Unknown(_) => {
+                        c.status.retry_count += 1;
+                        c.status.mark(ManagementState::ReconcileFailed, message.clone(), now());
+                    }
+                }
+                Ok(true)
+            })
+            .await?;
+        let type_ = if matches!(finding, Finding::Unknown(_)) { EventType::Warning } else { EventType::Normal };
+        self.events.record(&written, type_, reason, message).await;
+        Ok(())
+    }
+
+    async fn find_out(&self, command: &Command) -> Finding {
         let node = self.nodes.get(&command.spec.node);
         let member_state =
             |name: &str| node.as_ref().and_then(|n| n.status.members.iter().find(|m| m.name == name).cloned());
-        let truth: Option<Answer> = match &command.spec.action {
-            Action::StartMember { member, .. } => member_state(member).filter(|m| m.wanted && m.running).map(|m| {
-                let instance = m.instance_id.unwrap_or_default();
-                Answer {
-                    success: true,
-                    message: format!("member {member} runs (instance {instance})"),
-                    details: BTreeMap::from([("instanceId".into(), instance)]),
+        let done =
+            |success: bool, message: String| Finding::Done(Answer { success, message, details: BTreeMap::new() });
+        match &command.spec.action {
+            Action::StartMember { member, .. } => match member_state(member).filter(|m| m.wanted && m.running) {
+                Some(m) => {
+                    let instance = m.instance_id.unwrap_or_default();
+                    let message = format!("member {member} runs (instance {instance})");
+                    Finding::Done(Answer {
+                        success: true,
+                        message,
+                        details: BTreeMap::from([("instanceId".into(), instance)]),
+                    })
                 }
-            }),
+                None => Finding::Again(format!("member {member} is not running")),
+            },
             Action::StopMember { member } => match member_state(member) {
-                Some(m) if m.running => None,
-                _ if node.as_ref().is_some_and(|n| n.status.ready) => Some(Answer {
-                    success: true,
-                    message: format!("member {member} is not running"),
-                    details: BTreeMap::new(),
-                }),
-                _ => None,
+                Some(m) if m.running => Finding::Again(format!("member {member} still runs")),
+                _ if node.as_ref().is_some_and(|n| n.status.ready) => {
+                    done(true, format!("member {member} is not running"))
+                }
+                _ => Finding::Unknown(format!("node {} is not Ready", command.spec.node)),
             },
             // Whether a script ran cannot be told from outside: say so
             // rather than run it twice.
-            Action::RunScript { member, .. } => Some(Answer {
-                success: false,
-                message: format!(
+            Action::RunScript { member, .. } => done(
+                false,
+                format!(
                     "interrupted: whether the script ran in member {member} is unknown; `herd command retry` runs it again"
                 ),
-                details: BTreeMap::new(),
-            }),
-            Action::DeleteVolume { .. } | Action::CopyVolume { .. } | Action::MigrateMember { .. } => None,
-        };
-        let name = &command.metadata.name;
-        match truth {
-            Some(answer) => {
-                let message = answer.message.clone();
-                let written = self
-                    .objects
-                    .modify::<CommandSpec>(name, Part::Status, |c| {
-                        c.status.answer = Some(answer.clone());
-                        c.status.mark(ManagementState::Reconciled, format!("{why}; found: {message}"), now());
-                        Ok(true)
-                    })
-                    .await?;
-                self.events.record(&written, EventType::Normal, "CommandReconciled", message).await;
+            ),
+            Action::CopyVolume { member, volume, from_node } => {
+                match self.look_at_copy(&command.spec.node, from_node, member, volume).await {
+                    Ok((CopyVerdict::Completed, checksum)) => {
+                        let message = format!(
+                            "volume {member}/{volume} on {} matches the source (checksum {checksum})",
+                            command.spec.node
+                        );
+                        Finding::Done(Answer {
+                            success: true,
+                            message,
+                            details: BTreeMap::from([("checksum".into(), checksum)]),
+                        })
+                    }
+                    Ok((CopyVerdict::StillChanging, _)) => Finding::Later("the destination is still changing".into()),
+                    Ok((CopyVerdict::NotCopied, _)) => {
+                        Finding::Again(format!("volume {member}/{volume} is not (fully) on {}", command.spec.node))
+                    }
+                    Ok((CopyVerdict::Lost, _)) => done(
+                        false,
+                        format!("neither {from_node} nor {} has volume {member}/{volume}", command.spec.node),
+                    ),
+                    Err(error) => Finding::Unknown(error),
+                }
             }
-            None => {
-                let written = self
-                    .objects
-                    .modify::<CommandSpec>(name, Part::Status, |c| {
-                        c.status.retry(format!("{why}; issuing it again"), now());
-                        Ok(true)
-                    })
-                    .await?;
-                self.events
-                    .record(&written, EventType::Normal, "CommandRetried", format!("{why}; issuing it again"))
-                    .await;
+            Action::DeleteVolume { member, volume } => {
+                Finding::Again(format!("volume {member}/{volume}: deleting again is safe"))
             }
+            Action::MigrateMember { .. } => Finding::Again("a migration starts over".into()),
         }
-        Ok(())
     }
+
+    /// Asks both agents what they hold: the source once, the destination
+    /// twice, a moment apart.
+    async fn look_at_copy(
+        &self,
+        to: &str,
+        from: &str,
+        member: &str,
+        volume: &str,
+    ) -> Result<(CopyVerdict, String), String> {
+        let token = crate::auth::peer_token(self.objects.store()).await.map_err(|e| e.to_string())?;
+        let agent = |node: &str| {
+            let address = self
+                .nodes
+                .get(node)
+                .and_then(|n| n.status.address)
+                .ok_or(format!("node {node} has no agent endpoint"))?;
+            Ok::<_, String>(PeerClient::new(&address, &token))
+        };
+        let (source, destination) = (agent(from)?, agent(to)?);
+        let source = source.manifest(member, volume).await.map_err(|e| format!("asking {from}: {e}"))?;
+        let look = async || {
+            let manifest = destination.manifest(member, volume).await.map_err(|e| format!("asking {to}: {e}"))?;
+            let staged = destination.staged(member, volume).await.map_err(|e| format!("asking {to}: {e}"))?;
+            Ok::<_, String>(DestinationLook { manifest, staged })
+        };
+        let first = look().await?;
+        tokio::time::sleep(SECOND_LOOK).await;
+        let second = look().await?;
+        let verdict = copy_verdict(source.as_ref(), &first, &second);
+        Ok((verdict, second.manifest.map(|m| m.checksum).unwrap_or_default()))
+    }
+}
+
+/// What reconciling found.
+enum Finding {
+    /// It is settled: this is the truth.
+    Done(Answer),
+    /// It did not happen (or not wholly): issue it again.
+    Again(String),
+    /// Something is still moving: look again at the next pass.
+    Later(String),
+    /// The agents could not be asked.
+    Unknown(String),
 }

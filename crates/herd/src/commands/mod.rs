@@ -7,7 +7,7 @@ pub mod modes;
 
 use clap::CommandFactory;
 
-use crate::cli::{Cli, ClusterCommand, Command};
+use crate::cli::{Cli, ClusterCommand, Command, CommandAction};
 use crate::context;
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -22,12 +22,25 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Apply { file, dry_run } => apply::apply(&context::client(&conn)?, &file, dry_run).await,
         Command::Delete { kind, name, dry_run } => apply::delete(&context::client(&conn)?, &kind, &name, dry_run).await,
+        Command::Commands { action } => {
+            let (name, abandon) = match action {
+                CommandAction::Retry { name } => (name, false),
+                CommandAction::Abandon { name } => (name, true),
+            };
+            let command = context::client(&conn)?.command_action(&name, abandon).await?;
+            println!("command/{name}: {:?} ({})", command.status.state_by_management, command.status.reason);
+            Ok(())
+        }
         Command::Cluster { command: ClusterCommand::Status { output } } => {
             cluster::status(&context::client(&conn)?, output).await
         }
         Command::Server(args) => modes::server(args).await,
         Command::Agent(args) => modes::agent(args, conn.server).await,
         Command::Dev(args) => crate::dev::run(args).await,
+        Command::AgentWorker { job } => {
+            let code = herd_agent::worker::main(&job).await;
+            std::process::exit(code)
+        }
         Command::Completion { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "herd", &mut std::io::stdout());
             Ok(())

@@ -76,6 +76,8 @@ pub async fn agent(args: AgentArgs, servers: Vec<String>) -> anyhow::Result<()> 
         node_name: args.name.unwrap_or_else(host_name),
         listen: args.listen,
         disconnect_grace: args.disconnect_grace.get(),
+        worker_program: std::env::current_exe().context("finding the herd binary, to run copy workers")?,
+        copy_bandwidth: args.copy_mib_per_sec.map(|mib| mib.saturating_mul(1 << 20)),
     };
     let stop = CancellationToken::new();
     let on_signal = stop.clone();

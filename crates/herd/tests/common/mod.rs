@@ -142,8 +142,13 @@ impl TestServer {
 
 /// A `herd agent` process.
 pub fn start_agent(server_url: &str, data_dir: &Path, name: &str) -> Proc {
+    start_agent_with(server_url, data_dir, name, &[])
+}
+
+/// A `herd agent` process with `flags` added.
+pub fn start_agent_with(server_url: &str, data_dir: &Path, name: &str, flags: &[&str]) -> Proc {
     let mut command = herd();
-    command.args(["agent", "--server", server_url, "--name", name, "--data-dir"]).arg(data_dir);
+    command.args(["agent", "--server", server_url, "--name", name]).args(flags).arg("--data-dir").arg(data_dir);
     command.env("HERD_JOIN_TOKEN", JOIN_TOKEN);
     Proc::spawn(command)
 }

@@ -1,0 +1,241 @@
+//! CopyVolume throughput between two agents on this machine, beside `cp`
+//! of the same data on the same disk (followed by a sync, as the copy
+//! fsyncs every file), as a ratio; and the cost of one journal state
+//! transition (an atomic rewrite: temp file, fsync, rename, fsync of the
+//! directory) beside a plain write and fsync of the same bytes.
+//!
+//! `cargo build --release -p herd -p herd-bench && target/release/copy`
+//! Options (environment): BENCH_COPY_MIB (default 1024), BENCH_ROUNDS
+//! (default 5), BENCH_TRANSITIONS (default 200), HERD_BIN. Before each
+//! measured copy, `sync` flushes what earlier rounds left dirty. The first
+//! CopyVolume round also hashes the source (later rounds find the hashes
+//! cached by the source agent, as a reconciler's second look does).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{Context, bail};
+use herd_client::Client;
+use herd_core::kinds::{Action, AgentState, CommandSpec, ManagementState, NodeSpec};
+use herd_core::{HumanDuration, Object, Timestamp};
+
+const ADMIN: &str = "bench-admin-token";
+
+struct Killed(Vec<Child>);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// Writes `mib` MiB of incompressible data in 64 MiB files.
+fn make_data(dir: &Path, mib: u64) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let mut state = 0x9e3779b97f4a7c15u64;
+    let mut block = vec![0u8; 1 << 20];
+    for file in 0..mib.div_ceil(64) {
+        let mut out = std::io::BufWriter::new(std::fs::File::create(dir.join(format!("part-{file:03}")))?);
+        for _ in 0..64.min(mib - file * 64) {
+            for chunk in block.chunks_mut(8) {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                chunk.copy_from_slice(&state.to_le_bytes());
+            }
+            out.write_all(&block)?;
+        }
+        out.into_inner()?.sync_all()?;
+    }
+    Ok(())
+}
+
+fn start(herd: &Path, args: &[&str], data_dir: &Path) -> anyhow::Result<(Child, String)> {
+    let mut child = Command::new(herd)
+        .args(args)
+        .arg("--data-dir")
+        .arg(data_dir)
+        .env("HERD_ADMIN_TOKEN", ADMIN)
+        .env("HERD_JOIN_TOKEN", "bench-join")
+        .env("HERD_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .with_context(|| format!("starting {}", herd.display()))?;
+    let mut line = String::new();
+    if args[0] == "server" {
+        let stdout = child.stdout.take().context("stdout")?;
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)?;
+    }
+    Ok((child, line.trim().rsplit(' ').next().unwrap_or_default().to_string()))
+}
+
+async fn wait_for(what: &str, timeout: Duration, mut check: impl AsyncFnMut() -> bool) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    while !check().await {
+        if Instant::now() > deadline {
+            bail!("timed out waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    Ok(())
+}
+
+/// Flushes everything dirty, so that each measured copy starts clean and
+/// pays only for its own writes.
+fn settle() -> anyhow::Result<()> {
+    if !Command::new("sync").status()?.success() {
+        bail!("sync failed");
+    }
+    Ok(())
+}
+
+fn cp_and_sync(from: &Path, to: &Path) -> anyhow::Result<Duration> {
+    let _ = std::fs::remove_dir_all(to);
+    settle()?;
+    let started = Instant::now();
+    let status = Command::new("cp").arg("-r").arg(from).arg(to).status()?;
+    let synced = Command::new("sync").arg("-f").arg(to).status()?;
+    if !status.success() || !synced.success() {
+        bail!("cp or sync failed");
+    }
+    Ok(started.elapsed())
+}
+
+async fn herd_copy(admin: &Client, round: u64) -> anyhow::Result<Duration> {
+    let action = Action::CopyVolume { member: "m".into(), volume: "data".into(), from_node: "source".into() };
+    let spec = CommandSpec { node: "target".into(), timeout: Some(HumanDuration(Duration::from_secs(600))), action };
+    let name = format!("copy-{round}");
+    let started = Instant::now();
+    admin.create(&Object::new(name.clone(), spec)).await?;
+    let mut done = None;
+    wait_for("the copy", Duration::from_secs(600), async || {
+        done = admin.get::<CommandSpec>(&name).await.ok().filter(|c| c.status.state_by_management.is_settled());
+        done.is_some()
+    })
+    .await?;
+    let command = done.context("settled")?;
+    if command.status.state_by_management != ManagementState::Completed {
+        bail!("the copy ended {:?}: {:?}", command.status.state_by_management, command.status.answer);
+    }
+    Ok(started.elapsed())
+}
+
+fn journal_transitions(dir: &Path, count: u64) -> anyhow::Result<(Duration, Duration)> {
+    use herd_agent::journal::{Entry, Journal};
+    let journal = Journal::open(dir)?;
+    let now = Timestamp::from_system_time(SystemTime::now());
+    let spec = CommandSpec { node: "n".into(), timeout: None, action: Action::StopMember { member: "m".into() } };
+    let mut entry = Entry {
+        name: "bench".into(),
+        uid: "u".into(),
+        attempt: 1,
+        term: 1,
+        spec,
+        state: AgentState::Started,
+        started: now,
+        updated: now,
+        deadline: now,
+        answer: None,
+        worker: None,
+        peers: Default::default(),
+        progress: Default::default(),
+    };
+    let bytes = serde_json::to_vec_pretty(&entry)?;
+    let started = Instant::now();
+    for i in 0..count {
+        entry.state = if i % 2 == 0 { AgentState::Processing } else { AgentState::ProcessingInBackend };
+        journal.write(&entry)?;
+    }
+    let journaled = started.elapsed() / count as u32;
+    let plain = dir.join("plain.json");
+    let started = Instant::now();
+    for _ in 0..count {
+        let mut file = std::fs::File::create(&plain)?;
+        file.write_all(&bytes)?;
+        file.sync_all()?;
+    }
+    Ok((journaled, started.elapsed() / count as u32))
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let mib = env_u64("BENCH_COPY_MIB", 1024);
+    let rounds = env_u64("BENCH_ROUNDS", 5);
+    let herd = match std::env::var_os("HERD_BIN") {
+        Some(path) => PathBuf::from(path),
+        None => std::env::current_exe()?.with_file_name("herd"),
+    };
+    if !herd.exists() {
+        bail!("{} not found: build it first (cargo build --release -p herd) or set HERD_BIN", herd.display());
+    }
+    let dir = tempfile::tempdir_in(std::env::var_os("BENCH_DIR").map(PathBuf::from).unwrap_or(std::env::temp_dir()))?;
+    let (server_dir, source_dir, target_dir) =
+        (dir.path().join("server"), dir.path().join("source"), dir.path().join("target"));
+    let volume = source_dir.join("volumes/m/data");
+    println!("copy benchmark: {mib} MiB in 64 MiB files, {rounds} rounds; cp and herd alternate");
+    make_data(&volume, mib)?;
+
+    let (server, url) = start(&herd, &["server", "--listen", "127.0.0.1:0"], &server_dir)?;
+    let mut children = Killed(vec![server]);
+    let agent = |name: &str, data: &Path| start(&herd, &["--server", &url, "agent", "--name", name], data);
+    children.0.push(agent("source", &source_dir)?.0);
+    children.0.push(agent("target", &target_dir)?.0);
+    let admin = Client::new(vec![url.clone()], Some(ADMIN.into()));
+    wait_for("both agents Ready", Duration::from_secs(30), async || {
+        let nodes = admin.list::<NodeSpec>("").await.unwrap_or_default();
+        nodes.iter().filter(|n| n.status.ready).count() == 2
+    })
+    .await?;
+
+    let (mut cp, mut copy) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        cp.push(cp_and_sync(&volume, &dir.path().join("cp-copy"))?);
+        // Each round copies into a fresh volume: the previous copy goes.
+        let _ = std::fs::remove_dir_all(target_dir.join("volumes/m/data"));
+        settle()?;
+        copy.push(herd_copy(&admin, round).await?);
+    }
+    let rate = |d: &Duration| mib as f64 / d.as_secs_f64();
+    let median = |v: &mut Vec<Duration>| {
+        v.sort();
+        v[v.len() / 2]
+    };
+    let (cp_median, copy_median) = (median(&mut cp), median(&mut copy));
+    println!(
+        "cp + sync:   median {:>7.2} s  {:>7.1} MiB/s   (rounds: {:?})",
+        cp_median.as_secs_f64(),
+        rate(&cp_median),
+        cp.iter().map(|d| format!("{:.2}", d.as_secs_f64())).collect::<Vec<_>>()
+    );
+    println!(
+        "CopyVolume:  median {:>7.2} s  {:>7.1} MiB/s   (rounds: {:?})",
+        copy_median.as_secs_f64(),
+        rate(&copy_median),
+        copy.iter().map(|d| format!("{:.2}", d.as_secs_f64())).collect::<Vec<_>>()
+    );
+    println!(
+        "ratio (CopyVolume throughput / cp throughput): {:.2} (goal: at least 0.8)",
+        rate(&copy_median) / rate(&cp_median)
+    );
+
+    let count = env_u64("BENCH_TRANSITIONS", 200);
+    let (journaled, plain) = journal_transitions(&dir.path().join("journal-bench"), count)?;
+    println!(
+        "journal: {:.3} ms per state transition (atomic rewrite) vs {:.3} ms for a plain write + fsync ({:.2}x), {count} each",
+        journaled.as_secs_f64() * 1e3,
+        plain.as_secs_f64() * 1e3,
+        journaled.as_secs_f64() / plain.as_secs_f64()
+    );
+    Ok(())
+}

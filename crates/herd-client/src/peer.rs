@@ -1,0 +1,80 @@
+//! Talking to an agent's own endpoint with the cluster's peer token: a
+//! volume's manifest, and its files from any offset.
+
+use std::time::Duration;
+
+use herd_core::api::{VolumeManifest, volume_file_path, volume_path, volume_staged_path};
+
+use crate::ClientError;
+
+#[derive(Clone)]
+pub struct PeerClient {
+    base: String,
+    token: String,
+    http: reqwest::Client,
+}
+
+impl PeerClient {
+    /// `address` is `host:port` (as in a Node's status) or a base URL.
+    pub fn new(address: &str, token: &str) -> PeerClient {
+        let base = if address.contains("://") { address.to_string() } else { format!("http://{address}") };
+        let http = reqwest::Client::builder().connect_timeout(Duration::from_secs(5)).build().unwrap_or_default();
+        PeerClient { base: base.trim_end_matches('/').to_string(), token: token.to_string(), http }
+    }
+
+    fn unreachable(&self, error: reqwest::Error) -> ClientError {
+        ClientError::AgentUnreachable { agent: self.base.clone(), reason: crate::error_chain(&error) }
+    }
+
+    async fn checked(&self, response: reqwest::Response) -> Result<reqwest::Response, ClientError> {
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        let url = response.url().to_string();
+        let code = response.status().as_u16();
+        let body = response.text().await.unwrap_or_default();
+        Err(ClientError::Protocol { url, reason: format!("status {code}: {body}") })
+    }
+
+    /// The volume's manifest; None when the agent does not have it.
+    pub async fn manifest(&self, member: &str, volume: &str) -> Result<Option<VolumeManifest>, ClientError> {
+        let url = format!("{}{}", self.base, volume_path(member, volume));
+        let response = self.http.get(&url).bearer_auth(&self.token).timeout(Duration::from_secs(120)).send().await;
+        let response = response.map_err(|e| self.unreachable(e))?;
+        if response.status() == reqwest::StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        let response = self.checked(response).await?;
+        let body = response.bytes().await.map_err(|e| self.unreachable(e))?;
+        serde_json::from_slice(&body).map(Some).map_err(|e| ClientError::Protocol { url, reason: e.to_string() })
+    }
+
+    /// How many bytes a copy in progress has staged for the volume (None:
+    /// no copy staged).
+    pub async fn staged(&self, member: &str, volume: &str) -> Result<Option<u64>, ClientError> {
+        let url = format!("{}{}", self.base, volume_staged_path(member, volume));
+        let response = self.http.get(&url).bearer_auth(&self.token).send().await.map_err(|e| self.unreachable(e))?;
+        if response.status() == reqwest::StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        let body = self.checked(response).await?.bytes().await.map_err(|e| self.unreachable(e))?;
+        let value: serde_json::Value = serde_json::from_slice(&body)
+            .map_err(|e| ClientError::Protocol { url: url.clone(), reason: e.to_string() })?;
+        Ok(value["bytes"].as_u64())
+    }
+
+    /// One file of the volume from byte `from` on, as a streaming response.
+    pub async fn file(
+        &self,
+        member: &str,
+        volume: &str,
+        path: &str,
+        from: u64,
+    ) -> Result<reqwest::Response, ClientError> {
+        let url = format!("{}{}", self.base, volume_file_path(member, volume));
+        let request = self.http.get(&url).bearer_auth(&self.token).query(&[("path", path)]);
+        let request = if from > 0 { request.header(reqwest::header::RANGE, format!("bytes={from}-")) } else { request };
+        let response = request.send().await.map_err(|e| self.unreachable(e))?;
+        self.checked(response).await
+    }
+}
