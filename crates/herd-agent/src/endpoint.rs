@@ -136,6 +136,73 @@ async fn staged(
     Ok(Json(json!({ "bytes": bytes })).into_response())
 }
 
+/// Stops a member (a migration's first step, asked by its target).
+async fn stop_member(
+    State(state): State<EndpointState>,
+    headers: HeaderMap,
+    Path(member): Path<String>,
+) -> Result<Response, Refusal> {
+    state.authorize(&headers)?;
+    EndpointState::check_names(&member, "any")?;
+    if state.members.record(&member).is_none() {
+        return Err(Refusal(StatusCode::NOT_FOUND, format!("member {member} is not on {}", state.identity.node_name)));
+    }
+    state.members.stop(&member).await.map_err(|e| Refusal(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+#[derive(Deserialize)]
+struct LogQuery {
+    /// `stdout` (default) or `stderr`.
+    stream: Option<String>,
+    /// At most this many bytes from the end (default 64 KiB).
+    bytes: Option<u64>,
+}
+
+/// The end of a member's log file.
+async fn member_log(
+    State(state): State<EndpointState>,
+    headers: HeaderMap,
+    Path(member): Path<String>,
+    Query(query): Query<LogQuery>,
+) -> Result<Response, Refusal> {
+    state.authorize(&headers)?;
+    EndpointState::check_names(&member, "any")?;
+    let stream = query.stream.as_deref().unwrap_or("stdout");
+    if !matches!(stream, "stdout" | "stderr") {
+        return Err(Refusal(StatusCode::BAD_REQUEST, format!("stream must be stdout or stderr, is {stream:?}")));
+    }
+    let path = state.members.member_dir(&member).join(format!("{stream}.log"));
+    let Ok(mut file) = tokio::fs::File::open(&path).await else {
+        return Err(Refusal(
+            StatusCode::NOT_FOUND,
+            format!("member {member} has no {stream} log on {}", state.identity.node_name),
+        ));
+    };
+    let length = file.metadata().await.map(|m| m.len()).unwrap_or(0);
+    let from = length.saturating_sub(query.bytes.unwrap_or(64 * 1024));
+    file.seek(std::io::SeekFrom::Start(from))
+        .await
+        .map_err(|e| Refusal(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    let mut text = Vec::new();
+    tokio::io::AsyncReadExt::read_to_end(&mut file, &mut text)
+        .await
+        .map_err(|e| Refusal(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response())
+}
+
+/// Forgets a member that moved away (a migration's last step).
+async fn forget_member(
+    State(state): State<EndpointState>,
+    headers: HeaderMap,
+    Path(member): Path<String>,
+) -> Result<Response, Refusal> {
+    state.authorize(&headers)?;
+    EndpointState::check_names(&member, "any")?;
+    state.members.forget(&member).await.map_err(|e| Refusal(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
 #[derive(Deserialize)]
 struct FileQuery {
     path: String,
@@ -193,6 +260,9 @@ pub async fn serve(
                 Json(json!({ "nodeName": state.identity.node_name, "agentBootId": state.identity.agent_boot_id }))
             }),
         )
+        .route("/members/{member}", axum::routing::delete(forget_member))
+        .route("/members/{member}/stop", axum::routing::post(stop_member))
+        .route("/members/{member}/logs", get(member_log))
         .route("/volumes/{member}/{volume}", get(manifest))
         .route("/volumes/{member}/{volume}/file", get(file))
         .route("/volumes/{member}/{volume}/staged", get(staged))

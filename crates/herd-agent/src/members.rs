@@ -302,6 +302,27 @@ impl Members {
         self.persist(member)
     }
 
+    /// Forgets a member: stopped, its volumes, directory and record
+    /// removed. Unknown members are not an error: forgetting is repeatable.
+    pub async fn forget(&self, member: &str) -> Result<(), MemberError> {
+        if self.record(member).is_some() {
+            self.stop(member).await?;
+        }
+        self.lock().remove(member);
+        let io = |path: PathBuf| {
+            let member = member.to_string();
+            move |source| MemberError::Io { member, context: format!("removing {}", path.display()), source }
+        };
+        for dir in [self.data_dir.join("volumes").join(member), self.member_dir(member)] {
+            match std::fs::remove_dir_all(&dir) {
+                Err(error) if error.kind() != std::io::ErrorKind::NotFound => return Err(io(dir)(error)),
+                _ => {}
+            }
+        }
+        tracing::info!(member, "forgot a member (it moved away)");
+        Ok(())
+    }
+
     /// Whether `member` is known and wanted running.
     pub fn is_running(&self, member: &str) -> bool {
         self.lock().get(member).is_some_and(|s| s.record.wanted)

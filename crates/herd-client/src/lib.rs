@@ -285,6 +285,15 @@ impl Client {
         Ok(WatchStream::new(response))
     }
 
+    /// The end of a member's log on `node` (`stdout` or `stderr`).
+    pub async fn member_log(&self, node: &str, member: &str, stream: &str, bytes: u64) -> Result<String, ClientError> {
+        let path = format!("{}/members/{member}/logs", object_path("nodes", node));
+        let query = [("stream", stream), ("bytes", &bytes.to_string())];
+        let response = self.send(Method::GET, &path, |r| r.query(&query), Some(self.timeout)).await?;
+        let response = check(response).await?;
+        response.text().await.map_err(|e| ClientError::Protocol { url: path, reason: error_chain(&e) })
+    }
+
     /// `herd command retry` (`abandon` false) or `herd command abandon`.
     pub async fn command_action(&self, name: &str, abandon: bool) -> Result<Object<CommandSpec>, ClientError> {
         let verb = if abandon { "abandon" } else { "retry" };

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use herd_core::api::{VolumeManifest, volume_file_path, volume_path, volume_staged_path};
+use herd_core::api::{VolumeManifest, member_path, volume_file_path, volume_path, volume_staged_path};
 
 use crate::ClientError;
 
@@ -61,6 +61,36 @@ impl PeerClient {
         let value: serde_json::Value = serde_json::from_slice(&body)
             .map_err(|e| ClientError::Protocol { url: url.clone(), reason: e.to_string() })?;
         Ok(value["bytes"].as_u64())
+    }
+
+    /// The end of a member's log (`stdout` or `stderr`), at most `bytes`.
+    pub async fn member_log(&self, member: &str, stream: &str, bytes: u64) -> Result<String, ClientError> {
+        let url = format!("{}{}/logs", self.base, member_path(member));
+        let query = [("stream", stream.to_string()), ("bytes", bytes.to_string())];
+        let response =
+            self.http.get(&url).bearer_auth(&self.token).query(&query).send().await.map_err(|e| self.unreachable(e))?;
+        self.checked(response).await?.text().await.map_err(|e| self.unreachable(e))
+    }
+
+    /// Stops a member on that agent (nothing when it is not there).
+    pub async fn stop_member(&self, member: &str) -> Result<(), ClientError> {
+        let url = format!("{}{}/stop", self.base, member_path(member));
+        let response = self.http.post(&url).bearer_auth(&self.token).send().await.map_err(|e| self.unreachable(e))?;
+        if response.status() != reqwest::StatusCode::NOT_FOUND {
+            self.checked(response).await?;
+        }
+        Ok(())
+    }
+
+    /// Has that agent forget a member: stopped, its volumes and record
+    /// removed (nothing when it is not there).
+    pub async fn forget_member(&self, member: &str) -> Result<(), ClientError> {
+        let url = format!("{}{}", self.base, member_path(member));
+        let response = self.http.delete(&url).bearer_auth(&self.token).send().await.map_err(|e| self.unreachable(e))?;
+        if response.status() != reqwest::StatusCode::NOT_FOUND {
+            self.checked(response).await?;
+        }
+        Ok(())
     }
 
     /// One file of the volume from byte `from` on, as a streaming response.

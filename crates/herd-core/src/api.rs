@@ -291,6 +291,12 @@ impl VolumeManifest {
     }
 }
 
+/// An agent's member (peer token required): `POST .../stop` stops it,
+/// `DELETE` forgets it (stopped, volumes and record removed).
+pub fn member_path(member: &str) -> String {
+    format!("/members/{member}")
+}
+
 /// Where an agent serves a volume's manifest (peer token required).
 pub fn volume_path(member: &str, volume: &str) -> String {
     format!("/volumes/{member}/{volume}")

@@ -84,6 +84,17 @@ pub enum Command {
         #[arg(long, short, value_enum, default_value_t)]
         output: OutputFormat,
     },
+    /// Print the end of a member's log (kept by its node's agent).
+    Logs {
+        /// `node/member`.
+        target: String,
+        /// Standard error instead of standard output.
+        #[arg(long)]
+        stderr: bool,
+        /// At most this many bytes from the end.
+        #[arg(long, default_value_t = 65536)]
+        bytes: u64,
+    },
     /// The supported ways out of a stuck Command (recorded as Events).
     #[command(name = "command")]
     Commands {

@@ -74,6 +74,13 @@ async fn commands_run_on_their_node_and_their_answers_come_back() {
     })
     .await;
     assert_eq!(node.status.members[0].instance_id.as_deref(), Some(instance.as_str()));
+    eventually(Duration::from_secs(10), "the member's log through the server", || async {
+        let out = cli(&server, &["logs", "n1/m1"]);
+        (out.status.success() && String::from_utf8_lossy(&out.stdout) == "hello\n").then_some(())
+    })
+    .await;
+    let missing = cli(&server, &["logs", "n1/nobody"]);
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("member nobody has no stdout log on n1"), "{missing:?}");
 
     let script = "echo \"$GREETING from $HERD_MEMBER\" | tee \"$HERD_VOLUME_DATA/greeting\"".to_string();
     let ran = run(&server, "script-ok", "n1", Action::RunScript { member: "m1".into(), script }).await;
@@ -230,26 +237,41 @@ pub fn fill_volume(dir: &std::path::Path, seed: u64, files: usize, max_size: usi
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_volume_is_copied_between_agents_and_verified() {
+/// A server and two agents, n1 (data dir `a`) and n2 (data dir `b`, with
+/// `b_flags`), both Ready; members they start are killed on drop.
+struct TwoNodes {
+    _dir: tempfile::TempDir,
+    server: TestServer,
+    a_dir: std::path::PathBuf,
+    b_dir: std::path::PathBuf,
+    _agents: (common::Proc, common::Proc),
+    _reapers: (MemberReaper, MemberReaper),
+}
+
+async fn two_nodes(b_flags: &[&str]) -> TwoNodes {
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start(&dir.path().join("server"));
     quick_heartbeats(&server).await;
     let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
-    let _reap = (MemberReaper(a_dir.clone()), MemberReaper(b_dir.clone()));
-    let _a = start_agent(&server.url, &a_dir, "n1");
-    let _b = start_agent(&server.url, &b_dir, "n2");
+    let reapers = (MemberReaper(a_dir.clone()), MemberReaper(b_dir.clone()));
+    let agents = (start_agent(&server.url, &a_dir, "n1"), common::start_agent_with(&server.url, &b_dir, "n2", b_flags));
     for name in ["n1", "n2"] {
         eventually(Duration::from_secs(15), "both nodes Ready", || async {
             server.admin().get::<NodeSpec>(name).await.ok().filter(|n| n.status.ready)
         })
         .await;
     }
-    run(&server, "start-m1", "n1", Action::StartMember { member: "m1".into(), run: member_run() }).await;
+    TwoNodes { _dir: dir, server, a_dir, b_dir, _agents: agents, _reapers: reapers }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_volume_is_copied_between_agents_and_verified() {
+    let TwoNodes { server, a_dir, b_dir, .. } = &two_nodes(&[]).await;
+    run(server, "start-m1", "n1", Action::StartMember { member: "m1".into(), run: member_run() }).await;
     let source = a_dir.join("volumes/m1/data");
     fill_volume(&source, 7, 12, 3 << 20);
     let copy = Action::CopyVolume { member: "m1".into(), volume: "data".into(), from_node: "n1".into() };
-    let copied = run(&server, "copy-data", "n2", copy).await;
+    let copied = run(server, "copy-data", "n2", copy).await;
     assert_eq!(copied.status.state_by_management, ManagementState::Completed, "{:?}", copied.status);
     let answer = copied.status.answer.unwrap();
     let expected = herd_agent::volumes::manifest(&source).unwrap();
@@ -260,7 +282,7 @@ async fn a_volume_is_copied_between_agents_and_verified() {
 
     // A copy from a node without the volume fails and says why.
     let missing = Action::CopyVolume { member: "m1".into(), volume: "nothere".into(), from_node: "n1".into() };
-    let failed = run(&server, "copy-missing", "n2", missing).await;
+    let failed = run(server, "copy-missing", "n2", missing).await;
     assert_eq!(failed.status.state_by_management, ManagementState::Failed);
     assert_eq!(failed.status.answer.unwrap().message, "volume m1/nothere does not exist on the source");
 }
@@ -427,4 +449,28 @@ async fn commands_finish_or_are_reconciled_across_a_server_crash() {
         let copy = herd_agent::volumes::manifest(&b_dir.join(format!("volumes/m{i}/data"))).unwrap();
         assert_eq!(copy.checksum, source.checksum, "m{i}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_member_migrates_with_its_volumes_and_the_source_copy_goes_only_after() {
+    let TwoNodes { server, a_dir, b_dir, .. } = &two_nodes(&[]).await;
+    let mut run_spec = member_run();
+    run_spec.volumes.push(VolumeSpec { name: "scratch".into(), persistent: false });
+    run(server, "start-m1", "n1", Action::StartMember { member: "m1".into(), run: run_spec.clone() }).await;
+    fill_volume(&a_dir.join("volumes/m1/data"), 11, 6, 2 << 20);
+    let expected = herd_agent::volumes::manifest(&a_dir.join("volumes/m1/data")).unwrap();
+
+    let migrate = Action::MigrateMember { member: "m1".into(), from_node: "n1".into(), run: run_spec };
+    let moved = run(server, "move-m1", "n2", migrate).await;
+    assert_eq!(moved.status.state_by_management, ManagementState::Completed, "{:?}", moved.status);
+    let instance = moved.status.answer.unwrap().details["instanceId"].clone();
+    assert_eq!(herd_agent::volumes::manifest(&b_dir.join("volumes/m1/data")).unwrap(), expected);
+    assert!(!a_dir.join("volumes/m1").exists(), "the source copy is gone");
+    eventually(Duration::from_secs(10), "m1 runs on n2 only", || async {
+        let n1 = server.admin().get::<NodeSpec>("n1").await.ok()?;
+        let n2 = server.admin().get::<NodeSpec>("n2").await.ok()?;
+        let here = n2.status.members.iter().find(|m| m.name == "m1" && m.running)?;
+        (here.instance_id.as_deref() == Some(instance.as_str()) && n1.status.members.is_empty()).then_some(())
+    })
+    .await;
 }

@@ -1,9 +1,10 @@
 //! The fault test of the command journal: the copying agent is killed
-//! (kill -9) at random moments during volume copies of random sizes,
-//! sometimes together with its copy worker (a host going down), and
-//! started again. Afterwards every Command has settled in a state that
-//! matches reality, every copy is complete and verified by checksum, and
-//! nothing is left half-done.
+//! (kill -9) at random moments during volume copies and member migrations
+//! (one in three) of random sizes, sometimes together with its copy worker
+//! (a host going down), and started again. Afterwards every Command has
+//! settled in a state that matches reality, every copy is complete and
+//! verified by checksum, every migrated member runs on the target only,
+//! and nothing is left half-done.
 //!
 //! `HERD_FAULT_COPIES` sets the number of copies (default 30); the long
 //! run in docs/BENCHMARKS.md used 300.
@@ -93,14 +94,44 @@ async fn copies_survive_agent_kills_at_random_moments() {
         })
         .await;
     }
+    // One in three moves a running member; its run has a persistent volume.
+    let migrates = |i: usize| i % 3 == 2;
+    let run = herd_core::kinds::command::MemberRun {
+        command: vec!["sleep".into(), "600".into()],
+        env: Default::default(),
+        volumes: vec![herd_core::kinds::command::VolumeSpec { name: "data".into(), persistent: true }],
+    };
+    for i in (0..copies).filter(|i| migrates(*i)) {
+        let start = Action::StartMember { member: format!("m{i}"), run: run.clone() };
+        admin
+            .create(&Object::new(
+                format!("start-{i}"),
+                CommandSpec { node: "source".into(), timeout: None, action: start },
+            ))
+            .await
+            .unwrap();
+    }
+    eventually(Duration::from_secs(60), "the members to migrate run", || async {
+        let commands = admin.list::<CommandSpec>("").await.ok()?;
+        commands.iter().all(|c| c.status.state_by_management == ManagementState::Completed).then_some(())
+    })
+    .await;
+    let mut expected = Vec::new();
     for i in 0..copies {
-        fill(&source_dir.join(format!("volumes/m{i}/data")), &mut random);
+        let volume = source_dir.join(format!("volumes/m{i}/data"));
+        fill(&volume, &mut random);
+        expected.push(herd_agent::volumes::manifest(&volume).unwrap().checksum);
     }
 
     let started = Instant::now();
     let (mut agent_kills, mut host_kills) = (0, 0);
     for i in 0..copies {
-        let action = Action::CopyVolume { member: format!("m{i}"), volume: "data".into(), from_node: "source".into() };
+        let (member, from_node) = (format!("m{i}"), "source".to_string());
+        let action = if migrates(i) {
+            Action::MigrateMember { member, from_node, run: run.clone() }
+        } else {
+            Action::CopyVolume { member, volume: "data".into(), from_node }
+        };
         let spec =
             CommandSpec { node: "target".into(), timeout: Some(HumanDuration(Duration::from_secs(120))), action };
         admin.create(&Object::new(format!("copy-{i}"), spec)).await.unwrap();
@@ -116,7 +147,7 @@ async fn copies_survive_agent_kills_at_random_moments() {
         target = start_agent(&server.url, &target_dir, "target");
     }
 
-    // Every Command settles.
+    // Every Command settles; migrated members run on the target only.
     let deadline = Duration::from_secs(60 + 3 * copies as u64);
     let commands = eventually(deadline, "every copy settles", || async {
         let commands = admin.list::<CommandSpec>("").await.ok()?;
@@ -124,6 +155,14 @@ async fn copies_survive_agent_kills_at_random_moments() {
     })
     .await;
     let elapsed = started.elapsed();
+    let moved = (0..copies).filter(|i| migrates(*i)).count();
+    eventually(Duration::from_secs(20), "migrated members running on the target", || async {
+        let target = admin.get::<NodeSpec>("target").await.ok()?;
+        let source = admin.get::<NodeSpec>("source").await.ok()?;
+        let running = target.status.members.iter().filter(|m| m.running).count();
+        (running == moved && source.status.members.is_empty()).then_some(())
+    })
+    .await;
     if std::env::var_os("HERD_FAULT_DEBUG").is_some() {
         for event in admin.list::<herd_core::kinds::EventSpec>("").await.unwrap() {
             eprintln!(
@@ -152,11 +191,14 @@ async fn copies_survive_agent_kills_at_random_moments() {
         );
         assert!(status.answer.as_ref().is_some_and(|a| a.success), "{name}: {:?}", status.answer);
         reconciled += usize::from(status.state_by_management == ManagementState::Reconciled || status.attempts > 1);
-        let Action::CopyVolume { member, .. } = &command.spec.action else { unreachable!() };
-        let source = herd_agent::volumes::manifest(&source_dir.join(format!("volumes/{member}/data"))).unwrap();
+        let member = command.spec.action.member();
+        let Some(i) = member.strip_prefix('m').and_then(|i| i.parse::<usize>().ok()) else { continue };
         let copy = herd_agent::volumes::manifest(&target_dir.join(format!("volumes/{member}/data")))
             .unwrap_or_else(|e| panic!("{name}: the copy of {member} is missing: {e}"));
-        assert_eq!(copy.checksum, source.checksum, "{name}: the copy of {member} differs from its source");
+        assert_eq!(copy.checksum, expected[i], "{name}: the copy of {member} differs from its source");
+        if migrates(i) {
+            assert!(!source_dir.join(format!("volumes/{member}")).exists(), "{name}: the source still has {member}");
+        }
     }
     // Nothing half-done is left: no staging copies, no running workers,
     // and the journal empties once everything is acknowledged.

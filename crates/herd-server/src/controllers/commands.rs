@@ -262,7 +262,26 @@ impl CommandController {
             Action::DeleteVolume { member, volume } => {
                 Finding::Again(format!("volume {member}/{volume}: deleting again is safe"))
             }
-            Action::MigrateMember { .. } => Finding::Again("a migration starts over".into()),
+            Action::MigrateMember { member, from_node, .. } => {
+                let here = member_state(member).filter(|m| m.wanted && m.running);
+                let source = self.nodes.get(from_node);
+                let still_there = source.as_ref().is_none_or(|n| n.status.members.iter().any(|m| m.name == *member));
+                match here {
+                    Some(m) if !still_there => {
+                        let instance = m.instance_id.unwrap_or_default();
+                        let message = format!(
+                            "member {member} runs on {} (instance {instance}) and {from_node} no longer has it",
+                            command.spec.node
+                        );
+                        Finding::Done(Answer {
+                            success: true,
+                            message,
+                            details: BTreeMap::from([("instanceId".into(), instance)]),
+                        })
+                    }
+                    _ => Finding::Again(format!("the migration of {member} is not finished")),
+                }
+            }
         }
     }
 

@@ -22,6 +22,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Apply { file, dry_run } => apply::apply(&context::client(&conn)?, &file, dry_run).await,
         Command::Delete { kind, name, dry_run } => apply::delete(&context::client(&conn)?, &kind, &name, dry_run).await,
+        Command::Logs { target, stderr, bytes } => {
+            let Some((node, member)) = target.split_once('/') else {
+                anyhow::bail!("logs: give the member as node/member, got {target:?}");
+            };
+            let stream = if stderr { "stderr" } else { "stdout" };
+            print!("{}", context::client(&conn)?.member_log(node, member, stream, bytes).await?);
+            Ok(())
+        }
         Command::Commands { action } => {
             let (name, abandon) = match action {
                 CommandAction::Retry { name } => (name, false),

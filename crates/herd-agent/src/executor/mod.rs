@@ -26,6 +26,8 @@ use crate::members::Members;
 use crate::worker::CopyJob;
 use crate::{procs, script};
 
+mod migrate;
+
 fn now() -> Timestamp {
     Timestamp::from_system_time(SystemTime::now())
 }
@@ -97,6 +99,12 @@ impl Executor {
                     None => Backend::Gone,
                 },
                 None => Backend::Gone,
+            };
+            // A migration has steps after its copies: it is interrupted
+            // (and issued again) rather than finished by its worker.
+            let backend = match (&entry.spec.action, backend) {
+                (Action::MigrateMember { .. }, Backend::Alive | Backend::Finished { .. }) => Backend::Gone,
+                (_, backend) => backend,
             };
             let recovered = recover(entry.state, backend);
             if recovered != entry.state {
@@ -293,10 +301,14 @@ impl Executor {
         }
         let left = entry.deadline.system_time().duration_since(SystemTime::now()).unwrap_or(Duration::ZERO);
         let work = async {
-            if matches!(entry.spec.action, Action::CopyVolume { .. }) {
-                self.copy(&mut entry).await
-            } else {
-                self.perform(&entry).await
+            match entry.spec.action.clone() {
+                Action::CopyVolume { member, volume, from_node } => {
+                    self.copy_volume(&mut entry, &member, &volume, &from_node).await
+                }
+                Action::MigrateMember { member, from_node, run } => {
+                    self.migrate(&mut entry, &member, &from_node, &run).await
+                }
+                _ => self.perform(&entry).await,
             }
         };
         let outcome = tokio::select! {
@@ -337,23 +349,34 @@ impl Executor {
         self.advance(&mut entry, state, Some(answer));
     }
 
+    /// The agent endpoint of `node` (as the leader issued it) and the peer
+    /// token to show it.
+    fn peer(&self, entry: &Entry, node: &str) -> Result<(String, String), Failure> {
+        let address = entry
+            .peers
+            .get(node)
+            .cloned()
+            .ok_or(format!("node {node} has no agent endpoint on record (has its agent ever reported?)"))?;
+        let token =
+            self.workers.peer_token.read().ok().and_then(|t| t.clone()).ok_or("this agent has no peer token yet")?;
+        Ok((address, token))
+    }
+
     fn worker_file(&self, entry: &Entry, suffix: &str) -> PathBuf {
         self.worker_dir.join(format!("{}-{}.{suffix}", entry.name, entry.attempt))
     }
 
     /// CopyVolume: in a detached worker, which the journal records before
     /// it is waited for.
-    async fn copy(&self, entry: &mut Entry) -> Result<Answer, Failure> {
-        let Action::CopyVolume { member, volume, from_node } = entry.spec.action.clone() else {
-            return Err("not a copy".into());
-        };
-        let source = entry
-            .peers
-            .get(&from_node)
-            .cloned()
-            .ok_or(format!("node {from_node} has no agent endpoint on record (has its agent ever reported?)"))?;
-        let peer_token =
-            self.workers.peer_token.read().ok().and_then(|t| t.clone()).ok_or("this agent has no peer token yet")?;
+    async fn copy_volume(
+        &self,
+        entry: &mut Entry,
+        member: &str,
+        volume: &str,
+        from_node: &str,
+    ) -> Result<Answer, Failure> {
+        let (member, volume) = (member.to_string(), volume.to_string());
+        let (source, peer_token) = self.peer(entry, from_node)?;
         let result = self.worker_file(entry, "result.json");
         let _ = std::fs::remove_file(&result);
         let job = CopyJob {
@@ -477,10 +500,7 @@ impl Executor {
                 details.insert("stderr".into(), outcome.stderr);
                 Ok(answer(outcome.code == 0, format!("the script exited with {}", outcome.code), details))
             }
-            Action::CopyVolume { .. } => Err("a copy runs in a worker".into()),
-            Action::MigrateMember { .. } => {
-                Err(format!("{} is not supported by this agent yet", entry.spec.action.type_name()))
-            }
+            Action::CopyVolume { .. } | Action::MigrateMember { .. } => Err("run by copy_volume and migrate".into()),
         }
     }
 }
