@@ -191,21 +191,36 @@ async fn fetch(
         .truncate(from == 0)
         .open(target)
         .map_err(|e| format!("opening {}: {e}", target.display()))?;
-    // The network hands over small chunks: write in large ones.
-    let mut file = std::io::BufWriter::with_capacity(1 << 20, file);
     let response =
         source.file(&job.member, &job.volume, path, from).await.map_err(|e| format!("fetching {path}: {e}"))?;
+    // Writing and hashing run on a thread of their own, so that receiving
+    // the next chunks overlaps with them.
+    let (chunks, mut received) = tokio::sync::mpsc::channel::<bytes::Bytes>(64);
+    let shown = target.display().to_string();
+    let writer = tokio::task::spawn_blocking(move || {
+        // The network hands over small chunks: write in large ones.
+        let mut file = std::io::BufWriter::with_capacity(1 << 20, file);
+        let mut written = 0u64;
+        while let Some(chunk) = received.blocking_recv() {
+            file.write_all(&chunk).map_err(|e| format!("writing {shown}: {e}"))?;
+            hasher.update(&chunk);
+            written += chunk.len() as u64;
+        }
+        // Flushed to disk, with every other file, before the copy is installed.
+        file.flush().map_err(|e| format!("writing {shown}: {e}"))?;
+        Ok::<_, String>((written, hasher))
+    });
     let mut body = response.bytes_stream();
-    let mut fetched = 0;
     while let Some(chunk) = body.next().await {
         let chunk = chunk.map_err(|e| format!("fetching {path}: {e}"))?;
-        file.write_all(&chunk).map_err(|e| format!("writing {}: {e}", target.display()))?;
-        hasher.update(&chunk);
-        fetched += chunk.len() as u64;
-        pace.after(chunk.len() as u64).await;
+        let length = chunk.len() as u64;
+        if chunks.send(chunk).await.is_err() {
+            break;
+        }
+        pace.after(length).await;
     }
-    // Flushed to disk, with every other file, before the copy is installed.
-    file.flush().map_err(|e| format!("writing {}: {e}", target.display()))?;
+    drop(chunks);
+    let (fetched, hasher) = writer.await.map_err(|e| format!("writing {}: {e}", target.display()))??;
     Ok((fetched, from + fetched, hasher.finalize().to_hex().to_string()))
 }
 
