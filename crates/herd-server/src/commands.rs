@@ -7,7 +7,7 @@ use herd_core::kinds::command::NODE_LABEL;
 use herd_core::kinds::{Command, CommandSpec};
 
 use crate::error::ApiError;
-use crate::objects::{Objects, Part, now};
+use crate::objects::{Guard, Objects, Part, now};
 
 /// The refusal for a report on another node's Command, if there is one.
 pub async fn foreign_report(
@@ -71,13 +71,45 @@ pub async fn record_reports(
     Ok(acks)
 }
 
-/// Admission of a new Command: it carries its node's label, and nothing
-/// it would hold is held by an unsettled Command (the error names it).
-pub async fn admit(objects: &Objects, command: &mut Command) -> Result<(), ApiError> {
+/// Stands for the set of unsettled Commands' holds: every Command created
+/// moves it, so two creations checked against the same holds cannot both land.
+const HOLDS_GUARD: &str = "/guards/command-holds";
+
+/// How many times a creation is checked again when another one landed
+/// between its check and its write.
+const ADMIT_ATTEMPTS: usize = 8;
+
+/// Admits and creates a Command: it carries its node's label, and nothing
+/// it would hold is held by an unsettled Command (the 409 names it). The
+/// check and the create are one transaction, through [`HOLDS_GUARD`].
+pub async fn create(objects: &Objects, mut command: Command, dry_run: bool) -> Result<Command, ApiError> {
     command.metadata.labels.insert(NODE_LABEL.into(), command.spec.node.clone());
+    for _ in 0..ADMIT_ATTEMPTS {
+        let revision = objects.store().get(HOLDS_GUARD).await?.map(|kv| kv.mod_revision);
+        let (others, _) = objects.list::<CommandSpec>().await?;
+        check_holds(&command, &others)?;
+        if dry_run {
+            return objects.create(command, false, true).await;
+        }
+        let guard = Guard { key: HOLDS_GUARD.into(), revision };
+        match objects.create_guarded(command.clone(), &guard).await {
+            Err(ApiError::Conflict(_)) => continue,
+            other => return other,
+        }
+    }
+    Err(ApiError::Conflict(format!(
+        "commands kept being created meanwhile; command {} was not created: try again",
+        command.metadata.name
+    )))
+}
+
+/// Refuses `command` when an unsettled other Command holds what it would.
+fn check_holds(command: &Command, others: &[Command]) -> Result<(), ApiError> {
     let holds = command.spec.action.holds(&command.spec.node);
-    let (others, _) = objects.list::<CommandSpec>().await?;
-    for other in others.iter().filter(|o| !o.status.state_by_management.is_settled()) {
+    let unsettled = others
+        .iter()
+        .filter(|o| !o.status.state_by_management.is_settled() && o.metadata.name != command.metadata.name);
+    for other in unsettled {
         let their = other.spec.action.holds(&other.spec.node);
         if let Some(hold) = holds.iter().find(|h| their.iter().any(|t| t.overlaps(h))) {
             return Err(ApiError::Conflict(format!(
@@ -107,6 +139,12 @@ pub async fn operator_action(
     name: &str,
     action: OperatorAction,
 ) -> Result<Command, ApiError> {
+    if let OperatorAction::Retry = action {
+        // A retried Command holds again what it held: nothing else may.
+        let command = objects.require::<CommandSpec>(name).await?;
+        let (others, _) = objects.list::<CommandSpec>().await?;
+        check_holds(&command, &others)?;
+    }
     let written = objects
         .modify::<CommandSpec>(name, Part::Status, |command| {
             let done = match action {

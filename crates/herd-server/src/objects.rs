@@ -41,6 +41,15 @@ pub enum Part {
     Status,
 }
 
+/// A key that stands for what a write was checked against: the write
+/// compares it with the revision read before the check, and moves it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Guard {
+    pub key: String,
+    /// As read before the check (None: absent).
+    pub revision: Option<Revision>,
+}
+
 /// A leader's fence. Leader-only code writes through [`Objects::fenced`]:
 /// every write then also requires the fence key to be still at the
 /// revision this leader's acquisition gave it, in the same transaction. A
@@ -121,14 +130,17 @@ impl Objects {
         (kind, name): (&str, &str),
         key: &str,
         expected: Option<Revision>,
-        ops: Vec<Op>,
+        (guard, ops): (Option<&Guard>, Vec<Op>),
         last: Op,
     ) -> Result<Revision, ApiError> {
         let mut txn = Txn::new().when(Compare::ModRevision { key: key.into(), revision: expected.unwrap_or(0) });
+        if let Some(guard) = guard {
+            txn = txn.when(Compare::ModRevision { key: guard.key.clone(), revision: guard.revision.unwrap_or(0) });
+        }
         if let Some((fence, _)) = &self.fence {
             txn = txn.when(Compare::ModRevision { key: fence.key.clone(), revision: fence.revision });
         }
-        txn.ops = ops;
+        txn.ops = guard.map(|g| Op::Put { key: g.key.clone(), value: Vec::new() }).into_iter().chain(ops).collect();
         txn.ops.push(last);
         let error = match self.store.txn(txn).await.map_err(|e| ApiError::from_store(kind, name, e))? {
             TxnOutcome::Committed { revision } => return Ok(revision),
@@ -137,6 +149,11 @@ impl Objects {
                 (Some(_), None) => StoreError::NotFound(key.into()),
                 (Some(expected), actual) => StoreError::Conflict { key: key.into(), expected, actual },
             },
+            TxnOutcome::CompareFailed { index: 1, .. } if guard.is_some() => {
+                return Err(ApiError::Conflict(format!(
+                    "what {kind} {name:?} was checked against changed meanwhile; try again"
+                )));
+            }
             TxnOutcome::CompareFailed { .. } => {
                 let term = self.fence.as_ref().map_or(0, |(fence, metrics)| {
                     metrics.fenced_writes.fetch_add(1, Ordering::Relaxed);
@@ -155,7 +172,7 @@ impl Objects {
     /// at `expected` (None: absent), and the fence must hold.
     pub async fn put_key(&self, key: &str, expected: Option<Revision>, value: Vec<u8>) -> Result<Revision, ApiError> {
         let put = Op::Put { key: key.into(), value };
-        self.commit(("key", key), key, expected, Vec::new(), put).await
+        self.commit(("key", key), key, expected, (None, Vec::new()), put).await
     }
 
     pub fn store(&self) -> &Store {
@@ -187,7 +204,7 @@ impl Objects {
         &self,
         prepared: Prepared<S>,
         dry_run: bool,
-        ops: Vec<Op>,
+        (guard, ops): (Option<&Guard>, Vec<Op>),
     ) -> Result<Object<S>, ApiError> {
         let mut object = prepared.object;
         let name = object.metadata.name.clone();
@@ -198,7 +215,7 @@ impl Objects {
                 .map_err(|e| ApiError::from_store(S::KIND, &name, e))?
         } else {
             let put = Op::Put { key: key.clone(), value: encode(&object) };
-            self.commit((S::KIND, &name), &key, prepared.expected_revision, ops, put).await?
+            self.commit((S::KIND, &name), &key, prepared.expected_revision, (guard, ops), put).await?
         };
         object.metadata.resource_version = Some(revision.to_string());
         Ok(object)
@@ -236,7 +253,18 @@ impl Objects {
         let uid = uuid::Uuid::now_v7().to_string();
         let prepared = lifecycle::prepare_create(object, uid, now(), keep_status)
             .map_err(|e| ApiError::invalid(S::KIND, &name, e))?;
-        self.write(prepared, dry_run, Vec::new()).await
+        self.write(prepared, dry_run, (None, Vec::new())).await
+    }
+
+    /// Creates an object only if `guard` is still as it was read (and
+    /// moves the guard, in the same transaction): what the caller checked
+    /// before, keyed by the guard, has not changed meanwhile. A moved
+    /// guard is a 409 to retry.
+    pub async fn create_guarded<S: Resource>(&self, object: Object<S>, guard: &Guard) -> Result<Object<S>, ApiError> {
+        let name = object.metadata.name.clone();
+        let prepared = lifecycle::prepare_create(object, uuid::Uuid::now_v7().to_string(), now(), false)
+            .map_err(|e| ApiError::invalid(S::KIND, &name, e))?;
+        self.write(prepared, false, (Some(guard), Vec::new())).await
     }
 
     /// Replaces metadata and spec (the status is kept).
@@ -244,7 +272,7 @@ impl Objects {
         let name = object.metadata.name.clone();
         let old = self.require::<S>(&name).await?;
         let prepared = lifecycle::prepare_update(&old, object).map_err(|e| ApiError::invalid(S::KIND, &name, e))?;
-        self.write(prepared, dry_run, Vec::new()).await
+        self.write(prepared, dry_run, (None, Vec::new())).await
     }
 
     /// Creates `object` (no resourceVersion) or updates it, with `ops`
@@ -259,7 +287,7 @@ impl Objects {
             lifecycle::prepare_update(&old, object)
         }
         .map_err(|e| ApiError::invalid(S::KIND, &name, e))?;
-        self.write(prepared, false, ops).await
+        self.write(prepared, false, (None, ops)).await
     }
 
     /// Replaces the status (everything else is kept).
@@ -271,7 +299,7 @@ impl Objects {
         let old = self.require::<S>(&name).await?;
         let prepared =
             lifecycle::prepare_status_update(&old, object).map_err(|e| ApiError::invalid(S::KIND, &name, e))?;
-        self.write(prepared, dry_run, Vec::new()).await
+        self.write(prepared, dry_run, (None, Vec::new())).await
     }
 
     /// Replaces metadata and spec, or the status.
@@ -370,7 +398,8 @@ impl Objects {
         }
         let last = decode_value(&current.value, &current.key, current.mod_revision)?;
         if !dry_run {
-            self.commit((kind, name), &key, Some(expected), Vec::new(), Op::Delete { key: key.clone() }).await?;
+            self.commit((kind, name), &key, Some(expected), (None, Vec::new()), Op::Delete { key: key.clone() })
+                .await?;
         }
         Ok(last)
     }

@@ -95,10 +95,9 @@ impl KindOps for CommandKind {
     }
 
     async fn create(&self, objects: &Objects, body: Value, dry_run: bool) -> Result<Value, ApiError> {
-        let mut object = parse::<CommandSpec>(body, None)?;
+        let object = parse::<CommandSpec>(body, None)?;
         object.validate().map_err(|e| ApiError::invalid(CommandSpec::KIND, &object.metadata.name, e))?;
-        crate::commands::admit(objects, &mut object).await?;
-        Ok(objects.create(object, false, dry_run).await?.to_json_value())
+        Ok(crate::commands::create(objects, object, dry_run).await?.to_json_value())
     }
 
     async fn replace(

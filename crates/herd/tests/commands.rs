@@ -474,3 +474,25 @@ async fn a_member_migrates_with_its_volumes_and_the_source_copy_goes_only_after(
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn of_commands_created_at_once_on_one_member_exactly_one_is_admitted() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(&dir.path().join("server"));
+    let creations = (0..12).map(|i| {
+        let admin = server.admin();
+        tokio::spawn(async move {
+            let action = Action::DeleteVolume { member: "m1".into(), volume: "data".into() };
+            admin.create(&command(&format!("race-{i}"), "ghost", action)).await
+        })
+    });
+    let mut admitted = 0;
+    for outcome in futures_util::future::join_all(creations).await {
+        match outcome.unwrap() {
+            Ok(_) => admitted += 1,
+            Err(error) => assert!(error.to_string().contains("is held by command race-"), "{error}"),
+        }
+    }
+    assert_eq!(admitted, 1, "one Command holds the volume; the others were refused");
+    assert_eq!(server.admin().list::<CommandSpec>("").await.unwrap().len(), 1);
+}

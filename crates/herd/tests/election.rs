@@ -124,13 +124,18 @@ async fn one_leader_graceful_handover_and_takeover_after_a_crash(store: Option<&
     assert_eq!((leader.identity.as_str(), leader.term), (third.as_str(), 2), "two transitions since the first");
 }
 
+/// On PostgreSQL, the replicas' backend for real: a replica paused in the
+/// middle of a SQLite write would hold the file's write lock, and no other
+/// replica could write until it resumed (see README).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_paused_leader_is_fenced_steps_down_when_it_resumes_and_can_lead_again() {
+    let Some(schema) = common::PostgresSchema::create() else { return };
+    let store = Some(schema.url.as_str());
     let dir = tempfile::tempdir().unwrap();
     let probe = [&SHORT[..], &["--fencing-probe", "20ms"]].concat();
-    let a = TestServer::start_replica(dir.path(), "a", None, &probe);
+    let a = TestServer::start_replica(dir.path(), "a", store, &probe);
     eventually(Duration::from_secs(20), "a leads", || async { holder(&a).await.filter(|(h, _)| h == "a") }).await;
-    let b = TestServer::start_replica(dir.path(), "b", None, &probe);
+    let b = TestServer::start_replica(dir.path(), "b", store, &probe);
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     // Paused for longer than the lease: b takes over meanwhile.
@@ -166,7 +171,7 @@ async fn a_paused_leader_is_fenced_steps_down_when_it_resumes_and_can_lead_again
 
     // The store's record of the probe: three terms (a, b, a again), and no
     // write of one term after the first write of the next.
-    let store = Store::open(dir.path().join("herd.db").to_str().unwrap()).await.unwrap();
+    let store = Store::open(&schema.url).await.unwrap();
     let page = store.list(PROBE_PREFIX, &ListOptions::default(), |_| true).await.unwrap();
     let terms: Vec<(ProbeRecord, u64, u64)> = page
         .items
