@@ -156,13 +156,25 @@ async fn copies_survive_agent_kills_at_random_moments() {
     .await;
     let elapsed = started.elapsed();
     let moved = (0..copies).filter(|i| migrates(*i)).count();
-    eventually(Duration::from_secs(20), "migrated members running on the target", || async {
-        let target = admin.get::<NodeSpec>("target").await.ok()?;
-        let source = admin.get::<NodeSpec>("source").await.ok()?;
-        let running = target.status.members.iter().filter(|m| m.running).count();
-        (running == moved && source.status.members.is_empty()).then_some(())
-    })
-    .await;
+    let placement = || async {
+        let target = admin.get::<NodeSpec>("target").await.unwrap();
+        let source = admin.get::<NodeSpec>("source").await.unwrap();
+        let not_running: Vec<_> = target.status.members.iter().filter(|m| !m.running).map(|m| m.name.clone()).collect();
+        let left: Vec<_> = source.status.members.iter().map(|m| m.name.clone()).collect();
+        (target.status.members.len() - not_running.len(), not_running, left)
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (running, not_running, left) = placement().await;
+        if running == moved && left.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "migrated members: {running} of {moved} run on the target; not running there: {not_running:?}; still on the source: {left:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     if std::env::var_os("HERD_FAULT_DEBUG").is_some() {
         for event in admin.list::<herd_core::kinds::EventSpec>("").await.unwrap() {
             eprintln!(
