@@ -240,12 +240,13 @@ pub fn fill_volume(dir: &std::path::Path, seed: u64, files: usize, max_size: usi
 /// A server and two agents, n1 (data dir `a`) and n2 (data dir `b`, with
 /// `b_flags`), both Ready; members they start are killed on drop.
 struct TwoNodes {
-    _dir: tempfile::TempDir,
     server: TestServer,
     a_dir: std::path::PathBuf,
     b_dir: std::path::PathBuf,
+    // Dropped in this order: the agents, then their members, then the files.
     _agents: (common::Proc, common::Proc),
     _reapers: (MemberReaper, MemberReaper),
+    _dir: tempfile::TempDir,
 }
 
 async fn two_nodes(b_flags: &[&str]) -> TwoNodes {

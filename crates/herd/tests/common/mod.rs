@@ -216,12 +216,23 @@ pub struct MemberReaper(pub PathBuf);
 
 impl Drop for MemberReaper {
     fn drop(&mut self) {
-        let Ok(dirs) = std::fs::read_dir(self.0.join("members")) else { return };
-        for dir in dirs.flatten() {
-            let Ok(text) = std::fs::read_to_string(dir.path().join("member.json")) else { continue };
-            let Ok(record) = serde_json::from_str::<serde_json::Value>(&text) else { continue };
-            if let Some(pid) = record.pointer("/process/pid").and_then(serde_json::Value::as_u64) {
-                let _ = Command::new("kill").args(["-s", "KILL", "--", &format!("-{pid}")]).status();
+        let kill_group = |pid: u64| Command::new("kill").args(["-s", "KILL", "--", &format!("-{pid}")]).status();
+        if let Ok(dirs) = std::fs::read_dir(self.0.join("members")) {
+            for dir in dirs.flatten() {
+                let Ok(text) = std::fs::read_to_string(dir.path().join("member.json")) else { continue };
+                let Ok(record) = serde_json::from_str::<serde_json::Value>(&text) else { continue };
+                if let Some(pid) = record.pointer("/process/pid").and_then(serde_json::Value::as_u64) {
+                    let _ = kill_group(pid);
+                }
+            }
+        }
+        // A member started just before its agent was killed may never have
+        // been recorded: find it by its working directory, in the data dir.
+        let Ok(processes) = std::fs::read_dir("/proc") else { return };
+        for process in processes.flatten() {
+            let Some(pid) = process.file_name().to_str().and_then(|p| p.parse::<u64>().ok()) else { continue };
+            if std::fs::read_link(process.path().join("cwd")).is_ok_and(|cwd| cwd.starts_with(self.0.join("members"))) {
+                let _ = kill_group(pid);
             }
         }
     }
