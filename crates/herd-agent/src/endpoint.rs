@@ -59,6 +59,12 @@ struct EndpointState {
 /// An error answer: status and a message.
 struct Refusal(StatusCode, String);
 
+impl Refusal {
+    fn internal(error: impl std::fmt::Display) -> Self {
+        Refusal(StatusCode::INTERNAL_SERVER_ERROR, error.to_string())
+    }
+}
+
 impl IntoResponse for Refusal {
     fn into_response(self) -> Response {
         (self.0, Json(json!({ "message": self.1 }))).into_response()
@@ -81,16 +87,24 @@ impl EndpointState {
         }
     }
 
-    fn check_names(member: &str, volume: &str) -> Result<(), Refusal> {
+    /// Names that cannot leave the data dir: `(field, name)` pairs.
+    fn check_names(names: &[(&str, &str)]) -> Result<(), Refusal> {
         let mut errors = ValidationErrors::new();
-        check_name(&FieldPath::root("member"), member, &mut errors);
-        check_name(&FieldPath::root("volume"), volume, &mut errors);
+        for (field, name) in names {
+            check_name(&FieldPath::root(field), name, &mut errors);
+        }
         errors.into_result().map_err(|errors| Refusal(StatusCode::BAD_REQUEST, errors.to_string()))
+    }
+
+    /// A request about one member: the peer token, and a member name.
+    fn member_request(&self, headers: &HeaderMap, member: &str) -> Result<(), Refusal> {
+        self.authorize(headers)?;
+        Self::check_names(&[("member", member)])
     }
 
     /// The directory of an existing volume; the names are checked first.
     fn volume_dir(&self, member: &str, volume: &str) -> Result<std::path::PathBuf, Refusal> {
-        Self::check_names(member, volume)?;
+        Self::check_names(&[("member", member), ("volume", volume)])?;
         let dir = self.members.volume_dir(member, volume);
         if !dir.is_dir() {
             return Err(Refusal(
@@ -112,7 +126,7 @@ async fn manifest(
     let hashes = state.hashes.clone();
     let manifest = tokio::task::spawn_blocking(move || volumes::manifest_cached(&dir, &hashes))
         .await
-        .map_err(|e| Refusal(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+        .map_err(Refusal::internal)?
         .map_err(|e| Refusal(StatusCode::INTERNAL_SERVER_ERROR, format!("reading the volume: {e}")))?;
     Ok(Json(manifest).into_response())
 }
@@ -124,14 +138,14 @@ async fn staged(
     Path((member, volume)): Path<(String, String)>,
 ) -> Result<Response, Refusal> {
     state.authorize(&headers)?;
-    EndpointState::check_names(&member, &volume)?;
+    EndpointState::check_names(&[("member", &member), ("volume", &volume)])?;
     let dir = state.members.staging_dir(&member, &volume);
     if !dir.is_dir() {
         return Err(Refusal(StatusCode::NOT_FOUND, format!("no copy of {member}/{volume} is staged")));
     }
     let bytes = tokio::task::spawn_blocking(move || volumes::staged_bytes(&dir))
         .await
-        .map_err(|e| Refusal(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+        .map_err(Refusal::internal)?
         .map_err(|e| Refusal(StatusCode::INTERNAL_SERVER_ERROR, format!("reading the staged copy: {e}")))?;
     Ok(Json(json!({ "bytes": bytes })).into_response())
 }
@@ -142,12 +156,11 @@ async fn stop_member(
     headers: HeaderMap,
     Path(member): Path<String>,
 ) -> Result<Response, Refusal> {
-    state.authorize(&headers)?;
-    EndpointState::check_names(&member, "any")?;
+    state.member_request(&headers, &member)?;
     if state.members.record(&member).is_none() {
         return Err(Refusal(StatusCode::NOT_FOUND, format!("member {member} is not on {}", state.identity.node_name)));
     }
-    state.members.stop(&member).await.map_err(|e| Refusal(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    state.members.stop(&member).await.map_err(Refusal::internal)?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -166,8 +179,7 @@ async fn member_log(
     Path(member): Path<String>,
     Query(query): Query<LogQuery>,
 ) -> Result<Response, Refusal> {
-    state.authorize(&headers)?;
-    EndpointState::check_names(&member, "any")?;
+    state.member_request(&headers, &member)?;
     let stream = query.stream.as_deref().unwrap_or("stdout");
     if !matches!(stream, "stdout" | "stderr") {
         return Err(Refusal(StatusCode::BAD_REQUEST, format!("stream must be stdout or stderr, is {stream:?}")));
@@ -181,13 +193,9 @@ async fn member_log(
     };
     let length = file.metadata().await.map(|m| m.len()).unwrap_or(0);
     let from = length.saturating_sub(query.bytes.unwrap_or(64 * 1024));
-    file.seek(std::io::SeekFrom::Start(from))
-        .await
-        .map_err(|e| Refusal(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    file.seek(std::io::SeekFrom::Start(from)).await.map_err(Refusal::internal)?;
     let mut text = Vec::new();
-    tokio::io::AsyncReadExt::read_to_end(&mut file, &mut text)
-        .await
-        .map_err(|e| Refusal(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    tokio::io::AsyncReadExt::read_to_end(&mut file, &mut text).await.map_err(Refusal::internal)?;
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response())
 }
 
@@ -197,9 +205,8 @@ async fn forget_member(
     headers: HeaderMap,
     Path(member): Path<String>,
 ) -> Result<Response, Refusal> {
-    state.authorize(&headers)?;
-    EndpointState::check_names(&member, "any")?;
-    state.members.forget(&member).await.map_err(|e| Refusal(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    state.member_request(&headers, &member)?;
+    state.members.forget(&member).await.map_err(Refusal::internal)?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -230,11 +237,8 @@ async fn file(
         .and_then(|v| v.parse::<u64>().ok())
         .unwrap_or(0)
         .min(metadata.len());
-    let mut file =
-        tokio::fs::File::open(&path).await.map_err(|e| Refusal(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
-    file.seek(std::io::SeekFrom::Start(from))
-        .await
-        .map_err(|e| Refusal(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    let mut file = tokio::fs::File::open(&path).await.map_err(Refusal::internal)?;
+    file.seek(std::io::SeekFrom::Start(from)).await.map_err(Refusal::internal)?;
     let stream = tokio_util::io::ReaderStream::with_capacity(file, 2 << 20);
     let status = if from > 0 { StatusCode::PARTIAL_CONTENT } else { StatusCode::OK };
     Ok((status, [(header::CONTENT_LENGTH, (metadata.len() - from).to_string())], Body::from_stream(stream))

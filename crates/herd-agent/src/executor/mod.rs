@@ -300,17 +300,7 @@ impl Executor {
             return;
         }
         let left = entry.deadline.system_time().duration_since(SystemTime::now()).unwrap_or(Duration::ZERO);
-        let work = async {
-            match entry.spec.action.clone() {
-                Action::CopyVolume { member, volume, from_node } => {
-                    self.copy_volume(&mut entry, &member, &volume, &from_node).await
-                }
-                Action::MigrateMember { member, from_node, run } => {
-                    self.migrate(&mut entry, &member, &from_node, &run).await
-                }
-                _ => self.perform(&entry).await,
-            }
-        };
+        let work = self.perform(&mut entry);
         let outcome = tokio::select! {
             // The agent is stopping: the entry stays PROCESSING (or
             // PROCESSING_IN_BACKEND, its worker running on) in the journal,
@@ -459,9 +449,9 @@ impl Executor {
 
     /// Does the work of an action: its answer (which may say it failed,
     /// with details), or why it could not be done.
-    async fn perform(&self, entry: &Entry) -> Result<Answer, Failure> {
+    async fn perform(&self, entry: &mut Entry) -> Result<Answer, Failure> {
         let mut details = BTreeMap::new();
-        match &entry.spec.action {
+        match &entry.spec.action.clone() {
             Action::StartMember { member, run } => {
                 let instance = self.members.start(member, run.clone()).await.map_err(|e| e.to_string())?;
                 details.insert("instanceId".into(), instance.clone());
@@ -500,7 +490,10 @@ impl Executor {
                 details.insert("stderr".into(), outcome.stderr);
                 Ok(answer(outcome.code == 0, format!("the script exited with {}", outcome.code), details))
             }
-            Action::CopyVolume { .. } | Action::MigrateMember { .. } => Err("run by copy_volume and migrate".into()),
+            Action::CopyVolume { member, volume, from_node } => {
+                self.copy_volume(entry, member, volume, from_node).await
+            }
+            Action::MigrateMember { member, from_node, run } => self.migrate(entry, member, from_node, run).await,
         }
     }
 }
