@@ -14,6 +14,15 @@ use crate::credentials::CredentialStore;
 use crate::executor::Executor;
 
 const RETRY: Duration = Duration::from_secs(1);
+/// How often to look again for the node's credentials before it joined:
+/// Commands may be waiting for it the moment it has.
+const JOIN_POLL: Duration = Duration::from_millis(20);
+
+/// Why a list-and-watch ended.
+enum Ended {
+    NotJoined,
+    Failed(String),
+}
 
 pub async fn run(
     client: Client,
@@ -27,25 +36,40 @@ pub async fn run(
             _ = stop.cancelled() => return,
             outcome = watch_once(&client, &store, &node, &executor) => outcome,
         };
-        if let Err(reason) = outcome {
-            tracing::debug!(%reason, "watching this node's commands; retrying");
-        }
+        let pause = match outcome {
+            Ended::NotJoined => JOIN_POLL,
+            Ended::Failed(reason) => {
+                tracing::debug!(%reason, "watching this node's commands; retrying");
+                RETRY
+            }
+        };
         tokio::select! {
             _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(RETRY) => {}
+            _ = tokio::time::sleep(pause) => {}
         }
     }
 }
 
 /// One list-and-watch, until the watch ends.
-async fn watch_once(
+async fn watch_once(client: &Client, store: &CredentialStore, node: &str, executor: &Arc<Executor>) -> Ended {
+    let credentials = match store.load(node) {
+        Ok(Some(credentials)) => credentials,
+        Ok(None) => return Ended::NotJoined,
+        Err(error) => return Ended::Failed(error.to_string()),
+    };
+    match list_and_watch(client, credentials.node_token, node, executor).await {
+        Ok(()) => Ended::Failed("the watch stream ended".into()),
+        Err(reason) => Ended::Failed(reason),
+    }
+}
+
+async fn list_and_watch(
     client: &Client,
-    store: &CredentialStore,
+    node_token: String,
     node: &str,
     executor: &Arc<Executor>,
 ) -> Result<(), String> {
-    let credentials = store.load(node).map_err(|e| e.to_string())?.ok_or("the node has not joined yet")?;
-    let client = client.with_token(Some(credentials.node_token));
+    let client = client.with_token(Some(node_token));
     let list = client.node_commands(node).await.map_err(|e| e.to_string())?;
     for command in list.items {
         executor.accept(command);
@@ -63,5 +87,5 @@ async fn watch_once(
             WatchEventType::Deleted | WatchEventType::Bookmark => {}
         }
     }
-    Err("the watch stream ended".into())
+    Ok(())
 }

@@ -13,6 +13,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use axum::serve::ListenerExt;
 use herd_core::ValidationErrors;
 use herd_core::validation::{FieldPath, check_name};
 use serde::Deserialize;
@@ -237,12 +238,44 @@ async fn file(
         .and_then(|v| v.parse::<u64>().ok())
         .unwrap_or(0)
         .min(metadata.len());
-    let mut file = tokio::fs::File::open(&path).await.map_err(Refusal::internal)?;
-    file.seek(std::io::SeekFrom::Start(from)).await.map_err(Refusal::internal)?;
-    let stream = tokio_util::io::ReaderStream::with_capacity(file, 2 << 20);
+    let file = std::fs::File::open(&path).map_err(Refusal::internal)?;
+    let mut chunks = read_chunks(file, from);
+    let stream = futures_util::stream::poll_fn(move |cx| chunks.poll_recv(cx));
     let status = if from > 0 { StatusCode::PARTIAL_CONTENT } else { StatusCode::OK };
     Ok((status, [(header::CONTENT_LENGTH, (metadata.len() - from).to_string())], Body::from_stream(stream))
         .into_response())
+}
+
+/// Bytes read from a served file at once.
+const SERVED_CHUNK: usize = 2 << 20;
+
+/// Reads `file` from `from` on, on a blocking thread, straight into the
+/// chunks the response sends (no copy in between); a few chunks ahead.
+fn read_chunks(mut file: std::fs::File, from: u64) -> tokio::sync::mpsc::Receiver<std::io::Result<bytes::Bytes>> {
+    use std::io::{Read, Seek};
+    let (chunks, received) = tokio::sync::mpsc::channel(4);
+    tokio::task::spawn_blocking(move || {
+        if let Err(error) = file.seek(std::io::SeekFrom::Start(from)) {
+            let _ = chunks.blocking_send(Err(error));
+            return;
+        }
+        loop {
+            // `read_to_end` fills the spare capacity without zeroing it first.
+            let mut chunk = Vec::with_capacity(SERVED_CHUNK);
+            match (&mut file).take(SERVED_CHUNK as u64).read_to_end(&mut chunk) {
+                Ok(0) => return,
+                Ok(_) => {}
+                Err(error) => {
+                    let _ = chunks.blocking_send(Err(error));
+                    return;
+                }
+            }
+            if chunks.blocking_send(Ok(bytes::Bytes::from(chunk))).is_err() {
+                return;
+            }
+        }
+    });
+    received
 }
 
 /// Starts serving; returns the address actually bound.
@@ -272,9 +305,19 @@ pub async fn serve(
         .route("/volumes/{member}/{volume}/staged", get(staged))
         .with_state(state);
     tokio::spawn(async move {
-        if let Err(error) = axum::serve(listener, router).with_graceful_shutdown(stop.cancelled_owned()).await {
+        if let Err(error) =
+            axum::serve(listener.tap_io(no_delay), router).with_graceful_shutdown(stop.cancelled_owned()).await
+        {
             tracing::error!(%error, "agent endpoint failed");
         }
     });
     Ok(addr)
+}
+
+/// Sends small responses at once: without it, a response written in two
+/// parts waits for the peer's delayed acknowledgement (40 ms on Linux).
+fn no_delay(stream: &mut tokio::net::TcpStream) {
+    if let Err(error) = stream.set_nodelay(true) {
+        tracing::debug!(%error, "could not set TCP_NODELAY");
+    }
 }

@@ -22,7 +22,7 @@ use crate::{AgentError, Identity};
 const FIRST_RETRY: Duration = Duration::from_millis(250);
 const MAX_RETRY: Duration = Duration::from_secs(4);
 /// A journal change is reported after this pause, with whatever else changed.
-const REPORT_PAUSE: Duration = Duration::from_millis(50);
+const REPORT_PAUSE: Duration = Duration::from_millis(10);
 
 /// Doubling delays between failed attempts, capped.
 struct Backoff {
@@ -130,7 +130,7 @@ impl Heartbeat {
                         let period = joined.heartbeat_period.get();
                         backoff.reset();
                         tracing::info!(node = %name, "joined the cluster");
-                        if !sleep_until(started + period, &stop).await {
+                        if !sleep_or_report(started + period, &executor, &stop).await {
                             break;
                         }
                     }

@@ -51,6 +51,12 @@ pub struct MemberRecord {
     /// The current run, when one was started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub process: Option<Running>,
+    /// A run being started: recorded before the spawn, so that an agent
+    /// killed before it recorded the run's pid finds the process again
+    /// (by `HERD_INSTANCE_ID` in its environment) instead of starting a
+    /// second one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launching: Option<Launching>,
     /// Starts after the first.
     #[serde(default)]
     pub restarts: u32,
@@ -64,6 +70,13 @@ pub struct Running {
     pub instance_id: String,
     pub pid: u32,
     pub start_ticks: u64,
+    pub started_at: Timestamp,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Launching {
+    pub instance_id: String,
     pub started_at: Timestamp,
 }
 
@@ -97,7 +110,7 @@ impl Members {
         for item in std::fs::read_dir(&root).map_err(io)? {
             let path = item.map_err(io)?.path().join("member.json");
             let Ok(text) = std::fs::read(&path) else { continue };
-            let record: MemberRecord = match serde_json::from_slice(&text) {
+            let mut record: MemberRecord = match serde_json::from_slice(&text) {
                 Ok(record) => record,
                 Err(error) => {
                     tracing::error!(path = %path.display(), %error, "a member record does not parse; left as is");
@@ -105,8 +118,19 @@ impl Members {
                 }
             };
             let name = record.name.clone();
+            let launched = record.launching.take();
+            if let Some(process) = launched.as_ref().and_then(find_launched) {
+                tracing::info!(member = %name, instance = %process.instance_id, pid = process.pid, "found a member started just before the agent stopped");
+                if record.process.is_some() {
+                    record.restarts += 1;
+                }
+                record.process = Some(process);
+            }
             let alive = record.process.as_ref().is_some_and(|p| procs::is_alive(p.pid, p.start_ticks));
             members.lock().insert(name.clone(), Slot { record: record.clone(), generation: 0 });
+            if launched.is_some() {
+                members.persist(&name)?;
+            }
             match (alive, record.wanted) {
                 (true, _) => {
                     let process = record.process.clone().expect("alive implies a process");
@@ -161,6 +185,7 @@ impl Members {
                 run,
                 wanted: true,
                 process: None,
+                launching: None,
                 restarts: slots.get(member).map_or(0, |s| s.record.restarts),
                 last_exit: None,
             };
@@ -181,6 +206,11 @@ impl Members {
         let dir = self.member_dir(member);
         std::fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
         let instance_id = uuid::Uuid::now_v7().to_string();
+        let started_at = now();
+        if let Some(slot) = self.lock().get_mut(member) {
+            slot.record.launching = Some(Launching { instance_id: instance_id.clone(), started_at });
+        }
+        self.persist(member)?;
         let mut command = tokio::process::Command::new(&run.command[0]);
         command.args(&run.command[1..]).current_dir(&dir).envs(&run.env);
         command.env("HERD_MEMBER", member).env("HERD_INSTANCE_ID", &instance_id);
@@ -206,7 +236,7 @@ impl Members {
             instance_id: instance_id.clone(),
             pid,
             start_ticks: procs::start_ticks(pid).unwrap_or_default(),
-            started_at: now(),
+            started_at,
         };
         let generation = {
             let mut slots = self.lock();
@@ -215,6 +245,7 @@ impl Members {
                 slot.record.restarts += 1;
             }
             slot.record.process = Some(process.clone());
+            slot.record.launching = None;
             slot.generation += 1;
             slot.generation
         };
@@ -379,6 +410,18 @@ impl Members {
     }
 }
 
+/// The process of a run that was being started, if it runs: it leads its
+/// own group and carries the run's instance id.
+fn find_launched(launching: &Launching) -> Option<Running> {
+    let pid = procs::find_group_leader_by_env("HERD_INSTANCE_ID", &launching.instance_id)?;
+    Some(Running {
+        instance_id: launching.instance_id.clone(),
+        pid,
+        start_ticks: procs::start_ticks(pid)?,
+        started_at: launching.started_at,
+    })
+}
+
 /// Ends the processes of every member recorded in `data_dir` (SIGTERM to
 /// each group, SIGKILL after the grace period), as a host shutdown would,
 /// leaving the records: the next agent start brings wanted members back
@@ -390,7 +433,8 @@ pub async fn stop_processes(data_dir: &Path) -> usize {
         .flatten()
         .filter_map(|dir| std::fs::read(dir.path().join("member.json")).ok())
         .filter_map(|text| serde_json::from_slice::<MemberRecord>(&text).ok())
-        .filter_map(|record| record.process)
+        .flat_map(|record| [record.process, record.launching.as_ref().and_then(find_launched)])
+        .flatten()
         .filter(|p| procs::is_alive(p.pid, p.start_ticks))
         .collect();
     for process in &running {
@@ -478,6 +522,56 @@ mod tests {
         assert!(!members.report()[0].running);
         assert!(members.volume_dir("m1", "data").join("starts").exists(), "stopping keeps volumes");
         stop.cancel();
+    }
+
+    #[tokio::test]
+    async fn a_member_started_just_before_the_agent_was_killed_is_found_not_started_twice() {
+        use std::os::unix::process::CommandExt;
+        let dir = tempfile::tempdir().unwrap();
+        let stop = CancellationToken::new();
+        let members = Members::open(dir.path(), stop.clone()).await.unwrap();
+        let volumes = vec![VolumeSpec { name: "data".into(), persistent: true }];
+        let script = "echo started >> \"$HERD_VOLUME_DATA/starts\"; exec sleep 60";
+        let first = members.start("m1", run(script, volumes)).await.unwrap();
+        let starts = members.volume_dir("m1", "data").join("starts");
+        let count = || std::fs::read_to_string(&starts).unwrap_or_default().lines().count();
+        eventually("the first run started", || count() == 1).await;
+        let first_pid = members.report()[0].pid.unwrap();
+        stop.cancel();
+
+        // The first run dies and the agent starts a second one, but is
+        // killed after the spawn and before recording its pid: the record
+        // holds only the new instance id, marked as being launched.
+        procs::signal_group(first_pid, libc::SIGKILL).unwrap();
+        eventually("the first run died", || procs::start_ticks(first_pid).is_none()).await;
+        let mut record = members.record("m1").unwrap();
+        let launching = Launching { instance_id: uuid::Uuid::now_v7().to_string(), started_at: now() };
+        record.launching = Some(launching.clone());
+        write_atomic(&members.member_dir("m1").join("member.json"), &serde_json::to_vec(&record).unwrap(), 0o644)
+            .unwrap();
+        let mut second = std::process::Command::new("sh")
+            .args(["-c", script])
+            .env("HERD_INSTANCE_ID", &launching.instance_id)
+            .env("HERD_VOLUME_DATA", members.volume_dir("m1", "data"))
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        eventually("the second run started", || count() == 2).await;
+
+        let stop = CancellationToken::new();
+        let members = Members::open(dir.path(), stop.clone()).await.unwrap();
+        let report = members.report()[0].clone();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let runs = count();
+        let _ = second.kill();
+        let _ = second.wait();
+        stop.cancel();
+        assert_eq!(report.instance_id.as_deref(), Some(launching.instance_id.as_str()), "{report:?}");
+        assert_ne!(report.instance_id.as_deref(), Some(first.as_str()));
+        assert_eq!(report.pid, Some(second.id()));
+        assert!(report.running);
+        assert_eq!(runs, 2, "no third run was started");
+        assert_eq!(members.record("m1").unwrap().launching, None, "the record now holds the found run");
     }
 
     #[tokio::test]

@@ -1,6 +1,6 @@
 //! Processes the agent may not be the parent of: liveness by pid and start
-//! time (a recycled pid has another start time), and signals to process
-//! groups.
+//! time (a recycled pid has another start time), signals to process
+//! groups, and finding a group leader by its environment.
 
 /// The start time of process `pid` in clock ticks since boot, None when
 /// it does not exist or is a zombie.
@@ -37,6 +37,24 @@ pub fn signal_group(pid: u32, signal: i32) -> std::io::Result<()> {
     }
 }
 
+/// The process that leads its own process group and whose environment
+/// holds `key=value`: how a member started just before its agent was
+/// killed (and never recorded with its pid) is found again by its
+/// instance id.
+pub fn find_group_leader_by_env(key: &str, value: &str) -> Option<u32> {
+    let wanted = format!("{key}={value}").into_bytes();
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
+        let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+        let environ = std::fs::read(entry.path().join("environ")).ok()?;
+        if !environ.split(|b| *b == 0).any(|pair| pair == wanted.as_slice()) {
+            return None;
+        }
+        // SAFETY: getpgid(2) takes an integer and touches no memory of ours.
+        let leads = unsafe { libc::getpgid(libc::pid_t::try_from(pid).ok()?) } == libc::pid_t::try_from(pid).ok()?;
+        (leads && start_ticks(pid).is_some()).then_some(pid)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -48,5 +66,24 @@ mod tests {
         assert!(is_alive(me, ticks));
         assert!(!is_alive(me, ticks + 1), "a recycled pid is told apart by its start time");
         assert_eq!(start_ticks(u32::MAX), None);
+    }
+
+    #[test]
+    fn a_group_leader_is_found_by_its_environment() {
+        use std::os::unix::process::CommandExt;
+        let marker = uuid::Uuid::now_v7().to_string();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .env("HERD_TEST_MARKER", &marker)
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let found = find_group_leader_by_env("HERD_TEST_MARKER", &marker);
+        let other = find_group_leader_by_env("HERD_TEST_MARKER", "someone-else");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(found, Some(child.id()));
+        assert_eq!(other, None);
+        assert_eq!(find_group_leader_by_env("HERD_TEST_MARKER", &marker), None, "a dead process is not found");
     }
 }

@@ -105,7 +105,7 @@ async fn copy(job: &CopyJob) -> Result<Answer, String> {
     if again.as_ref().map(|m| &m.checksum) != Some(&manifest.checksum) {
         return Err(format!("volume {member}/{volume} changed on the source during the copy"));
     }
-    sync_filesystem(&job.staging).map_err(|e| format!("syncing the copy: {e}"))?;
+    sync_directories(&job.staging).map_err(|e| format!("syncing the copy: {e}"))?;
     install(&job.staging, &job.destination).map_err(|e| format!("moving the copy into place: {e}"))?;
     Ok(done(job, &manifest, fetched))
 }
@@ -182,6 +182,10 @@ async fn fetch(
         volumes::hash_into(target, &mut hasher).map_err(|e| format!("hashing {}: {e}", target.display()))?;
     }
     if from == size {
+        // Fetched whole by an earlier attempt, perhaps not yet on disk.
+        std::fs::File::open(target)
+            .and_then(|file| file.sync_data())
+            .map_err(|e| format!("syncing {}: {e}", target.display()))?;
         return Ok((0, size, hasher.finalize().to_hex().to_string()));
     }
     let file = std::fs::OpenOptions::new()
@@ -198,16 +202,26 @@ async fn fetch(
     let (chunks, mut received) = tokio::sync::mpsc::channel::<bytes::Bytes>(64);
     let shown = target.display().to_string();
     let writer = tokio::task::spawn_blocking(move || {
-        // The network hands over small chunks: write in large ones.
-        let mut file = std::io::BufWriter::with_capacity(1 << 20, file);
+        // Chunks as large as the buffer (most are: a few hundred KiB) are
+        // written straight from the network's buffer; small ones are
+        // gathered first.
+        let mut file = std::io::BufWriter::with_capacity(64 << 10, file);
         let mut written = 0u64;
+        let mut flushing = 0u64;
         while let Some(chunk) = received.blocking_recv() {
             file.write_all(&chunk).map_err(|e| format!("writing {shown}: {e}"))?;
             hasher.update(&chunk);
             written += chunk.len() as u64;
+            if written - flushing >= WRITEBACK_WINDOW {
+                file.flush().map_err(|e| format!("writing {shown}: {e}"))?;
+                start_writeback(file.get_ref(), from + flushing, written - flushing);
+                flushing = written;
+            }
         }
-        // Flushed to disk, with every other file, before the copy is installed.
         file.flush().map_err(|e| format!("writing {shown}: {e}"))?;
+        // On disk before the copy is installed; most of it is already
+        // written by now.
+        file.get_ref().sync_data().map_err(|e| format!("syncing {shown}: {e}"))?;
         Ok::<_, String>((written, hasher))
     });
     let mut body = response.bytes_stream();
@@ -222,6 +236,21 @@ async fn fetch(
     drop(chunks);
     let (fetched, hasher) = writer.await.map_err(|e| format!("writing {}: {e}", target.display()))??;
     Ok((fetched, from + fetched, hasher.finalize().to_hex().to_string()))
+}
+
+/// Written bytes after which the disk is asked to start writing them.
+const WRITEBACK_WINDOW: u64 = 8 << 20;
+
+/// Asks the kernel to start writing a range of `file` to disk without
+/// waiting for it: the disk writes while the network receives, and the
+/// sync at the end finds little left to do.
+fn start_writeback(file: &std::fs::File, offset: u64, length: u64) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a descriptor we hold open; the call only starts writeback.
+    // A failure is harmless: the final sync writes what this did not.
+    unsafe {
+        libc::sync_file_range(file.as_raw_fd(), offset as i64, length as i64, libc::SYNC_FILE_RANGE_WRITE);
+    }
 }
 
 /// Keeps a copy (all its files together) under its bandwidth limit.
@@ -258,13 +287,18 @@ fn remove_extra_files(staging: &Path, manifest: &VolumeManifest) -> std::io::Res
     Ok(())
 }
 
-/// Flushes the filesystem holding `dir` (every staged file at once, as
-/// `sync -f` does): cheaper than a sync per file, and as durable.
-fn sync_filesystem(dir: &Path) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let handle = std::fs::File::open(dir)?;
-    // SAFETY: syncfs takes a descriptor we hold open for the call.
-    if unsafe { libc::syncfs(handle.as_raw_fd()) } == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+/// Syncs every directory of the staging copy (its files are synced as
+/// they are completed), so that the names are on disk before the rename.
+/// Only this copy's: a whole-filesystem sync would wait for whatever else
+/// is writing to the disk.
+fn sync_directories(dir: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            sync_directories(&entry.path())?;
+        }
+    }
+    std::fs::File::open(dir)?.sync_all()
 }
 
 /// Renames the verified copy into place, replacing what was there.

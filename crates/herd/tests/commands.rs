@@ -347,7 +347,7 @@ async fn an_agent_cut_off_from_the_server_cancels_its_copy_and_reports_after_rec
     let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
     let _reap = (MemberReaper(a_dir.clone()), MemberReaper(b_dir.clone()));
     let _a = common::start_agent_with(&server.url, &a_dir, "n1", &[]);
-    let flags = ["--disconnect-grace", "1s", "--copy-mib-per-sec", "4"];
+    let flags = ["--disconnect-grace", "1s", "--copy-mib-per-sec", "1"];
     let _b = common::start_agent_with(&server.url, &b_dir, "n2", &flags);
     for name in ["n1", "n2"] {
         eventually(Duration::from_secs(15), "both nodes Ready", || async {
