@@ -175,6 +175,17 @@ async fn copies_survive_agent_kills_at_random_moments() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // No member runs twice (an agent killed between starting a member and
+    // recording it must find that process again, not start another), and
+    // none is left running on the source.
+    let mut on_target: Vec<String> =
+        common::member_processes(&target_dir).into_iter().map(|(_, member)| member).collect();
+    on_target.sort();
+    let distinct = on_target.iter().collect::<std::collections::BTreeSet<_>>().len();
+    assert_eq!(distinct, moved, "members with a process on the target: {on_target:?}");
+    assert_eq!(on_target.len(), moved, "a member runs more than once on the target: {on_target:?}");
+    let on_source = common::member_processes(&source_dir);
+    assert!(on_source.is_empty(), "processes of moved members still on the source: {on_source:?}");
     if std::env::var_os("HERD_FAULT_DEBUG").is_some() {
         for event in admin.list::<herd_core::kinds::EventSpec>("").await.unwrap() {
             eprintln!(

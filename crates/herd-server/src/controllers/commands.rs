@@ -1,7 +1,8 @@
 //! The command controller (leader only): issues new Commands to their
 //! agents in this leader's term, and runs the decision table of
 //! `herd_core::reconcile` on every unsettled one: waits, marks it timed
-//! out, reconciles it, or gives it up, each time saying why.
+//! out, reconciles it, or gives it up, each time saying why. Copies are
+//! reconciled side by side; everything else one at a time.
 //!
 //! Time is judged on this process's monotonic clock from when it first saw
 //! a Command's status as it is (as the node controller judges heartbeats):
@@ -10,7 +11,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use herd_client::PeerClient;
+use herd_client::{ClientError, PeerClient};
 use herd_core::kinds::{Action, Answer, ClusterConfigSpec, Command, CommandSpec, EventType, ManagementState, NodeSpec};
 use herd_core::reconcile::{CommandView, CopyVerdict, DestinationLook, Step, copy_verdict, decide};
 use tokio::time::Instant;
@@ -24,6 +25,10 @@ use crate::reflector::Reflector;
 
 /// Between the two looks at a copy's destination.
 const SECOND_LOOK: Duration = Duration::from_secs(1);
+/// Copies reconciled side by side: each waits a second between its two
+/// looks and only reads from the agents, so hundreds of interrupted copies
+/// (a host that went down) do not take hundreds of seconds.
+const COPIES_AT_ONCE: usize = 16;
 
 /// When this controller first saw each Command's status as it is now, and
 /// its current attempt issued.
@@ -69,15 +74,21 @@ impl CommandController {
             _ = stop.cancelled() => return,
             _ = async { self.commands.synced().await; self.nodes.synced().await; self.config.synced().await } => {}
         }
-        let mut sightings = Sightings::default();
+        let sightings = std::sync::Mutex::new(Sightings::default());
         let mut changes = self.commands.changes();
         loop {
             let settings = cluster_config(&self.config).commands;
-            for command in self.commands.list() {
-                if let Err(error) = self.look_at(&command, &mut sightings).await {
-                    tracing::warn!(%error, command = %command.metadata.name, "command controller");
-                }
+            let (copies, others): (Vec<Command>, Vec<Command>) =
+                self.commands.list().into_iter().partition(|c| matches!(c.spec.action, Action::CopyVolume { .. }));
+            // Everything else one at a time: a migration's steps touch
+            // members on two nodes.
+            for command in &others {
+                self.look_at_logged(command, &sightings).await;
             }
+            futures_util::StreamExt::for_each_concurrent(futures_util::stream::iter(&copies), COPIES_AT_ONCE, |c| {
+                self.look_at_logged(c, &sightings)
+            })
+            .await;
             tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = tokio::time::sleep(settings.reconcile_interval.get()) => {}
@@ -86,7 +97,13 @@ impl CommandController {
         }
     }
 
-    async fn look_at(&self, command: &Command, sightings: &mut Sightings) -> Result<(), ApiError> {
+    async fn look_at_logged(&self, command: &Command, sightings: &std::sync::Mutex<Sightings>) {
+        if let Err(error) = self.look_at(command, sightings).await {
+            tracing::warn!(%error, command = %command.metadata.name, "command controller");
+        }
+    }
+
+    async fn look_at(&self, command: &Command, sightings: &std::sync::Mutex<Sightings>) -> Result<(), ApiError> {
         if command.status.state_by_management.is_settled() {
             return Ok(());
         }
@@ -96,11 +113,15 @@ impl CommandController {
         let node = self.nodes.get(&command.spec.node);
         let settings = cluster_config(&self.config).commands;
         let now_mono = Instant::now();
+        let (since_update, since_issued) = {
+            let mut sightings = sightings.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            (sightings.since_update(command, now_mono), sightings.since_issued(command, now_mono))
+        };
         let view = CommandView {
             management: command.status.state_by_management,
             agent: command.status.state_by_agent,
-            since_update: sightings.since_update(command, now_mono),
-            since_issued: sightings.since_issued(command, now_mono),
+            since_update,
+            since_issued,
             timeout: command.spec.timeout(),
             retry_count: command.status.retry_count,
             host_up: node.is_some_and(|n| n.status.ready),
@@ -256,7 +277,14 @@ impl CommandController {
                         false,
                         format!("neither {from_node} nor {} has volume {member}/{volume}", command.spec.node),
                     ),
-                    Err(error) => Finding::Unknown(error),
+                    // An agent of a Ready node that does not answer is most
+                    // likely restarting (its next heartbeat brings its new
+                    // endpoint): look again soon, without counting it as a
+                    // failed reconciliation, whose pause grows each time.
+                    Err(LookError { unreachable: true, message }) if node.as_ref().is_some_and(|n| n.status.ready) => {
+                        Finding::Later(format!("{message} (it may be restarting)"))
+                    }
+                    Err(error) => Finding::Unknown(error.message),
                 }
             }
             Action::DeleteVolume { member, volume } => {
@@ -293,22 +321,31 @@ impl CommandController {
         from: &str,
         member: &str,
         volume: &str,
-    ) -> Result<(CopyVerdict, String), String> {
-        let token = crate::auth::peer_token(self.objects.store()).await.map_err(|e| e.to_string())?;
+    ) -> Result<(CopyVerdict, String), LookError> {
+        let token = crate::auth::peer_token(self.objects.store())
+            .await
+            .map_err(|e| LookError { unreachable: false, message: e.to_string() })?;
         let agent = |node: &str| {
             let address = self
                 .nodes
                 .get(node)
                 .and_then(|n| n.status.address)
-                .ok_or(format!("node {node} has no agent endpoint"))?;
-            Ok::<_, String>(PeerClient::new(&address, &token))
+                .ok_or(LookError { unreachable: false, message: format!("node {node} has no agent endpoint") })?;
+            Ok::<_, LookError>(PeerClient::new(&address, &token))
+        };
+        let asking = |node: &str| {
+            let node = node.to_string();
+            move |error: ClientError| LookError {
+                unreachable: matches!(error, ClientError::AgentUnreachable { .. }),
+                message: format!("asking {node}: {error}"),
+            }
         };
         let (source, destination) = (agent(from)?, agent(to)?);
-        let source = source.manifest(member, volume).await.map_err(|e| format!("asking {from}: {e}"))?;
+        let source = source.manifest(member, volume).await.map_err(asking(from))?;
         let look = async || {
-            let manifest = destination.manifest(member, volume).await.map_err(|e| format!("asking {to}: {e}"))?;
-            let staged = destination.staged(member, volume).await.map_err(|e| format!("asking {to}: {e}"))?;
-            Ok::<_, String>(DestinationLook { manifest, staged })
+            let manifest = destination.manifest(member, volume).await.map_err(asking(to))?;
+            let staged = destination.staged(member, volume).await.map_err(asking(to))?;
+            Ok::<_, LookError>(DestinationLook { manifest, staged })
         };
         let first = look().await?;
         tokio::time::sleep(SECOND_LOOK).await;
@@ -316,6 +353,13 @@ impl CommandController {
         let verdict = copy_verdict(source.as_ref(), &first, &second);
         Ok((verdict, second.manifest.map(|m| m.checksum).unwrap_or_default()))
     }
+}
+
+/// Why the agents could not be asked.
+struct LookError {
+    /// The agent did not answer at all (as opposed to answering wrongly).
+    unreachable: bool,
+    message: String,
 }
 
 /// What reconciling found.

@@ -226,14 +226,27 @@ impl Drop for MemberReaper {
                 }
             }
         }
-        // A member started just before its agent was killed may never have
+        // A member started just before its agent was killed may not have
         // been recorded: find it by its working directory, in the data dir.
-        let Ok(processes) = std::fs::read_dir("/proc") else { return };
-        for process in processes.flatten() {
-            let Some(pid) = process.file_name().to_str().and_then(|p| p.parse::<u64>().ok()) else { continue };
-            if std::fs::read_link(process.path().join("cwd")).is_ok_and(|cwd| cwd.starts_with(self.0.join("members"))) {
-                let _ = kill_group(pid);
-            }
+        for (pid, _) in member_processes(&self.0) {
+            let _ = kill_group(pid);
         }
     }
+}
+
+/// The processes working in a member directory of the agent data dir
+/// `data_dir`, with the member each belongs to (by its working directory),
+/// whether or not the agent recorded them.
+pub fn member_processes(data_dir: &std::path::Path) -> Vec<(u64, String)> {
+    let members = data_dir.join("members");
+    let Ok(processes) = std::fs::read_dir("/proc") else { return Vec::new() };
+    processes
+        .flatten()
+        .filter_map(|process| {
+            let pid = process.file_name().to_str()?.parse::<u64>().ok()?;
+            let cwd = std::fs::read_link(process.path().join("cwd")).ok()?;
+            let member = cwd.strip_prefix(&members).ok()?.iter().next()?.to_str()?.to_string();
+            Some((pid, member))
+        })
+        .collect()
 }
