@@ -44,28 +44,57 @@ pub struct HashCache(Mutex<HashMap<PathBuf, (u64, SystemTime, String)>>);
 /// The manifest of the volume in `dir`, hashing only files that changed
 /// since `cache` saw them.
 pub fn manifest_cached(dir: &Path, cache: &HashCache) -> std::io::Result<VolumeManifest> {
-    let mut listed = Vec::new();
-    for (path, metadata) in files(dir)? {
-        let full = dir.join(&path);
+    let listed = files(dir)?;
+    let known = |path: &Path, metadata: &std::fs::Metadata| -> std::io::Result<Option<String>> {
         let modified = metadata.modified()?;
-        let known = cache.0.lock().ok().and_then(|c| c.get(&full).cloned());
-        let hash = match known {
-            Some((size, time, hash)) if size == metadata.len() && time == modified => hash,
-            _ => {
-                let (size, hash) = hash_file(&full)?;
-                if let Ok(mut cache) = cache.0.lock() {
-                    cache.insert(full, (size, modified, hash.clone()));
-                }
-                hash
-            }
-        };
-        listed.push(ManifestFile { path, size: metadata.len(), blake3: hash });
+        let cached = cache.0.lock().ok().and_then(|c| c.get(path).cloned());
+        Ok(cached.filter(|(size, time, _)| *size == metadata.len() && *time == modified).map(|(_, _, hash)| hash))
+    };
+    let mut hashes = Vec::with_capacity(listed.len());
+    for (path, metadata) in &listed {
+        hashes.push(known(&dir.join(path), metadata)?);
     }
+    // Files not seen before are hashed on every core: a volume's first
+    // manifest is on the critical path of its first copy.
+    let unknown: Vec<usize> = (0..listed.len()).filter(|i| hashes[*i].is_none()).collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(unknown.len());
+    let hashed: Vec<(usize, u64, String)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut done = Vec::new();
+                    while let Some(&i) = unknown.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) {
+                        let (size, hash) = hash_file(&dir.join(&listed[i].0))?;
+                        done.push((i, size, hash));
+                    }
+                    Ok::<_, std::io::Error>(done)
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
+        for worker in workers {
+            all.extend(worker.join().map_err(|_| std::io::Error::other("a hashing thread panicked"))??);
+        }
+        Ok::<_, std::io::Error>(all)
+    })?;
+    for (i, size, hash) in hashed {
+        let (path, metadata) = &listed[i];
+        if let Ok(mut cache) = cache.0.lock() {
+            cache.insert(dir.join(path), (size, metadata.modified()?, hash.clone()));
+        }
+        hashes[i] = Some(hash);
+    }
+    let files: Vec<ManifestFile> = listed
+        .into_iter()
+        .zip(hashes)
+        .map(|((path, metadata), hash)| ManifestFile { path, size: metadata.len(), blake3: hash.unwrap_or_default() })
+        .collect();
     // Forget files of this volume that are gone, so the cache holds only live ones.
     if let Ok(mut cache) = cache.0.lock() {
-        cache.retain(|known, _| !known.starts_with(dir) || listed.iter().any(|f| dir.join(&f.path) == *known));
+        cache.retain(|known, _| !known.starts_with(dir) || files.iter().any(|f| dir.join(&f.path) == *known));
     }
-    Ok(VolumeManifest::of(listed))
+    Ok(VolumeManifest::of(files))
 }
 
 /// The bytes in all regular files under `dir` (a copy being staged),
