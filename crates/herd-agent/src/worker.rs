@@ -76,7 +76,7 @@ async fn copy(job: &CopyJob) -> Result<Answer, String> {
     let (member, volume) = (&job.member, &job.volume);
     // One copy of a volume at a time: a worker of an earlier attempt that
     // still runs finishes first.
-    let _lock = lock_staging(&job.staging).await?;
+    let lock = lock_staging(&job.staging).await?;
     let source = PeerClient::new(&job.source, &job.peer_token);
     let manifest = source
         .manifest(member, volume)
@@ -87,6 +87,7 @@ async fn copy(job: &CopyJob) -> Result<Answer, String> {
         && volumes::manifest(&job.destination).is_ok_and(|here| here.checksum == manifest.checksum)
     {
         let _ = std::fs::remove_dir_all(&job.staging);
+        lock.release_and_remove();
         return Ok(done(job, &manifest, 0));
     }
     std::fs::create_dir_all(&job.staging).map_err(|e| format!("creating {}: {e}", job.staging.display()))?;
@@ -107,6 +108,7 @@ async fn copy(job: &CopyJob) -> Result<Answer, String> {
     }
     sync_directories(&job.staging).map_err(|e| format!("syncing the copy: {e}"))?;
     install(&job.staging, &job.destination).map_err(|e| format!("moving the copy into place: {e}"))?;
+    lock.release_and_remove();
     Ok(done(job, &manifest, fetched))
 }
 
@@ -123,21 +125,49 @@ fn done(job: &CopyJob, manifest: &VolumeManifest, fetched: u64) -> Answer {
     Answer { success: true, message, details }
 }
 
-/// Waits for the lock on a volume's staging area (`<staging>.lock`).
-async fn lock_staging(staging: &Path) -> Result<std::fs::File, String> {
+/// The lock on a volume's staging area (`<staging>.lock`): one worker per
+/// volume. A failed copy keeps it (with its staging area, to resume); an
+/// installed one removes it.
+struct StagingLock {
+    file: std::fs::File,
+    path: PathBuf,
+}
+
+impl StagingLock {
+    /// Removes the lock file while still holding it, then unlocks: a
+    /// worker waiting on the removed file sees that and takes a new one.
+    fn release_and_remove(self) {
+        let _ = std::fs::remove_file(&self.path);
+        drop(self.file);
+    }
+}
+
+/// Waits for the lock on a volume's staging area.
+async fn lock_staging(staging: &Path) -> Result<StagingLock, String> {
+    use std::os::unix::fs::MetadataExt;
     let parent = staging.parent().ok_or("the staging directory has no parent")?;
     std::fs::create_dir_all(parent).map_err(|e| format!("creating {}: {e}", parent.display()))?;
-    let path = staging.with_extension("lock");
-    let file = std::fs::File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(|e| format!("opening {}: {e}", path.display()))?;
-    tokio::task::spawn_blocking(move || file.lock().map(|()| file))
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("locking {}: {e}", path.display()))
+    let mut name = staging.file_name().ok_or("the staging directory has no name")?.to_os_string();
+    name.push(".lock");
+    let path = parent.join(name);
+    loop {
+        let file = std::fs::File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| format!("opening {}: {e}", path.display()))?;
+        let file = tokio::task::spawn_blocking(move || file.lock().map(|()| file))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("locking {}: {e}", path.display()))?;
+        // The worker before may have removed the file once its copy was
+        // installed: a lock on a removed file guards nothing.
+        let held = file.metadata().map_err(|e| format!("locking {}: {e}", path.display()))?;
+        if std::fs::metadata(&path).is_ok_and(|now| (now.dev(), now.ino()) == (held.dev(), held.ino())) {
+            return Ok(StagingLock { file, path });
+        }
+    }
 }
 
 /// Files fetched at the same time.
@@ -315,4 +345,37 @@ fn install(staging: &Path, destination: &Path) -> std::io::Result<()> {
         std::fs::remove_dir_all(&replaced)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn a_removed_staging_lock_is_not_held_twice() {
+        let dir = tempfile::tempdir().unwrap();
+        let staging = dir.path().join("m1").join("data.v2");
+        let first = lock_staging(&staging).await.unwrap();
+        assert!(dir.path().join("m1/data.v2.lock").exists(), "the lock sits beside the staging area, dots kept");
+        // Two more wait; the first finishes its copy and removes the file.
+        let second = tokio::spawn({
+            let staging = staging.clone();
+            async move { lock_staging(&staging).await.unwrap() }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        first.release_and_remove();
+        let second = tokio::time::timeout(Duration::from_secs(5), second).await.unwrap().unwrap();
+        let third = tokio::spawn({
+            let staging = staging.clone();
+            async move { lock_staging(&staging).await.unwrap() }
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!third.is_finished(), "the third waits while the second holds the lock");
+        second.release_and_remove();
+        let third = tokio::time::timeout(Duration::from_secs(5), third).await.unwrap().unwrap();
+        assert!(third.path.exists());
+        third.release_and_remove();
+        assert!(!dir.path().join("m1/data.v2.lock").exists(), "an installed copy leaves no lock file");
+    }
 }

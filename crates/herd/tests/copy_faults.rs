@@ -223,12 +223,11 @@ async fn copies_survive_agent_kills_at_random_moments() {
             assert!(!source_dir.join(format!("volumes/{member}")).exists(), "{name}: the source still has {member}");
         }
     }
-    // Nothing half-done is left: no staging copies, no running workers,
-    // and the journal empties once everything is acknowledged.
-    // (Each volume's lock file stays beside its staging area; the staged
-    // copies themselves must be gone.)
+    // Nothing half-done is left: no staging copies or their locks, no
+    // running workers, and the journal empties once everything is
+    // acknowledged.
     let leftovers: Vec<_> = (0..copies)
-        .map(|i| target_dir.join(format!("volumes/.incoming/m{i}/data")))
+        .flat_map(|i| ["data", "data.lock"].map(|name| target_dir.join(format!("volumes/.incoming/m{i}/{name}"))))
         .filter(|staging| staging.exists())
         .collect();
     assert!(leftovers.is_empty(), "staging copies left: {leftovers:?}");
