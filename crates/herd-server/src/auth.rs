@@ -30,14 +30,23 @@ struct StoredToken {
     issued: herd_core::Timestamp,
 }
 
-/// The cluster's peer token, created by the first replica that needs it.
+/// The cluster's peer token, created by the first replica that needs it
+/// (read first: creating is a write, and this is asked for often).
 pub async fn peer_token(store: &Store) -> Result<String, ApiError> {
+    let read = async || {
+        let value = store.get(PEER_TOKEN_KEY).await?.map(|kv| kv.value);
+        value
+            .map(|v| String::from_utf8(v).map_err(|_| ApiError::Internal("the stored peer token is not text".into())))
+            .transpose()
+    };
+    if let Some(token) = read().await? {
+        return Ok(token);
+    }
     let fresh = generate_secret();
     match store.create(PEER_TOKEN_KEY, fresh.clone()).await {
         Ok(_) => Ok(fresh),
         Err(herd_store::StoreError::AlreadyExists(_)) => {
-            let value = store.get(PEER_TOKEN_KEY).await?.map(|kv| kv.value).unwrap_or_default();
-            String::from_utf8(value).map_err(|_| ApiError::Internal("the stored peer token is not text".into()))
+            read().await?.ok_or_else(|| ApiError::Internal("the peer token vanished".into()))
         }
         Err(other) => Err(other.into()),
     }
