@@ -75,18 +75,20 @@ impl PeerClient {
     /// Stops a member on that agent (nothing when it is not there).
     pub async fn stop_member(&self, member: &str) -> Result<(), ClientError> {
         let url = format!("{}{}/stop", self.base, member_path(member));
-        let response = self.http.post(&url).bearer_auth(&self.token).send().await.map_err(|e| self.unreachable(e))?;
-        if response.status() != reqwest::StatusCode::NOT_FOUND {
-            self.checked(response).await?;
-        }
-        Ok(())
+        self.done_unless_missing(self.http.post(&url)).await
     }
 
     /// Has that agent forget a member: stopped, its volumes and record
     /// removed (nothing when it is not there).
     pub async fn forget_member(&self, member: &str) -> Result<(), ClientError> {
         let url = format!("{}{}", self.base, member_path(member));
-        let response = self.http.delete(&url).bearer_auth(&self.token).send().await.map_err(|e| self.unreachable(e))?;
+        self.done_unless_missing(self.http.delete(&url)).await
+    }
+
+    /// Sends a request whose work is done when the member is not there
+    /// (404), so that repeating it is harmless.
+    async fn done_unless_missing(&self, request: reqwest::RequestBuilder) -> Result<(), ClientError> {
+        let response = request.bearer_auth(&self.token).send().await.map_err(|e| self.unreachable(e))?;
         if response.status() != reqwest::StatusCode::NOT_FOUND {
             self.checked(response).await?;
         }
