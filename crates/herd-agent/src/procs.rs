@@ -78,7 +78,16 @@ mod tests {
             .process_group(0)
             .spawn()
             .unwrap();
-        let found = find_group_leader_by_env("HERD_TEST_MARKER", &marker);
+        // spawn returns while the child is still inside execve, before its
+        // new environment is readable: look for a moment.
+        let mut found = None;
+        for _ in 0..200 {
+            found = find_group_leader_by_env("HERD_TEST_MARKER", &marker);
+            if found.is_some() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         let other = find_group_leader_by_env("HERD_TEST_MARKER", "someone-else");
         child.kill().unwrap();
         child.wait().unwrap();
