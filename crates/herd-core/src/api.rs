@@ -251,6 +251,12 @@ pub struct ReplicaInfo {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped_at: Option<crate::time::Timestamp>,
     pub version: String,
+    /// Since the answering replica saw this record change, on its own
+    /// monotonic clock (immune to the other replica's clock skew).
+    pub silent_for: crate::time::HumanDuration,
+    /// How long it has been up: its own record's span (both ends from its
+    /// clock, so skew cancels) plus `silentFor`.
+    pub up_for: crate::time::HumanDuration,
 }
 
 /// What a volume holds, as its agent sees it: every regular file with its

@@ -45,6 +45,9 @@ pub struct Candidate {
     pub identity: String,
     /// This process's liveness token, written into the lease while held.
     pub liveness: Option<String>,
+    /// It leads now: it acquired the lease in this run of its campaign and
+    /// has not stepped down since. Only a leader renews.
+    pub leading: bool,
 }
 
 /// What to do next.
@@ -88,7 +91,12 @@ pub fn decide(me: &Candidate, observed: Option<&Observed>, now: Now, lease_durat
         });
     };
     let record = &observed.record;
-    if record.holder_identity == me.identity {
+    // A lease that names this candidate but that it does not lead under
+    // (it stepped down, or an earlier process of the same name held it) is
+    // not renewed: renewing it would keep everyone else out of a lease
+    // nobody leads under. It is waited out, or taken anew once its holder
+    // is known dead, with a new term, like anyone else's.
+    if record.holder_identity == me.identity && me.leading {
         let renewed = LeaseSpec { renew_time: Some(now.wall), ..held(record) };
         return Decision::Write { record: renewed, revision: observed.revision, acquiring: false };
     }
@@ -165,7 +173,11 @@ mod tests {
     }
 
     fn me(identity: &str) -> Candidate {
-        Candidate { identity: identity.into(), liveness: Some(format!("token-of-{identity}")) }
+        Candidate { identity: identity.into(), liveness: Some(format!("token-of-{identity}")), leading: false }
+    }
+
+    fn leader(identity: &str) -> Candidate {
+        Candidate { leading: true, ..me(identity) }
     }
 
     #[test]
@@ -179,12 +191,29 @@ mod tests {
 
     #[test]
     fn the_holder_renews_keeping_acquire_time_and_transitions() {
-        let decision = decide(&me("a"), Some(&observed("a", 15, 10, 3)), now(12), LEASE);
+        let decision = decide(&leader("a"), Some(&observed("a", 15, 10, 3)), now(12), LEASE);
         let Decision::Write { record, revision, acquiring } = decision else { panic!("expected Write") };
         assert!(!acquiring);
         assert_eq!(revision, 7, "the write compares the revision it read");
         assert_eq!((record.acquire_time, record.renew_time), (Some(wall(0)), Some(wall(12))));
         assert_eq!(record.lease_transitions, 3);
+    }
+
+    #[test]
+    fn a_replica_that_stepped_down_does_not_renew_its_own_lease_but_takes_it_anew_once_expired() {
+        // The lease still names "a", but "a" no longer leads under it.
+        let decision = decide(&me("a"), Some(&observed("a", 15, 10, 3)), now(12), LEASE);
+        assert_eq!(decision, Decision::Follow { holder: "a".into(), expires_at: Duration::from_secs(25) });
+        let Decision::Write { record, acquiring, .. } =
+            decide(&me("a"), Some(&observed("a", 15, 10, 3)), now(25), LEASE)
+        else {
+            panic!("expected Write")
+        };
+        assert!(acquiring, "taken anew: a new term and a new fence");
+        assert_eq!(record.lease_transitions, 4);
+        // An earlier process of the same name that is known dead: at once.
+        let dead = Observed { holder_dead: true, ..observed("a", 15, 10, 3) };
+        assert!(matches!(decide(&me("a"), Some(&dead), now(11), LEASE), Decision::Write { acquiring: true, .. }));
     }
 
     #[test]
@@ -253,6 +282,21 @@ mod tests {
     }
 
     proptest! {
+        /// Only a leader renews: whatever a non-leading candidate sees, it
+        /// never writes the lease as its holder without acquiring it.
+        #[test]
+        fn a_candidate_that_does_not_lead_never_renews(
+            holder in prop_oneof![Just(""), Just("a"), Just("b")],
+            duration in 1u32..120,
+            changed_at in 0u64..1000,
+            elapsed in 0u64..300,
+            dead: bool,
+        ) {
+            let seen = Observed { holder_dead: dead, ..observed(holder, duration, changed_at, 2) };
+            let decision = decide(&me("b"), Some(&seen), now(changed_at + elapsed), LEASE);
+            prop_assert!(!matches!(decision, Decision::Write { acquiring: false, .. }), "{:?}", decision);
+        }
+
         /// A wall clock off by up to an hour either way changes nothing but
         /// the timestamps written: the same candidate follows, renews or
         /// takes the lease at the same monotonic moments.
@@ -282,7 +326,7 @@ mod tests {
             // And a held lease is taken exactly when the record's own duration
             // has passed since it was last seen to change.
             let taken = matches!(decide(&me("b"), Some(&seen), skewed_now, LEASE), Decision::Write { acquiring: true, .. });
-            prop_assert_eq!(taken, holder.is_empty() || (holder != "b" && elapsed >= u64::from(duration)));
+            prop_assert_eq!(taken, holder.is_empty() || elapsed >= u64::from(duration));
         }
     }
 }

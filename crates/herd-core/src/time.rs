@@ -84,6 +84,17 @@ impl HumanDuration {
     pub fn get(self) -> Duration {
         self.0
     }
+
+    /// Reads `15s`, `2m`, `1h 30m`; a negative duration is named as such
+    /// rather than reported as a stray character.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        if text.trim_start().starts_with('-') {
+            return Err(format!("{text:?} is negative: a duration must be 0 or more, like 15s or 2m"));
+        }
+        humantime::parse_duration(text)
+            .map(HumanDuration)
+            .map_err(|e| format!("{text:?} is not a duration like 15s or 2m: {e}"))
+    }
 }
 
 impl fmt::Display for HumanDuration {
@@ -101,9 +112,7 @@ impl Serialize for HumanDuration {
 impl<'de> Deserialize<'de> for HumanDuration {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let text = Cow::<str>::deserialize(deserializer)?;
-        humantime::parse_duration(&text)
-            .map(HumanDuration)
-            .map_err(|e| serde::de::Error::custom(format!("not a duration like `15s` or `2m`: {e}")))
+        HumanDuration::parse(&text).map_err(serde::de::Error::custom)
     }
 }
 
@@ -133,5 +142,7 @@ mod tests {
         let d: HumanDuration = serde_json::from_str("\"1m 30s\"").unwrap();
         assert_eq!(d.get(), Duration::from_secs(90));
         assert!(serde_json::from_str::<HumanDuration>("\"soon\"").is_err());
+        let negative = HumanDuration::parse("-1s").unwrap_err();
+        assert!(negative.contains("is negative"), "{negative}");
     }
 }

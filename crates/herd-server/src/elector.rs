@@ -41,16 +41,29 @@ pub fn fence_key(lock_name: &str) -> String {
 
 /// What `/healthz` needs to know of this replica's leadership: when it
 /// last renewed, and with what lease duration, while it leads.
-#[derive(Default)]
 pub struct LeaderHealth {
     renewed: std::sync::Mutex<Option<(Instant, Duration)>>,
+    /// Whether this replica leads; its Replica record follows this.
+    leading: tokio::sync::watch::Sender<bool>,
+}
+
+impl Default for LeaderHealth {
+    fn default() -> Self {
+        LeaderHealth { renewed: Default::default(), leading: tokio::sync::watch::Sender::new(false) }
+    }
 }
 
 impl LeaderHealth {
     fn set(&self, value: Option<(Instant, Duration)>) {
+        self.leading.send_if_modified(|leading| std::mem::replace(leading, value.is_some()) != value.is_some());
         if let Ok(mut renewed) = self.renewed.lock() {
             *renewed = value;
         }
+    }
+
+    /// Changes when this replica starts or stops leading.
+    pub fn leading(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.leading.subscribe()
     }
 
     /// Why this replica is unhealthy as a leader, if it is: it believes it
@@ -128,11 +141,13 @@ impl Elector {
                 self.metrics.observe_lease(&seen.record.holder_identity, seen.record.lease_transitions);
             }
             self.tell_new_leader(previous_holder, observed.as_ref()).await;
+            let leading = running.is_some();
             let watching_holder = match observed.as_mut() {
-                Some(seen) => self.check_holder(seen).await,
-                None => false,
+                Some(seen) if !leading => self.check_holder(seen).await,
+                _ => false,
             };
-            let me = Candidate { identity: self.identity.clone(), liveness: self.objects.store().liveness_token() };
+            let me =
+                Candidate { identity: self.identity.clone(), liveness: self.objects.store().liveness_token(), leading };
             let decision = election::decide(
                 &me,
                 observed.as_ref(),
@@ -260,12 +275,14 @@ impl Elector {
         Ok(Some((lease, Some(fence))))
     }
 
-    /// Asks the store whether another holder's process still lives, and
-    /// marks the observation; true when there is such a holder to watch.
+    /// Asks the store whether the holder's process still lives (a
+    /// follower asks; the holder may be an earlier process of this
+    /// replica's name), and marks the observation; true when there is such
+    /// a holder to watch.
     async fn check_holder(&self, seen: &mut Observed) -> bool {
         let holder = &seen.record.holder_identity;
         let Some(token) = seen.record.holder_liveness.as_deref() else { return false };
-        if holder.is_empty() || *holder == self.identity {
+        if holder.is_empty() {
             return false;
         }
         seen.holder_dead = match self.objects.store().is_alive(token).await {

@@ -13,6 +13,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod change_clock;
 pub mod commands;
 pub mod controllers;
 pub mod elector;
@@ -134,6 +135,7 @@ impl Server {
             events: EventRecorder::new(objects.clone(), "api"),
             leader_health: Arc::default(),
             replica: Arc::new(me.clone()),
+            replica_sightings: replicas::ReplicaSightings::start(objects.store().clone(), shutdown.clone()),
             shutdown: shutdown.clone(),
         };
         let elector = Elector {
@@ -148,11 +150,12 @@ impl Server {
             metrics: metrics.clone(),
             work: leader_work(objects.clone(), cluster_config, metrics, config.identity.clone(), config.fencing_probe),
         };
+        let leading = elector.health.leading();
         let election = elector.start(shutdown.clone());
         // The record is marked stopped only after the lease is released:
         // nothing else is written while a standby waits for it.
         let record_stop = CancellationToken::new();
-        let record = replicas::keep_record(objects, me, record_stop.clone()).await;
+        let record = replicas::keep_record(objects, me, leading, record_stop.clone()).await;
         let router = api::router(state).layer(tower_http::trace::TraceLayer::new_for_http());
         let stop = shutdown.clone();
         let task = tokio::spawn(async move {

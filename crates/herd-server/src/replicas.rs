@@ -6,15 +6,24 @@
 //! the store's liveness token for this process, so that another replica can
 //! tell a crashed one from a paused one (see `herd_core::kinds::replica`).
 
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
 use herd_core::Timestamp;
 use herd_core::api::{ClusterStatus, LeaderInfo, ReplicaInfo};
 use herd_core::kinds::replica::{REPLICA_REFRESH, ReplicaFacts, replica_state};
 use herd_core::kinds::{LeaseSpec, Replica, ReplicaSpec, ReplicaStatus};
+use herd_core::time::HumanDuration;
+use herd_store::Store;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::change_clock::ChangeClock;
 use crate::error::ApiError;
 use crate::objects::{Objects, Part, now};
+use crate::reflector::Reflector;
 
 /// Who this replica is, as the cluster status reports it.
 #[derive(Clone, Debug)]
@@ -26,21 +35,29 @@ pub struct ReplicaIdentity {
 }
 
 /// Writes this replica's record, then keeps it fresh in a task until
-/// `stop` fires, when the task marks it stopped. Failures are logged and
-/// retried at the next refresh.
-pub async fn keep_record(objects: Objects, me: ReplicaIdentity, stop: CancellationToken) -> JoinHandle<()> {
+/// `stop` fires, when the task marks it stopped; a change of leadership
+/// (`leading`) is written at once. Failures are logged and retried at the
+/// next refresh.
+pub async fn keep_record(
+    objects: Objects,
+    me: ReplicaIdentity,
+    mut leading: watch::Receiver<bool>,
+    stop: CancellationToken,
+) -> JoinHandle<()> {
     let started_at = now();
     let report = |error: ApiError| tracing::warn!(%error, "could not write this replica's record");
-    refresh(&objects, &me, started_at, None).await.unwrap_or_else(report);
+    refresh(&objects, &me, started_at, false, None).await.unwrap_or_else(report);
     tokio::spawn(async move {
         loop {
             tokio::select! {
                 _ = stop.cancelled() => break,
                 _ = tokio::time::sleep(REPLICA_REFRESH) => {}
+                _ = leading.changed() => {}
             }
-            refresh(&objects, &me, started_at, None).await.unwrap_or_else(report);
+            let leads = *leading.borrow_and_update();
+            refresh(&objects, &me, started_at, leads, None).await.unwrap_or_else(report);
         }
-        refresh(&objects, &me, started_at, Some(now())).await.unwrap_or_else(report);
+        refresh(&objects, &me, started_at, false, Some(now())).await.unwrap_or_else(report);
     })
 }
 
@@ -48,6 +65,7 @@ async fn refresh(
     objects: &Objects,
     me: &ReplicaIdentity,
     started_at: Timestamp,
+    leading: bool,
     stopped_at: Option<Timestamp>,
 ) -> Result<(), ApiError> {
     let status = ReplicaStatus {
@@ -56,6 +74,7 @@ async fn refresh(
         stopped_at,
         liveness: objects.store().liveness_token(),
         version: env!("CARGO_PKG_VERSION").into(),
+        leading,
     };
     let Some(mut record) = objects.get::<ReplicaSpec>(&me.name).await? else {
         let mut record = Replica::new(&me.name, ReplicaSpec { url: me.url.clone() });
@@ -72,12 +91,50 @@ async fn refresh(
     Ok(())
 }
 
+/// When this process saw each Replica record change: the other replicas'
+/// liveness is judged on this clock, not on the times they write.
+#[derive(Clone)]
+pub struct ReplicaSightings {
+    clock: Arc<Mutex<ChangeClock<Option<String>>>>,
+}
+
+impl ReplicaSightings {
+    /// Follows every Replica record (through a watch-fed cache) until `stop`.
+    pub fn start(store: Store, stop: CancellationToken) -> Self {
+        let records = Reflector::<ReplicaSpec>::start(store, stop.clone());
+        let sightings = ReplicaSightings { clock: Arc::default() };
+        let noted = sightings.clone();
+        tokio::spawn(async move {
+            let mut changes = records.changes();
+            loop {
+                for record in records.list() {
+                    noted.silent_for(&record);
+                }
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    changed = changes.changed() => if changed.is_err() { return },
+                }
+            }
+        });
+        sightings
+    }
+
+    /// Since this process saw `record` change (zero when it is news).
+    fn silent_for(&self, record: &Replica) -> Duration {
+        let mut clock = self.clock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        clock.since(&record.metadata.name, record.metadata.resource_version.clone(), Instant::now())
+    }
+}
+
 /// The leader and every replica on record, with what each is doing.
-pub async fn cluster_status(objects: &Objects, me: &ReplicaIdentity) -> Result<ClusterStatus, ApiError> {
+pub async fn cluster_status(
+    objects: &Objects,
+    me: &ReplicaIdentity,
+    sightings: &ReplicaSightings,
+) -> Result<ClusterStatus, ApiError> {
     let lease = objects.get::<LeaseSpec>(&me.lock_name).await?;
     let (records, _) = objects.list::<ReplicaSpec>().await?;
     let holder = lease.as_ref().map(|l| l.spec.holder_identity.clone()).unwrap_or_default();
-    let time = now();
     let mut replicas = Vec::with_capacity(records.len());
     for record in records {
         let status = &record.status;
@@ -85,12 +142,15 @@ pub async fn cluster_status(objects: &Objects, me: &ReplicaIdentity) -> Result<C
             Some(token) => objects.store().is_alive(token).await.ok(),
             None => None,
         };
+        let silent_for = sightings.silent_for(&record);
         let facts = ReplicaFacts {
             holds_lease: !holder.is_empty() && record.metadata.name == holder,
+            reports_leading: status.leading,
             stopped: status.stopped_at.is_some(),
             alive,
-            silent_for: status.last_seen.age(time),
+            silent_for,
         };
+        let recorded_span = status.started_at.age(status.last_seen);
         replicas.push(ReplicaInfo {
             state: replica_state(facts),
             name: record.metadata.name,
@@ -99,6 +159,8 @@ pub async fn cluster_status(objects: &Objects, me: &ReplicaIdentity) -> Result<C
             last_seen: status.last_seen,
             stopped_at: status.stopped_at,
             version: status.version.clone(),
+            silent_for: HumanDuration(silent_for),
+            up_for: HumanDuration(recorded_span + silent_for),
         });
     }
     let leader = lease.as_ref().filter(|l| !l.spec.holder_identity.is_empty()).map(|l| LeaderInfo {

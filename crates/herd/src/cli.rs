@@ -138,7 +138,7 @@ pub enum ClusterCommand {
 }
 
 fn duration(text: &str) -> Result<HumanDuration, String> {
-    humantime::parse_duration(text).map(HumanDuration).map_err(|e| format!("not a duration like 15s or 2m: {e}"))
+    HumanDuration::parse(text)
 }
 
 #[derive(Args, Debug, Clone)]
@@ -167,7 +167,7 @@ pub struct ServerArgs {
     pub election: ElectionArgs,
     /// Diagnostics: while leading, write a sequence record at this interval
     /// through the fenced path, to check that no two leaders' writes interleave.
-    #[arg(long, value_parser = duration)]
+    #[arg(long, value_parser = duration, allow_hyphen_values = true)]
     pub fencing_probe: Option<HumanDuration>,
 }
 
@@ -178,13 +178,13 @@ pub struct ServerArgs {
 #[command(next_help_heading = "Leader election (default: the ClusterConfig's)")]
 pub struct ElectionArgs {
     /// How long a lease holds without renewal [ClusterConfig default: 15s].
-    #[arg(long, value_parser = duration)]
+    #[arg(long, value_parser = duration, allow_hyphen_values = true)]
     pub lease_duration: Option<HumanDuration>,
     /// A leader that cannot renew within this steps down [ClusterConfig default: 10s].
-    #[arg(long, value_parser = duration)]
+    #[arg(long, value_parser = duration, allow_hyphen_values = true)]
     pub renew_deadline: Option<HumanDuration>,
     /// How often the leader renews and the others look [ClusterConfig default: 2s].
-    #[arg(long, value_parser = duration)]
+    #[arg(long, value_parser = duration, allow_hyphen_values = true)]
     pub retry_period: Option<HumanDuration>,
     /// The Lease the replicas compete for [ClusterConfig default: herd-leader].
     #[arg(long)]

@@ -195,6 +195,87 @@ async fn a_paused_leader_is_fenced_steps_down_when_it_resumes_and_can_lead_again
     assert!(terms.iter().all(|(r, _, _)| r.count >= 2), "every leader wrote several times: {terms:?}");
 }
 
+/// A leader that cannot renew within its renew deadline (the store holds
+/// its writes: the test takes the store's commit lock for 3s) steps down,
+/// and then never renews the lease it no longer leads under: it waits the
+/// lease out and takes it anew, with a new term, before it leads again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replica_that_stepped_down_does_not_renew_until_it_wins_the_lease_anew() {
+    let Some(schema) = common::PostgresSchema::create() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let solo = TestServer::start_replica(dir.path(), "solo", Some(&schema.url), &SHORT);
+    eventually(Duration::from_secs(20), "solo leads", || async { leads(&solo).await.then_some(()) }).await;
+    let lease = solo.admin().get::<LeaseSpec>("herd-leader").await.unwrap();
+    let term = lease.spec.lease_transitions;
+
+    // Every commit takes this transaction-scoped advisory lock; holding it
+    // in a session of our own stops them all.
+    let url = schema.url.clone();
+    let blocker = std::thread::spawn(move || {
+        std::process::Command::new("psql")
+            .args([url.as_str(), "-qAtc", "SELECT pg_advisory_lock(hashtext(current_schema())), pg_sleep(3)"])
+            .output()
+            .unwrap()
+    });
+    eventually(Duration::from_secs(10), "solo steps down", || async { (!leads(&solo).await).then_some(()) }).await;
+    let blocked = blocker.join().unwrap();
+    assert!(blocked.status.success(), "{}", String::from_utf8_lossy(&blocked.stderr));
+
+    // Until it takes the lease anew, the lease does not move (at most the
+    // one renewal that waited on the lock lands late).
+    let mut revisions = std::collections::BTreeSet::new();
+    let started = Instant::now();
+    let retaken = loop {
+        assert!(started.elapsed() < Duration::from_secs(15), "solo did not take the lease anew: {revisions:?}");
+        if let Ok(lease) = solo.admin().get::<LeaseSpec>("herd-leader").await {
+            if lease.spec.lease_transitions > term {
+                break lease;
+            }
+            revisions.insert(lease.metadata.resource_version.clone().unwrap_or_default());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(revisions.len() <= 2, "a replica that does not lead renewed the lease: {revisions:?}");
+    assert_eq!((retaken.spec.holder_identity.as_str(), retaken.spec.lease_transitions), ("solo", term + 1));
+    eventually(Duration::from_secs(5), "solo leads again", || async { leads(&solo).await.then_some(()) }).await;
+    let status = solo.admin().cluster_status().await.unwrap();
+    assert_eq!(state_of(&status, "solo"), Some(ReplicaState::Leading), "{status:?}");
+}
+
+/// A replica whose wall clock is an hour behind writes times an hour old
+/// into its record; the cluster status judges it by when its record last
+/// changed on the answering replica's clock, so it is a healthy Standby.
+/// (The test writes the record as such a replica would.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replica_with_a_skewed_wall_clock_is_shown_standby() {
+    use herd_core::kinds::{Replica, ReplicaSpec, ReplicaStatus};
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_replica(dir.path(), "honest", None, &SHORT);
+    let admin = server.admin();
+    let hour_behind =
+        || herd_core::Timestamp::from_system_time(std::time::SystemTime::now() - Duration::from_secs(3600));
+    let started_at = hour_behind();
+    let mut record = Replica::new("skewed", ReplicaSpec { url: "http://127.0.0.9:7700".into() });
+    record = admin.create(&record).await.unwrap();
+    for _ in 0..4 {
+        record.status =
+            ReplicaStatus { started_at, last_seen: hour_behind(), version: "0.1.0".into(), ..Default::default() };
+        record = admin.update_status(&record).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let status = admin.cluster_status().await.unwrap();
+    let skewed = status.replicas.iter().find(|r| r.name == "skewed").unwrap();
+    assert_eq!(skewed.state, ReplicaState::Standby, "{status:?}");
+    assert!(skewed.silent_for.get() < Duration::from_secs(3), "last seen {:?} ago", skewed.silent_for.get());
+    assert!(skewed.up_for.get() < Duration::from_secs(10), "up for {:?}", skewed.up_for.get());
+
+    // And once it goes quiet, it is found out all the same (no liveness
+    // token: Gone after three refresh periods on the observer's clock).
+    tokio::time::sleep(herd_core::kinds::replica::REPLICA_REFRESH * 3 + Duration::from_secs(1)).await;
+    let status = admin.cluster_status().await.unwrap();
+    assert_eq!(state_of(&status, "skewed"), Some(ReplicaState::Gone), "{status:?}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_election_settings_are_refused_at_start_naming_the_setting() {
     let dir = tempfile::tempdir().unwrap();
@@ -210,12 +291,26 @@ async fn bad_election_settings_are_refused_at_start_naming_the_setting() {
         assert_eq!(output.status.code(), Some(2), "a usage error");
         String::from_utf8_lossy(&output.stderr).into_owned()
     };
+    // A rule broken between a flag and the ClusterConfig names the flag.
     let stderr = refused_start(&["--renew-deadline", "20s"]);
     assert!(
-        stderr
-            .contains("ClusterConfig spec.leaderElection.leaseDuration: must be more than renewDeadline (20s), is 15s"),
+        stderr.contains(
+            "--renew-deadline: does not go with ClusterConfig spec.leaderElection.leaseDuration: leaseDuration must be more than renewDeadline (20s), is 15s"
+        ),
         "{stderr}"
     );
+    // Settings that starve the election (a replica renewing 700 times a
+    // second, stepping down for good, keeping the lease from the others).
+    let stderr = refused_start(&["--lease-duration", "3s", "--renew-deadline", "10ms", "--retry-period", "1ms"]);
+    assert!(stderr.contains("--retry-period: must be at least 100ms, is 1ms"), "{stderr}");
+    let stderr = refused_start(&["--lease-duration", "3s", "--renew-deadline", "150ms", "--retry-period", "100ms"]);
+    assert!(stderr.contains("--renew-deadline: must be at least 2 x retryPeriod (200ms), is 150ms"), "{stderr}");
+    let stderr = refused_start(&["--retry-period", "1ns"]);
+    assert!(stderr.contains("--retry-period: must be at least 100ms, is 1ns"), "{stderr}");
+    let stderr = refused_start(&["--lease-duration", "99999999999999d"]);
+    assert!(stderr.contains("--lease-duration: must be at most 1h"), "{stderr}");
+    let stderr = refused_start(&["--retry-period", "-1s"]);
+    assert!(stderr.contains("--retry-period") && stderr.contains("is negative"), "{stderr}");
 
     // A ClusterConfig that the flags contradict is named as such too.
     let server = TestServer::start(dir.path());

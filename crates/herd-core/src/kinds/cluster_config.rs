@@ -1,5 +1,7 @@
 //! `ClusterConfig`: the cluster-wide settings, a singleton named `cluster`.
 
+use std::time::Duration;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -114,30 +116,90 @@ impl Default for LeaderElectionSettings {
     }
 }
 
+/// The shortest retry period: a tighter loop spins on the store for
+/// nothing (1ms was accepted once and renewed 700 times a second).
+pub const MIN_RETRY_PERIOD: Duration = Duration::from_millis(100);
+/// The longest lease: a dead leader's lease may hold the cluster up this long.
+pub const MAX_LEASE_DURATION: Duration = Duration::from_secs(3600);
+
+/// A leader-election rule that does not hold: the field it is about, the
+/// other fields whose values it compares with, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Breach {
+    pub field: &'static str,
+    pub others: &'static [&'static str],
+    pub reason: String,
+}
+
 impl LeaderElectionSettings {
-    /// leaseDuration > renewDeadline > 1.2 x retryPeriod, all positive;
-    /// the lock name is an object name.
+    /// The rules every setting must keep: retryPeriod at least
+    /// [`MIN_RETRY_PERIOD`]; renewDeadline more than 1.2 x and at least
+    /// 2 x retryPeriod (two renewals can fail before a step-down);
+    /// leaseDuration whole seconds (the Lease records seconds), at most
+    /// [`MAX_LEASE_DURATION`], and at least renewDeadline + retryPeriod (a
+    /// leader that steps down at its deadline has stopped its work before
+    /// anyone may take the lease); the lock name is an object name.
+    pub fn breaches(&self) -> Vec<Breach> {
+        let mut found = Vec::new();
+        let mut breach = |field, others, reason: String| found.push(Breach { field, others, reason });
+        let retry = self.retry_period.get();
+        let renew = self.renew_deadline.get();
+        let lease = self.lease_duration.get();
+        if retry < MIN_RETRY_PERIOD {
+            breach(
+                "retryPeriod",
+                &[],
+                format!("must be at least {}, is {}", HumanDuration(MIN_RETRY_PERIOD), self.retry_period),
+            );
+        }
+        if renew.as_secs_f64() <= retry.as_secs_f64() * 1.2 {
+            let reason = format!(
+                "must be more than 1.2 x retryPeriod ({}), is {}",
+                HumanDuration(retry.mul_f64(1.2)),
+                self.renew_deadline
+            );
+            breach("renewDeadline", &["retryPeriod"], reason);
+        } else if renew < retry.saturating_mul(2) {
+            let reason = format!(
+                "must be at least 2 x retryPeriod ({}), is {}",
+                HumanDuration(retry.saturating_mul(2)),
+                self.renew_deadline
+            );
+            breach("renewDeadline", &["retryPeriod"], reason);
+        }
+        if lease <= renew {
+            let reason =
+                format!("must be more than renewDeadline ({}), is {}", self.renew_deadline, self.lease_duration);
+            breach("leaseDuration", &["renewDeadline"], reason);
+        } else if lease < renew.saturating_add(retry) {
+            let reason = format!(
+                "must be at least renewDeadline + retryPeriod ({}), is {}",
+                HumanDuration(renew.saturating_add(retry)),
+                self.lease_duration
+            );
+            breach("leaseDuration", &["renewDeadline", "retryPeriod"], reason);
+        }
+        if lease > MAX_LEASE_DURATION {
+            breach(
+                "leaseDuration",
+                &[],
+                format!("must be at most {}, is {}", HumanDuration(MAX_LEASE_DURATION), self.lease_duration),
+            );
+        } else if lease.subsec_nanos() != 0 {
+            breach(
+                "leaseDuration",
+                &[],
+                format!("must be whole seconds (the Lease records seconds), is {}", self.lease_duration),
+            );
+        }
+        found
+    }
+
+    /// [`Self::breaches`] and the lock name, as validation errors under `path`.
     pub fn validate(&self, path: &FieldPath, errors: &mut ValidationErrors) {
         check_name(&path.child("lockName"), &self.lock_name, errors);
-        let retry = self.retry_period.get();
-        if retry.is_zero() {
-            errors.add(&path.child("retryPeriod"), "must be positive");
-        }
-        if self.renew_deadline.get().as_secs_f64() <= retry.as_secs_f64() * 1.2 {
-            errors.add(
-                &path.child("renewDeadline"),
-                format!(
-                    "must be more than 1.2 x retryPeriod ({}), is {}",
-                    HumanDuration(retry.mul_f64(1.2)),
-                    self.renew_deadline
-                ),
-            );
-        }
-        if self.lease_duration <= self.renew_deadline {
-            errors.add(
-                &path.child("leaseDuration"),
-                format!("must be more than renewDeadline ({}), is {}", self.renew_deadline, self.lease_duration),
-            );
+        for breach in self.breaches() {
+            errors.add(&path.child(breach.field), breach.reason);
         }
     }
 }
@@ -182,15 +244,29 @@ impl LeaderElectionOverrides {
             publish_events: self.publish_events.unwrap_or(base.publish_events),
             release_on_shutdown: self.release_on_shutdown.unwrap_or(base.release_on_shutdown),
         };
-        let mut found = ValidationErrors::new();
-        merged.validate(&FieldPath::root(""), &mut found);
+        let flag =
+            |field: &str| OVERRIDES.iter().find(|(name, _, set)| *name == field && set(self)).map(|(_, flag, _)| *flag);
         let mut named = ValidationErrors::new();
-        for error in found.errors {
-            let field = match OVERRIDES.iter().find(|(name, _, _)| *name == error.field) {
-                Some((_, flag, set)) if set(self) => flag.to_string(),
-                _ => format!("ClusterConfig spec.leaderElection.{}", error.field),
+        check_name(
+            &FieldPath::root(flag("lockName").unwrap_or("ClusterConfig spec.leaderElection.lockName")),
+            &merged.lock_name,
+            &mut named,
+        );
+        for breach in merged.breaches() {
+            // Name what the user passed: the rule's own flag, else the flag
+            // of a setting it compares with, else the ClusterConfig field.
+            let (field, reason) = match (flag(breach.field), breach.others.iter().find_map(|other| flag(other))) {
+                (Some(own), _) => (own.to_string(), breach.reason),
+                (None, Some(other)) => (
+                    other.to_string(),
+                    format!(
+                        "does not go with ClusterConfig spec.leaderElection.{}: {} {}",
+                        breach.field, breach.field, breach.reason
+                    ),
+                ),
+                (None, None) => (format!("ClusterConfig spec.leaderElection.{}", breach.field), breach.reason),
             };
-            named.add(&FieldPath::root(&field), error.reason);
+            named.add(&FieldPath::root(&field), reason);
         }
         named.into_result().map(|()| merged)
     }
@@ -296,6 +372,28 @@ mod tests {
         let flags = LeaderElectionOverrides { retry_period: Some(HumanDuration::from_secs(0)), ..Default::default() };
         let error = flags.apply(&LeaderElectionSettings::default()).unwrap_err();
         assert_eq!(error.errors[0].field, "--retry-period");
+    }
+
+    #[test]
+    fn settings_that_starve_the_election_are_refused() {
+        let settings = |lease: u64, renew: u64, retry: u64| LeaderElectionSettings {
+            lease_duration: HumanDuration(Duration::from_millis(lease)),
+            renew_deadline: HumanDuration(Duration::from_millis(renew)),
+            retry_period: HumanDuration(Duration::from_millis(retry)),
+            ..Default::default()
+        };
+        let fields = |s: LeaderElectionSettings| s.breaches().into_iter().map(|b| b.field).collect::<Vec<_>>();
+        assert_eq!(fields(settings(3000, 10, 1)), ["retryPeriod"]);
+        assert_eq!(fields(settings(3000, 150, 100)), ["renewDeadline"], "two retries before a step-down");
+        assert_eq!(
+            fields(settings(2100, 2000, 500)),
+            ["leaseDuration", "leaseDuration"],
+            "too short, not whole seconds"
+        );
+        assert_eq!(fields(settings(2000, 1800, 500)), ["leaseDuration"], "the lease outlives the deadline by a retry");
+        assert_eq!(fields(settings(7_200_000, 10_000, 2000)), ["leaseDuration"], "at most an hour");
+        assert!(fields(settings(3000, 2000, 500)).is_empty(), "the tests' short settings");
+        assert!(fields(LeaderElectionSettings::default()).is_empty());
     }
 
     #[test]

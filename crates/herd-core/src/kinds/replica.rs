@@ -39,6 +39,10 @@ pub struct ReplicaStatus {
     /// herd's version.
     #[serde(default)]
     pub version: String,
+    /// It leads: it holds the lease and runs the leader-only work
+    /// (written at once when that changes).
+    #[serde(default)]
+    pub leading: bool,
 }
 
 impl Resource for ReplicaSpec {
@@ -73,17 +77,23 @@ pub enum ReplicaState {
 /// What the store knows of one replica.
 #[derive(Clone, Copy, Debug)]
 pub struct ReplicaFacts {
-    /// It is the lease holder.
+    /// The lease names it as holder.
     pub holds_lease: bool,
+    /// Its own record says it leads.
+    pub reports_leading: bool,
     pub stopped: bool,
     /// Whether its process lives (None: the store cannot tell).
     pub alive: Option<bool>,
-    /// Since it last refreshed its record.
+    /// Since the observer saw its record change, on the observer's
+    /// monotonic clock: never from the replica's own timestamps, which a
+    /// skewed wall clock would make look old (or new).
     pub silent_for: Duration,
 }
 
 /// A replica's state. A record left unrefreshed for three refresh periods
-/// is Unresponsive, or Gone when the store cannot tell liveness.
+/// is Unresponsive, or Gone when the store cannot tell liveness. Leading
+/// takes both the lease and the replica's own fresh word: a replica the
+/// lease still names but that stepped down is a Standby.
 pub fn replica_state(facts: ReplicaFacts) -> ReplicaState {
     let silent = facts.silent_for > REPLICA_REFRESH * 3;
     match (facts.stopped, facts.alive, silent) {
@@ -91,7 +101,7 @@ pub fn replica_state(facts: ReplicaFacts) -> ReplicaState {
         (_, Some(false), _) => ReplicaState::Gone,
         (_, None, true) => ReplicaState::Gone,
         (_, Some(true), true) => ReplicaState::Unresponsive,
-        _ if facts.holds_lease => ReplicaState::Leading,
+        _ if facts.holds_lease && facts.reports_leading => ReplicaState::Leading,
         _ => ReplicaState::Standby,
     }
 }
@@ -101,7 +111,8 @@ mod tests {
     use super::*;
 
     fn facts(holds_lease: bool, stopped: bool, alive: Option<bool>, silent_secs: u64) -> ReplicaFacts {
-        ReplicaFacts { holds_lease, stopped, alive, silent_for: Duration::from_secs(silent_secs) }
+        let silent_for = Duration::from_secs(silent_secs);
+        ReplicaFacts { holds_lease, reports_leading: holds_lease, stopped, alive, silent_for }
     }
 
     #[test]
@@ -116,6 +127,8 @@ mod tests {
         assert_eq!(replica_state(facts(false, true, Some(false), 100)), Stopped);
         assert_eq!(replica_state(facts(false, true, None, 100)), Stopped);
         assert_eq!(replica_state(facts(false, true, Some(true), 1)), Standby, "restarted under the same name");
+        let stepped_down = ReplicaFacts { reports_leading: false, ..facts(true, false, Some(true), 1) };
+        assert_eq!(replica_state(stepped_down), Standby, "named by the lease, but it says it does not lead");
     }
 
     #[test]

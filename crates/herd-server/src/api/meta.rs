@@ -37,5 +37,5 @@ pub async fn cluster_status(
     caller: Caller,
 ) -> Result<Json<herd_core::api::ClusterStatus>, ApiError> {
     caller.may(Verb::Get, "replicas", None)?;
-    Ok(Json(crate::replicas::cluster_status(&state.objects, &state.replica).await?))
+    Ok(Json(crate::replicas::cluster_status(&state.objects, &state.replica, &state.replica_sightings).await?))
 }

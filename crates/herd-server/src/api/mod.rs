@@ -43,6 +43,8 @@ pub struct AppState {
     pub leader_health: Arc<crate::elector::LeaderHealth>,
     /// This replica's name and URL, and the leader Lease's name.
     pub replica: Arc<crate::replicas::ReplicaIdentity>,
+    /// When this replica saw the others' records change.
+    pub replica_sightings: crate::replicas::ReplicaSightings,
     /// Fires when the server shuts down; ends watch streams.
     pub shutdown: CancellationToken,
 }

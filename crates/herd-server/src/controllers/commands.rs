@@ -8,7 +8,7 @@
 //! a Command's status as it is (as the node controller judges heartbeats):
 //! a new leader gives every Command the full grace again.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use herd_client::{ClientError, PeerClient};
@@ -17,6 +17,7 @@ use herd_core::reconcile::{CommandView, CopyVerdict, DestinationLook, Step, copy
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::change_clock::ChangeClock;
 use crate::error::ApiError;
 use crate::events::EventRecorder;
 use crate::nodes::cluster_config;
@@ -34,27 +35,18 @@ const COPIES_AT_ONCE: usize = 16;
 /// its current attempt issued.
 #[derive(Default)]
 struct Sightings {
-    updated: HashMap<String, (Option<herd_core::Timestamp>, Instant)>,
-    issued: HashMap<String, (u32, Instant)>,
+    updated: ChangeClock<Option<herd_core::Timestamp>>,
+    issued: ChangeClock<u32>,
 }
 
 impl Sightings {
     fn since_update(&mut self, command: &Command, now: Instant) -> Duration {
-        let key = command.metadata.name.clone();
-        let seen = self.updated.entry(key).or_insert((command.status.updated, now));
-        if seen.0 != command.status.updated {
-            *seen = (command.status.updated, now);
-        }
-        now.duration_since(seen.1)
+        self.updated.since(&command.metadata.name, command.status.updated, now)
     }
 
     fn since_issued(&mut self, command: &Command, now: Instant) -> Option<Duration> {
         let attempt = command.status.issued.as_ref()?.attempt;
-        let seen = self.issued.entry(command.metadata.name.clone()).or_insert((attempt, now));
-        if seen.0 != attempt {
-            *seen = (attempt, now);
-        }
-        Some(now.duration_since(seen.1))
+        Some(self.issued.since(&command.metadata.name, attempt, now))
     }
 }
 

@@ -5,7 +5,6 @@
 //! saw the node's heartbeat change (see `herd_core::node_health`). A freshly
 //! started controller therefore gives every node a full grace period.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -16,6 +15,7 @@ use herd_core::node_health::{self, ReadinessChange};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::change_clock::ChangeClock;
 use crate::error::ApiError;
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
@@ -27,7 +27,7 @@ use crate::reflector::Reflector;
 const PASS_INTERVAL: Duration = Duration::from_millis(500);
 
 /// When this controller last saw each node's heartbeat change.
-type Sightings = HashMap<String, (Option<Timestamp>, Instant)>;
+type Sightings = ChangeClock<Option<Timestamp>>;
 
 pub async fn run(
     objects: Objects,
@@ -41,7 +41,7 @@ pub async fn run(
         _ = stop.cancelled() => return,
         _ = async { nodes.synced().await; config.synced().await } => {}
     }
-    let mut sightings = Sightings::new();
+    let mut sightings = Sightings::default();
     let mut ticks = tokio::time::interval(PASS_INTERVAL);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -65,15 +65,11 @@ async fn pass(
     grace: Duration,
 ) -> Result<(), ApiError> {
     let now_mono = Instant::now();
-    sightings.retain(|name, _| nodes.iter().any(|n| &n.metadata.name == name));
+    sightings.retain(|name| nodes.iter().any(|n| n.metadata.name == name));
     let mut ready = 0;
     for node in nodes {
         let heartbeat = node.status.last_heartbeat;
-        let seen = sightings.entry(node.metadata.name.clone()).or_insert((heartbeat, now_mono));
-        if seen.0 != heartbeat {
-            *seen = (heartbeat, now_mono);
-        }
-        let silent_for = now_mono.duration_since(seen.1);
+        let silent_for = sightings.since(&node.metadata.name, heartbeat, now_mono);
         match node_health::readiness_change(node.status.ready, silent_for, grace) {
             ReadinessChange::Unchanged => ready += usize::from(node.status.ready),
             ReadinessChange::MarkNotReady { silent_for } => {

@@ -53,8 +53,8 @@ fn render(status: &ClusterStatus, now: Timestamp) -> String {
             replica.name.clone(),
             format!("{:?}", replica.state),
             replica.url.clone(),
-            ago(Some(replica.started_at), now),
-            ago(Some(replica.last_seen), now),
+            format!("{} ago", short_duration(replica.up_for.get())),
+            format!("{} ago", short_duration(replica.silent_for.get())),
             replica.version.clone(),
         ]);
     }
@@ -83,6 +83,8 @@ mod tests {
             last_seen: before(2),
             stopped_at: None,
             version: "0.1.0".into(),
+            silent_for: herd_core::time::HumanDuration::from_secs(2),
+            up_for: herd_core::time::HumanDuration::from_secs(600),
         };
         let status = ClusterStatus {
             served_by: "r2".into(),
