@@ -1,8 +1,11 @@
 //! A typed client for the herd HTTP API, used by the CLI, the agent and the
 //! tests. It knows several server URLs and moves to the next when one
-//! cannot be reached (only before a request was sent, so that a write is
-//! never sent twice). A request that times out is not re-sent, but the
-//! next request starts at the next server: a hung server is left behind.
+//! cannot be connected to. A request that may safely be sent twice (a
+//! read, a watch, a write guarded by its resourceVersion) also moves on
+//! when a server takes the connection but does not answer within
+//! [`ANSWER_TIMEOUT`] (a paused or hung server); any other write is never
+//! sent twice, and its error says so. After a time-out the next request
+//! starts at the next server: a hung server is left behind.
 
 mod peer;
 mod watch;
@@ -26,6 +29,30 @@ pub use peer::PeerClient;
 pub use watch::WatchStream;
 
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a connection may take to be made.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long a server may take to start answering a request that can be
+/// sent to the next server instead (not the last one tried, which gets the
+/// whole request timeout).
+pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Whether a request may reach the servers twice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Resend {
+    /// Twice changes nothing: a read, a watch, a write that compares the
+    /// resourceVersion it was based on (a second copy gets a conflict).
+    Safe,
+    /// A second copy could act twice: sent once at most.
+    Never,
+}
+
+impl Resend {
+    /// A replace is guarded when it names the resourceVersion it replaces.
+    fn for_replace(object: &Value) -> Resend {
+        let guarded = object["metadata"]["resourceVersion"].as_str().is_some_and(|rv| !rv.is_empty());
+        if guarded { Resend::Safe } else { Resend::Never }
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -89,7 +116,7 @@ impl Client {
     /// turn, presenting `token`.
     pub fn new(servers: Vec<String>, token: Option<String>) -> Client {
         let servers = servers.into_iter().map(|s| s.trim_end_matches('/').to_string()).collect();
-        let http = reqwest::Client::builder().connect_timeout(Duration::from_secs(5)).build().unwrap_or_default();
+        let http = reqwest::Client::builder().connect_timeout(CONNECT_TIMEOUT).build().unwrap_or_default();
         Client { servers: Arc::new(servers), current: Arc::default(), token, timeout: REQUEST_TIMEOUT, http }
     }
 
@@ -104,13 +131,15 @@ impl Client {
     }
 
     /// Sends a request to the current server, moving on to the next ones
-    /// while they cannot be connected to.
+    /// while they cannot be connected to, or, for a request that may be
+    /// sent twice, do not answer within [`ANSWER_TIMEOUT`].
     async fn send(
         &self,
         method: Method,
         path: &str,
         build: impl Fn(RequestBuilder) -> RequestBuilder,
         timeout: Option<Duration>,
+        resend: Resend,
     ) -> Result<reqwest::Response, ClientError> {
         let count = self.servers.len().max(1);
         let start = self.current.load(Ordering::Relaxed);
@@ -125,17 +154,36 @@ impl Client {
             if let Some(token) = &self.token {
                 request = request.bearer_auth(token);
             }
-            match build(request).send().await {
+            let another_to_try = attempt + 1 < count;
+            let sent = build(request).send();
+            let answered = if resend == Resend::Safe && another_to_try {
+                match tokio::time::timeout(ANSWER_TIMEOUT, sent).await {
+                    Ok(answered) => answered,
+                    Err(_) => {
+                        last_reason = format!("{base}: no answer within {ANSWER_TIMEOUT:?}");
+                        continue;
+                    }
+                }
+            } else {
+                sent.await
+            };
+            match answered {
                 Ok(response) => {
                     self.current.store(index, Ordering::Relaxed);
                     return Ok(response);
                 }
                 Err(error) if error.is_connect() => last_reason = format!("{base}: {}", error_chain(&error)),
                 Err(error) => {
+                    let mut reason = error_chain(&error);
                     if error.is_timeout() {
                         self.current.store((index + 1) % count, Ordering::Relaxed);
+                        if resend == Resend::Never {
+                            reason.push_str(
+                                "; it was not sent again, since it may have been carried out: look before you retry",
+                            );
+                        }
                     }
-                    return Err(ClientError::Unreachable { servers: base.clone(), reason: error_chain(&error) });
+                    return Err(ClientError::Unreachable { servers: base.clone(), reason });
                 }
             }
         }
@@ -149,6 +197,11 @@ impl Client {
         query: &[(&str, String)],
         body: Option<&Value>,
     ) -> Result<T, ClientError> {
+        let resend = match (&method, body) {
+            (&Method::GET, _) => Resend::Safe,
+            (&Method::PUT, Some(object)) => Resend::for_replace(object),
+            _ => Resend::Never,
+        };
         let response = self
             .send(
                 method,
@@ -161,6 +214,7 @@ impl Client {
                     }
                 },
                 Some(self.timeout),
+                resend,
             )
             .await?;
         decode(response).await
@@ -280,7 +334,7 @@ impl Client {
         if !selector.is_empty() {
             query.push(("labelSelector", selector.to_string()));
         }
-        let response = self.send(Method::GET, path, |r| r.query(&query), None).await?;
+        let response = self.send(Method::GET, path, |r| r.query(&query), None, Resend::Safe).await?;
         let response = check(response).await?;
         Ok(WatchStream::new(response))
     }
@@ -289,7 +343,7 @@ impl Client {
     pub async fn member_log(&self, node: &str, member: &str, stream: &str, bytes: u64) -> Result<String, ClientError> {
         let path = format!("{}/members/{member}/logs", object_path("nodes", node));
         let query = [("stream", stream), ("bytes", &bytes.to_string())];
-        let response = self.send(Method::GET, &path, |r| r.query(&query), Some(self.timeout)).await?;
+        let response = self.send(Method::GET, &path, |r| r.query(&query), Some(self.timeout), Resend::Safe).await?;
         let response = check(response).await?;
         response.text().await.map_err(|e| ClientError::Protocol { url: path, reason: error_chain(&e) })
     }
@@ -318,7 +372,7 @@ impl Client {
 
     /// The raw text of an unauthenticated endpoint (`/metrics`, `/healthz`).
     pub async fn get_text(&self, path: &str) -> Result<String, ClientError> {
-        let response = check(self.send(Method::GET, path, |r| r, Some(self.timeout)).await?).await?;
+        let response = check(self.send(Method::GET, path, |r| r, Some(self.timeout), Resend::Safe).await?).await?;
         response.text().await.map_err(|e| ClientError::Protocol { url: path.into(), reason: error_chain(&e) })
     }
 }
@@ -366,4 +420,19 @@ async fn decode<T: DeserializeOwned>(response: reqwest::Response) -> Result<T, C
     let body =
         response.bytes().await.map_err(|e| ClientError::Protocol { url: url.clone(), reason: error_chain(&e) })?;
     serde_json::from_slice(&body).map_err(|e| ClientError::Protocol { url, reason: e.to_string() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_replace_that_names_its_resource_version_may_be_sent_twice() {
+        let guarded = serde_json::json!({"metadata": {"name": "n1", "resourceVersion": "42"}});
+        assert_eq!(Resend::for_replace(&guarded), Resend::Safe);
+        let blind = serde_json::json!({"metadata": {"name": "n1"}});
+        assert_eq!(Resend::for_replace(&blind), Resend::Never);
+        let empty = serde_json::json!({"metadata": {"name": "n1", "resourceVersion": ""}});
+        assert_eq!(Resend::for_replace(&empty), Resend::Never);
+    }
 }

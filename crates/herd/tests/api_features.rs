@@ -272,3 +272,26 @@ async fn every_example_applies_cleanly() {
     }
     assert!(applied > 0, "no examples found in {}", examples.display());
 }
+
+/// A first server that takes connections but never answers (SIGSTOP): the
+/// CLI moves to the second for a read within the connect timeout plus a
+/// second, instead of hanging for the whole request timeout.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cli_answers_from_the_second_server_when_the_first_is_paused() {
+    let (first_dir, second_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let paused = TestServer::start(first_dir.path());
+    let live = TestServer::start(second_dir.path());
+    paused.proc.signal("STOP");
+    let started = std::time::Instant::now();
+    let output = common::herd()
+        .args(["--server", &format!("{},{}", paused.url, live.url), "--token", common::ADMIN_TOKEN])
+        .args(["cluster", "status"])
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    paused.proc.signal("CONT");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(String::from_utf8_lossy(&output.stdout).contains("Answered by:"), "{output:?}");
+    let bound = herd_client::CONNECT_TIMEOUT + std::time::Duration::from_secs(1);
+    assert!(took < bound, "the answer took {took:?} (bound {bound:?})");
+}
