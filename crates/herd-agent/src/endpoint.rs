@@ -165,6 +165,21 @@ async fn stop_member(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
+/// Starts a known member again with its recorded run (a failed
+/// migration's way back: the member runs where it was).
+async fn start_member(
+    State(state): State<EndpointState>,
+    headers: HeaderMap,
+    Path(member): Path<String>,
+) -> Result<Response, Refusal> {
+    state.member_request(&headers, &member)?;
+    let Some(record) = state.members.record(&member) else {
+        return Err(Refusal(StatusCode::NOT_FOUND, format!("member {member} is not on {}", state.identity.node_name)));
+    };
+    let instance = state.members.start(&member, record.run).await.map_err(Refusal::internal)?;
+    Ok(Json(json!({ "instanceId": instance })).into_response())
+}
+
 #[derive(Deserialize)]
 struct LogQuery {
     /// `stdout` (default) or `stderr`.
@@ -299,6 +314,7 @@ pub async fn serve(
         )
         .route("/members/{member}", axum::routing::delete(forget_member))
         .route("/members/{member}/stop", axum::routing::post(stop_member))
+        .route("/members/{member}/start", axum::routing::post(start_member))
         .route("/members/{member}/logs", get(member_log))
         .route("/volumes/{member}/{volume}", get(manifest))
         .route("/volumes/{member}/{volume}/file", get(file))

@@ -3,7 +3,7 @@
 
 use std::fs::{self, File};
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// What marks the temporary file of a write in progress.
 const TEMP_MARK: &str = ".tmp-";
@@ -26,24 +26,113 @@ pub fn remove_torn_writes(dir: &Path) -> std::io::Result<usize> {
 
 /// Writes `contents` to `path` atomically: temp file, fsync, rename, fsync
 /// of the directory. `mode` sets the permission bits (0o600 for secrets).
+/// A write that fails (a full disk, say) leaves no temp file behind.
 pub fn write_atomic(path: &Path, contents: &[u8], mode: u32) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
     let temp = dir.join(format!(".{name}{TEMP_MARK}{}", std::process::id()));
-    {
+    let written = (|| {
         let mut file = fs::OpenOptions::new().write(true).create(true).truncate(true).mode(mode).open(&temp)?;
         file.write_all(contents)?;
-        file.sync_all()?;
+        file.sync_all()
+    })();
+    if let Err(error) = written {
+        let _ = fs::remove_file(&temp);
+        return Err(error);
     }
     fs::rename(&temp, path)?;
     File::open(dir)?.sync_all()
+}
+
+/// Whether an IO error says the file system is full.
+pub fn is_disk_full(error: &std::io::Error) -> bool {
+    matches!(error.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
+}
+
+/// The bytes an unprivileged writer may still use on the file system of
+/// `path`, and its size.
+pub fn disk_space(path: &Path) -> std::io::Result<(u64, u64)> {
+    use std::os::unix::ffi::OsStrExt;
+    let name = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::other("a path with a NUL byte"))?;
+    // SAFETY: a NUL-terminated path and a zeroed struct statvfs fills in.
+    let mut stats: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(name.as_ptr(), &mut stats) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let unit = stats.f_frsize as u64;
+    Ok((stats.f_bavail as u64 * unit, stats.f_blocks as u64 * unit))
+}
+
+/// Space held back for the journal: a file of real (allocated) blocks that
+/// is given up when a journal write finds the disk full, so that the
+/// agent can still record, and report, that its work failed for lack of
+/// space. It is taken again once there is room.
+#[derive(Clone, Debug)]
+pub struct SpaceReserve {
+    path: PathBuf,
+}
+
+/// How much the reserve holds: hundreds of journal writes.
+pub const RESERVE_BYTES: u64 = 1 << 20;
+
+impl SpaceReserve {
+    pub fn new(path: PathBuf) -> SpaceReserve {
+        SpaceReserve { path }
+    }
+
+    /// Takes the reserve unless it is held already or there is not twice
+    /// its size free (a full disk is not made fuller).
+    pub fn take(&self) {
+        if fs::metadata(&self.path).is_ok_and(|m| m.len() == RESERVE_BYTES) {
+            return;
+        }
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        if disk_space(dir).map_or(true, |(free, _)| free < 2 * RESERVE_BYTES) {
+            return;
+        }
+        let taken = (|| {
+            let mut file = File::create(&self.path)?;
+            // Written, not just sized: a sparse file would reserve nothing.
+            file.write_all(&vec![0; RESERVE_BYTES as usize])?;
+            file.sync_all()
+        })();
+        if let Err(error) = taken {
+            let _ = fs::remove_file(&self.path);
+            tracing::warn!(%error, path = %self.path.display(), "could not reserve space for the journal");
+        }
+    }
+
+    /// Gives the reserve up; true when there was one to give.
+    pub fn release(&self) -> bool {
+        let released = fs::remove_file(&self.path).is_ok();
+        if released {
+            tracing::warn!("the disk is full: released the space reserved for the journal");
+        }
+        released
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn the_reserve_is_real_space_taken_once_and_given_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let reserve = SpaceReserve::new(dir.path().join("space.reserve"));
+        reserve.take();
+        let meta = fs::metadata(dir.path().join("space.reserve")).unwrap();
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(meta.len(), RESERVE_BYTES);
+        assert!(meta.blocks() * 512 >= RESERVE_BYTES, "allocated, not sparse");
+        assert!(reserve.release());
+        assert!(!reserve.release(), "nothing more to give");
+        let (free, total) = disk_space(dir.path()).unwrap();
+        assert!(free > 0 && total >= free);
+    }
 
     #[test]
     fn replaces_whole_file_with_mode() {

@@ -105,6 +105,7 @@ impl Heartbeat {
             agent_version: Some(env!("CARGO_PKG_VERSION").to_string()),
             members: Vec::new(),
             commands: Vec::new(),
+            disk: None,
         };
         let name = identity.node_name.clone();
         let mut credentials = store.load(&name)?;
@@ -146,6 +147,9 @@ impl Heartbeat {
             };
             report.members = members.report();
             report.commands = executor.reports();
+            report.disk = crate::fsutil::disk_space(&data_dir)
+                .map(|(free_bytes, total_bytes)| herd_core::api::DiskReport { free_bytes, total_bytes })
+                .ok();
             match client.with_token(Some(creds.node_token)).heartbeat(&name, &report).await {
                 Ok(answer) => {
                     if failing {

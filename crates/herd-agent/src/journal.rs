@@ -13,7 +13,7 @@ use herd_core::journal::may_move;
 use herd_core::kinds::{AgentState, Answer, CommandSpec};
 use serde::{Deserialize, Serialize};
 
-use crate::fsutil::write_atomic;
+use crate::fsutil::{SpaceReserve, is_disk_full, write_atomic};
 
 #[derive(Debug, thiserror::Error)]
 pub enum JournalError {
@@ -73,24 +73,37 @@ impl Entry {
 #[derive(Clone, Debug)]
 pub struct Journal {
     dir: PathBuf,
+    /// Given up when the disk is full, so that journal writes still land.
+    reserve: SpaceReserve,
 }
 
 impl Journal {
     pub fn open(data_dir: &Path) -> Result<Journal, JournalError> {
         let dir = data_dir.join("journal");
         std::fs::create_dir_all(&dir).map_err(|source| JournalError::Io { path: dir.clone(), source })?;
-        Ok(Journal { dir })
+        let reserve = SpaceReserve::new(data_dir.join("space.reserve"));
+        reserve.take();
+        Ok(Journal { dir, reserve })
     }
 
     pub fn dir(&self) -> &Path {
         &self.dir
     }
 
-    /// Writes `entry` as it is (atomically).
+    /// Writes `entry` as it is (atomically). On a full disk the space
+    /// reserved for the journal is given up and the write tried again: a
+    /// full disk must not keep the agent from recording what happened.
     pub fn write(&self, entry: &Entry) -> Result<(), JournalError> {
         let path = self.dir.join(entry.file_name());
-        let json = serde_json::to_vec_pretty(entry).expect("a journal entry always serialises");
-        write_atomic(&path, &json, 0o600).map_err(|source| JournalError::Io { path, source })
+        let json = serde_json::to_vec_pretty(entry)
+            .map_err(|e| JournalError::Io { path: path.clone(), source: std::io::Error::other(e) })?;
+        let written = match write_atomic(&path, &json, 0o600) {
+            Err(error) if is_disk_full(&error) && self.reserve.release() => write_atomic(&path, &json, 0o600),
+            other => other,
+        };
+        written.map_err(|source| JournalError::Io { path, source })?;
+        self.reserve.take();
+        Ok(())
     }
 
     /// Moves `entry` to `to` (with `answer` for a final state) and writes it.

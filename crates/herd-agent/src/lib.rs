@@ -117,6 +117,7 @@ pub async fn run(config: AgentConfig, stop: CancellationToken) -> Result<(), Age
         program: config.worker_program.clone(),
         peer_token: peer_token.clone(),
         bandwidth: config.copy_bandwidth,
+        node: identity.node_name.clone(),
     };
     let executor = executor::Executor::open(&data_dir, members.clone(), workers, stop.clone())?;
 

@@ -20,6 +20,8 @@ use herd_core::api::{ManifestFile, VolumeManifest};
 use herd_core::kinds::Answer;
 use serde::{Deserialize, Serialize};
 
+use herd_core::units::human_bytes;
+
 use crate::fsutil::write_atomic;
 use crate::volumes;
 
@@ -39,6 +41,40 @@ pub struct CopyJob {
     /// At most this many bytes per second (None: as fast as it goes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bandwidth: Option<u64>,
+    /// The node it copies to, for its messages.
+    #[serde(default)]
+    pub node: String,
+}
+
+/// Why a copy failed, and so what becomes of its staging area.
+#[derive(Debug)]
+enum CopyFailure {
+    /// The source could not be read (unreachable, gone mid-way): what is
+    /// staged stays, for a retry to resume from.
+    Source(String),
+    /// Anything here or about the data (a full disk, a failed check, a
+    /// source that changed): the staging is removed.
+    Local(String),
+}
+
+impl From<String> for CopyFailure {
+    fn from(message: String) -> Self {
+        CopyFailure::Local(message)
+    }
+}
+
+/// The failure of an IO step here, naming a full disk as such.
+fn local_io(job: &CopyJob, what: &str, path: &Path) -> impl Fn(std::io::Error) -> CopyFailure + Send + use<> {
+    let (what, path, node) = (what.to_string(), path.display().to_string(), job.node.clone());
+    let data_dir = job.staging.clone();
+    move |error| {
+        if crate::fsutil::is_disk_full(&error) {
+            let free = crate::fsutil::disk_space(&data_dir).map(|(free, _)| human_bytes(free)).unwrap_or_default();
+            CopyFailure::Local(format!("no space left on {node}'s data dir ({what} {path}; {free} free)"))
+        } else {
+            CopyFailure::Local(format!("{what} {path}: {error}"))
+        }
+    }
 }
 
 /// The result a worker left, if it finished.
@@ -62,17 +98,58 @@ pub async fn main(job_path: &Path) -> i32 {
     };
     let answer = match copy(&job).await {
         Ok(answer) => answer,
-        Err(why) => Answer { success: false, message: why, details: BTreeMap::new() },
+        Err(CopyFailure::Source(why)) => {
+            let staged = volumes::staged_bytes(&job.staging).unwrap_or(0);
+            let kept = if staged > 0 {
+                format!("; the {} copied so far are kept for a retry to resume", human_bytes(staged))
+            } else {
+                String::new()
+            };
+            Answer { success: false, message: format!("{why}{kept}"), details: BTreeMap::new() }
+        }
+        Err(CopyFailure::Local(why)) => {
+            // Nothing to resume from: the space goes back at once.
+            let removed = match remove_staging(&job.staging) {
+                Ok(0) => String::new(),
+                Ok(bytes) => format!("; the partial copy ({}) was removed", human_bytes(bytes)),
+                Err(error) => format!("; removing the partial copy failed: {error}"),
+            };
+            Answer { success: false, message: format!("{why}{removed}"), details: BTreeMap::new() }
+        }
     };
-    let json = serde_json::to_vec_pretty(&answer).expect("an answer always serialises");
-    if let Err(error) = write_atomic(&job.result, &json, 0o644) {
-        eprintln!("copy worker: writing the result: {error}");
+    let written = serde_json::to_vec_pretty(&answer)
+        .map_err(std::io::Error::other)
+        .and_then(|json| write_atomic(&job.result, &json, 0o644));
+    if let Err(error) = written {
+        // Its log may sit on the same full disk: a failed write to it is
+        // no reason to panic.
+        let _ = writeln!(std::io::stderr(), "copy worker: writing the result: {error}");
         return 2;
     }
     if answer.success { 0 } else { 1 }
 }
 
-async fn copy(job: &CopyJob) -> Result<Answer, String> {
+/// Fails at once when the volume cannot fit: what the source holds beyond
+/// what is staged already, against the free space here.
+fn check_space(job: &CopyJob, manifest: &VolumeManifest) -> Result<(), CopyFailure> {
+    let staged = volumes::staged_bytes(&job.staging).unwrap_or(0);
+    let needed = manifest.size.saturating_sub(staged);
+    let room = job.staging.ancestors().find(|dir| dir.exists()).unwrap_or(Path::new("/"));
+    let (free, _) = crate::fsutil::disk_space(room).map_err(local_io(job, "reading the free space of", room))?;
+    if needed > free {
+        return Err(CopyFailure::Local(format!(
+            "no space left on {}'s data dir for volume {}/{}: needs {}, {} free",
+            job.node,
+            job.member,
+            job.volume,
+            human_bytes(needed),
+            human_bytes(free)
+        )));
+    }
+    Ok(())
+}
+
+async fn copy(job: &CopyJob) -> Result<Answer, CopyFailure> {
     let (member, volume) = (&job.member, &job.volume);
     // One copy of a volume at a time: a worker of an earlier attempt that
     // still runs finishes first.
@@ -81,7 +158,7 @@ async fn copy(job: &CopyJob) -> Result<Answer, String> {
     let manifest = source
         .manifest(member, volume)
         .await
-        .map_err(|e| format!("reading the source manifest: {e}"))?
+        .map_err(|e| CopyFailure::Source(format!("reading the source manifest: {e}")))?
         .ok_or_else(|| format!("volume {member}/{volume} does not exist on the source"))?;
     if job.destination.is_dir()
         && volumes::manifest(&job.destination).is_ok_and(|here| here.checksum == manifest.checksum)
@@ -90,24 +167,32 @@ async fn copy(job: &CopyJob) -> Result<Answer, String> {
         lock.release_and_remove();
         return Ok(done(job, &manifest, 0));
     }
-    std::fs::create_dir_all(&job.staging).map_err(|e| format!("creating {}: {e}", job.staging.display()))?;
+    check_space(job, &manifest)?;
+    std::fs::create_dir_all(&job.staging).map_err(local_io(job, "creating", &job.staging))?;
     let pace = Pace::new(job.bandwidth);
     // A few files at once: the receiving, writing and hashing of one
     // overlap with another's.
     let fetches = futures_util::stream::iter(&manifest.files)
         .map(|file| copy_file(&source, job, file, &pace))
         .buffer_unordered(FILES_AT_ONCE);
-    let fetched: Vec<u64> = fetches.collect::<Vec<_>>().await.into_iter().collect::<Result<_, String>>()?;
+    let fetched: Vec<u64> = fetches.collect::<Vec<_>>().await.into_iter().collect::<Result<_, CopyFailure>>()?;
     let fetched: u64 = fetched.into_iter().sum();
     // Every listed file is verified; anything else goes, so the copy holds
     // exactly the manifest.
-    remove_extra_files(&job.staging, &manifest).map_err(|e| format!("tidying the staging copy: {e}"))?;
-    let again = source.manifest(member, volume).await.map_err(|e| format!("reading the source manifest again: {e}"))?;
+    remove_extra_files(&job.staging, &manifest).map_err(local_io(job, "tidying", &job.staging))?;
+    let again = source
+        .manifest(member, volume)
+        .await
+        .map_err(|e| CopyFailure::Source(format!("reading the source manifest again: {e}")))?;
     if again.as_ref().map(|m| &m.checksum) != Some(&manifest.checksum) {
-        return Err(format!("volume {member}/{volume} changed on the source during the copy"));
+        return Err(format!("volume {member}/{volume} changed on the source during the copy").into());
     }
-    sync_directories(&job.staging).map_err(|e| format!("syncing the copy: {e}"))?;
-    install(&job.staging, &job.destination).map_err(|e| format!("moving the copy into place: {e}"))?;
+    sync_directories(&job.staging).map_err(local_io(job, "syncing", &job.staging))?;
+    install(&job.staging, &job.destination).map_err(local_io(
+        job,
+        "moving the copy into place at",
+        &job.destination,
+    ))?;
     lock.release_and_remove();
     Ok(done(job, &manifest, fetched))
 }
@@ -147,9 +232,7 @@ async fn lock_staging(staging: &Path) -> Result<StagingLock, String> {
     use std::os::unix::fs::MetadataExt;
     let parent = staging.parent().ok_or("the staging directory has no parent")?;
     std::fs::create_dir_all(parent).map_err(|e| format!("creating {}: {e}", parent.display()))?;
-    let mut name = staging.file_name().ok_or("the staging directory has no name")?.to_os_string();
-    name.push(".lock");
-    let path = parent.join(name);
+    let path = lock_path(staging).ok_or("the staging directory has no name")?;
     loop {
         let file = std::fs::File::options()
             .create(true)
@@ -170,16 +253,37 @@ async fn lock_staging(staging: &Path) -> Result<StagingLock, String> {
     }
 }
 
+/// Removes a staging area and its lock file (no worker may hold it: the
+/// copy failed, or its worker was ended); returns the bytes it held.
+pub fn remove_staging(staging: &Path) -> std::io::Result<u64> {
+    let bytes = volumes::staged_bytes(staging).unwrap_or(0);
+    match std::fs::remove_dir_all(staging) {
+        Err(error) if error.kind() != std::io::ErrorKind::NotFound => return Err(error),
+        _ => {}
+    }
+    if let Some(lock) = lock_path(staging) {
+        let _ = std::fs::remove_file(lock);
+    }
+    Ok(bytes)
+}
+
+/// `<staging>.lock`, beside the staging area.
+fn lock_path(staging: &Path) -> Option<PathBuf> {
+    let mut name = staging.file_name()?.to_os_string();
+    name.push(".lock");
+    Some(staging.with_file_name(name))
+}
+
 /// Files fetched at the same time.
 const FILES_AT_ONCE: usize = 4;
 
 /// Brings one file of the manifest into the staging area and verifies it;
 /// returns the bytes fetched.
-async fn copy_file(source: &PeerClient, job: &CopyJob, file: &ManifestFile, pace: &Pace) -> Result<u64, String> {
+async fn copy_file(source: &PeerClient, job: &CopyJob, file: &ManifestFile, pace: &Pace) -> Result<u64, CopyFailure> {
     let target =
         volumes::inside(&job.staging, &file.path).ok_or(format!("the source listed a bad path {:?}", file.path))?;
     if let Some(parent) = target.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| format!("creating {}: {e}", parent.display()))?;
+        std::fs::create_dir_all(parent).map_err(local_io(job, "creating", parent))?;
     }
     // Twice at most: a resumed file that does not verify is fetched whole.
     let mut fetched = 0;
@@ -189,9 +293,9 @@ async fn copy_file(source: &PeerClient, job: &CopyJob, file: &ManifestFile, pace
         if size == file.size && hash == file.blake3 {
             return Ok(fetched);
         }
-        std::fs::remove_file(&target).map_err(|e| format!("removing {}: {e}", target.display()))?;
+        std::fs::remove_file(&target).map_err(local_io(job, "removing", &target))?;
     }
-    Err(format!("{} does not match the source's checksum after two tries", file.path))
+    Err(format!("{} does not match the source's checksum after two tries", file.path).into())
 }
 
 /// Brings `target` to `size` bytes from the source, resuming from what it
@@ -204,18 +308,16 @@ async fn fetch(
     size: u64,
     target: &Path,
     pace: &Pace,
-) -> Result<(u64, u64, String), String> {
+) -> Result<(u64, u64, String), CopyFailure> {
     let have = std::fs::metadata(target).map(|m| m.len()).unwrap_or(0);
     let from = if have <= size { have } else { 0 };
     let mut hasher = blake3::Hasher::new();
     if from > 0 {
-        volumes::hash_into(target, &mut hasher).map_err(|e| format!("hashing {}: {e}", target.display()))?;
+        volumes::hash_into(target, &mut hasher).map_err(local_io(job, "hashing", target))?;
     }
     if from == size {
         // Fetched whole by an earlier attempt, perhaps not yet on disk.
-        std::fs::File::open(target)
-            .and_then(|file| file.sync_data())
-            .map_err(|e| format!("syncing {}: {e}", target.display()))?;
+        std::fs::File::open(target).and_then(|file| file.sync_data()).map_err(local_io(job, "syncing", target))?;
         return Ok((0, size, hasher.finalize().to_hex().to_string()));
     }
     let file = std::fs::OpenOptions::new()
@@ -224,13 +326,15 @@ async fn fetch(
         .write(true)
         .truncate(from == 0)
         .open(target)
-        .map_err(|e| format!("opening {}: {e}", target.display()))?;
-    let response =
-        source.file(&job.member, &job.volume, path, from).await.map_err(|e| format!("fetching {path}: {e}"))?;
+        .map_err(local_io(job, "opening", target))?;
+    let response = source
+        .file(&job.member, &job.volume, path, from)
+        .await
+        .map_err(|e| CopyFailure::Source(format!("fetching {path}: {e}")))?;
     // Writing and hashing run on a thread of their own, so that receiving
     // the next chunks overlaps with them.
     let (chunks, mut received) = tokio::sync::mpsc::channel::<bytes::Bytes>(64);
-    let shown = target.display().to_string();
+    let failed_write = local_io(job, "writing", target);
     let writer = tokio::task::spawn_blocking(move || {
         // Chunks as large as the buffer (most are: a few hundred KiB) are
         // written straight from the network's buffer; small ones are
@@ -239,24 +343,24 @@ async fn fetch(
         let mut written = 0u64;
         let mut flushing = 0u64;
         while let Some(chunk) = received.blocking_recv() {
-            file.write_all(&chunk).map_err(|e| format!("writing {shown}: {e}"))?;
+            file.write_all(&chunk).map_err(&failed_write)?;
             hasher.update(&chunk);
             written += chunk.len() as u64;
             if written - flushing >= WRITEBACK_WINDOW {
-                file.flush().map_err(|e| format!("writing {shown}: {e}"))?;
+                file.flush().map_err(&failed_write)?;
                 start_writeback(file.get_ref(), from + flushing, written - flushing);
                 flushing = written;
             }
         }
-        file.flush().map_err(|e| format!("writing {shown}: {e}"))?;
+        file.flush().map_err(&failed_write)?;
         // On disk before the copy is installed; most of it is already
         // written by now.
-        file.get_ref().sync_data().map_err(|e| format!("syncing {shown}: {e}"))?;
-        Ok::<_, String>((written, hasher))
+        file.get_ref().sync_data().map_err(&failed_write)?;
+        Ok::<_, CopyFailure>((written, hasher))
     });
     let mut body = response.bytes_stream();
     while let Some(chunk) = body.next().await {
-        let chunk = chunk.map_err(|e| format!("fetching {path}: {e}"))?;
+        let chunk = chunk.map_err(|e| CopyFailure::Source(format!("fetching {path}: {e}")))?;
         let length = chunk.len() as u64;
         if chunks.send(chunk).await.is_err() {
             break;

@@ -348,10 +348,16 @@ impl Client {
         response.text().await.map_err(|e| ClientError::Protocol { url: path, reason: error_chain(&e) })
     }
 
-    /// `herd command retry` (`abandon` false) or `herd command abandon`.
-    pub async fn command_action(&self, name: &str, abandon: bool) -> Result<Object<CommandSpec>, ClientError> {
-        let verb = if abandon { "abandon" } else { "retry" };
-        self.call(Method::POST, &format!("{}/{verb}", object_path("commands", name)), &[], None).await
+    /// `herd command retry`.
+    pub async fn retry_command(&self, name: &str) -> Result<Object<CommandSpec>, ClientError> {
+        self.call(Method::POST, &format!("{}/retry", object_path("commands", name)), &[], None).await
+    }
+
+    /// `herd command abandon`: its work is ended, a copy's partial staging
+    /// removed unless `keep_staging`.
+    pub async fn abandon_command(&self, name: &str, keep_staging: bool) -> Result<Object<CommandSpec>, ClientError> {
+        let query = [("keepStaging", keep_staging.to_string())];
+        self.call(Method::POST, &format!("{}/abandon", object_path("commands", name)), &query, None).await
     }
 
     /// A node's Commands (with that node's token), and the revision to

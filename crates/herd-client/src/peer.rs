@@ -78,6 +78,17 @@ impl PeerClient {
         self.done_unless_missing(self.http.post(&url)).await
     }
 
+    /// Starts a member that agent knows again, with its recorded run;
+    /// returns its new instance id.
+    pub async fn start_member(&self, member: &str) -> Result<String, ClientError> {
+        let url = format!("{}{}/start", self.base, member_path(member));
+        let response = self.http.post(&url).bearer_auth(&self.token).send().await.map_err(|e| self.unreachable(e))?;
+        let body = self.checked(response).await?.bytes().await.map_err(|e| self.unreachable(e))?;
+        let value: serde_json::Value =
+            serde_json::from_slice(&body).map_err(|e| ClientError::Protocol { url, reason: e.to_string() })?;
+        Ok(value["instanceId"].as_str().unwrap_or_default().to_string())
+    }
+
     /// Has that agent forget a member: stopped, its volumes and record
     /// removed (nothing when it is not there).
     pub async fn forget_member(&self, member: &str) -> Result<(), ClientError> {

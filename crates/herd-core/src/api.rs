@@ -136,6 +136,17 @@ pub struct AgentReport {
     /// in its final state yet.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub commands: Vec<CommandReport>,
+    /// The space of the file system the agent's data dir is on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk: Option<DiskReport>,
+}
+
+/// Free and total bytes of the agent's data dir file system.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DiskReport {
+    pub free_bytes: u64,
+    pub total_bytes: u64,
 }
 
 /// One command attempt as the agent's journal has it.

@@ -18,6 +18,7 @@ pub mod reconcile;
 pub mod resource;
 pub mod selection;
 pub mod time;
+pub mod units;
 pub mod validation;
 
 pub use meta::ObjectMeta;

@@ -8,9 +8,10 @@
 
 use std::time::Duration;
 
-use crate::api::AgentReport;
+use crate::api::{AgentReport, DiskReport};
 use crate::kinds::{ConditionStatus, NodeStatus};
 use crate::time::Timestamp;
+use crate::units::human_bytes;
 
 /// The Ready condition's type.
 pub const READY: &str = "Ready";
@@ -50,7 +51,27 @@ pub fn apply_heartbeat(status: &mut NodeStatus, report: &AgentReport, now: Times
     }
     status.members = report.members.clone();
     status.set_condition(READY, ConditionStatus::True, "AgentHeartbeat", "the agent is sending heartbeats", now);
+    if let Some(disk) = report.disk {
+        let (state, reason, message) = disk_pressure(disk);
+        status.set_condition(DISK_PRESSURE, state, reason, &message, now);
+    }
     effects
+}
+
+/// The condition set while the data dir's file system is (nearly) full.
+pub const DISK_PRESSURE: &str = "DiskPressure";
+
+/// Under pressure when less than 5% or 64 MB is free, whichever is less:
+/// a copy or a member's writes may fail for want of space.
+pub fn disk_pressure(disk: DiskReport) -> (ConditionStatus, &'static str, String) {
+    let threshold = (disk.total_bytes / 20).min(64_000_000);
+    let figures =
+        format!("{} free of {} on the agent's data dir", human_bytes(disk.free_bytes), human_bytes(disk.total_bytes));
+    if disk.free_bytes < threshold {
+        (ConditionStatus::True, "DataDirFull", format!("{figures} (under {})", human_bytes(threshold)))
+    } else {
+        (ConditionStatus::False, "DataDirHasSpace", figures)
+    }
 }
 
 /// Marks a node NotReady because its heartbeats stopped.
@@ -95,7 +116,17 @@ mod tests {
             agent_version: None,
             members: Vec::new(),
             commands: Vec::new(),
+            disk: None,
         }
+    }
+
+    #[test]
+    fn a_nearly_full_data_dir_is_disk_pressure_with_the_figures() {
+        let (state, _, message) = disk_pressure(DiskReport { free_bytes: 1_000_000, total_bytes: 64_000_000 });
+        assert_eq!(state, ConditionStatus::True);
+        assert_eq!(message, "1.0 MB free of 64 MB on the agent's data dir (under 3.2 MB)");
+        let (state, _, _) = disk_pressure(DiskReport { free_bytes: 70_000_000, total_bytes: 1_000_000_000_000 });
+        assert_eq!(state, ConditionStatus::False, "64 MB is the most ever asked for");
     }
 
     #[test]

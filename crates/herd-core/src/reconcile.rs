@@ -65,6 +65,9 @@ pub enum Step {
     MarkTimedOut,
     /// Mark it RECONCILE_SKIPPED: too many failed attempts.
     GiveUp,
+    /// Mark an ABANDONING Command ABANDONED without the agent's word (its
+    /// host is down, or it did not answer in time): it holds nothing more.
+    FinishAbandon,
 }
 
 /// The step for `view`, and why (shown to the operator).
@@ -74,7 +77,16 @@ pub fn decide(view: &CommandView, settings: &ReconcileSettings) -> (Step, &'stat
     if view.management.is_settled() {
         return (Step::Skip, "settled");
     }
-    if view.management == M::Created {
+    if view.management == M::Abandoning {
+        if !view.host_up {
+            return (Step::FinishAbandon, "its node is down; its agent ends the work when it returns");
+        }
+        if view.since_update > settings.answer_grace {
+            return (Step::FinishAbandon, "the agent did not confirm within the answer grace that it ended the work");
+        }
+        return (Step::Skip, "waiting for the agent to end the work");
+    }
+    if view.management.awaits_agent() {
         let Some(since_issued) = view.since_issued else { return (Step::Skip, "not issued yet") };
         let agent_done = view.agent.is_some_and(AgentState::is_final);
         if !agent_done && since_issued > view.timeout + settings.answer_grace {
@@ -207,9 +219,26 @@ mod tests {
 
     #[test]
     fn settled_commands_are_left_alone() {
-        for m in [M::Completed, M::Failed, M::Reconciled, M::ReconcileSkipped] {
+        for m in [M::Completed, M::Failed, M::Reconciled, M::ReconcileSkipped, M::Abandoned] {
             assert_eq!(step(view(m, Some(A::Interrupted))), Step::Skip, "{m:?}");
         }
+    }
+
+    #[test]
+    fn row_an_abandoning_command_waits_for_its_agent_unless_the_host_is_down_or_silent() {
+        let working = view(M::Abandoning, Some(A::ProcessingInBackend));
+        assert_eq!(step(working), Step::Skip);
+        assert_eq!(step(CommandView { host_up: false, ..working }), Step::FinishAbandon);
+        let silent = CommandView { since_update: Duration::from_secs(61), ..working };
+        assert_eq!(step(silent), Step::FinishAbandon);
+    }
+
+    #[test]
+    fn row_a_processing_command_is_timed_out_like_a_created_one() {
+        let late = Some(Duration::from_secs(30 + 61));
+        let processing = CommandView { since_issued: late, ..view(M::Processing, Some(A::Processing)) };
+        assert_eq!(step(processing), Step::MarkTimedOut);
+        assert_eq!(step(view(M::Processing, Some(A::ProcessingInBackend))), Step::Wait);
     }
 
     #[test]

@@ -4,9 +4,10 @@
 
 use herd_core::api::{CommandAck, CommandReport};
 use herd_core::kinds::command::NODE_LABEL;
-use herd_core::kinds::{Command, CommandSpec};
+use herd_core::kinds::{Command, CommandSpec, EventType, ManagementState, NodeSpec};
 
 use crate::error::ApiError;
+use crate::events::EventRecorder;
 use crate::objects::{Guard, Objects, Part, now};
 
 /// The refusal for a report on another node's Command, if there is one.
@@ -32,6 +33,7 @@ pub async fn foreign_report(
 /// first); returns what the agent may forget.
 pub async fn record_reports(
     objects: &Objects,
+    events: &EventRecorder,
     node: &str,
     reports: &[CommandReport],
 ) -> Result<Vec<CommandAck>, ApiError> {
@@ -57,18 +59,39 @@ pub async fn record_reports(
             continue;
         }
         let mut forget = false;
-        objects
+        let mut before = ManagementState::default();
+        let written = objects
             .modify::<CommandSpec>(&report.name, Part::Status, |command| {
-                let before = command.status.clone();
+                let was = command.status.clone();
+                before = was.state_by_management;
                 forget = command.status.record_agent_report(report.state, report.answer.clone(), now());
-                Ok(command.status != before)
+                Ok(command.status != was)
             })
             .await?;
+        tell_outcome(events, &written, before).await;
         if forget {
             acks.push(ack);
         }
     }
     Ok(acks)
+}
+
+/// An Event when an agent's report ended a Command badly (or ended an
+/// abandon): `herd events` shows every failure.
+async fn tell_outcome(events: &EventRecorder, command: &Command, before: ManagementState) {
+    let state = command.status.state_by_management;
+    if state == before {
+        return;
+    }
+    let reason = match state {
+        ManagementState::Failed => "CommandFailed",
+        ManagementState::TimedOut => "CommandTimedOut",
+        ManagementState::Abandoned => "CommandAbandoned",
+        _ => return,
+    };
+    let answer = command.status.answer.as_ref().map_or("no answer", |a| a.message.as_str());
+    let message = format!("{} on node {} {state}: {answer}", command.spec.action.type_name(), command.spec.node);
+    events.record(command, EventType::Warning, reason, message).await;
 }
 
 /// Stands for the set of unsettled Commands' holds: every Command created
@@ -113,10 +136,11 @@ fn check_holds(command: &Command, others: &[Command]) -> Result<(), ApiError> {
         let their = other.spec.action.holds(&other.spec.node);
         if let Some(hold) = holds.iter().find(|h| their.iter().any(|t| t.overlaps(h))) {
             return Err(ApiError::Conflict(format!(
-                "{hold} is held by command {} ({}, {:?}): wait for it to settle, or `herd command abandon {}`",
+                "{hold} is held by command {} ({}, {}{}): wait for it to settle, or `herd command abandon {}`",
                 other.metadata.name,
                 other.spec.action.type_name(),
                 other.status.state_by_management,
+                other.status.state_by_agent.map(|a| format!(", agent {a:?}")).unwrap_or_default(),
                 other.metadata.name
             )));
         }
@@ -128,14 +152,23 @@ fn check_holds(command: &Command, others: &[Command]) -> Result<(), ApiError> {
 #[derive(Clone, Copy, Debug)]
 pub enum OperatorAction {
     Retry,
-    Abandon,
+    Abandon { keep_staging: bool },
+}
+
+impl std::fmt::Display for OperatorAction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            OperatorAction::Retry => "retried",
+            OperatorAction::Abandon { .. } => "abandoned",
+        })
+    }
 }
 
 /// Applies an operator's retry or abandon, recorded as an Event; a 409
 /// says why it is not possible now.
 pub async fn operator_action(
     objects: &Objects,
-    events: &crate::events::EventRecorder,
+    events: &EventRecorder,
     name: &str,
     action: OperatorAction,
 ) -> Result<Command, ApiError> {
@@ -145,19 +178,23 @@ pub async fn operator_action(
         let (others, _) = objects.list::<CommandSpec>().await?;
         check_holds(&command, &others)?;
     }
+    let command = objects.require::<CommandSpec>(name).await?;
+    let host_up = objects.get::<NodeSpec>(&command.spec.node).await?.is_some_and(|n| n.status.ready);
     let written = objects
         .modify::<CommandSpec>(name, Part::Status, |command| {
             let done = match action {
                 OperatorAction::Retry => command.status.operator_retry(now()),
-                OperatorAction::Abandon => command.status.operator_abandon(now()),
+                OperatorAction::Abandon { keep_staging } => {
+                    command.status.operator_abandon(host_up, keep_staging, now())
+                }
             };
-            done.map(|()| true)
-                .map_err(|why| ApiError::Conflict(format!("command {name} cannot be {action:?}ed: {why}")))
+            done.map(|()| true).map_err(|why| ApiError::Conflict(format!("command {name} cannot be {action}: {why}")))
         })
         .await?;
-    let (type_, reason) = match action {
-        OperatorAction::Retry => (herd_core::kinds::EventType::Normal, "CommandRetried"),
-        OperatorAction::Abandon => (herd_core::kinds::EventType::Warning, "CommandAbandoned"),
+    let (type_, reason) = match (action, written.status.state_by_management) {
+        (OperatorAction::Retry, _) => (EventType::Normal, "CommandRetried"),
+        (OperatorAction::Abandon { .. }, ManagementState::Abandoning) => (EventType::Warning, "CommandAbandoning"),
+        (OperatorAction::Abandon { .. }, _) => (EventType::Warning, "CommandAbandoned"),
     };
     events.record(&written, type_, reason, written.status.reason.clone()).await;
     Ok(written)

@@ -115,7 +115,7 @@ pub async fn heartbeat(
         return Err(refusal);
     }
     heartbeat_node(objects, events, name, &report).await?;
-    let acknowledged = crate::commands::record_reports(objects, name, &report.commands).await?;
+    let acknowledged = crate::commands::record_reports(objects, events, name, &report.commands).await?;
     Ok(HeartbeatResponse {
         heartbeat_period: cluster_config(config).heartbeat_period,
         peer_token: auth.peer_token().await?,

@@ -123,8 +123,15 @@ pub enum Command {
 pub enum CommandAction {
     /// Issue a failed, interrupted or abandoned Command again, as a new attempt.
     Retry { name: String },
-    /// Give a Command up: it is settled and no longer holds its member or volume.
-    Abandon { name: String },
+    /// Give a Command up: its agent ends the work (a copy's worker is
+    /// stopped), then it is ABANDONED and no longer holds its member or volume.
+    Abandon {
+        name: String,
+        /// Keep a copy's partial staging, so that a later copy resumes from it
+        /// [default: removed].
+        #[arg(long)]
+        keep_staging: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]

@@ -7,47 +7,12 @@ mod common;
 
 use std::time::Duration;
 
+use common::cluster::{TwoNodes, cli, command, fill_volume, member_run, quick_heartbeats, run, settled, two_nodes};
 use common::{MemberReaper, TestServer, eventually, start_agent};
-use herd_core::HumanDuration;
+use herd_core::Timestamp;
 use herd_core::api::{AgentReport, CommandReport};
-use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
-use herd_core::kinds::command::{MemberRun, VolumeSpec};
-use herd_core::kinds::{Action, AgentState, ClusterConfigSpec, Command, CommandSpec, ManagementState, NodeSpec};
-use herd_core::{Object, Timestamp};
-
-async fn quick_heartbeats(server: &TestServer) {
-    let admin = server.admin();
-    let mut config = admin.get::<ClusterConfigSpec>(CLUSTER_CONFIG_NAME).await.unwrap();
-    config.spec.heartbeat_period = HumanDuration(Duration::from_millis(300));
-    config.spec.node_grace_period = HumanDuration(Duration::from_secs(3));
-    admin.update(&config).await.unwrap();
-}
-
-fn command(name: &str, node: &str, action: Action) -> Command {
-    Object::new(name, CommandSpec { node: node.into(), timeout: Some(HumanDuration(Duration::from_secs(20))), action })
-}
-
-fn member_run() -> MemberRun {
-    MemberRun {
-        command: vec!["sh".into(), "-c".into(), "echo hello; exec sleep 300".into()],
-        env: [("GREETING".to_string(), "hi".to_string())].into(),
-        volumes: vec![VolumeSpec { name: "data".into(), persistent: true }],
-    }
-}
-
-/// Waits until the Command is settled; returns it.
-async fn settled(server: &TestServer, name: &str) -> Command {
-    eventually(Duration::from_secs(40), &format!("command {name} settles"), || async {
-        let command = server.admin().get::<CommandSpec>(name).await.ok()?;
-        command.status.state_by_management.is_settled().then_some(command)
-    })
-    .await
-}
-
-async fn run(server: &TestServer, name: &str, node: &str, action: Action) -> Command {
-    server.admin().create(&command(name, node, action)).await.unwrap();
-    settled(server, name).await
-}
+use herd_core::kinds::command::VolumeSpec;
+use herd_core::kinds::{Action, AgentState, CommandSpec, ManagementState, NodeSpec};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn commands_run_on_their_node_and_their_answers_come_back() {
@@ -221,50 +186,6 @@ async fn an_agent_restart_keeps_members_and_a_host_reboot_restarts_them() {
     assert_ne!(new_pid, pid);
 }
 
-/// Fills `dir` with `files` files of pseudo-random content and sizes.
-pub fn fill_volume(dir: &std::path::Path, seed: u64, files: usize, max_size: usize) {
-    std::fs::create_dir_all(dir.join("sub")).unwrap();
-    let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-    let mut next = move || {
-        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        state >> 33
-    };
-    for i in 0..files {
-        let size = (next() as usize) % max_size;
-        let bytes: Vec<u8> = (0..size).map(|_| next() as u8).collect();
-        let path = if i % 2 == 0 { dir.join(format!("f{i}")) } else { dir.join("sub").join(format!("f{i}")) };
-        std::fs::write(path, bytes).unwrap();
-    }
-}
-
-/// A server and two agents, n1 (data dir `a`) and n2 (data dir `b`, with
-/// `b_flags`), both Ready; members they start are killed on drop.
-struct TwoNodes {
-    server: TestServer,
-    a_dir: std::path::PathBuf,
-    b_dir: std::path::PathBuf,
-    // Dropped in this order: the agents, then their members, then the files.
-    _agents: (common::Proc, common::Proc),
-    _reapers: (MemberReaper, MemberReaper),
-    _dir: tempfile::TempDir,
-}
-
-async fn two_nodes(b_flags: &[&str]) -> TwoNodes {
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(&dir.path().join("server"));
-    quick_heartbeats(&server).await;
-    let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
-    let reapers = (MemberReaper(a_dir.clone()), MemberReaper(b_dir.clone()));
-    let agents = (start_agent(&server.url, &a_dir, "n1"), common::start_agent_with(&server.url, &b_dir, "n2", b_flags));
-    for name in ["n1", "n2"] {
-        eventually(Duration::from_secs(15), "both nodes Ready", || async {
-            server.admin().get::<NodeSpec>(name).await.ok().filter(|n| n.status.ready)
-        })
-        .await;
-    }
-    TwoNodes { _dir: dir, server, a_dir, b_dir, _agents: agents, _reapers: reapers }
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_volume_is_copied_between_agents_and_verified() {
     let TwoNodes { server, a_dir, b_dir, .. } = &two_nodes(&[]).await;
@@ -288,16 +209,6 @@ async fn a_volume_is_copied_between_agents_and_verified() {
     assert_eq!(failed.status.answer.unwrap().message, "volume m1/nothere does not exist on the source");
 }
 
-fn cli(server: &TestServer, args: &[&str]) -> std::process::Output {
-    common::herd()
-        .args(args)
-        .env("HERD_SERVER", &server.url)
-        .env("HERD_TOKEN", common::ADMIN_TOKEN)
-        .env("HERD_CONFIG", "/nonexistent/herd-config.yaml")
-        .output()
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn the_operator_abandons_or_retries_a_stuck_command() {
     let dir = tempfile::tempdir().unwrap();
@@ -313,7 +224,7 @@ async fn the_operator_abandons_or_retries_a_stuck_command() {
     let out = cli(&server, &["command", "abandon", "stuck"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stuck = admin.get::<CommandSpec>("stuck").await.unwrap();
-    assert_eq!(stuck.status.state_by_management, ManagementState::ReconcileSkipped);
+    assert_eq!(stuck.status.state_by_management, ManagementState::Abandoned, "not taken up: ended at once");
     assert_eq!(stuck.status.reason, "abandoned by the operator");
     let events = admin.list::<herd_core::kinds::EventSpec>("").await.unwrap();
     assert!(events.iter().any(|e| e.spec.reason == "CommandAbandoned" && e.spec.involved_object.name == "stuck"));
@@ -327,7 +238,7 @@ async fn the_operator_abandons_or_retries_a_stuck_command() {
     assert_eq!(again.status.code(), Some(4), "a conflict");
     assert!(String::from_utf8_lossy(&again.stderr).contains("already settled"));
 
-    admin.command_action("next", true).await.unwrap();
+    admin.abandon_command("next", false).await.unwrap();
     let out = cli(&server, &["command", "retry", "stuck"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let retried = eventually(Duration::from_secs(10), "issued again", || async {

@@ -12,6 +12,14 @@ use herd_core::kinds::Answer;
 use herd_core::kinds::command::MemberRun;
 
 use super::{Executor, Failure};
+
+/// How far a failed migration got.
+enum Moved {
+    /// The member did not start here: it belongs on the source still.
+    NotYet(Failure),
+    /// It runs here; only the source's copy is left to remove.
+    Started(Failure),
+}
 use crate::journal::Entry;
 use crate::volumes;
 
@@ -27,29 +35,84 @@ impl Executor {
         let source = PeerClient::new(&address, &token);
 
         source.stop_member(member).await.map_err(|e| format!("stopping {member} on {from_node}: {e}"))?;
+        match self.move_here(entry, &source, member, from_node, run).await {
+            Ok(answer) => Ok(answer),
+            Err(Moved::NotYet(failure)) => Err(self.back_to_source(entry, &source, member, from_node, failure).await),
+            Err(Moved::Started(failure)) => Err(failure),
+        }
+    }
+
+    /// The migration failed before the member started here: start it again
+    /// on the source, where its volumes still are, and say where it runs.
+    async fn back_to_source(
+        &self,
+        entry: &Entry,
+        source: &PeerClient,
+        member: &str,
+        from_node: &str,
+        failure: Failure,
+    ) -> Failure {
+        match source.start_member(member).await {
+            Ok(instance) => format!(
+                "{failure}; member {member} was started again on {from_node} (instance {instance}), where its volumes are"
+            ),
+            Err(error) => format!(
+                "{failure}; member {member} is stopped on {from_node} and runs nowhere: starting it again there failed ({error}); \
+                 once {from_node} answers, `herd command retry {}` migrates it again",
+                entry.name
+            ),
+        }
+    }
+
+    /// Copies the persistent volumes, starts the member here, then has the
+    /// source forget it. Which side of the start a failure came on decides
+    /// what is undone.
+    async fn move_here(
+        &self,
+        entry: &mut Entry,
+        source: &PeerClient,
+        member: &str,
+        from_node: &str,
+        run: &MemberRun,
+    ) -> Result<Answer, Moved> {
         let mut details = BTreeMap::new();
         for volume in run.volumes.iter().filter(|v| v.persistent) {
             let here = self.members.volume_dir(member, &volume.name);
-            let there = source.manifest(member, &volume.name).await.map_err(|e| format!("asking {from_node}: {e}"))?;
+            let there = source
+                .manifest(member, &volume.name)
+                .await
+                .map_err(|e| Moved::NotYet(format!("asking {from_node}: {e}")))?;
             match there {
                 // Already moved by an earlier attempt: the source forgot it.
                 None if here.is_dir() => {}
-                None => return Err(format!("volume {member}/{} is on neither {from_node} nor here", volume.name)),
+                None => {
+                    let lost = format!("volume {member}/{} is on neither {from_node} nor here", volume.name);
+                    return Err(Moved::NotYet(lost));
+                }
                 Some(_) => {
-                    let copied = self.copy_volume(entry, member, &volume.name, from_node).await?;
+                    let copied =
+                        self.copy_volume(entry, member, &volume.name, from_node).await.map_err(Moved::NotYet)?;
                     if !copied.success {
-                        return Err(copied.message);
+                        return Err(Moved::NotYet(copied.message));
                     }
                 }
             }
-            let manifest = volumes::manifest(&here).map_err(|e| format!("reading {}: {e}", here.display()))?;
+            let manifest =
+                volumes::manifest(&here).map_err(|e| Moved::NotYet(format!("reading {}: {e}", here.display())))?;
             details.insert(format!("checksum.{}", volume.name), manifest.checksum);
         }
-        let instance = self.members.start(member, run.clone()).await.map_err(|e| e.to_string())?;
+        let instance = self.members.start(member, run.clone()).await.map_err(|e| Moved::NotYet(e.to_string()))?;
         details.insert("instanceId".into(), instance.clone());
         // Verified here (copies checked against the source, the member
-        // started): now the source may forget its copy.
-        source.forget_member(member).await.map_err(|e| format!("removing {member} from {from_node}: {e}"))?;
+        // started): now the source may forget its copy. A failure now
+        // leaves the member running here; a retry finishes the move.
+        source.forget_member(member).await.map_err(|e| {
+            Moved::Started(format!(
+                "member {member} runs here (instance {instance}), but removing it from {from_node} failed: {e}; \
+                 `herd command retry {}` finishes the move",
+                entry.name
+            ))
+        })?;
         let message = format!("member {member} moved from {from_node}: runs here as instance {instance}");
         Ok(Answer { success: true, message, details })
     }

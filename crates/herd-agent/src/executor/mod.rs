@@ -15,6 +15,7 @@ use std::time::{Duration, SystemTime};
 use herd_core::Timestamp;
 use herd_core::api::{CommandAck, CommandReport};
 use herd_core::journal::{Backend, recover};
+use herd_core::kinds::command::AbandonRequest;
 use herd_core::kinds::{Action, AgentState, Answer, Command, ManagementState};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -52,6 +53,17 @@ pub struct Workers {
     pub peer_token: PeerToken,
     /// A copy's bandwidth limit in bytes per second (None: none).
     pub bandwidth: Option<u64>,
+    /// This node's name, for the workers' messages.
+    pub node: String,
+}
+
+/// Why an attempt's work was ended before it finished.
+#[derive(Clone, Debug)]
+struct Cancel {
+    why: String,
+    /// The operator abandoned it: the answer says ABANDONED's story, and
+    /// a copy's partial staging goes unless the operator kept it.
+    abandoned: Option<AbandonRequest>,
 }
 
 /// How long one disconnect hook may take.
@@ -72,8 +84,8 @@ pub struct Executor {
     /// What to do for each running attempt if the agent loses the server
     /// or shuts down.
     hooks: Mutex<BTreeMap<(String, u32), DisconnectHook>>,
-    /// Attempts a disconnect hook cancelled, and why.
-    cancelled: Mutex<BTreeMap<(String, u32), String>>,
+    /// Attempts a disconnect hook or the operator cancelled, and why.
+    cancelled: Mutex<BTreeMap<(String, u32), Cancel>>,
     stop: CancellationToken,
 }
 
@@ -193,6 +205,9 @@ impl Executor {
     /// does nothing.
     pub fn accept(self: &Arc<Self>, command: Command) {
         let Some(issued) = command.status.issued.clone() else { return };
+        if let Some(abandon) = &command.status.abandon {
+            self.end_abandoned(&command.metadata.name, abandon);
+        }
         if command.status.state_by_management != ManagementState::Created {
             return;
         }
@@ -239,6 +254,52 @@ impl Executor {
         }
     }
 
+    /// The operator abandoned an attempt this agent runs: end its work now
+    /// (its disconnect hook kills a worker or a script); the attempt then
+    /// ends INTERRUPTED, saying so. Harmless when it already ended.
+    fn end_abandoned(&self, name: &str, abandon: &AbandonRequest) {
+        let key = (name.to_string(), abandon.attempt);
+        if !self.lock().get(&key).is_some_and(|e| e.state.is_running()) {
+            return;
+        }
+        let cancel = Cancel { why: "abandoned by the operator".into(), abandoned: Some(abandon.clone()) };
+        let first = self.cancelled.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone(), cancel).is_none();
+        let hook = self.hooks.lock().unwrap_or_else(|p| p.into_inner()).get(&key).cloned();
+        if let (true, Some(hook)) = (first, hook) {
+            tracing::warn!(command = %name, attempt = abandon.attempt, "abandoned by the operator: ending its work");
+            hook();
+        }
+    }
+
+    /// Removes the partial copies an abandoned attempt staged, unless the
+    /// operator kept them; says what became of them.
+    fn clear_abandoned_staging(&self, entry: &Entry, keep: bool) -> String {
+        let volumes: Vec<String> = match &entry.spec.action {
+            Action::CopyVolume { volume, .. } => vec![volume.clone()],
+            Action::MigrateMember { run, .. } => {
+                run.volumes.iter().filter(|v| v.persistent).map(|v| v.name.clone()).collect()
+            }
+            _ => return String::new(),
+        };
+        let member = entry.spec.action.member();
+        let staged: Vec<PathBuf> =
+            volumes.iter().map(|v| self.members.staging_dir(member, v)).filter(|dir| dir.exists()).collect();
+        if staged.is_empty() {
+            return String::new();
+        }
+        if keep {
+            return "; its partial copy is kept for a later copy to resume".into();
+        }
+        let mut freed = 0;
+        for dir in &staged {
+            match crate::worker::remove_staging(dir) {
+                Ok(bytes) => freed += bytes,
+                Err(error) => return format!("; removing its partial copy {} failed: {error}", dir.display()),
+            }
+        }
+        format!("; its partial copy ({}) was removed", herd_core::units::human_bytes(freed))
+    }
+
     /// Remembers the newest term; Some(newest) when `term` is older.
     fn observe_term(&self, term: u64) -> Option<u64> {
         let mut newest = self.newest_term.lock().unwrap_or_else(|p| p.into_inner());
@@ -263,7 +324,8 @@ impl Executor {
         let mut running = tokio::task::JoinSet::new();
         for ((name, attempt), hook) in &hooks {
             tracing::warn!(command = %name, attempt, why, "running the disconnect hook");
-            self.cancelled.lock().unwrap_or_else(|p| p.into_inner()).insert((name.clone(), *attempt), why.to_string());
+            let cancel = Cancel { why: why.to_string(), abandoned: None };
+            self.cancelled.lock().unwrap_or_else(|p| p.into_inner()).entry((name.clone(), *attempt)).or_insert(cancel);
             let hook = hook.clone();
             running.spawn(tokio::time::timeout(HOOK_BOUND, tokio::task::spawn_blocking(move || hook())));
         }
@@ -316,6 +378,11 @@ impl Executor {
         }
         let key = (entry.name.clone(), entry.attempt);
         let cancelled = self.cancelled.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
+        let staging_note = match cancelled.as_ref().and_then(|c| c.abandoned.as_ref()) {
+            Some(abandon) => self.clear_abandoned_staging(&entry, abandon.keep_staging),
+            None => String::new(),
+        };
+        let cancelled = cancelled.map(|c| format!("{}{staging_note}", c.why));
         let (state, answer) = match (outcome, cancelled) {
             (Err(_), _) => {
                 let message = format!("timed out after {:?}", entry.spec.timeout());
@@ -378,9 +445,10 @@ impl Executor {
             volume,
             result: result.clone(),
             bandwidth: self.workers.bandwidth,
+            node: self.workers.node.clone(),
         };
         let job_path = self.worker_file(entry, "job.json");
-        let json = serde_json::to_vec_pretty(&job).expect("a job always serialises");
+        let json = serde_json::to_vec_pretty(&job).map_err(|e| format!("writing the worker's job: {e}"))?;
         write_atomic(&job_path, &json, 0o600).map_err(|e| format!("writing the worker's job: {e}"))?;
         let log = std::fs::File::create(self.worker_file(entry, "log"))
             .map_err(|e| format!("creating the worker log: {e}"))?;
@@ -526,7 +594,12 @@ mod tests {
 
     /// No copies in these tests: the worker program is the herd binary.
     fn no_workers() -> Workers {
-        Workers { program: PathBuf::from("/nonexistent/herd"), peer_token: PeerToken::default(), bandwidth: None }
+        Workers {
+            program: PathBuf::from("/nonexistent/herd"),
+            peer_token: PeerToken::default(),
+            bandwidth: None,
+            node: "n1".into(),
+        }
     }
 
     /// An executor whose node runs member `m` (started by a command).

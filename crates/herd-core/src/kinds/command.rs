@@ -208,12 +208,22 @@ impl std::fmt::Display for Hold {
     }
 }
 
-/// The server's state of a Command (CloudStack's state_by_management).
+/// The server's state of a Command (CloudStack's state_by_management,
+/// with two more: PROCESSING while the agent reports it works on it, and
+/// ABANDONING/ABANDONED for the operator's way out).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum ManagementState {
+    /// Waiting to be issued, or issued and not yet taken up by the agent.
     #[default]
     Created,
+    /// The agent reported that it works on the current attempt.
+    Processing,
+    /// The operator abandoned it while its agent worked on it: the agent
+    /// is ending the work; what it holds stays held until it has.
+    Abandoning,
+    /// Given up by the operator, its work ended: it holds nothing.
+    Abandoned,
     Completed,
     Failed,
     TimedOut,
@@ -229,7 +239,37 @@ impl ManagementState {
     /// Nothing more will happen to the Command by itself: it neither
     /// holds anything nor waits for the reconciler.
     pub fn is_settled(self) -> bool {
-        matches!(self, Self::Completed | Self::Failed | Self::Reconciled | Self::ReconcileSkipped)
+        matches!(self, Self::Completed | Self::Failed | Self::Reconciled | Self::ReconcileSkipped | Self::Abandoned)
+    }
+
+    /// Issued and waiting for the agent's final answer.
+    pub fn awaits_agent(self) -> bool {
+        matches!(self, Self::Created | Self::Processing)
+    }
+
+    /// As the API writes it (`PROCESSING`), for messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Created => "CREATED",
+            Self::Processing => "PROCESSING",
+            Self::Abandoning => "ABANDONING",
+            Self::Abandoned => "ABANDONED",
+            Self::Completed => "COMPLETED",
+            Self::Failed => "FAILED",
+            Self::TimedOut => "TIMED_OUT",
+            Self::Interrupted => "INTERRUPTED",
+            Self::ReconcileRetry => "RECONCILE_RETRY",
+            Self::Reconciling => "RECONCILING",
+            Self::Reconciled => "RECONCILED",
+            Self::ReconcileFailed => "RECONCILE_FAILED",
+            Self::ReconcileSkipped => "RECONCILE_SKIPPED",
+        }
+    }
+}
+
+impl std::fmt::Display for ManagementState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -316,6 +356,22 @@ pub struct CommandStatus {
     /// Why the last decision was taken, for `herd describe`.
     #[serde(default)]
     pub reason: String,
+    /// Set when the operator abandoned the Command while its agent worked
+    /// on it: the agent ends the work of that attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub abandon: Option<AbandonRequest>,
+}
+
+/// How the operator wants a running Command's work ended.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AbandonRequest {
+    /// The attempt to end.
+    pub attempt: u32,
+    /// Keep a copy's partial staging (a later copy resumes from it);
+    /// by default it is removed with the work.
+    #[serde(default)]
+    pub keep_staging: bool,
 }
 
 impl CommandStatus {
@@ -326,6 +382,7 @@ impl CommandStatus {
         self.state_by_management = ManagementState::Created;
         self.state_by_agent = None;
         self.answer = None;
+        self.abandon = None;
         self.updated = Some(now);
         self.reason = format!("issued (attempt {}, term {term})", self.attempts);
     }
@@ -339,16 +396,27 @@ impl CommandStatus {
         self.reason = why.into();
     }
 
-    /// `herd command retry`: issue the Command again. Refused (with why)
-    /// while its agent is working on it, and once it completed.
+    /// `herd command retry`: issue the Command again. Refused (with why
+    /// and what to do instead) while its agent is working on it, while it
+    /// is being abandoned, and once it completed.
     pub fn operator_retry(&mut self, now: Timestamp) -> Result<(), String> {
         match (self.state_by_management, self.state_by_agent) {
-            (ManagementState::Completed, _) => Err("it completed; there is nothing to retry".into()),
-            (ManagementState::Created, Some(state)) if state.is_running() => Err(format!(
-                "its agent is working on it (attempt {}, {state:?}); wait, or abandon it first",
+            (ManagementState::Completed | ManagementState::Reconciled, _)
+                if self.answer.as_ref().is_none_or(|a| a.success) =>
+            {
+                Err("it completed; there is nothing to retry (create a new Command to do it again)".into())
+            }
+            (ManagementState::Abandoning, _) => Err(format!(
+                "its agent is still ending the work of attempt {}; retry once it is ABANDONED",
                 self.attempts
             )),
-            (ManagementState::Created, _) if self.issued.is_none() => Err("it has not been issued yet".into()),
+            (state, Some(agent)) if state.awaits_agent() && agent.is_running() => Err(format!(
+                "its agent is working on it (attempt {}, {agent:?}); wait for it, or `herd command abandon` it first",
+                self.attempts
+            )),
+            (ManagementState::Created, _) if self.issued.is_none() => {
+                Err("it has not been issued yet; the leader issues it shortly".into())
+            }
             _ => {
                 self.retry("retried by the operator", now);
                 Ok(())
@@ -356,19 +424,34 @@ impl CommandStatus {
         }
     }
 
-    /// `herd command abandon`: give the Command up, releasing what it
-    /// holds. Refused once it is settled.
-    pub fn operator_abandon(&mut self, now: Timestamp) -> Result<(), String> {
+    /// `herd command abandon`: give the Command up. When its agent works
+    /// on it and its host is up, the Command is ABANDONING (holding what
+    /// it holds) until the agent has ended the work; otherwise ABANDONED
+    /// at once. Refused once it is settled.
+    pub fn operator_abandon(&mut self, host_up: bool, keep_staging: bool, now: Timestamp) -> Result<(), String> {
         if self.state_by_management.is_settled() {
-            return Err(format!("it is already settled ({:?})", self.state_by_management));
+            return Err(format!(
+                "it is already settled ({}) and holds nothing; `herd command retry` issues it again",
+                self.state_by_management
+            ));
+        }
+        if self.state_by_management == ManagementState::Abandoning {
+            return Err("it is already being abandoned; its agent is ending the work".into());
         }
         let running = self.state_by_agent.is_some_and(AgentState::is_running);
-        let why = if running {
-            "abandoned by the operator while its agent was working on it; its late reports show in stateByAgent, nothing more"
-        } else {
-            "abandoned by the operator"
-        };
-        self.mark(ManagementState::ReconcileSkipped, why, now);
+        match self.issued.as_ref().map(|i| i.attempt) {
+            Some(attempt) if running && host_up => {
+                self.abandon = Some(AbandonRequest { attempt, keep_staging });
+                let why = "abandoning: the agent is ending the work; what the Command holds is released once it has";
+                self.mark(ManagementState::Abandoning, why, now);
+            }
+            Some(attempt) if running => {
+                self.abandon = Some(AbandonRequest { attempt, keep_staging });
+                let why = "abandoned while its node is down: the agent ends the work when it comes back";
+                self.mark(ManagementState::Abandoned, why, now);
+            }
+            _ => self.mark(ManagementState::Abandoned, "abandoned by the operator", now),
+        }
         Ok(())
     }
 
@@ -390,6 +473,21 @@ impl CommandStatus {
             self.state_by_agent = Some(state);
             return state.is_over();
         }
+        if self.state_by_management == ManagementState::Abandoning {
+            self.state_by_agent = Some(state);
+            if !state.is_over() {
+                return false;
+            }
+            // What happened, happened: a copy that completed before the
+            // abandon reached the agent is COMPLETED.
+            let (next, why) = match state {
+                AgentState::Completed => (ManagementState::Completed, "completed before the agent could end it"),
+                _ => (ManagementState::Abandoned, "abandoned by the operator; the agent ended the work"),
+            };
+            self.answer = answer.or(self.answer.take());
+            self.mark(next, why, now);
+            return true;
+        }
         if self.state_by_agent != Some(state) || (answer.is_some() && self.answer != answer) {
             self.updated = Some(now);
         }
@@ -407,12 +505,16 @@ impl CommandStatus {
             | AgentState::ProcessingInBackend
             | AgentState::DangledInBackend => None,
         };
-        if let Some(next) = management
-            && !self.state_by_management.is_settled()
+        let working = state.is_running() && self.state_by_management == ManagementState::Created;
+        let next = if working { Some(ManagementState::Processing) } else { management };
+        if let Some(next) = next
             && self.state_by_management != next
         {
             self.state_by_management = next;
-            self.reason = format!("the agent reported {state:?}");
+            self.reason = match &self.answer {
+                Some(answer) if management.is_some() => format!("the agent reported {state:?}: {}", answer.message),
+                _ => format!("the agent reported {state:?}"),
+            };
             self.updated = Some(now);
         }
         management.is_some()
@@ -487,7 +589,7 @@ mod tests {
         let now = Timestamp::parse("2026-11-29T10:00:00Z").unwrap();
         let mut status = CommandStatus::default();
         assert!(!status.record_agent_report(AgentState::Processing, None, now), "running: keep it");
-        assert_eq!(status.state_by_management, ManagementState::Created);
+        assert_eq!(status.state_by_management, ManagementState::Processing, "the agent works on it: say so");
         assert!(status.record_agent_report(AgentState::Interrupted, None, now));
         assert_eq!(status.state_by_management, ManagementState::Interrupted);
         let done = Answer { success: true, message: "copied".into(), details: BTreeMap::new() };
@@ -509,10 +611,17 @@ mod tests {
         status.issue(1, BTreeMap::new(), now);
         status.record_agent_report(AgentState::Processing, None, now);
         assert!(status.operator_retry(now).unwrap_err().contains("working on it"));
-        status.operator_abandon(now).unwrap();
-        assert_eq!(status.state_by_management, ManagementState::ReconcileSkipped);
-        assert!(status.reason.contains("late reports"));
-        assert!(status.operator_abandon(now).unwrap_err().contains("already settled"));
+        status.operator_abandon(true, false, now).unwrap();
+        assert_eq!(status.state_by_management, ManagementState::Abandoning, "the holds stay until the work ends");
+        assert_eq!(status.abandon, Some(AbandonRequest { attempt: 1, keep_staging: false }));
+        assert!(!status.state_by_management.is_settled());
+        assert!(status.operator_retry(now).unwrap_err().contains("still ending the work"));
+        assert!(status.operator_abandon(true, false, now).unwrap_err().contains("already being abandoned"));
+        // The agent ends the work and reports it: ABANDONED, settled.
+        let ended = Answer { success: false, message: "cancelled (abandoned)".into(), details: BTreeMap::new() };
+        assert!(status.record_agent_report(AgentState::Interrupted, Some(ended), now));
+        assert_eq!(status.state_by_management, ManagementState::Abandoned);
+        assert!(status.operator_abandon(true, false, now).unwrap_err().contains("already settled (ABANDONED)"));
         // An abandoned (or failed) Command can be retried: a new attempt.
         status.operator_retry(now).unwrap();
         assert_eq!(
@@ -523,6 +632,28 @@ mod tests {
         assert_eq!(status.issued.as_ref().unwrap().attempt, 2);
         status.record_agent_report(AgentState::Completed, None, now);
         assert!(status.operator_retry(now).unwrap_err().contains("completed"));
+    }
+
+    #[test]
+    fn abandoning_a_command_whose_host_is_down_or_that_is_not_running_is_immediate() {
+        let now = Timestamp::parse("2026-11-29T10:00:00Z").unwrap();
+        let mut status = CommandStatus::default();
+        status.issue(1, BTreeMap::new(), now);
+        status.record_agent_report(AgentState::ProcessingInBackend, None, now);
+        status.operator_abandon(false, true, now).unwrap();
+        assert_eq!(status.state_by_management, ManagementState::Abandoned);
+        assert_eq!(status.abandon, Some(AbandonRequest { attempt: 1, keep_staging: true }), "ended on its return");
+        let mut waiting = CommandStatus::default();
+        waiting.issue(1, BTreeMap::new(), now);
+        waiting.operator_abandon(true, false, now).unwrap();
+        assert_eq!((waiting.state_by_management, waiting.abandon.clone()), (ManagementState::Abandoned, None));
+        // A copy that completed before the abandon reached its agent completed.
+        let mut late = CommandStatus::default();
+        late.issue(1, BTreeMap::new(), now);
+        late.record_agent_report(AgentState::Processing, None, now);
+        late.operator_abandon(true, false, now).unwrap();
+        late.record_agent_report(AgentState::Completed, None, now);
+        assert_eq!(late.state_by_management, ManagementState::Completed);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! ways out of a stuck Command (admins only).
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use herd_core::authz::Verb;
 use serde_json::Value;
 
@@ -24,10 +24,19 @@ pub async fn retry(
     act(state, caller, name, OperatorAction::Retry).await
 }
 
+/// `?keepStaging=true` keeps a copy's partial staging for a later copy.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AbandonQuery {
+    #[serde(default)]
+    keep_staging: bool,
+}
+
 pub async fn abandon(
     State(state): State<AppState>,
     caller: Caller,
     Path(name): Path<String>,
+    Query(query): Query<AbandonQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    act(state, caller, name, OperatorAction::Abandon).await
+    act(state, caller, name, OperatorAction::Abandon { keep_staging: query.keep_staging }).await
 }

@@ -127,6 +127,9 @@ impl CommandController {
             Step::MarkRetry => {
                 self.mark(command, ManagementState::ReconcileRetry, why, EventType::Warning, "ReconcileRetry").await
             }
+            Step::FinishAbandon => {
+                self.mark(command, ManagementState::Abandoned, why, EventType::Warning, "CommandAbandoned").await
+            }
             Step::GiveUp => {
                 self.mark(command, ManagementState::ReconcileSkipped, why, EventType::Warning, "CommandGivenUp").await
             }
@@ -175,7 +178,7 @@ impl CommandController {
                 Ok(true)
             })
             .await?;
-        self.events.record(&written, type_, reason, format!("{state:?}: {why}")).await;
+        self.events.record(&written, type_, reason, format!("{state}: {why}")).await;
         Ok(())
     }
 

@@ -31,12 +31,18 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Commands { action } => {
-            let (name, abandon) = match action {
-                CommandAction::Retry { name } => (name, false),
-                CommandAction::Abandon { name } => (name, true),
+            let client = context::client(&conn)?;
+            let (name, command) = match action {
+                CommandAction::Retry { name } => {
+                    let command = client.retry_command(&name).await?;
+                    (name, command)
+                }
+                CommandAction::Abandon { name, keep_staging } => {
+                    let command = client.abandon_command(&name, keep_staging).await?;
+                    (name, command)
+                }
             };
-            let command = context::client(&conn)?.command_action(&name, abandon).await?;
-            println!("command/{name}: {:?} ({})", command.status.state_by_management, command.status.reason);
+            println!("command/{name}: {} ({})", command.status.state_by_management, command.status.reason);
             Ok(())
         }
         Command::Cluster { command: ClusterCommand::Status { output } } => {

@@ -1,0 +1,188 @@
+//! Commands that fail or are given up, end to end (issue: reliability):
+//! abandoning a copy ends its worker before what it holds is released; a
+//! failed migration leaves its member running where it was; a copy onto a
+//! full disk fails at once with the reason, leaves nothing behind, and the
+//! agent keeps working on the full disk and says so.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::cluster::{TwoNodes, cli, command, fill_volume, member_run, run, settled, two_nodes};
+use common::eventually;
+use herd_core::kinds::{Action, AgentState, CommandSpec, EventSpec, ManagementState, NodeSpec};
+
+/// The pid of the copy worker an agent journaled for `attempt` of `name`.
+fn journaled_worker(agent_dir: &Path, name: &str, attempt: u32) -> Option<u64> {
+    let text = std::fs::read_to_string(agent_dir.join(format!("journal/{name}-{attempt}.json"))).ok()?;
+    serde_json::from_str::<serde_json::Value>(&text).ok()?["worker"]["pid"].as_u64()
+}
+
+fn alive(pid: u64) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|stat| stat.rsplit(") ").next().is_some_and(|rest| !rest.starts_with('Z')))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn abandoning_a_copy_ends_its_worker_and_a_following_copy_runs_alone() {
+    let TwoNodes { server, a_dir, b_dir, .. } = &two_nodes(&["--copy-mib-per-sec", "1"]).await;
+    fill_volume(&a_dir.join("volumes/m1/data"), 5, 4, 8 << 20);
+    let copy = Action::CopyVolume { member: "m1".into(), volume: "data".into(), from_node: "n1".into() };
+    server.admin().create(&command("slow", "n2", copy.clone())).await.unwrap();
+    eventually(Duration::from_secs(15), "the copy running in its worker", || async {
+        let command = server.admin().get::<CommandSpec>("slow").await.ok()?;
+        (command.status.state_by_management == ManagementState::Processing).then_some(())
+    })
+    .await;
+    let worker = journaled_worker(b_dir, "slow", 1).unwrap();
+    let staging = b_dir.join("volumes/.incoming/m1/data");
+    eventually(Duration::from_secs(10), "bytes staged", || async { staging.exists().then_some(()) }).await;
+
+    let out = cli(server, &["command", "abandon", "slow"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ABANDONING"), "{out:?}");
+    // Until the worker has ended, the volume stays held (seen by a dry run).
+    let dry = herd_client::WriteOptions { dry_run: true };
+    let early = command("early", "n2", copy.clone()).to_json_value();
+    if let Err(error) = server.admin().create_value("commands", &early, dry).await {
+        assert!(error.to_string().contains("held by command slow (CopyVolume, ABANDONING"), "{error}");
+    }
+    let abandoned = settled(server, "slow").await;
+    assert_eq!(abandoned.status.state_by_management, ManagementState::Abandoned, "{:?}", abandoned.status);
+    assert!(!alive(worker), "the worker {worker} was ended");
+    let answer = abandoned.status.answer.unwrap().message;
+    assert!(answer.contains("abandoned by the operator; its partial copy"), "{answer}");
+    assert!(!staging.exists(), "the partial copy is removed");
+    let events = server.admin().list::<EventSpec>("").await.unwrap();
+    assert!(events.iter().any(|e| e.spec.reason == "CommandAbandoned" && e.spec.involved_object.name == "slow"));
+
+    // The next copy of the volume runs alone and completes.
+    let next = run(server, "next", "n2", copy).await;
+    assert_eq!(next.status.state_by_management, ManagementState::Completed, "{:?}", next.status);
+    let expected = herd_agent::volumes::manifest(&a_dir.join("volumes/m1/data")).unwrap();
+    assert_eq!(herd_agent::volumes::manifest(&b_dir.join("volumes/m1/data")).unwrap(), expected);
+    assert_eq!(next.status.state_by_agent, Some(AgentState::Completed));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_migration_that_fails_mid_copy_leaves_its_member_running_where_it_was() {
+    let TwoNodes { server, a_dir, b_dir, .. } = &two_nodes(&["--copy-mib-per-sec", "1"]).await;
+    run(server, "start-m1", "n1", Action::StartMember { member: "m1".into(), run: member_run() }).await;
+    let source = a_dir.join("volumes/m1/data");
+    fill_volume(&source, 9, 4, 8 << 20);
+    let migrate = Action::MigrateMember { member: "m1".into(), from_node: "n1".into(), run: member_run() };
+    server.admin().create(&command("move", "n2", migrate)).await.unwrap();
+    let staging = b_dir.join("volumes/.incoming/m1/data");
+    eventually(Duration::from_secs(15), "the copy under way", || async { staging.exists().then_some(()) }).await;
+    // The source's files go while they are copied: the copy cannot finish.
+    std::fs::remove_dir_all(&source).unwrap();
+
+    let failed = settled(server, "move").await;
+    assert_eq!(failed.status.state_by_management, ManagementState::Failed, "{:?}", failed.status);
+    let message = failed.status.answer.unwrap().message;
+    assert!(message.contains("member m1 was started again on n1"), "{message}");
+    eventually(Duration::from_secs(10), "m1 runs on n1 again, and not on n2", || async {
+        let n1 = server.admin().get::<NodeSpec>("n1").await.ok()?;
+        let n2 = server.admin().get::<NodeSpec>("n2").await.ok()?;
+        let there = n1.status.members.iter().any(|m| m.name == "m1" && m.wanted && m.running);
+        let here = n2.status.members.iter().any(|m| m.name == "m1" && m.running);
+        (there && !here).then_some(())
+    })
+    .await;
+    let events = server.admin().list::<EventSpec>("").await.unwrap();
+    let failure = events.iter().find(|e| e.spec.reason == "CommandFailed" && e.spec.involved_object.name == "move");
+    assert!(failure.is_some_and(|e| e.spec.message.contains("started again on n1")), "{events:?}");
+    assert!(!staging.exists(), "the partial copy that cannot be resumed is removed");
+}
+
+/// A small tmpfs mounted for one test (CI runs as root); unmounted on drop.
+struct SmallDisk(std::path::PathBuf);
+
+impl SmallDisk {
+    fn mount(path: &Path, megabytes: u64) -> SmallDisk {
+        std::fs::create_dir_all(path).unwrap();
+        let size = format!("size={megabytes}m");
+        let status =
+            std::process::Command::new("mount").args(["-t", "tmpfs", "-o", &size, "tmpfs"]).arg(path).status().unwrap();
+        assert!(status.success(), "this test mounts a {megabytes} MB tmpfs and needs root to");
+        SmallDisk(path.to_path_buf())
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// Reads the DiskPressure condition of a node: (status, message).
+async fn disk_pressure(server: &common::TestServer, node: &str) -> Option<(String, String)> {
+    let node = server.admin().get::<NodeSpec>(node).await.ok()?;
+    let condition = node.status.condition("DiskPressure")?;
+    Some((format!("{:?}", condition.status), condition.message.clone()))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_copy_onto_a_full_disk_fails_with_the_reason_and_the_agent_works_on_the_full_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = common::TestServer::start(&dir.path().join("server"));
+    common::cluster::quick_heartbeats(&server).await;
+    let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
+    let disk = SmallDisk::mount(&b_dir, 24);
+    let _reapers = (common::MemberReaper(a_dir.clone()), common::MemberReaper(b_dir.clone()));
+    let _a = common::start_agent(&server.url, &a_dir, "n1");
+    let mut b = common::start_agent_with(&server.url, &b_dir, "n2", &["--copy-mib-per-sec", "2"]);
+    for name in ["n1", "n2"] {
+        eventually(Duration::from_secs(15), "both nodes Ready", || async {
+            server.admin().get::<NodeSpec>(name).await.ok().filter(|n| n.status.ready)
+        })
+        .await;
+    }
+    let (state, message) =
+        eventually(Duration::from_secs(10), "n2 reports its disk", || async { disk_pressure(&server, "n2").await })
+            .await;
+    assert_eq!(state, "False", "{message}");
+
+    // Too big to fit: refused before a byte is copied, with the figures.
+    std::fs::create_dir_all(a_dir.join("volumes/m1/big")).unwrap();
+    std::fs::write(a_dir.join("volumes/m1/big/blob"), vec![7u8; 40_000_000]).unwrap();
+    let started = std::time::Instant::now();
+    let big = Action::CopyVolume { member: "m1".into(), volume: "big".into(), from_node: "n1".into() };
+    let failed = run(&server, "big", "n2", big).await;
+    assert_eq!(failed.status.state_by_management, ManagementState::Failed, "{:?}", failed.status);
+    let message = failed.status.answer.unwrap().message;
+    assert!(message.starts_with("no space left on n2's data dir for volume m1/big: needs 40 MB, "), "{message}");
+    assert!(started.elapsed() < Duration::from_secs(10), "it took {:?}", started.elapsed());
+
+    // It fits when it starts, but the disk fills up under it: it fails
+    // with the reason, and the partial copy goes.
+    fill_volume(&a_dir.join("volumes/m1/data"), 3, 4, 6 << 20);
+    let copy = Action::CopyVolume { member: "m1".into(), volume: "data".into(), from_node: "n1".into() };
+    server.admin().create(&command("squeezed", "n2", copy)).await.unwrap();
+    let staging = b_dir.join("volumes/.incoming/m1/data");
+    eventually(Duration::from_secs(15), "the copy under way", || async { staging.exists().then_some(()) }).await;
+    let filler = b_dir.join("filler");
+    let _ = std::fs::write(&filler, vec![0u8; 24_000_000]);
+    let squeezed = settled(&server, "squeezed").await;
+    assert_eq!(squeezed.status.state_by_management, ManagementState::Failed, "{:?}", squeezed.status);
+    let message = squeezed.status.answer.unwrap().message;
+    assert!(message.starts_with("no space left on n2's data dir"), "{message}");
+    assert!(!staging.exists(), "the partial copy is removed: {message}");
+    assert!(a_dir.join("volumes/m1/data").is_dir(), "the source is intact");
+    let events = server.admin().list::<EventSpec>("").await.unwrap();
+    assert!(events.iter().any(|e| e.spec.reason == "CommandFailed" && e.spec.message.contains("no space left")));
+
+    // The agent restarts on the full disk, and says the disk is full.
+    let _ = std::fs::write(b_dir.join("filler-2"), vec![0u8; 24_000_000]);
+    b.kill9();
+    let _b = common::start_agent_with(&server.url, &b_dir, "n2", &[]);
+    let (_, message) = eventually(Duration::from_secs(20), "n2 reports DiskPressure", || async {
+        disk_pressure(&server, "n2").await.filter(|(state, _)| state == "True")
+    })
+    .await;
+    assert!(message.contains("free of 25 MB on the agent's data dir"), "{message}");
+    let node = server.admin().get::<NodeSpec>("n2").await.unwrap();
+    assert!(node.status.ready, "the agent runs on the full disk");
+    drop(disk);
+}
