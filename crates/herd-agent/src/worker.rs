@@ -57,6 +57,18 @@ enum CopyFailure {
     Local(String),
 }
 
+impl CopyFailure {
+    /// A request to the source failed: resumable only when the source could
+    /// not be reached; an answer that refuses (the volume is gone there)
+    /// leaves nothing to resume.
+    fn asking_source(message: String, error: &herd_client::ClientError) -> CopyFailure {
+        match error {
+            herd_client::ClientError::AgentUnreachable { .. } => CopyFailure::Source(message),
+            _ => CopyFailure::Local(message),
+        }
+    }
+}
+
 impl From<String> for CopyFailure {
     fn from(message: String) -> Self {
         CopyFailure::Local(message)
@@ -158,7 +170,7 @@ async fn copy(job: &CopyJob) -> Result<Answer, CopyFailure> {
     let manifest = source
         .manifest(member, volume)
         .await
-        .map_err(|e| CopyFailure::Source(format!("reading the source manifest: {e}")))?
+        .map_err(|e| CopyFailure::asking_source(format!("reading the source manifest: {e}"), &e))?
         .ok_or_else(|| format!("volume {member}/{volume} does not exist on the source"))?;
     if job.destination.is_dir()
         && volumes::manifest(&job.destination).is_ok_and(|here| here.checksum == manifest.checksum)
@@ -183,7 +195,7 @@ async fn copy(job: &CopyJob) -> Result<Answer, CopyFailure> {
     let again = source
         .manifest(member, volume)
         .await
-        .map_err(|e| CopyFailure::Source(format!("reading the source manifest again: {e}")))?;
+        .map_err(|e| CopyFailure::asking_source(format!("reading the source manifest again: {e}"), &e))?;
     if again.as_ref().map(|m| &m.checksum) != Some(&manifest.checksum) {
         return Err(format!("volume {member}/{volume} changed on the source during the copy").into());
     }
@@ -330,7 +342,7 @@ async fn fetch(
     let response = source
         .file(&job.member, &job.volume, path, from)
         .await
-        .map_err(|e| CopyFailure::Source(format!("fetching {path}: {e}")))?;
+        .map_err(|e| CopyFailure::asking_source(format!("fetching {path}: {e}"), &e))?;
     // Writing and hashing run on a thread of their own, so that receiving
     // the next chunks overlaps with them.
     let (chunks, mut received) = tokio::sync::mpsc::channel::<bytes::Bytes>(64);
