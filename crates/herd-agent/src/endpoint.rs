@@ -132,6 +132,17 @@ async fn manifest(
     Ok(Json(manifest).into_response())
 }
 
+/// Every volume and partial copy this node holds.
+async fn stored_volumes(State(state): State<EndpointState>, headers: HeaderMap) -> Result<Response, Refusal> {
+    state.authorize(&headers)?;
+    let members = state.members.clone();
+    let found = tokio::task::spawn_blocking(move || members.stored_volumes())
+        .await
+        .map_err(Refusal::internal)?
+        .map_err(|e| Refusal(StatusCode::INTERNAL_SERVER_ERROR, format!("reading the volumes: {e}")))?;
+    Ok(Json(found).into_response())
+}
+
 /// How many bytes a copy in progress has staged for the volume.
 async fn staged(
     State(state): State<EndpointState>,
@@ -316,6 +327,7 @@ pub async fn serve(
         .route("/members/{member}/stop", axum::routing::post(stop_member))
         .route("/members/{member}/start", axum::routing::post(start_member))
         .route("/members/{member}/logs", get(member_log))
+        .route(herd_core::api::VOLUMES_PATH, get(stored_volumes))
         .route("/volumes/{member}/{volume}", get(manifest))
         .route("/volumes/{member}/{volume}/file", get(file))
         .route("/volumes/{member}/{volume}/staged", get(staged))

@@ -165,6 +165,32 @@ impl Members {
         self.data_dir.join("volumes").join(".incoming").join(member).join(volume)
     }
 
+    /// Every volume and partial copy in the data dir, with whether this
+    /// agent knows (and runs) its member.
+    pub fn stored_volumes(&self) -> std::io::Result<Vec<herd_core::api::StoredVolume>> {
+        use herd_core::api::{StoredKind, StoredVolume};
+        let root = self.data_dir.join("volumes");
+        let mut found = Vec::new();
+        for (kind, dir) in [(StoredKind::Volume, root.clone()), (StoredKind::Staging, root.join(".incoming"))] {
+            for (member, volume, path) in two_levels(&dir)? {
+                if kind == StoredKind::Volume && member == ".incoming" {
+                    continue;
+                }
+                let record = self.record(&member);
+                found.push(StoredVolume {
+                    bytes: crate::volumes::staged_bytes(&path).unwrap_or(0),
+                    member_known: record.is_some(),
+                    member_running: record.is_some_and(|r| r.wanted),
+                    member,
+                    volume,
+                    kind,
+                    owner: None,
+                });
+            }
+        }
+        Ok(found)
+    }
+
     /// Starts `member` with `run`; a member already running with the same
     /// `run` is left alone (the same instance id is returned).
     pub async fn start(&self, member: &str, run: MemberRun) -> Result<String, MemberError> {
@@ -427,6 +453,35 @@ fn find_launched(launching: &Launching) -> Option<Running> {
 /// leaving the records: the next agent start brings wanted members back
 /// with new instance ids. For `herd dev`, whose Ctrl-C stops everything it
 /// started. Returns how many were running.
+/// The directories two levels under `dir` (`<member>/<volume>`), sorted;
+/// none when `dir` does not exist.
+fn two_levels(dir: &Path) -> std::io::Result<Vec<(String, String, PathBuf)>> {
+    let subdirs = |dir: &Path| -> std::io::Result<Vec<(String, PathBuf)>> {
+        let mut found = Vec::new();
+        match std::fs::read_dir(dir) {
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(found),
+            Err(error) => return Err(error),
+            Ok(items) => {
+                for item in items {
+                    let item = item?;
+                    if item.file_type()?.is_dir() {
+                        found.push((item.file_name().to_string_lossy().into_owned(), item.path()));
+                    }
+                }
+            }
+        }
+        found.sort();
+        Ok(found)
+    };
+    let mut found = Vec::new();
+    for (member, path) in subdirs(dir)? {
+        for (volume, path) in subdirs(&path)? {
+            found.push((member.clone(), volume, path));
+        }
+    }
+    Ok(found)
+}
+
 pub async fn stop_processes(data_dir: &Path) -> usize {
     let Ok(dirs) = std::fs::read_dir(data_dir.join("members")) else { return 0 };
     let running: Vec<Running> = dirs

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use herd_core::api::{
     AgentReport, CLUSTER_STATUS_PATH, ClusterStatus, HeartbeatResponse, JoinRequest, JoinResponse, ObjectList, Status,
-    StatusReason, collection_path, node_commands_path, object_path,
+    StatusReason, StoredVolume, collection_path, node_commands_path, node_volumes_path, object_path,
 };
 use herd_core::kinds::CommandSpec;
 use herd_core::{Object, Resource};
@@ -346,6 +346,11 @@ impl Client {
         let response = self.send(Method::GET, &path, |r| r.query(&query), Some(self.timeout), Resend::Safe).await?;
         let response = check(response).await?;
         response.text().await.map_err(|e| ClientError::Protocol { url: path, reason: error_chain(&e) })
+    }
+
+    /// What a node's data dir holds, each with its owner (None: nothing).
+    pub async fn node_volumes(&self, node: &str) -> Result<Vec<StoredVolume>, ClientError> {
+        self.call(Method::GET, &node_volumes_path(node), &[], None).await
     }
 
     /// `herd command retry`.

@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use herd_core::api::{VolumeManifest, member_path, volume_file_path, volume_path, volume_staged_path};
+use herd_core::api::{
+    StoredVolume, VOLUMES_PATH, VolumeManifest, member_path, volume_file_path, volume_path, volume_staged_path,
+};
 
 use crate::ClientError;
 
@@ -47,6 +49,14 @@ impl PeerClient {
         let response = self.checked(response).await?;
         let body = response.bytes().await.map_err(|e| self.unreachable(e))?;
         serde_json::from_slice(&body).map(Some).map_err(|e| ClientError::Protocol { url, reason: e.to_string() })
+    }
+
+    /// Every volume and partial copy that agent holds.
+    pub async fn stored_volumes(&self) -> Result<Vec<StoredVolume>, ClientError> {
+        let url = format!("{}{VOLUMES_PATH}", self.base);
+        let response = self.http.get(&url).bearer_auth(&self.token).send().await.map_err(|e| self.unreachable(e))?;
+        let body = self.checked(response).await?.bytes().await.map_err(|e| self.unreachable(e))?;
+        serde_json::from_slice(&body).map_err(|e| ClientError::Protocol { url, reason: e.to_string() })
     }
 
     /// How many bytes a copy in progress has staged for the volume (None:

@@ -314,6 +314,40 @@ pub fn member_path(member: &str) -> String {
     format!("/members/{member}")
 }
 
+/// Where an agent lists every volume and partial copy its data dir holds
+/// (peer token required).
+pub const VOLUMES_PATH: &str = "/volumes";
+
+/// What a node's data dir holds, with what owns each (`herd node volumes`).
+pub fn node_volumes_path(node: &str) -> String {
+    format!("{}/volumes", object_path("nodes", node))
+}
+
+/// A volume or a partial copy on a node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StoredVolume {
+    pub member: String,
+    pub volume: String,
+    pub kind: StoredKind,
+    pub bytes: u64,
+    /// The agent has a record of the member (it runs, or ran, it here).
+    pub member_known: bool,
+    pub member_running: bool,
+    /// What owns it, as the server found it; None: nothing does, and a
+    /// DeleteVolume Command removes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum StoredKind {
+    /// An installed volume.
+    Volume,
+    /// A copy being (or once being) pulled in, not yet verified.
+    Staging,
+}
+
 /// Where an agent serves a volume's manifest (peer token required).
 pub fn volume_path(member: &str, volume: &str) -> String {
     format!("/volumes/{member}/{volume}")

@@ -101,6 +101,11 @@ pub enum Command {
         #[command(subcommand)]
         action: CommandAction,
     },
+    /// What a node holds.
+    Node {
+        #[command(subcommand)]
+        command: NodeCommand,
+    },
     /// The control plane: its leader and replicas.
     Cluster {
         #[command(subcommand)]
@@ -131,6 +136,17 @@ pub enum CommandAction {
         /// [default: removed].
         #[arg(long)]
         keep_staging: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum NodeCommand {
+    /// The node's volumes and partial copies, with what owns each (a member,
+    /// an unsettled Command, or nothing: left by a failed or abandoned copy).
+    Volumes {
+        name: String,
+        #[arg(long, short, value_enum, default_value_t)]
+        output: OutputFormat,
     },
 }
 

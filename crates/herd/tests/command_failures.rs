@@ -186,3 +186,38 @@ async fn a_copy_onto_a_full_disk_fails_with_the_reason_and_the_agent_works_on_th
     assert!(node.status.ready, "the agent runs on the full disk");
     drop(disk);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_partial_copy_nothing_owns_is_listed_and_a_delete_volume_removes_it() {
+    let TwoNodes { server, a_dir, b_dir, .. } = &two_nodes(&["--copy-mib-per-sec", "1"]).await;
+    fill_volume(&a_dir.join("volumes/m1/data"), 6, 4, 8 << 20);
+    let copy = Action::CopyVolume { member: "m1".into(), volume: "data".into(), from_node: "n1".into() };
+    server.admin().create(&command("kept", "n2", copy)).await.unwrap();
+    let staging = b_dir.join("volumes/.incoming/m1/data");
+    eventually(Duration::from_secs(15), "bytes staged", || async { staging.exists().then_some(()) }).await;
+    // While the copy runs, its partial copy is the Command's.
+    let out = cli(server, &["node", "volumes", "n2"]);
+    let listing = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(listing.contains("partial copy") && listing.contains("command kept (CopyVolume"), "{listing}");
+
+    let out = cli(server, &["command", "abandon", "kept", "--keep-staging"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let abandoned = settled(server, "kept").await;
+    assert!(abandoned.status.answer.unwrap().message.contains("kept for a later copy"), "kept as asked");
+    assert!(staging.exists());
+    let out = cli(server, &["node", "volumes", "n2"]);
+    let listing = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let row = listing.lines().find(|l| l.contains("partial copy")).unwrap_or_default().to_string();
+    assert!(row.starts_with("m1") && row.ends_with("none"), "{listing}");
+    assert!(listing.contains("type: DeleteVolume, member: m1, volume: data"), "{listing}");
+
+    let delete = Action::DeleteVolume { member: "m1".into(), volume: "data".into() };
+    let deleted = run(server, "delete-partial", "n2", delete).await;
+    assert_eq!(deleted.status.state_by_management, ManagementState::Completed, "{:?}", deleted.status);
+    let message = deleted.status.answer.unwrap().message;
+    assert!(message.starts_with("deleted the partial copy of m1/data ("), "{message}");
+    assert!(!staging.exists());
+    let stored = server.admin().node_volumes("n2").await.unwrap();
+    assert!(stored.is_empty(), "{stored:?}");
+}

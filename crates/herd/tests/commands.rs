@@ -70,7 +70,10 @@ async fn commands_run_on_their_node_and_their_answers_come_back() {
     let missing = Action::DeleteVolume { member: "m1".into(), volume: "nothere".into() };
     let missing = run(&server, "delete-missing", "n1", missing).await;
     assert_eq!(missing.status.state_by_management, ManagementState::Failed);
-    assert_eq!(missing.status.answer.unwrap().message, "volume m1/nothere does not exist on this node");
+    assert_eq!(
+        missing.status.answer.unwrap().message,
+        "volume m1/nothere does not exist on this node, nor a partial copy of it"
+    );
     let deleted = run(&server, "delete-data", "n1", delete).await;
     assert_eq!(deleted.status.state_by_management, ManagementState::Completed, "{:?}", deleted.status);
     assert!(!agent_dir.join("volumes/m1/data").exists());

@@ -515,6 +515,35 @@ impl Executor {
         self.advance(&mut entry, state, Some(answer));
     }
 
+    /// DeleteVolume: the volume and any partial copy of it (no Command
+    /// holds either: the server's admission refused this one otherwise).
+    fn delete_volume(&self, entry: &Entry, member: &str, volume: &str) -> Result<Answer, Failure> {
+        if self.members.is_running(member) {
+            return Err(format!("member {member} is running: stop it before deleting its volume {volume}"));
+        }
+        let dir = self.members.volume_dir(member, volume);
+        let staging = self.members.staging_dir(member, volume);
+        if !dir.is_dir() && !staging.is_dir() {
+            // An earlier, interrupted attempt may have deleted it.
+            return match entry.attempt {
+                1 => Err(format!("volume {member}/{volume} does not exist on this node, nor a partial copy of it")),
+                _ => Ok(answer(true, format!("volume {member}/{volume} is gone"), BTreeMap::new())),
+            };
+        }
+        let mut removed = Vec::new();
+        if dir.is_dir() {
+            let bytes = crate::volumes::staged_bytes(&dir).unwrap_or(0);
+            std::fs::remove_dir_all(&dir).map_err(|e| format!("deleting {}: {e}", dir.display()))?;
+            removed.push(format!("volume {member}/{volume} ({})", herd_core::units::human_bytes(bytes)));
+        }
+        if staging.is_dir() {
+            let bytes =
+                crate::worker::remove_staging(&staging).map_err(|e| format!("deleting {}: {e}", staging.display()))?;
+            removed.push(format!("the partial copy of {member}/{volume} ({})", herd_core::units::human_bytes(bytes)));
+        }
+        Ok(answer(true, format!("deleted {}", removed.join(" and ")), BTreeMap::new()))
+    }
+
     /// Does the work of an action: its answer (which may say it failed,
     /// with details), or why it could not be done.
     async fn perform(&self, entry: &mut Entry) -> Result<Answer, Failure> {
@@ -529,21 +558,7 @@ impl Executor {
                 self.members.stop(member).await.map_err(|e| e.to_string())?;
                 Ok(answer(true, format!("member {member} stopped"), details))
             }
-            Action::DeleteVolume { member, volume } => {
-                if self.members.is_running(member) {
-                    return Err(format!("member {member} is running: stop it before deleting its volume {volume}"));
-                }
-                let dir = self.members.volume_dir(member, volume);
-                if !dir.is_dir() && entry.attempt > 1 {
-                    // An earlier, interrupted attempt may have deleted it.
-                    return Ok(answer(true, format!("volume {member}/{volume} is gone"), details));
-                }
-                if !dir.is_dir() {
-                    return Err(format!("volume {member}/{volume} does not exist on this node"));
-                }
-                std::fs::remove_dir_all(&dir).map_err(|e| format!("deleting {}: {e}", dir.display()))?;
-                Ok(answer(true, format!("volume {member}/{volume} deleted"), details))
-            }
+            Action::DeleteVolume { member, volume } => self.delete_volume(entry, member, volume),
             Action::RunScript { member, script } => {
                 let record = self.members.record(member).ok_or(format!("member {member} is not known on this node"))?;
                 let started = |pid: u32| {

@@ -208,6 +208,33 @@ impl std::fmt::Display for Hold {
     }
 }
 
+/// What owns a volume or partial copy on `node`: an unsettled Command
+/// that holds it, else the member it belongs to when the node knows that
+/// member; None when nothing does (left by a failed or abandoned copy, or
+/// a member gone without its volumes).
+pub fn volume_owner(node: &str, stored: &crate::api::StoredVolume, commands: &[Command]) -> Option<String> {
+    let hold = Hold { node: node.into(), member: stored.member.clone(), volume: Some(stored.volume.clone()) };
+    let holder = commands.iter().find(|c| {
+        !c.status.state_by_management.is_settled()
+            && c.spec.action.holds(&c.spec.node).iter().any(|h| h.overlaps(&hold))
+    });
+    if let Some(command) = holder {
+        return Some(format!(
+            "command {} ({}, {})",
+            command.metadata.name,
+            command.spec.action.type_name(),
+            command.status.state_by_management
+        ));
+    }
+    match (stored.kind, stored.member_known) {
+        (crate::api::StoredKind::Volume, true) => {
+            Some(format!("member {} ({})", stored.member, if stored.member_running { "running" } else { "stopped" }))
+        }
+        // A partial copy belongs to no member: only a copy resumes it.
+        _ => None,
+    }
+}
+
 /// The server's state of a Command (CloudStack's state_by_management,
 /// with two more: PROCESSING while the agent reports it works on it, and
 /// ABANDONING/ABANDONED for the operator's way out).
@@ -654,6 +681,36 @@ mod tests {
         late.operator_abandon(true, false, now).unwrap();
         late.record_agent_report(AgentState::Completed, None, now);
         assert_eq!(late.state_by_management, ManagementState::Completed);
+    }
+
+    #[test]
+    fn a_volume_is_owned_by_the_command_holding_it_or_by_its_known_member() {
+        use crate::api::{StoredKind, StoredVolume};
+        let stored = |kind, known| StoredVolume {
+            member: "m".into(),
+            volume: "data".into(),
+            kind,
+            bytes: 10,
+            member_known: known,
+            member_running: known,
+            owner: None,
+        };
+        let copy = Command::new(
+            "copy",
+            CommandSpec {
+                node: "n2".into(),
+                timeout: None,
+                action: Action::CopyVolume { member: "m".into(), volume: "data".into(), from_node: "n1".into() },
+            },
+        );
+        let owner = volume_owner("n2", &stored(StoredKind::Staging, false), std::slice::from_ref(&copy));
+        assert_eq!(owner.as_deref(), Some("command copy (CopyVolume, CREATED)"));
+        assert_eq!(volume_owner("n2", &stored(StoredKind::Volume, true), &[]).as_deref(), Some("member m (running)"));
+        assert_eq!(volume_owner("n2", &stored(StoredKind::Staging, true), &[]), None, "a partial copy left behind");
+        assert_eq!(volume_owner("n2", &stored(StoredKind::Volume, false), &[]), None, "a member gone");
+        let mut settled = copy;
+        settled.status.state_by_management = ManagementState::Failed;
+        assert_eq!(volume_owner("n2", &stored(StoredKind::Staging, false), &[settled]), None);
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! The HTTP API: routing, the caller extractor, request metrics. Handlers
 //! are thin: they authorise, parse, and call [`crate::objects::Objects`].
 
+mod agents;
 mod commands;
-mod logs;
 mod meta;
 mod nodes;
 mod resources;
@@ -99,7 +99,8 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/join", post(nodes::join))
         .route("/api/v1/nodes/{name}/heartbeat", post(nodes::heartbeat))
         .route("/api/v1/nodes/{name}/commands", get(nodes::commands))
-        .route("/api/v1/nodes/{node}/members/{member}/logs", get(logs::member_log))
+        .route("/api/v1/nodes/{node}/members/{member}/logs", get(agents::member_log))
+        .route("/api/v1/nodes/{node}/volumes", get(agents::node_volumes))
         .route("/api/v1/commands/{name}/retry", post(commands::retry))
         .route("/api/v1/commands/{name}/abandon", post(commands::abandon))
         .route("/api/v1/{plural}", get(resources::list_or_watch).post(resources::create))

@@ -4,10 +4,11 @@ mod apply;
 mod cluster;
 mod get;
 pub mod modes;
+mod node;
 
 use clap::CommandFactory;
 
-use crate::cli::{Cli, ClusterCommand, Command, CommandAction};
+use crate::cli::{Cli, ClusterCommand, Command, CommandAction, NodeCommand};
 use crate::context;
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -44,6 +45,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             };
             println!("command/{name}: {} ({})", command.status.state_by_management, command.status.reason);
             Ok(())
+        }
+        Command::Node { command: NodeCommand::Volumes { name, output } } => {
+            node::volumes(&context::client(&conn)?, &name, output).await
         }
         Command::Cluster { command: ClusterCommand::Status { output } } => {
             cluster::status(&context::client(&conn)?, output).await

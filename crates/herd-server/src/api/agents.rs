@@ -1,0 +1,67 @@
+//! What the server fetches from a node's agent for the operator (admins
+//! only; the server shows the agent the peer token):
+//! `GET /api/v1/nodes/{node}/members/{member}/logs`, a member's log, and
+//! `GET /api/v1/nodes/{node}/volumes`, its volumes and partial copies, each
+//! with what owns it.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use herd_client::PeerClient;
+use herd_core::api::StoredVolume;
+use herd_core::authz::Verb;
+use herd_core::kinds::command::volume_owner;
+use herd_core::kinds::{CommandSpec, NodeSpec};
+use serde::Deserialize;
+
+use super::{ApiQuery, AppState, Caller};
+use crate::error::ApiError;
+
+#[derive(Deserialize)]
+pub struct LogQuery {
+    stream: Option<String>,
+    bytes: Option<u64>,
+}
+
+/// A client for `node`'s agent, for an admin.
+async fn agent_of(state: &AppState, caller: &Caller, node: &str) -> Result<PeerClient, ApiError> {
+    caller.may(Verb::Get, "nodes", None)?;
+    let node_object = state.objects.require::<NodeSpec>(node).await?;
+    let address = node_object
+        .status
+        .address
+        .ok_or_else(|| ApiError::Unavailable(format!("node {node}'s agent has not reported its address")))?;
+    let token = crate::auth::peer_token(state.objects.store()).await?;
+    Ok(PeerClient::new(&address, &token))
+}
+
+fn asking(node: &str) -> impl Fn(herd_client::ClientError) -> ApiError + '_ {
+    move |e| ApiError::Unavailable(format!("asking node {node}'s agent: {e}"))
+}
+
+pub async fn member_log(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((node, member)): Path<(String, String)>,
+    ApiQuery(query): ApiQuery<LogQuery>,
+) -> Result<Response, ApiError> {
+    let agent = agent_of(&state, &caller, &node).await?;
+    let stream = query.stream.as_deref().unwrap_or("stdout");
+    let text = agent.member_log(&member, stream, query.bytes.unwrap_or(64 * 1024)).await.map_err(asking(&node))?;
+    Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response())
+}
+
+pub async fn node_volumes(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(node): Path<String>,
+) -> Result<Json<Vec<StoredVolume>>, ApiError> {
+    let agent = agent_of(&state, &caller, &node).await?;
+    let mut stored = agent.stored_volumes().await.map_err(asking(&node))?;
+    let (commands, _) = state.objects.list::<CommandSpec>().await?;
+    for entry in &mut stored {
+        entry.owner = volume_owner(&node, entry, &commands);
+    }
+    Ok(Json(stored))
+}

@@ -1,0 +1,83 @@
+//! `herd node volumes NAME`: what a node's data dir holds (volumes and
+//! partial copies), each with what owns it, so that space left behind by
+//! failed or abandoned copies can be found and removed.
+
+use comfy_table::{Table, presets};
+use herd_client::Client;
+use herd_core::api::{StoredKind, StoredVolume};
+use herd_core::units::human_bytes;
+
+use crate::cli::OutputFormat;
+use crate::output;
+
+pub async fn volumes(client: &Client, node: &str, format: OutputFormat) -> anyhow::Result<()> {
+    let stored = client.node_volumes(node).await?;
+    match format {
+        OutputFormat::Table | OutputFormat::Wide => {
+            println!("{}", render(node, &stored));
+            Ok(())
+        }
+        OutputFormat::Json | OutputFormat::Yaml => {
+            output::print("StoredVolumeList", &serde_json::to_value(&stored)?, &[], format)
+        }
+    }
+}
+
+/// A row per volume or partial copy, then how to remove what nothing owns.
+fn render(node: &str, stored: &[StoredVolume]) -> String {
+    if stored.is_empty() {
+        return format!("node {node} holds no volumes");
+    }
+    let mut table = Table::new();
+    table.load_preset(presets::NOTHING);
+    table.set_header(["MEMBER", "VOLUME", "KIND", "SIZE", "OWNER"]);
+    for entry in stored {
+        let kind = match entry.kind {
+            StoredKind::Volume => "volume",
+            StoredKind::Staging => "partial copy",
+        };
+        let owner = entry.owner.clone().unwrap_or_else(|| "none".into());
+        table.add_row([entry.member.clone(), entry.volume.clone(), kind.into(), human_bytes(entry.bytes), owner]);
+    }
+    let rows: Vec<String> = table.lines().map(|l| l.strip_prefix(' ').unwrap_or(&l).trim_end().to_string()).collect();
+    let mut out = rows.join("\n");
+    if let Some(orphan) = stored.iter().find(|e| e.owner.is_none()) {
+        out += &format!(
+            "\n\nNothing owns the rows marked none. A DeleteVolume Command removes a volume and its partial copy:\n  \
+             apiVersion: herd/v1\n  kind: Command\n  metadata: {{name: delete-{m}-{v}}}\n  \
+             spec: {{node: {node}, action: {{type: DeleteVolume, member: {m}, volume: {v}}}}}",
+            m = orphan.member,
+            v = orphan.volume
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_show_the_owner_and_how_to_remove_what_nothing_owns() {
+        let entry = |volume: &str, kind, owner: Option<&str>| StoredVolume {
+            member: "m1".into(),
+            volume: volume.into(),
+            kind,
+            bytes: 268_000_000,
+            member_known: owner.is_some(),
+            member_running: false,
+            owner: owner.map(str::to_string),
+        };
+        let text = render(
+            "node-2",
+            &[entry("data", StoredKind::Volume, Some("member m1 (stopped)")), entry("logs", StoredKind::Staging, None)],
+        );
+        assert!(text.contains("m1      data    volume        268 MB  member m1 (stopped)"), "{text}");
+        assert!(text.contains("m1      logs    partial copy  268 MB  none"), "{text}");
+        assert!(
+            text.contains("spec: {node: node-2, action: {type: DeleteVolume, member: m1, volume: logs}}"),
+            "{text}"
+        );
+        assert_eq!(render("node-2", &[]), "node node-2 holds no volumes");
+    }
+}
