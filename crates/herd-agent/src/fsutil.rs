@@ -65,10 +65,11 @@ pub fn disk_space(path: &Path) -> std::io::Result<(u64, u64)> {
     Ok((stats.f_bavail as u64 * unit, stats.f_blocks as u64 * unit))
 }
 
-/// Space held back for the journal: a file of real (allocated) blocks that
-/// is given up when a journal write finds the disk full, so that the
-/// agent can still record, and report, that its work failed for lack of
-/// space. It is taken again once there is room.
+/// Space held back for what must be written on a full disk (journal
+/// entries, a copy worker's result): a file of real (allocated) blocks of
+/// which a slice is given back each time such a write finds the disk full,
+/// so that the agent can still record, and report, that its work failed
+/// for lack of space. It grows back once there is room.
 #[derive(Clone, Debug)]
 pub struct SpaceReserve {
     path: PathBuf,
@@ -76,14 +77,17 @@ pub struct SpaceReserve {
 
 /// How much the reserve holds: hundreds of journal writes.
 pub const RESERVE_BYTES: u64 = 1 << 20;
+/// What one full-disk write is given back.
+const RESERVE_SLICE: u64 = 64 << 10;
 
 impl SpaceReserve {
-    pub fn new(path: PathBuf) -> SpaceReserve {
-        SpaceReserve { path }
+    /// The reserve of the data dir `data_dir`.
+    pub fn of(data_dir: &Path) -> SpaceReserve {
+        SpaceReserve { path: data_dir.join("space.reserve") }
     }
 
-    /// Takes the reserve unless it is held already or there is not twice
-    /// its size free (a full disk is not made fuller).
+    /// Takes the whole reserve unless it is held already or there is not
+    /// twice its size free (a full disk is not made fuller).
     pub fn take(&self) {
         if fs::metadata(&self.path).is_ok_and(|m| m.len() == RESERVE_BYTES) {
             return;
@@ -104,13 +108,29 @@ impl SpaceReserve {
         }
     }
 
-    /// Gives the reserve up; true when there was one to give.
-    pub fn release(&self) -> bool {
-        let released = fs::remove_file(&self.path).is_ok();
+    /// Gives a slice of the reserve back; false when nothing is left.
+    pub fn release_slice(&self) -> bool {
+        let Ok(held) = fs::metadata(&self.path).map(|m| m.len()) else { return false };
+        if held == 0 {
+            return false;
+        }
+        let keep = held.saturating_sub(RESERVE_SLICE);
+        let released = fs::OpenOptions::new().write(true).open(&self.path).and_then(|f| f.set_len(keep)).is_ok();
         if released {
-            tracing::warn!("the disk is full: released the space reserved for the journal");
+            tracing::warn!(left = keep, "the disk is full: gave back reserved space for a write that must land");
         }
         released
+    }
+
+    /// [`write_atomic`], given reserved space slice by slice while the
+    /// disk is full.
+    pub fn write_atomic(&self, path: &Path, contents: &[u8], mode: u32) -> std::io::Result<()> {
+        loop {
+            match write_atomic(path, contents, mode) {
+                Err(error) if is_disk_full(&error) && self.release_slice() => continue,
+                other => return other,
+            }
+        }
     }
 }
 
@@ -122,14 +142,18 @@ mod tests {
     #[test]
     fn the_reserve_is_real_space_taken_once_and_given_up() {
         let dir = tempfile::tempdir().unwrap();
-        let reserve = SpaceReserve::new(dir.path().join("space.reserve"));
+        let reserve = SpaceReserve::of(dir.path());
         reserve.take();
         let meta = fs::metadata(dir.path().join("space.reserve")).unwrap();
         use std::os::unix::fs::MetadataExt;
         assert_eq!(meta.len(), RESERVE_BYTES);
         assert!(meta.blocks() * 512 >= RESERVE_BYTES, "allocated, not sparse");
-        assert!(reserve.release());
-        assert!(!reserve.release(), "nothing more to give");
+        for _ in 0..RESERVE_BYTES / RESERVE_SLICE {
+            assert!(reserve.release_slice());
+        }
+        assert!(!reserve.release_slice(), "nothing more to give");
+        reserve.take();
+        assert_eq!(fs::metadata(dir.path().join("space.reserve")).unwrap().len(), RESERVE_BYTES, "grown back");
         let (free, total) = disk_space(dir.path()).unwrap();
         assert!(free > 0 && total >= free);
     }

@@ -13,7 +13,7 @@ use herd_core::journal::may_move;
 use herd_core::kinds::{AgentState, Answer, CommandSpec};
 use serde::{Deserialize, Serialize};
 
-use crate::fsutil::{SpaceReserve, is_disk_full, write_atomic};
+use crate::fsutil::SpaceReserve;
 
 #[derive(Debug, thiserror::Error)]
 pub enum JournalError {
@@ -81,7 +81,7 @@ impl Journal {
     pub fn open(data_dir: &Path) -> Result<Journal, JournalError> {
         let dir = data_dir.join("journal");
         std::fs::create_dir_all(&dir).map_err(|source| JournalError::Io { path: dir.clone(), source })?;
-        let reserve = SpaceReserve::new(data_dir.join("space.reserve"));
+        let reserve = SpaceReserve::of(data_dir);
         reserve.take();
         Ok(Journal { dir, reserve })
     }
@@ -90,23 +90,21 @@ impl Journal {
         &self.dir
     }
 
-    /// Writes `entry` as it is (atomically). On a full disk the space
-    /// reserved for the journal is given up and the write tried again: a
-    /// full disk must not keep the agent from recording what happened.
+    /// Writes `entry` as it is (atomically). On a full disk reserved space
+    /// is given back for it: a full disk must not keep the agent from
+    /// recording what happened.
     pub fn write(&self, entry: &Entry) -> Result<(), JournalError> {
         let path = self.dir.join(entry.file_name());
         let json = serde_json::to_vec_pretty(entry)
             .map_err(|e| JournalError::Io { path: path.clone(), source: std::io::Error::other(e) })?;
-        let written = match write_atomic(&path, &json, 0o600) {
-            Err(error) if is_disk_full(&error) && self.reserve.release() => write_atomic(&path, &json, 0o600),
-            other => other,
-        };
-        written.map_err(|source| JournalError::Io { path, source })?;
+        self.reserve.write_atomic(&path, &json, 0o600).map_err(|source| JournalError::Io { path, source })?;
         self.reserve.take();
         Ok(())
     }
 
-    /// Moves `entry` to `to` (with `answer` for a final state) and writes it.
+    /// Moves `entry` to `to` (with `answer` for a final state) and writes
+    /// it. A move the journal allows is made even when the write fails
+    /// (the error then says it is not on disk).
     pub fn advance(
         &self,
         entry: &mut Entry,
@@ -123,9 +121,9 @@ impl Journal {
         if answer.is_some() {
             next.answer = answer;
         }
-        self.write(&next)?;
+        let written = self.write(&next);
         *entry = next;
-        Ok(())
+        written
     }
 
     /// Every entry, oldest first. Torn writes (a crash between a write and

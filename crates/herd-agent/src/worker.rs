@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use herd_core::units::human_bytes;
 
-use crate::fsutil::write_atomic;
+use crate::fsutil::{SpaceReserve, write_atomic};
 use crate::volumes;
 
 /// What a copy worker is asked to do.
@@ -44,6 +44,9 @@ pub struct CopyJob {
     /// The node it copies to, for its messages.
     #[serde(default)]
     pub node: String,
+    /// The agent's data dir, whose space reserve the result may use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_dir: Option<PathBuf>,
 }
 
 /// Why a copy failed, and so what becomes of its staging area.
@@ -129,9 +132,12 @@ pub async fn main(job_path: &Path) -> i32 {
             Answer { success: false, message: format!("{why}{removed}"), details: BTreeMap::new() }
         }
     };
-    let written = serde_json::to_vec_pretty(&answer)
-        .map_err(std::io::Error::other)
-        .and_then(|json| write_atomic(&job.result, &json, 0o644));
+    // The data dir's reserve gives the result room on a full disk.
+    let reserve = job.data_dir.as_deref().map(SpaceReserve::of);
+    let written = serde_json::to_vec_pretty(&answer).map_err(std::io::Error::other).and_then(|json| match &reserve {
+        Some(reserve) => reserve.write_atomic(&job.result, &json, 0o644),
+        None => write_atomic(&job.result, &json, 0o644),
+    });
     if let Err(error) = written {
         // Its log may sit on the same full disk: a failed write to it is
         // no reason to panic.

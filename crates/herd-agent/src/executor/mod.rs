@@ -242,8 +242,16 @@ impl Executor {
             ));
         }
         if let Err(error) = self.journal.write(&entry) {
-            // Not journaled, not done: the next sighting tries again.
+            // Not journaled, so not started: say so rather than leave the
+            // leader waiting out the timeout. The answer lives in memory
+            // only; if it is lost with the agent, the leader times the
+            // Command out and reconciles it (nothing ran).
             tracing::error!(%error, command = %entry.name, "could not journal a command; not starting it");
+            let why = self.journal_failure("journaling it", &error);
+            entry.state = AgentState::Failed;
+            entry.answer = Some(answer(false, format!("not started: {why}"), BTreeMap::new()));
+            self.lock().insert(key, entry);
+            self.changed.notify_one();
             return;
         }
         self.lock().insert(key, entry.clone());
@@ -347,14 +355,31 @@ impl Executor {
     }
 
     /// Moves an entry and writes it; false when the journal refused.
+    /// A move the journal could not write (the disk is full past its
+    /// reserve) is still reported from memory: the leader hears the answer;
+    /// should the agent die first, the journal's older state becomes
+    /// INTERRUPTED and is reconciled.
     fn advance(&self, entry: &mut Entry, to: AgentState, answer: Option<Answer>) -> bool {
+        match self.advance_journaled(entry, to, answer) {
+            Err(JournalError::Io { .. }) => {
+                self.lock().insert((entry.name.clone(), entry.attempt), entry.clone());
+                self.changed.notify_one();
+                true
+            }
+            moved => moved.is_ok(),
+        }
+    }
+
+    /// Moves an entry and writes it; an error when the journal refused the
+    /// move or could not write it.
+    fn advance_journaled(&self, entry: &mut Entry, to: AgentState, answer: Option<Answer>) -> Result<(), JournalError> {
         if let Err(error) = self.journal.advance(entry, to, answer, now()) {
             tracing::error!(%error, "journal");
-            return false;
+            return Err(error);
         }
         self.lock().insert((entry.name.clone(), entry.attempt), entry.clone());
         self.changed.notify_one();
-        true
+        Ok(())
     }
 
     async fn run(&self, mut entry: Entry) {
@@ -446,13 +471,14 @@ impl Executor {
             result: result.clone(),
             bandwidth: self.workers.bandwidth,
             node: self.workers.node.clone(),
+            data_dir: self.worker_dir.parent().map(Path::to_path_buf),
         };
         let job_path = self.worker_file(entry, "job.json");
         let json = serde_json::to_vec_pretty(&job).map_err(|e| format!("writing the worker's job: {e}"))?;
-        write_atomic(&job_path, &json, 0o600).map_err(|e| format!("writing the worker's job: {e}"))?;
+        write_atomic(&job_path, &json, 0o600).map_err(|e| self.io_failure("writing the worker's job", &e))?;
         let log = std::fs::File::create(self.worker_file(entry, "log"))
-            .map_err(|e| format!("creating the worker log: {e}"))?;
-        let log_err = log.try_clone().map_err(|e| format!("creating the worker log: {e}"))?;
+            .map_err(|e| self.io_failure("creating the worker log", &e))?;
+        let log_err = log.try_clone().map_err(|e| self.io_failure("creating the worker log", &e))?;
         let mut command = tokio::process::Command::new(&self.workers.program);
         command.arg("agent-worker").arg(&job_path).stdin(Stdio::null()).stdout(log).stderr(log_err);
         // Its own group, no link to the agent's life: it outlives a crash.
@@ -461,9 +487,10 @@ impl Executor {
         let pid = child.id().unwrap_or_default();
         entry.worker =
             Some(WorkerRef { pid, start_ticks: procs::start_ticks(pid).unwrap_or_default(), result: result.clone() });
-        if !self.advance(entry, AgentState::ProcessingInBackend, None) {
+        // The worker outlives the agent: its pid must be on disk.
+        if let Err(error) = self.advance_journaled(entry, AgentState::ProcessingInBackend, None) {
             let _ = procs::signal_group(pid, libc::SIGKILL);
-            return Err("could not journal the worker".into());
+            return Err(self.journal_failure("journaling the copy worker", &error));
         }
         self.set_hook(
             entry,
@@ -473,6 +500,23 @@ impl Executor {
         );
         let status = child.wait().await.map_err(|e| format!("waiting for the copy worker: {e}"))?;
         crate::worker::read_result(&result).ok_or_else(|| format!("the copy worker ended ({status}) without a result"))
+    }
+
+    /// Why an IO step failed, naming a full data dir as such.
+    fn io_failure(&self, what: &str, error: &std::io::Error) -> Failure {
+        if crate::fsutil::is_disk_full(error) {
+            format!("no space left on {}'s data dir ({what})", self.workers.node)
+        } else {
+            format!("{what}: {error}")
+        }
+    }
+
+    /// Why the journal could not take a write.
+    fn journal_failure(&self, what: &str, error: &JournalError) -> Failure {
+        match error {
+            JournalError::Io { source, .. } => self.io_failure(what, source),
+            other => other.to_string(),
+        }
     }
 
     /// Waits for a worker left running by an earlier agent run.
