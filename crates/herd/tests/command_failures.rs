@@ -221,3 +221,37 @@ async fn a_partial_copy_nothing_owns_is_listed_and_a_delete_volume_removes_it() 
     let stored = server.admin().node_volumes("n2").await.unwrap();
     assert!(stored.is_empty(), "{stored:?}");
 }
+
+/// The agent restarts while its copy worker runs on (it re-attaches), and
+/// then the copy is abandoned: the re-attached worker is ended and its
+/// partial copy removed, as for one the agent started itself.
+#[tokio::test(flavor = "multi_thread")]
+async fn abandoning_a_copy_whose_worker_outlived_its_agent_ends_it_too() {
+    let flags = ["--copy-mib-per-sec", "1"];
+    let mut nodes = two_nodes(&flags).await;
+    fill_volume(&nodes.a_dir.join("volumes/m1/data"), 8, 4, 8 << 20);
+    let copy = Action::CopyVolume { member: "m1".into(), volume: "data".into(), from_node: "n1".into() };
+    nodes.server.admin().create(&command("orphaned", "n2", copy)).await.unwrap();
+    let staging = nodes.b_dir.join("volumes/.incoming/m1/data");
+    eventually(Duration::from_secs(15), "bytes staged", || async { staging.exists().then_some(()) }).await;
+    let worker = journaled_worker(&nodes.b_dir, "orphaned", 1).unwrap();
+    nodes.agents.1.kill9();
+    assert!(alive(worker), "the worker outlives its agent");
+    nodes.agents.1 = common::start_agent_with(&nodes.server.url, &nodes.b_dir, "n2", &flags);
+    let server = &nodes.server;
+    eventually(Duration::from_secs(15), "the restarted agent re-attached", || async {
+        let command = server.admin().get::<CommandSpec>("orphaned").await.ok()?;
+        let node = server.admin().get::<NodeSpec>("n2").await.ok()?;
+        (node.status.ready && command.status.state_by_agent == Some(AgentState::ProcessingInBackend)).then_some(())
+    })
+    .await;
+
+    let out = cli(server, &["command", "abandon", "orphaned"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let abandoned = settled(server, "orphaned").await;
+    assert_eq!(abandoned.status.state_by_management, ManagementState::Abandoned, "{:?}", abandoned.status);
+    let message = abandoned.status.answer.unwrap().message;
+    assert!(message.contains("abandoned by the operator; its partial copy"), "{message}");
+    assert!(!alive(worker), "the re-attached worker {worker} was ended");
+    assert!(!staging.exists(), "its partial copy is removed");
+}

@@ -279,6 +279,18 @@ impl Executor {
         }
     }
 
+    /// Why the attempt's work was ended early, if it was (forgetting it):
+    /// for an abandoned one, with what became of its partial copies.
+    fn take_cancel(&self, entry: &Entry) -> Option<String> {
+        let key = (entry.name.clone(), entry.attempt);
+        let cancel = self.cancelled.lock().unwrap_or_else(|p| p.into_inner()).remove(&key)?;
+        let staging = match &cancel.abandoned {
+            Some(abandon) => self.clear_abandoned_staging(entry, abandon.keep_staging),
+            None => String::new(),
+        };
+        Some(format!("{}{staging}", cancel.why))
+    }
+
     /// Removes the partial copies an abandoned attempt staged, unless the
     /// operator kept them; says what became of them.
     fn clear_abandoned_staging(&self, entry: &Entry, keep: bool) -> String {
@@ -401,13 +413,7 @@ impl Executor {
             // Timed out: the worker goes too.
             let _ = procs::signal_group(worker.pid, libc::SIGKILL);
         }
-        let key = (entry.name.clone(), entry.attempt);
-        let cancelled = self.cancelled.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
-        let staging_note = match cancelled.as_ref().and_then(|c| c.abandoned.as_ref()) {
-            Some(abandon) => self.clear_abandoned_staging(&entry, abandon.keep_staging),
-            None => String::new(),
-        };
-        let cancelled = cancelled.map(|c| format!("{}{staging_note}", c.why));
+        let cancelled = self.take_cancel(&entry);
         let (state, answer) = match (outcome, cancelled) {
             (Err(_), _) => {
                 let message = format!("timed out after {:?}", entry.spec.timeout());
@@ -540,20 +546,33 @@ impl Executor {
             }
         }
         self.set_hook(&entry, None);
-        let (state, answer) = match crate::worker::read_result(&worker.result) {
-            Some(result) if result.success => (AgentState::Completed, result),
-            Some(result) => (AgentState::Failed, result),
-            None => (AgentState::Interrupted, answer(false, "the worker ended without a result", BTreeMap::new())),
+        let cancelled = self.take_cancel(&entry);
+        let (state, answer) = match (crate::worker::read_result(&worker.result), cancelled) {
+            (Some(result), _) if result.success => (AgentState::Completed, result),
+            (Some(result), None) => (AgentState::Failed, result),
+            (Some(mut result), Some(why)) => {
+                result.message = format!("cancelled ({why}); {}", result.message);
+                (AgentState::Interrupted, result)
+            }
+            (None, Some(why)) => (
+                AgentState::Interrupted,
+                answer(false, format!("cancelled ({why}); its worker was ended"), BTreeMap::new()),
+            ),
+            (None, None) => {
+                (AgentState::Interrupted, answer(false, "the worker ended without a result", BTreeMap::new()))
+            }
         };
         if state == AgentState::Interrupted {
-            // Not a move the journal makes by itself: written as found.
+            // Not a move the journal makes by itself: written as found
+            // (and reported even when the disk cannot take it).
             entry.state = state;
             entry.answer = Some(answer);
             entry.updated = now();
-            if self.journal.write(&entry).is_ok() {
-                self.lock().insert((entry.name.clone(), entry.attempt), entry);
-                self.changed.notify_one();
+            if let Err(error) = self.journal.write(&entry) {
+                tracing::error!(%error, "journal");
             }
+            self.lock().insert((entry.name.clone(), entry.attempt), entry);
+            self.changed.notify_one();
             return;
         }
         self.advance(&mut entry, state, Some(answer));
