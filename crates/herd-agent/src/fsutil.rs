@@ -50,6 +50,17 @@ pub fn is_disk_full(error: &std::io::Error) -> bool {
     matches!(error.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
 }
 
+/// Why an IO step on `node`'s data dir (at `data_dir`) failed, naming a full
+/// disk as such, with what is free: the words operators see in answers.
+pub fn io_failure(node: &str, data_dir: &Path, what: &str, error: &std::io::Error) -> String {
+    if is_disk_full(error) {
+        let free = disk_space(data_dir).map(|(free, _)| herd_core::units::human_bytes(free)).unwrap_or_default();
+        format!("no space left on {node}'s data dir ({what}; {free} free)")
+    } else {
+        format!("{what}: {error}")
+    }
+}
+
 /// The bytes an unprivileged writer may still use on the file system of
 /// `path`, and its size.
 pub fn disk_space(path: &Path) -> std::io::Result<(u64, u64)> {

@@ -80,16 +80,8 @@ impl From<String> for CopyFailure {
 
 /// The failure of an IO step here, naming a full disk as such.
 fn local_io(job: &CopyJob, what: &str, path: &Path) -> impl Fn(std::io::Error) -> CopyFailure + Send + use<> {
-    let (what, path, node) = (what.to_string(), path.display().to_string(), job.node.clone());
-    let data_dir = job.staging.clone();
-    move |error| {
-        if crate::fsutil::is_disk_full(&error) {
-            let free = crate::fsutil::disk_space(&data_dir).map(|(free, _)| human_bytes(free)).unwrap_or_default();
-            CopyFailure::Local(format!("no space left on {node}'s data dir ({what} {path}; {free} free)"))
-        } else {
-            CopyFailure::Local(format!("{what} {path}: {error}"))
-        }
-    }
+    let (what, node, data_dir) = (format!("{what} {}", path.display()), job.node.clone(), job.staging.clone());
+    move |error| CopyFailure::Local(crate::fsutil::io_failure(&node, &data_dir, &what, &error))
 }
 
 /// The result a worker left, if it finished.

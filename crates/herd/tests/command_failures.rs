@@ -96,26 +96,6 @@ async fn a_migration_that_fails_mid_copy_leaves_its_member_running_where_it_was(
     assert!(!staging.exists(), "the partial copy that cannot be resumed is removed");
 }
 
-/// A small tmpfs mounted for one test (CI runs as root); unmounted on drop.
-struct SmallDisk(std::path::PathBuf);
-
-impl SmallDisk {
-    fn mount(path: &Path, megabytes: u64) -> SmallDisk {
-        std::fs::create_dir_all(path).unwrap();
-        let size = format!("size={megabytes}m");
-        let status =
-            std::process::Command::new("mount").args(["-t", "tmpfs", "-o", &size, "tmpfs"]).arg(path).status().unwrap();
-        assert!(status.success(), "this test mounts a {megabytes} MB tmpfs and needs root to");
-        SmallDisk(path.to_path_buf())
-    }
-}
-
-impl Drop for SmallDisk {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
-
 /// Reads the DiskPressure condition of a node: (status, message).
 async fn disk_pressure(server: &common::TestServer, node: &str) -> Option<(String, String)> {
     let node = server.admin().get::<NodeSpec>(node).await.ok()?;
@@ -129,7 +109,7 @@ async fn a_copy_onto_a_full_disk_fails_with_the_reason_and_the_agent_works_on_th
     let server = common::TestServer::start(&dir.path().join("server"));
     common::cluster::quick_heartbeats(&server).await;
     let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
-    let disk = SmallDisk::mount(&b_dir, 24);
+    let disk = common::SmallDisk::mount(&b_dir, 24);
     let _reapers = (common::MemberReaper(a_dir.clone()), common::MemberReaper(b_dir.clone()));
     let _a = common::start_agent(&server.url, &a_dir, "n1");
     let mut b = common::start_agent_with(&server.url, &b_dir, "n2", &["--copy-mib-per-sec", "2"]);

@@ -21,26 +21,6 @@ use herd_core::kinds::command::{MemberRun, VolumeSpec};
 use herd_core::kinds::{Action, CommandSpec, ManagementState, NodeSpec};
 use herd_core::{HumanDuration, Object};
 
-/// A small tmpfs for the destination's data dir; unmounted on drop.
-struct SmallDisk(std::path::PathBuf);
-
-impl Drop for SmallDisk {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
-
-fn mount_small_disk(path: &Path, megabytes: u64) -> SmallDisk {
-    std::fs::create_dir_all(path).unwrap();
-    let status = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", &format!("size={megabytes}m"), "tmpfs"])
-        .arg(path)
-        .status()
-        .unwrap();
-    assert!(status.success(), "this test mounts a {megabytes} MB tmpfs and needs root to");
-    SmallDisk(path.to_path_buf())
-}
-
 struct Random(u64);
 
 impl Random {
@@ -84,7 +64,7 @@ async fn copies_and_migrations_onto_a_disk_that_fills_at_random_moments_settle_t
     quick_heartbeats(&server).await;
     let admin = server.admin();
     let (source_dir, target_dir) = (dir.path().join("source"), dir.path().join("target"));
-    let disk = mount_small_disk(&target_dir, 40);
+    let disk = common::SmallDisk::mount(&target_dir, 40);
     let _reapers = (MemberReaper(source_dir.clone()), MemberReaper(target_dir.clone()));
     let _source = start_agent(&server.url, &source_dir, "source");
     let _target = common::start_agent_with(&server.url, &target_dir, "target", &["--copy-mib-per-sec", "8"]);

@@ -27,6 +27,7 @@ use crate::members::Members;
 use crate::worker::CopyJob;
 use crate::{procs, script};
 
+mod abandon;
 mod migrate;
 
 fn now() -> Timestamp {
@@ -262,64 +263,6 @@ impl Executor {
         }
     }
 
-    /// The operator abandoned an attempt this agent runs: end its work now
-    /// (its disconnect hook kills a worker or a script); the attempt then
-    /// ends INTERRUPTED, saying so. Harmless when it already ended.
-    fn end_abandoned(&self, name: &str, abandon: &AbandonRequest) {
-        let key = (name.to_string(), abandon.attempt);
-        if !self.lock().get(&key).is_some_and(|e| e.state.is_running()) {
-            return;
-        }
-        let cancel = Cancel { why: "abandoned by the operator".into(), abandoned: Some(abandon.clone()) };
-        let first = self.cancelled.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone(), cancel).is_none();
-        let hook = self.hooks.lock().unwrap_or_else(|p| p.into_inner()).get(&key).cloned();
-        if let (true, Some(hook)) = (first, hook) {
-            tracing::warn!(command = %name, attempt = abandon.attempt, "abandoned by the operator: ending its work");
-            hook();
-        }
-    }
-
-    /// Why the attempt's work was ended early, if it was (forgetting it):
-    /// for an abandoned one, with what became of its partial copies.
-    fn take_cancel(&self, entry: &Entry) -> Option<String> {
-        let key = (entry.name.clone(), entry.attempt);
-        let cancel = self.cancelled.lock().unwrap_or_else(|p| p.into_inner()).remove(&key)?;
-        let staging = match &cancel.abandoned {
-            Some(abandon) => self.clear_abandoned_staging(entry, abandon.keep_staging),
-            None => String::new(),
-        };
-        Some(format!("{}{staging}", cancel.why))
-    }
-
-    /// Removes the partial copies an abandoned attempt staged, unless the
-    /// operator kept them; says what became of them.
-    fn clear_abandoned_staging(&self, entry: &Entry, keep: bool) -> String {
-        let volumes: Vec<String> = match &entry.spec.action {
-            Action::CopyVolume { volume, .. } => vec![volume.clone()],
-            Action::MigrateMember { run, .. } => {
-                run.volumes.iter().filter(|v| v.persistent).map(|v| v.name.clone()).collect()
-            }
-            _ => return String::new(),
-        };
-        let member = entry.spec.action.member();
-        let staged: Vec<PathBuf> =
-            volumes.iter().map(|v| self.members.staging_dir(member, v)).filter(|dir| dir.exists()).collect();
-        if staged.is_empty() {
-            return String::new();
-        }
-        if keep {
-            return "; its partial copy is kept for a later copy to resume".into();
-        }
-        let mut freed = 0;
-        for dir in &staged {
-            match crate::worker::remove_staging(dir) {
-                Ok(bytes) => freed += bytes,
-                Err(error) => return format!("; removing its partial copy {} failed: {error}", dir.display()),
-            }
-        }
-        format!("; its partial copy ({}) was removed", herd_core::units::human_bytes(freed))
-    }
-
     /// Remembers the newest term; Some(newest) when `term` is older.
     fn observe_term(&self, term: u64) -> Option<u64> {
         let mut newest = self.newest_term.lock().unwrap_or_else(|p| p.into_inner());
@@ -510,11 +453,7 @@ impl Executor {
 
     /// Why an IO step failed, naming a full data dir as such.
     fn io_failure(&self, what: &str, error: &std::io::Error) -> Failure {
-        if crate::fsutil::is_disk_full(error) {
-            format!("no space left on {}'s data dir ({what})", self.workers.node)
-        } else {
-            format!("{what}: {error}")
-        }
+        crate::fsutil::io_failure(&self.workers.node, &self.worker_dir, what, error)
     }
 
     /// Why the journal could not take a write.

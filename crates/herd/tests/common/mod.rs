@@ -252,3 +252,23 @@ pub fn member_processes(data_dir: &std::path::Path) -> Vec<(u64, String)> {
         })
         .collect()
 }
+
+/// A small tmpfs mounted for one test (CI runs as root); unmounted on drop.
+pub struct SmallDisk(PathBuf);
+
+impl SmallDisk {
+    pub fn mount(path: &Path, megabytes: u64) -> SmallDisk {
+        std::fs::create_dir_all(path).unwrap();
+        let size = format!("size={megabytes}m");
+        let status =
+            std::process::Command::new("mount").args(["-t", "tmpfs", "-o", &size, "tmpfs"]).arg(path).status().unwrap();
+        assert!(status.success(), "this test mounts a {megabytes} MB tmpfs and needs root to");
+        SmallDisk(path.to_path_buf())
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
