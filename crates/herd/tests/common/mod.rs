@@ -118,8 +118,32 @@ impl TestServer {
         Self::start_with(data_dir, "127.0.0.1:0", &args)
     }
 
-    fn start_with(data_dir: &Path, listen: &str, extra: &[&str]) -> TestServer {
+    /// A replica as [`Self::start_replica`] whose wall clock is off by
+    /// `offset` (libfaketime's syntax, `-1h`); its monotonic clock is true.
+    /// None (said loudly) where libfaketime is missing outside CI; in CI,
+    /// whose .ci/run installs it, a missing one fails the test.
+    pub fn start_skewed_replica(data_dir: &Path, identity: &str, offset: &str) -> Option<TestServer> {
+        let library = [
+            "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
+            "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
+        ]
+        .into_iter()
+        .find(|path| Path::new(path).exists());
+        let Some(library) = library else {
+            assert!(std::env::var_os("CI").is_none(), "libfaketime is missing: .ci/run must install faketime");
+            eprintln!("!!! SKIPPED: libfaketime is not installed (apt-get install faketime); this test did not run");
+            return None;
+        };
         let mut command = herd();
+        command.env("LD_PRELOAD", library).env("FAKETIME", offset).env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+        Some(Self::start_command(command, data_dir, "127.0.0.1:0", &["--identity", identity]))
+    }
+
+    fn start_with(data_dir: &Path, listen: &str, extra: &[&str]) -> TestServer {
+        Self::start_command(herd(), data_dir, listen, extra)
+    }
+
+    fn start_command(mut command: Command, data_dir: &Path, listen: &str, extra: &[&str]) -> TestServer {
         command.args(["server", "--listen", listen]).args(extra).arg("--data-dir").arg(data_dir);
         command.env("HERD_ADMIN_TOKEN", ADMIN_TOKEN).env("HERD_JOIN_TOKEN", JOIN_TOKEN).env_remove("HERD_STORE");
         let mut proc = Proc::spawn(command);
