@@ -172,13 +172,12 @@ pub async fn operator_action(
     name: &str,
     action: OperatorAction,
 ) -> Result<Command, ApiError> {
+    let command = objects.require::<CommandSpec>(name).await?;
     if let OperatorAction::Retry = action {
         // A retried Command holds again what it held: nothing else may.
-        let command = objects.require::<CommandSpec>(name).await?;
         let (others, _) = objects.list::<CommandSpec>().await?;
         check_holds(&command, &others)?;
     }
-    let command = objects.require::<CommandSpec>(name).await?;
     let host_up = objects.get::<NodeSpec>(&command.spec.node).await?.is_some_and(|n| n.status.ready);
     let written = objects
         .modify::<CommandSpec>(name, Part::Status, |command| {
