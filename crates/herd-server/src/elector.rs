@@ -61,6 +61,11 @@ impl LeaderHealth {
         }
     }
 
+    /// Whether this replica leads now.
+    pub fn is_leading(&self) -> bool {
+        *self.leading.borrow()
+    }
+
     /// Changes when this replica starts or stops leading.
     pub fn leading(&self) -> tokio::sync::watch::Receiver<bool> {
         self.leading.subscribe()

@@ -127,10 +127,13 @@ impl ReplicaSightings {
 }
 
 /// The leader and every replica on record, with what each is doing.
+/// The answering replica's own leadership is taken from `i_lead` (what it
+/// knows now), not from its record, which follows a moment later.
 pub async fn cluster_status(
     objects: &Objects,
     me: &ReplicaIdentity,
     sightings: &ReplicaSightings,
+    i_lead: bool,
 ) -> Result<ClusterStatus, ApiError> {
     let lease = objects.get::<LeaseSpec>(&me.lock_name).await?;
     let (records, _) = objects.list::<ReplicaSpec>().await?;
@@ -145,7 +148,7 @@ pub async fn cluster_status(
         let silent_for = sightings.silent_for(&record);
         let facts = ReplicaFacts {
             holds_lease: !holder.is_empty() && record.metadata.name == holder,
-            reports_leading: status.leading,
+            reports_leading: if record.metadata.name == me.name { i_lead } else { status.leading },
             stopped: status.stopped_at.is_some(),
             alive,
             silent_for,

@@ -37,5 +37,13 @@ pub async fn cluster_status(
     caller: Caller,
 ) -> Result<Json<herd_core::api::ClusterStatus>, ApiError> {
     caller.may(Verb::Get, "replicas", None)?;
-    Ok(Json(crate::replicas::cluster_status(&state.objects, &state.replica, &state.replica_sightings).await?))
+    Ok(Json(
+        crate::replicas::cluster_status(
+            &state.objects,
+            &state.replica,
+            &state.replica_sightings,
+            state.leader_health.is_leading(),
+        )
+        .await?,
+    ))
 }
