@@ -109,7 +109,9 @@ async fn a_copy_onto_a_full_disk_fails_with_the_reason_and_the_agent_works_on_th
     let server = common::TestServer::start(&dir.path().join("server"));
     common::cluster::quick_heartbeats(&server).await;
     let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
-    let disk = common::SmallDisk::mount(&b_dir, 24);
+    // Unmounted last: after the agents, and after the reapers have ended
+    // the members that run from it.
+    let _disk = common::SmallDisk::mount(&b_dir, 24);
     let _reapers = (common::MemberReaper(a_dir.clone()), common::MemberReaper(b_dir.clone()));
     let _a = common::start_agent(&server.url, &a_dir, "n1");
     let mut b = common::start_agent_with(&server.url, &b_dir, "n2", &["--copy-mib-per-sec", "2"]);
@@ -164,7 +166,6 @@ async fn a_copy_onto_a_full_disk_fails_with_the_reason_and_the_agent_works_on_th
     assert!(message.contains("free of 25 MB on the agent's data dir"), "{message}");
     let node = server.admin().get::<NodeSpec>("n2").await.unwrap();
     assert!(node.status.ready, "the agent runs on the full disk");
-    drop(disk);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -64,7 +64,9 @@ async fn copies_and_migrations_onto_a_disk_that_fills_at_random_moments_settle_t
     quick_heartbeats(&server).await;
     let admin = server.admin();
     let (source_dir, target_dir) = (dir.path().join("source"), dir.path().join("target"));
-    let disk = common::SmallDisk::mount(&target_dir, 40);
+    // Unmounted last: after the agents, and after the reapers have ended
+    // the members that run from it.
+    let _disk = common::SmallDisk::mount(&target_dir, 40);
     let _reapers = (MemberReaper(source_dir.clone()), MemberReaper(target_dir.clone()));
     let _source = start_agent(&server.url, &source_dir, "source");
     let _target = common::start_agent_with(&server.url, &target_dir, "target", &["--copy-mib-per-sec", "8"]);
@@ -199,5 +201,4 @@ async fn copies_and_migrations_onto_a_disk_that_fills_at_random_moments_settle_t
         moved.len(),
         stayed.len()
     );
-    drop(disk);
 }
