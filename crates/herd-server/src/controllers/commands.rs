@@ -15,9 +15,9 @@ use herd_client::{ClientError, PeerClient};
 use herd_core::kinds::{Action, Answer, ClusterConfigSpec, Command, CommandSpec, EventType, ManagementState, NodeSpec};
 use herd_core::reconcile::{CommandView, CopyVerdict, DestinationLook, Step, copy_verdict, decide};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use crate::change_clock::ChangeClock;
+use crate::controllers::runtime::{Controller, Next};
 use crate::error::ApiError;
 use crate::events::EventRecorder;
 use crate::nodes::cluster_config;
@@ -58,44 +58,56 @@ pub struct CommandController {
     pub nodes: Reflector<NodeSpec>,
     pub config: Reflector<ClusterConfigSpec>,
     pub events: EventRecorder,
+    /// Looked at by copies side by side, hence the lock.
+    sightings: std::sync::Mutex<Sightings>,
+}
+
+impl Controller for CommandController {
+    const NAME: &'static str = "commands";
+
+    async fn synced(&self) {
+        self.commands.synced().await;
+        self.nodes.synced().await;
+        self.config.synced().await;
+    }
+
+    /// Looks at every Command: copies side by side, everything else one at
+    /// a time (a migration's steps touch members on two nodes). Each
+    /// Command's failure is its own (logged); the pass goes on.
+    async fn reconcile(&mut self) -> Result<Next, ApiError> {
+        let settings = cluster_config(&self.config).commands;
+        let (copies, others): (Vec<Command>, Vec<Command>) =
+            self.commands.list().into_iter().partition(|c| matches!(c.spec.action, Action::CopyVolume { .. }));
+        for command in &others {
+            self.look_at_logged(command).await;
+        }
+        futures_util::StreamExt::for_each_concurrent(futures_util::stream::iter(&copies), COPIES_AT_ONCE, |c| {
+            self.look_at_logged(c)
+        })
+        .await;
+        Ok(Next::Requeue(settings.reconcile_interval.get()))
+    }
 }
 
 impl CommandController {
-    pub async fn run(self, stop: CancellationToken) {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = async { self.commands.synced().await; self.nodes.synced().await; self.config.synced().await } => {}
-        }
-        let sightings = std::sync::Mutex::new(Sightings::default());
-        let mut changes = self.commands.changes();
-        loop {
-            let settings = cluster_config(&self.config).commands;
-            let (copies, others): (Vec<Command>, Vec<Command>) =
-                self.commands.list().into_iter().partition(|c| matches!(c.spec.action, Action::CopyVolume { .. }));
-            // Everything else one at a time: a migration's steps touch
-            // members on two nodes.
-            for command in &others {
-                self.look_at_logged(command, &sightings).await;
-            }
-            futures_util::StreamExt::for_each_concurrent(futures_util::stream::iter(&copies), COPIES_AT_ONCE, |c| {
-                self.look_at_logged(c, &sightings)
-            })
-            .await;
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(settings.reconcile_interval.get()) => {}
-                _ = changes.changed() => {}
-            }
-        }
+    pub fn new(
+        objects: Objects,
+        term: u64,
+        commands: Reflector<CommandSpec>,
+        nodes: Reflector<NodeSpec>,
+        config: Reflector<ClusterConfigSpec>,
+        events: EventRecorder,
+    ) -> Self {
+        CommandController { objects, term, commands, nodes, config, events, sightings: Default::default() }
     }
 
-    async fn look_at_logged(&self, command: &Command, sightings: &std::sync::Mutex<Sightings>) {
-        if let Err(error) = self.look_at(command, sightings).await {
+    async fn look_at_logged(&self, command: &Command) {
+        if let Err(error) = self.look_at(command).await {
             tracing::warn!(%error, command = %command.metadata.name, "command controller");
         }
     }
 
-    async fn look_at(&self, command: &Command, sightings: &std::sync::Mutex<Sightings>) -> Result<(), ApiError> {
+    async fn look_at(&self, command: &Command) -> Result<(), ApiError> {
         if command.status.state_by_management.is_settled() {
             return Ok(());
         }
@@ -106,7 +118,7 @@ impl CommandController {
         let settings = cluster_config(&self.config).commands;
         let now_mono = Instant::now();
         let (since_update, since_issued) = {
-            let mut sightings = sightings.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut sightings = self.sightings.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             (sightings.since_update(command, now_mono), sightings.since_issued(command, now_mono))
         };
         let view = CommandView {

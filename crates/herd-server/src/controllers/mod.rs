@@ -9,6 +9,7 @@ pub mod compactor;
 pub mod event_ttl;
 pub mod fencing_probe;
 pub mod node_lifecycle;
+pub mod runtime;
 
 use std::sync::Arc;
 
@@ -33,17 +34,20 @@ pub fn start(
     let mut set = JoinSet::new();
     let events = EventRecorder::new(objects.clone(), "node-lifecycle");
     let nodes = Reflector::<NodeSpec>::start(objects.store().clone(), stop.clone());
-    let command_controller = commands::CommandController {
-        objects: objects.clone(),
+    let commands = Reflector::start(objects.store().clone(), stop.clone());
+    let wake_on_commands = vec![commands.changes()];
+    let command_controller = commands::CommandController::new(
+        objects.clone(),
         term,
-        commands: Reflector::start(objects.store().clone(), stop.clone()),
-        nodes: nodes.clone(),
-        config: config.clone(),
-        events: EventRecorder::new(objects.clone(), "commands"),
-    };
-    set.spawn(command_controller.run(stop.clone()));
+        commands,
+        nodes.clone(),
+        config.clone(),
+        EventRecorder::new(objects.clone(), "commands"),
+    );
+    set.spawn(runtime::run(command_controller, wake_on_commands, stop.clone()));
     set.spawn(compactor::run(objects.store().clone(), stop.clone()));
     set.spawn(event_ttl::run(objects.clone(), stop.clone()));
-    set.spawn(node_lifecycle::run(objects, nodes, config, events, metrics, stop));
+    let node_lifecycle = node_lifecycle::NodeLifecycle::new(objects, nodes, config, events, metrics);
+    set.spawn(runtime::run(node_lifecycle, Vec::new(), stop));
     set
 }

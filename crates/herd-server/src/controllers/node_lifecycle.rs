@@ -13,9 +13,9 @@ use herd_core::Timestamp;
 use herd_core::kinds::{ClusterConfigSpec, EventType, Node, NodeSpec};
 use herd_core::node_health::{self, ReadinessChange};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use crate::change_clock::ChangeClock;
+use crate::controllers::runtime::{Controller, Next};
 use crate::error::ApiError;
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
@@ -29,30 +29,41 @@ const PASS_INTERVAL: Duration = Duration::from_millis(500);
 /// When this controller last saw each node's heartbeat change.
 type Sightings = ChangeClock<Option<Timestamp>>;
 
-pub async fn run(
-    objects: Objects,
-    nodes: Reflector<NodeSpec>,
-    config: Reflector<ClusterConfigSpec>,
-    events: EventRecorder,
-    metrics: Arc<Metrics>,
-    stop: CancellationToken,
-) {
-    tokio::select! {
-        _ = stop.cancelled() => return,
-        _ = async { nodes.synced().await; config.synced().await } => {}
+/// Marks nodes NotReady when their heartbeats stop (leader only).
+pub struct NodeLifecycle {
+    pub objects: Objects,
+    pub nodes: Reflector<NodeSpec>,
+    pub config: Reflector<ClusterConfigSpec>,
+    pub events: EventRecorder,
+    pub metrics: Arc<Metrics>,
+    sightings: Sightings,
+}
+
+impl NodeLifecycle {
+    pub fn new(
+        objects: Objects,
+        nodes: Reflector<NodeSpec>,
+        config: Reflector<ClusterConfigSpec>,
+        events: EventRecorder,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        NodeLifecycle { objects, nodes, config, events, metrics, sightings: Sightings::default() }
     }
-    let mut sightings = Sightings::default();
-    let mut ticks = tokio::time::interval(PASS_INTERVAL);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = ticks.tick() => {}
-        }
-        let grace = cluster_config(&config).node_grace_period.get();
-        if let Err(error) = pass(&objects, &events, &metrics, &mut sightings, &nodes.list(), grace).await {
-            tracing::warn!(%error, "node lifecycle pass failed");
-        }
+}
+
+impl Controller for NodeLifecycle {
+    const NAME: &'static str = "node-lifecycle";
+
+    async fn synced(&self) {
+        self.nodes.synced().await;
+        self.config.synced().await;
+    }
+
+    async fn reconcile(&mut self) -> Result<Next, ApiError> {
+        let grace = cluster_config(&self.config).node_grace_period.get();
+        let nodes = self.nodes.list();
+        pass(&self.objects, &self.events, &self.metrics, &mut self.sightings, &nodes, grace).await?;
+        Ok(Next::Requeue(PASS_INTERVAL))
     }
 }
 

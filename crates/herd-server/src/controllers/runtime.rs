@@ -1,0 +1,134 @@
+//! The loop every controller runs (kube-rs's `Controller`, pared down):
+//! wait until its caches are synced, then call `reconcile` again and again.
+//! A pass says when to look again ([`Next`]; kube-rs's `Action`, renamed
+//! here beside the Command kind's actions); a watched cache that
+//! changes wakes it sooner; a failed pass is retried after the pause its
+//! error policy gives (doubling by default). "Since when has this held"
+//! is [`crate::change_clock::ChangeClock`], which controllers keep in
+//! their state.
+
+use std::future::Future;
+use std::time::Duration;
+
+use futures_util::future::select_all;
+use herd_store::Revision;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::ApiError;
+
+/// What a reconcile pass asks for next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// Look again after this long (or sooner, when a trigger changes).
+    Requeue(Duration),
+}
+
+/// The longest pause the default error policy waits.
+pub const MAX_ERROR_PAUSE: Duration = Duration::from_secs(30);
+
+/// A leader-only controller.
+pub trait Controller: Send + 'static {
+    /// For logs.
+    const NAME: &'static str;
+
+    /// Resolves once the caches it reads from are complete.
+    fn synced(&self) -> impl Future<Output = ()> + Send;
+
+    /// One pass over everything the controller owns.
+    fn reconcile(&mut self) -> impl Future<Output = Result<Next, ApiError>> + Send;
+
+    /// The pause after the `failures`-th failed pass in a row: 200 ms,
+    /// doubling, at most [`MAX_ERROR_PAUSE`].
+    fn error_policy(&self, _error: &ApiError, failures: u32) -> Duration {
+        Duration::from_millis(200).saturating_mul(1 << failures.min(16)).min(MAX_ERROR_PAUSE)
+    }
+}
+
+/// A cache whose change wakes a controller before its requeue is due.
+pub type Trigger = watch::Receiver<Option<Revision>>;
+
+/// Runs `controller` until `stop` fires.
+pub async fn run<C: Controller>(mut controller: C, mut triggers: Vec<Trigger>, stop: CancellationToken) {
+    tokio::select! {
+        _ = stop.cancelled() => return,
+        _ = controller.synced() => {}
+    }
+    let mut failures = 0;
+    loop {
+        let pause = match controller.reconcile().await {
+            Ok(Next::Requeue(after)) => {
+                failures = 0;
+                after
+            }
+            Err(error) => {
+                failures += 1;
+                tracing::warn!(controller = C::NAME, %error, failures, "reconcile pass failed");
+                controller.error_policy(&error, failures)
+            }
+        };
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(pause) => {}
+            _ = any_changed(&mut triggers) => {}
+        }
+    }
+}
+
+/// Resolves when any trigger changes (never, when there are none or all
+/// their caches are gone).
+async fn any_changed(triggers: &mut [Trigger]) {
+    if triggers.is_empty() {
+        return std::future::pending().await;
+    }
+    let (changed, _, _) = select_all(triggers.iter_mut().map(|t| Box::pin(t.changed()))).await;
+    if changed.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// Fails its first two passes, then asks to be looked at hourly.
+    struct Flaky {
+        passes: Arc<AtomicU32>,
+    }
+
+    impl Controller for Flaky {
+        const NAME: &'static str = "flaky";
+
+        async fn synced(&self) {}
+
+        async fn reconcile(&mut self) -> Result<Next, ApiError> {
+            match self.passes.fetch_add(1, Ordering::SeqCst) {
+                0 | 1 => Err(ApiError::Unavailable("not yet".into())),
+                _ => Ok(Next::Requeue(Duration::from_secs(3600))),
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failures_back_off_a_requeue_waits_and_a_trigger_wakes_it_early() {
+        let passes = Arc::new(AtomicU32::new(0));
+        let (tell, trigger) = watch::channel(None);
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(run(Flaky { passes: passes.clone() }, vec![trigger], stop.clone()));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(passes.load(Ordering::SeqCst), 1, "the first pass failed");
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(passes.load(Ordering::SeqCst), 2, "retried after 400 ms");
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        assert_eq!(passes.load(Ordering::SeqCst), 3, "retried after 800 ms, and succeeded");
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        assert_eq!(passes.load(Ordering::SeqCst), 3, "nothing until the requeue is due");
+        tell.send_replace(Some(7));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(passes.load(Ordering::SeqCst), 4, "a change of the watched cache wakes it");
+        stop.cancel();
+        task.await.unwrap();
+    }
+}
