@@ -8,7 +8,7 @@ use herd_core::kinds::{Command, CommandSpec, EventType, ManagementState, NodeSpe
 
 use crate::error::ApiError;
 use crate::events::EventRecorder;
-use crate::objects::{Guard, Objects, Part, now};
+use crate::objects::{Guard, Objects, ObjectsError, Part, now};
 
 /// The refusal for a report on another node's Command, if there is one.
 pub async fn foreign_report(
@@ -61,7 +61,7 @@ pub async fn record_reports(
         let mut forget = false;
         let mut before = ManagementState::default();
         let written = objects
-            .modify::<CommandSpec>(&report.name, Part::Status, |command| {
+            .modify::<CommandSpec, ApiError>(&report.name, Part::Status, |command| {
                 let was = command.status.clone();
                 before = was.state_by_management;
                 forget = command.status.record_agent_report(report.state, report.answer.clone(), now());
@@ -112,12 +112,12 @@ pub async fn create(objects: &Objects, mut command: Command, dry_run: bool) -> R
         let (others, _) = objects.list::<CommandSpec>().await?;
         check_holds(&command, &others)?;
         if dry_run {
-            return objects.create(command, false, true).await;
+            return Ok(objects.create(command, false, true).await?);
         }
         let guard = Guard { key: HOLDS_GUARD.into(), revision };
         match objects.create_guarded(command.clone(), &guard).await {
-            Err(ApiError::Conflict(_)) => continue,
-            other => return other,
+            Err(ObjectsError::GuardMoved { .. }) => continue,
+            other => return Ok(other?),
         }
     }
     Err(ApiError::Conflict(format!(
@@ -180,7 +180,7 @@ pub async fn operator_action(
     }
     let host_up = objects.get::<NodeSpec>(&command.spec.node).await?.is_some_and(|n| n.status.ready);
     let written = objects
-        .modify::<CommandSpec>(name, Part::Status, |command| {
+        .modify::<CommandSpec, ApiError>(name, Part::Status, |command| {
             let done = match action {
                 OperatorAction::Retry => command.status.operator_retry(now()),
                 OperatorAction::Abandon { keep_staging } => {

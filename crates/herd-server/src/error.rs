@@ -7,6 +7,8 @@ use herd_core::ValidationErrors;
 use herd_core::api::{Status, StatusReason};
 use herd_store::StoreError;
 
+use crate::objects::ObjectsError;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     #[error("{0}")]
@@ -79,6 +81,23 @@ impl ApiError {
     }
 }
 
+/// The one place an object error gets its HTTP status.
+impl From<ObjectsError> for ApiError {
+    fn from(error: ObjectsError) -> Self {
+        let message = error.to_string();
+        match error {
+            ObjectsError::NotFound { kind, name } => ApiError::NotFound { kind, name },
+            ObjectsError::AlreadyExists { kind, name } => ApiError::AlreadyExists { kind, name },
+            ObjectsError::Conflict { .. } | ObjectsError::GuardMoved { .. } => ApiError::Conflict(message),
+            ObjectsError::Fenced { .. } => ApiError::Fenced(message),
+            ObjectsError::Invalid { kind, name, errors } => ApiError::Invalid { kind, name, errors },
+            ObjectsError::BadRequest(_) => ApiError::BadRequest(message),
+            ObjectsError::Corrupt { .. } => ApiError::Internal(message),
+            ObjectsError::Store(store) => ApiError::from_store("object", "", store),
+        }
+    }
+}
+
 impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> Self {
         ApiError::from_store("object", "", error)
@@ -110,5 +129,21 @@ mod tests {
         assert_eq!(code(StoreError::Backend("disk".into())), 503);
         let invalid = ApiError::invalid("Node", "n1", ValidationErrors::single("spec.role", "bad")).status();
         assert_eq!((invalid.code, invalid.causes[0].field.as_str()), (422, "spec.role"));
+    }
+
+    #[test]
+    fn object_errors_map_to_the_api_statuses() {
+        let code = |e: ObjectsError| ApiError::from(e).status().code;
+        let (kind, name) = ("Node".to_string(), "n1".to_string());
+        assert_eq!(code(ObjectsError::not_found("Node", "n1")), 404);
+        assert_eq!(code(ObjectsError::AlreadyExists { kind: kind.clone(), name: name.clone() }), 409);
+        assert_eq!(
+            code(ObjectsError::Conflict { kind: kind.clone(), name: name.clone(), expected: 1, actual: None }),
+            409
+        );
+        assert_eq!(code(ObjectsError::GuardMoved { kind: kind.clone(), name: name.clone() }), 409);
+        assert_eq!(code(ObjectsError::Fenced { term: 3, kind, name }), 503);
+        assert_eq!(code(ObjectsError::Corrupt { key: "k".into(), reason: "x".into() }), 500);
+        assert_eq!(code(ObjectsError::Store(StoreError::Compacted { requested: 3, compacted: 9 })), 410);
     }
 }

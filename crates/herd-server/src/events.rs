@@ -6,7 +6,7 @@ use herd_core::kinds::{Event, EventSpec, EventType, InvolvedObject};
 use herd_core::{Object, Resource};
 
 use crate::error::ApiError;
-use crate::objects::{Objects, Part, now};
+use crate::objects::{Objects, ObjectsError, Part, now};
 
 #[derive(Clone)]
 pub struct EventRecorder {
@@ -55,7 +55,7 @@ impl EventRecorder {
         let at = now();
         for _ in 0..3 {
             if self.objects.get::<EventSpec>(&name).await?.is_some() {
-                let bumped = self.objects.modify::<EventSpec>(&name, Part::Spec, |event| {
+                let bumped = self.objects.modify::<EventSpec, ApiError>(&name, Part::Spec, |event| {
                     event.spec.count += 1;
                     event.spec.last_timestamp = at;
                     Ok(true)
@@ -79,8 +79,8 @@ impl EventRecorder {
                 },
             );
             match self.objects.create(event, false, false).await {
-                Err(ApiError::AlreadyExists { .. }) => continue,
-                other => return other.map(|_| ()),
+                Err(ObjectsError::AlreadyExists { .. }) => continue,
+                other => return other.map(|_| ()).map_err(ApiError::from),
             }
         }
         Err(ApiError::Conflict(format!("event {name} kept changing")))

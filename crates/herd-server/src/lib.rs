@@ -45,7 +45,7 @@ use crate::elector::{Elector, LeaderWork};
 use crate::error::ApiError;
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
-use crate::objects::Objects;
+use crate::objects::{Objects, ObjectsError};
 use crate::reflector::Reflector;
 use crate::registry::Registry;
 use crate::replicas::ReplicaIdentity;
@@ -219,8 +219,8 @@ fn leader_work(
 async fn ensure_cluster_config(objects: &Objects) -> Result<(), ApiError> {
     let config = Object::new(CLUSTER_CONFIG_NAME, ClusterConfigSpec::default());
     match objects.create(config, false, false).await {
-        Ok(_) | Err(ApiError::AlreadyExists { .. }) => Ok(()),
-        Err(other) => Err(other),
+        Ok(_) | Err(ObjectsError::AlreadyExists { .. }) => Ok(()),
+        Err(other) => Err(other.into()),
     }
 }
 

@@ -10,7 +10,7 @@ use herd_core::{Object, ValidationErrors};
 use crate::auth::Authenticator;
 use crate::error::ApiError;
 use crate::events::EventRecorder;
-use crate::objects::{Objects, Part, now};
+use crate::objects::{Objects, ObjectsError, Part, now};
 use crate::reflector::Reflector;
 
 /// The cluster settings in force: the ClusterConfig in the cache, or the
@@ -61,8 +61,10 @@ pub async fn join(
                     node
                 }
                 // Joined concurrently by a retry of the same agent: fall through to a heartbeat.
-                Err(ApiError::AlreadyExists { .. }) => heartbeat_node(objects, events, &name, &request.report).await?,
-                Err(other) => return Err(other),
+                Err(ObjectsError::AlreadyExists { .. }) => {
+                    heartbeat_node(objects, events, &name, &request.report).await?
+                }
+                Err(other) => return Err(other.into()),
             }
         }
         Some(_) => heartbeat_node(objects, events, &name, &request.report).await?,
@@ -85,7 +87,7 @@ async fn heartbeat_node(
 ) -> Result<Node, ApiError> {
     let mut effects = HeartbeatEffects::default();
     let node = objects
-        .modify::<NodeSpec>(name, Part::Status, |node| {
+        .modify::<NodeSpec, ApiError>(name, Part::Status, |node| {
             effects = node_health::apply_heartbeat(&mut node.status, report, now());
             Ok(true)
         })

@@ -14,8 +14,62 @@ use herd_store::{Compare, KeyValue, ListOptions, Op, Revision, Store, StoreError
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::error::ApiError;
+use herd_core::ValidationErrors;
+
 use crate::metrics::Metrics;
+
+/// Why reading or writing objects failed. `error.rs` turns it into an
+/// HTTP status; controllers match on it without knowing HTTP.
+#[derive(Debug, thiserror::Error)]
+pub enum ObjectsError {
+    #[error("{kind} {name:?} not found")]
+    NotFound { kind: String, name: String },
+    #[error("{kind} {name:?} already exists")]
+    AlreadyExists { kind: String, name: String },
+    /// The object is not at the revision the write was based on.
+    #[error(
+        "{kind} {name:?} was modified: you sent resourceVersion {expected}, it is now {}; read it again and retry",
+        actual.map_or("deleted".to_string(), |r| r.to_string())
+    )]
+    Conflict { kind: String, name: String, expected: Revision, actual: Option<Revision> },
+    /// What the write was checked against (its guard) changed meanwhile.
+    #[error("what {kind} {name:?} was checked against changed meanwhile; try again")]
+    GuardMoved { kind: String, name: String },
+    /// A leader-only write from a replica whose leadership has ended.
+    #[error("this replica's leadership (term {term}) has ended; the write to {kind} {name:?} was refused")]
+    Fenced { term: u64, kind: String, name: String },
+    #[error("{kind} {name:?} is invalid: {errors}")]
+    Invalid { kind: String, name: String, errors: ValidationErrors },
+    /// Something the caller asked for that this kind or list cannot do.
+    #[error("{0}")]
+    BadRequest(String),
+    /// A stored record that does not parse: reported, never unwrapped.
+    #[error("stored object at {key} does not parse: {reason}")]
+    Corrupt { key: String, reason: String },
+    #[error("{0}")]
+    Store(#[from] StoreError),
+}
+
+impl ObjectsError {
+    pub fn not_found(kind: &str, name: &str) -> Self {
+        ObjectsError::NotFound { kind: kind.into(), name: name.into() }
+    }
+
+    fn invalid(kind: &str, name: &str, errors: ValidationErrors) -> Self {
+        ObjectsError::Invalid { kind: kind.into(), name: name.into(), errors }
+    }
+
+    /// A store error met while working on object `name` of `kind`.
+    fn from_store(kind: &str, name: &str, error: StoreError) -> Self {
+        let (kind, name) = (kind.to_string(), name.to_string());
+        match error {
+            StoreError::AlreadyExists(_) => ObjectsError::AlreadyExists { kind, name },
+            StoreError::NotFound(_) => ObjectsError::NotFound { kind, name },
+            StoreError::Conflict { expected, actual, .. } => ObjectsError::Conflict { kind, name, expected, actual },
+            other => ObjectsError::Store(other),
+        }
+    }
+}
 
 /// How many times a read-modify-write is retried when another writer got
 /// there first.
@@ -54,7 +108,7 @@ pub struct Guard {
 /// every write then also requires the fence key to be still at the
 /// revision this leader's acquisition gave it, in the same transaction. A
 /// newer leader's acquisition moves the key, so a deposed leader's writes
-/// fail (`ApiError::Fenced`) and never land.
+/// fail (`ObjectsError::Fenced`) and never land.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Fence {
     pub key: String,
@@ -72,17 +126,17 @@ pub struct Objects {
 
 /// Parses a stored object; a record that does not parse is reported, never
 /// unwrapped.
-pub fn decode<S: Resource>(kv: &KeyValue) -> Result<Object<S>, ApiError> {
+pub fn decode<S: Resource>(kv: &KeyValue) -> Result<Object<S>, ObjectsError> {
     let mut object: Object<S> = serde_json::from_slice(&kv.value)
-        .map_err(|e| ApiError::Internal(format!("stored {} at {} does not parse: {e}", S::KIND, kv.key)))?;
+        .map_err(|e| ObjectsError::Corrupt { key: kv.key.clone(), reason: format!("not a {}: {e}", S::KIND) })?;
     object.metadata.resource_version = Some(kv.mod_revision.to_string());
     Ok(object)
 }
 
 /// Parses a stored object of any kind as JSON, with its resourceVersion.
-pub fn decode_value(value: &[u8], key: &str, revision: Revision) -> Result<Value, ApiError> {
-    let mut object: Value = serde_json::from_slice(value)
-        .map_err(|e| ApiError::Internal(format!("stored object at {key} does not parse: {e}")))?;
+pub fn decode_value(value: &[u8], key: &str, revision: Revision) -> Result<Value, ObjectsError> {
+    let mut object: Value =
+        serde_json::from_slice(value).map_err(|e| ObjectsError::Corrupt { key: key.into(), reason: e.to_string() })?;
     if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
         meta.insert("resourceVersion".into(), Value::String(revision.to_string()));
     }
@@ -132,7 +186,7 @@ impl Objects {
         expected: Option<Revision>,
         (guard, ops): (Option<&Guard>, Vec<Op>),
         last: Op,
-    ) -> Result<Revision, ApiError> {
+    ) -> Result<Revision, ObjectsError> {
         let mut txn = Txn::new().when(Compare::ModRevision { key: key.into(), revision: expected.unwrap_or(0) });
         if let Some(guard) = guard {
             txn = txn.when(Compare::ModRevision { key: guard.key.clone(), revision: guard.revision.unwrap_or(0) });
@@ -142,35 +196,37 @@ impl Objects {
         }
         txn.ops = guard.map(|g| Op::Put { key: g.key.clone(), value: Vec::new() }).into_iter().chain(ops).collect();
         txn.ops.push(last);
-        let error = match self.store.txn(txn).await.map_err(|e| ApiError::from_store(kind, name, e))? {
+        let (failed, actual) = match self.store.txn(txn).await.map_err(|e| ObjectsError::from_store(kind, name, e))? {
             TxnOutcome::Committed { revision } => return Ok(revision),
-            TxnOutcome::CompareFailed { index: 0, actual, .. } => match (expected, actual) {
-                (None, _) => StoreError::AlreadyExists(key.into()),
-                (Some(_), None) => StoreError::NotFound(key.into()),
-                (Some(expected), actual) => StoreError::Conflict { key: key.into(), expected, actual },
-            },
-            TxnOutcome::CompareFailed { index: 1, .. } if guard.is_some() => {
-                return Err(ApiError::Conflict(format!(
-                    "what {kind} {name:?} was checked against changed meanwhile; try again"
-                )));
-            }
-            TxnOutcome::CompareFailed { .. } => {
-                let term = self.fence.as_ref().map_or(0, |(fence, metrics)| {
-                    metrics.fenced_writes.fetch_add(1, Ordering::Relaxed);
-                    fence.term
-                });
-                tracing::warn!(term, kind, name, "refused a leader-only write: this replica's leadership has ended");
-                return Err(ApiError::Fenced(format!(
-                    "this replica's leadership (term {term}) has ended; the write to {kind} {name:?} was refused"
-                )));
-            }
+            TxnOutcome::CompareFailed { key: failed, actual, .. } => (failed, actual),
         };
-        Err(ApiError::from_store(kind, name, error))
+        let (kind, name) = (kind.to_string(), name.to_string());
+        if failed == key {
+            return Err(match (expected, actual) {
+                (None, _) => ObjectsError::AlreadyExists { kind, name },
+                (Some(_), None) => ObjectsError::NotFound { kind, name },
+                (Some(expected), actual) => ObjectsError::Conflict { kind, name, expected, actual },
+            });
+        }
+        if guard.is_some_and(|g| g.key == failed) {
+            return Err(ObjectsError::GuardMoved { kind, name });
+        }
+        let term = self.fence.as_ref().map_or(0, |(fence, metrics)| {
+            metrics.fenced_writes.fetch_add(1, Ordering::Relaxed);
+            fence.term
+        });
+        tracing::warn!(term, kind, name, "refused a leader-only write: this replica's leadership has ended");
+        Err(ObjectsError::Fenced { term, kind, name })
     }
 
     /// Writes a bare key, not an object, under the same rules: it must be
     /// at `expected` (None: absent), and the fence must hold.
-    pub async fn put_key(&self, key: &str, expected: Option<Revision>, value: Vec<u8>) -> Result<Revision, ApiError> {
+    pub async fn put_key(
+        &self,
+        key: &str,
+        expected: Option<Revision>,
+        value: Vec<u8>,
+    ) -> Result<Revision, ObjectsError> {
         let put = Op::Put { key: key.into(), value };
         self.commit(("key", key), key, expected, (None, Vec::new()), put).await
     }
@@ -179,23 +235,26 @@ impl Objects {
         &self.store
     }
 
-    pub async fn get<S: Resource>(&self, name: &str) -> Result<Option<Object<S>>, ApiError> {
-        let kv =
-            self.store.get(&object_key(S::PLURAL, name)).await.map_err(|e| ApiError::from_store(S::KIND, name, e))?;
+    pub async fn get<S: Resource>(&self, name: &str) -> Result<Option<Object<S>>, ObjectsError> {
+        let kv = self
+            .store
+            .get(&object_key(S::PLURAL, name))
+            .await
+            .map_err(|e| ObjectsError::from_store(S::KIND, name, e))?;
         kv.as_ref().map(decode::<S>).transpose()
     }
 
-    pub async fn require<S: Resource>(&self, name: &str) -> Result<Object<S>, ApiError> {
-        self.get::<S>(name).await?.ok_or_else(|| ApiError::not_found(S::KIND, name))
+    pub async fn require<S: Resource>(&self, name: &str) -> Result<Object<S>, ObjectsError> {
+        self.get::<S>(name).await?.ok_or_else(|| ObjectsError::not_found(S::KIND, name))
     }
 
     /// Every object of a kind, and the revision they were read at.
-    pub async fn list<S: Resource>(&self) -> Result<(Vec<Object<S>>, Revision), ApiError> {
+    pub async fn list<S: Resource>(&self) -> Result<(Vec<Object<S>>, Revision), ObjectsError> {
         let page = self
             .store
             .list(&collection_prefix(S::PLURAL), &ListOptions::default(), |_| true)
             .await
-            .map_err(|e| ApiError::from_store(S::KIND, "", e))?;
+            .map_err(|e| ObjectsError::from_store(S::KIND, "", e))?;
         let objects = page.items.iter().map(decode::<S>).collect::<Result<_, _>>()?;
         Ok((objects, page.revision))
     }
@@ -205,14 +264,14 @@ impl Objects {
         prepared: Prepared<S>,
         dry_run: bool,
         (guard, ops): (Option<&Guard>, Vec<Op>),
-    ) -> Result<Object<S>, ApiError> {
+    ) -> Result<Object<S>, ObjectsError> {
         let mut object = prepared.object;
         let name = object.metadata.name.clone();
         let key = object_key(S::PLURAL, &name);
         let revision = if dry_run {
             self.check_dry_run::<S>(&key, &name, prepared.expected_revision)
                 .await?
-                .map_err(|e| ApiError::from_store(S::KIND, &name, e))?
+                .map_err(|e| ObjectsError::from_store(S::KIND, &name, e))?
         } else {
             let put = Op::Put { key: key.clone(), value: encode(&object) };
             self.commit((S::KIND, &name), &key, prepared.expected_revision, (guard, ops), put).await?
@@ -228,8 +287,8 @@ impl Objects {
         key: &str,
         name: &str,
         expected: Option<Revision>,
-    ) -> Result<Result<Revision, StoreError>, ApiError> {
-        let current = self.store.get(key).await.map_err(|e| ApiError::from_store(S::KIND, name, e))?;
+    ) -> Result<Result<Revision, StoreError>, ObjectsError> {
+        let current = self.store.get(key).await.map_err(|e| ObjectsError::from_store(S::KIND, name, e))?;
         Ok(match (expected, current) {
             (None, Some(_)) => Err(StoreError::AlreadyExists(key.into())),
             (None, None) => Ok(self.store.head()),
@@ -248,11 +307,11 @@ impl Objects {
         object: Object<S>,
         keep_status: bool,
         dry_run: bool,
-    ) -> Result<Object<S>, ApiError> {
+    ) -> Result<Object<S>, ObjectsError> {
         let name = object.metadata.name.clone();
         let uid = uuid::Uuid::now_v7().to_string();
         let prepared = lifecycle::prepare_create(object, uid, now(), keep_status)
-            .map_err(|e| ApiError::invalid(S::KIND, &name, e))?;
+            .map_err(|e| ObjectsError::invalid(S::KIND, &name, e))?;
         self.write(prepared, dry_run, (None, Vec::new())).await
     }
 
@@ -260,25 +319,29 @@ impl Objects {
     /// moves the guard, in the same transaction): what the caller checked
     /// before, keyed by the guard, has not changed meanwhile. A moved
     /// guard is a 409 to retry.
-    pub async fn create_guarded<S: Resource>(&self, object: Object<S>, guard: &Guard) -> Result<Object<S>, ApiError> {
+    pub async fn create_guarded<S: Resource>(
+        &self,
+        object: Object<S>,
+        guard: &Guard,
+    ) -> Result<Object<S>, ObjectsError> {
         let name = object.metadata.name.clone();
         let prepared = lifecycle::prepare_create(object, uuid::Uuid::now_v7().to_string(), now(), false)
-            .map_err(|e| ApiError::invalid(S::KIND, &name, e))?;
+            .map_err(|e| ObjectsError::invalid(S::KIND, &name, e))?;
         self.write(prepared, false, (Some(guard), Vec::new())).await
     }
 
     /// Replaces metadata and spec (the status is kept).
-    pub async fn update<S: Resource>(&self, object: Object<S>, dry_run: bool) -> Result<Object<S>, ApiError> {
+    pub async fn update<S: Resource>(&self, object: Object<S>, dry_run: bool) -> Result<Object<S>, ObjectsError> {
         let name = object.metadata.name.clone();
         let old = self.require::<S>(&name).await?;
-        let prepared = lifecycle::prepare_update(&old, object).map_err(|e| ApiError::invalid(S::KIND, &name, e))?;
+        let prepared = lifecycle::prepare_update(&old, object).map_err(|e| ObjectsError::invalid(S::KIND, &name, e))?;
         self.write(prepared, dry_run, (None, Vec::new())).await
     }
 
     /// Creates `object` (no resourceVersion) or updates it, with `ops`
     /// applied first in the same transaction. The object's revision is the
     /// transaction's last; `ops` take the ones just before it, in order.
-    pub async fn write_with<S: Resource>(&self, object: Object<S>, ops: Vec<Op>) -> Result<Object<S>, ApiError> {
+    pub async fn write_with<S: Resource>(&self, object: Object<S>, ops: Vec<Op>) -> Result<Object<S>, ObjectsError> {
         let name = object.metadata.name.clone();
         let prepared = if object.metadata.resource_version.is_none() {
             lifecycle::prepare_create(object, uuid::Uuid::now_v7().to_string(), now(), false)
@@ -286,19 +349,23 @@ impl Objects {
             let old = self.require::<S>(&name).await?;
             lifecycle::prepare_update(&old, object)
         }
-        .map_err(|e| ApiError::invalid(S::KIND, &name, e))?;
+        .map_err(|e| ObjectsError::invalid(S::KIND, &name, e))?;
         self.write(prepared, false, (None, ops)).await
     }
 
     /// Replaces the status (everything else is kept).
-    pub async fn update_status<S: Resource>(&self, object: Object<S>, dry_run: bool) -> Result<Object<S>, ApiError> {
+    pub async fn update_status<S: Resource>(
+        &self,
+        object: Object<S>,
+        dry_run: bool,
+    ) -> Result<Object<S>, ObjectsError> {
         let name = object.metadata.name.clone();
         if !S::HAS_STATUS {
-            return Err(ApiError::BadRequest(format!("{} has no status subresource", S::KIND)));
+            return Err(ObjectsError::BadRequest(format!("{} has no status subresource", S::KIND)));
         }
         let old = self.require::<S>(&name).await?;
         let prepared =
-            lifecycle::prepare_status_update(&old, object).map_err(|e| ApiError::invalid(S::KIND, &name, e))?;
+            lifecycle::prepare_status_update(&old, object).map_err(|e| ObjectsError::invalid(S::KIND, &name, e))?;
         self.write(prepared, dry_run, (None, Vec::new())).await
     }
 
@@ -308,7 +375,7 @@ impl Objects {
         object: Object<S>,
         part: Part,
         dry_run: bool,
-    ) -> Result<Object<S>, ApiError> {
+    ) -> Result<Object<S>, ObjectsError> {
         match part {
             Part::Spec => self.update(object, dry_run).await,
             Part::Status => self.update_status(object, dry_run).await,
@@ -318,33 +385,35 @@ impl Objects {
     /// Read-modify-write with retries on conflict. `change` edits the object
     /// and says whether there is anything to write; returns the object as
     /// stored afterwards.
-    pub async fn modify<S: Resource>(
+    /// `change` may fail with the caller's own error type.
+    pub async fn modify<S: Resource, E: From<ObjectsError>>(
         &self,
         name: &str,
         part: Part,
-        mut change: impl FnMut(&mut Object<S>) -> Result<bool, ApiError>,
-    ) -> Result<Object<S>, ApiError> {
-        let mut last_error = None;
+        mut change: impl FnMut(&mut Object<S>) -> Result<bool, E>,
+    ) -> Result<Object<S>, E> {
+        let mut last_conflict = None;
         for _ in 0..MODIFY_ATTEMPTS {
             let mut object = self.require::<S>(name).await?;
             if !change(&mut object)? {
                 return Ok(object);
             }
             match self.write_part(object, part, false).await {
-                Err(ApiError::Conflict(message)) => last_error = Some(ApiError::Conflict(message)),
-                other => return other,
+                Err(conflict @ ObjectsError::Conflict { .. }) => last_conflict = Some(conflict),
+                other => return other.map_err(E::from),
             }
         }
-        Err(last_error.unwrap_or_else(|| ApiError::Conflict(format!("{} {name:?} kept changing", S::KIND))))
+        let kept_changing = ObjectsError::GuardMoved { kind: S::KIND.into(), name: name.into() };
+        Err(E::from(last_conflict.unwrap_or(kept_changing)))
     }
 
-    pub async fn get_value(&self, kind: &str, plural: &str, name: &str) -> Result<Value, ApiError> {
+    pub async fn get_value(&self, kind: &str, plural: &str, name: &str) -> Result<Value, ObjectsError> {
         let kv = self
             .store
             .get(&object_key(plural, name))
             .await
-            .map_err(|e| ApiError::from_store(kind, name, e))?
-            .ok_or_else(|| ApiError::not_found(kind, name))?;
+            .map_err(|e| ObjectsError::from_store(kind, name, e))?
+            .ok_or_else(|| ObjectsError::not_found(kind, name))?;
         decode_value(&kv.value, &kv.key, kv.mod_revision)
     }
 
@@ -356,19 +425,19 @@ impl Objects {
         selector: &LabelSelector,
         limit: usize,
         continue_token: Option<String>,
-    ) -> Result<ObjectList<Value>, ApiError> {
+    ) -> Result<ObjectList<Value>, ObjectsError> {
         let prefix = collection_prefix(plural);
         if let Some(token) = &continue_token
             && !token.starts_with(&prefix)
         {
-            return Err(ApiError::BadRequest(format!("continue token {token:?} does not belong to this list")));
+            return Err(ObjectsError::BadRequest(format!("continue token {token:?} does not belong to this list")));
         }
         let options = ListOptions { limit, start_after: continue_token };
         let page = self
             .store
             .list(&prefix, &options, |kv| selector.is_empty() || selector.matches(&stored_labels(&kv.value)))
             .await
-            .map_err(|e| ApiError::from_store(kind, "", e))?;
+            .map_err(|e| ObjectsError::from_store(kind, "", e))?;
         let items =
             page.items.iter().map(|kv| decode_value(&kv.value, &kv.key, kv.mod_revision)).collect::<Result<_, _>>()?;
         Ok(ObjectList {
@@ -388,10 +457,10 @@ impl Objects {
         name: &str,
         precondition: Option<Revision>,
         dry_run: bool,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Value, ObjectsError> {
         let key = object_key(plural, name);
-        let to_api = |e| ApiError::from_store(kind, name, e);
-        let current = self.store.get(&key).await.map_err(to_api)?.ok_or_else(|| ApiError::not_found(kind, name))?;
+        let to_api = |e| ObjectsError::from_store(kind, name, e);
+        let current = self.store.get(&key).await.map_err(to_api)?.ok_or_else(|| ObjectsError::not_found(kind, name))?;
         let expected = precondition.unwrap_or(current.mod_revision);
         if expected != current.mod_revision {
             return Err(to_api(StoreError::Conflict { key, expected, actual: Some(current.mod_revision) }));
@@ -426,8 +495,8 @@ mod tests {
 
         // Another replica acquires: the fence moves.
         store.txn(Txn::new().put("/fence/test", b"2".to_vec())).await.unwrap();
-        fn fenced<T>(result: Result<T, ApiError>) -> bool {
-            matches!(result, Err(ApiError::Fenced(_)))
+        fn fenced<T>(result: Result<T, ObjectsError>) -> bool {
+            matches!(result, Err(ObjectsError::Fenced { .. }))
         }
         assert!(fenced(leader.create(Object::new("n2", NodeSpec::default()), false, false).await));
         let mut changed = n1.clone();
@@ -435,7 +504,7 @@ mod tests {
         assert!(fenced(leader.update(changed, false).await));
         assert!(fenced(
             leader
-                .modify::<NodeSpec>("n1", Part::Status, |n| Ok({
+                .modify::<NodeSpec, ObjectsError>("n1", Part::Status, |n| Ok({
                     n.status.ready = true;
                     true
                 }))

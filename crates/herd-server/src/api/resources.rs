@@ -91,7 +91,7 @@ pub async fn get(
 ) -> Result<Json<Value>, ApiError> {
     let kind = state.registry.get(&plural)?.info();
     caller.may(Verb::Get, &plural, Some(&name))?;
-    state.objects.get_value(kind.kind, kind.plural, &name).await.map(Json)
+    Ok(Json(state.objects.get_value(kind.kind, kind.plural, &name).await?))
 }
 
 pub async fn create(
@@ -156,5 +156,5 @@ pub async fn delete(
     let kind = state.registry.get(&plural)?.info();
     caller.may(Verb::Delete, &plural, Some(&name))?;
     let precondition = query.resource_version.as_deref().map(parse_revision).transpose()?;
-    state.objects.delete_value(kind.kind, kind.plural, &name, precondition, query.dry_run()?).await.map(Json)
+    Ok(Json(state.objects.delete_value(kind.kind, kind.plural, &name, precondition, query.dry_run()?).await?))
 }

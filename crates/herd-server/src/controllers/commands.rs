@@ -18,9 +18,9 @@ use tokio::time::Instant;
 
 use crate::change_clock::ChangeClock;
 use crate::controllers::runtime::{Controller, Next};
-use crate::error::ApiError;
 use crate::events::EventRecorder;
 use crate::nodes::cluster_config;
+use crate::objects::ObjectsError;
 use crate::objects::{Objects, Part, now};
 use crate::reflector::Reflector;
 
@@ -74,7 +74,7 @@ impl Controller for CommandController {
     /// Looks at every Command: copies side by side, everything else one at
     /// a time (a migration's steps touch members on two nodes). Each
     /// Command's failure is its own (logged); the pass goes on.
-    async fn reconcile(&mut self) -> Result<Next, ApiError> {
+    async fn reconcile(&mut self) -> Result<Next, ObjectsError> {
         let settings = cluster_config(&self.config).commands;
         let (copies, others): (Vec<Command>, Vec<Command>) =
             self.commands.list().into_iter().partition(|c| matches!(c.spec.action, Action::CopyVolume { .. }));
@@ -107,7 +107,7 @@ impl CommandController {
         }
     }
 
-    async fn look_at(&self, command: &Command) -> Result<(), ApiError> {
+    async fn look_at(&self, command: &Command) -> Result<(), ObjectsError> {
         if command.status.state_by_management.is_settled() {
             return Ok(());
         }
@@ -155,7 +155,7 @@ impl CommandController {
 
     /// Hands a new Command to its agent, with the agent endpoints of the
     /// other nodes its action involves.
-    async fn issue(&self, command: &Command) -> Result<(), ApiError> {
+    async fn issue(&self, command: &Command) -> Result<(), ObjectsError> {
         let mut peers = BTreeMap::new();
         if let Action::CopyVolume { from_node, .. } | Action::MigrateMember { from_node, .. } = &command.spec.action
             && let Some(address) = self.nodes.get(from_node).and_then(|n| n.status.address)
@@ -164,7 +164,7 @@ impl CommandController {
         }
         let term = self.term;
         self.objects
-            .modify::<CommandSpec>(&command.metadata.name, Part::Status, |c| {
+            .modify::<CommandSpec, ObjectsError>(&command.metadata.name, Part::Status, |c| {
                 if c.status.issued.is_some() || c.status.state_by_management != ManagementState::Created {
                     return Ok(false);
                 }
@@ -182,10 +182,10 @@ impl CommandController {
         why: &str,
         type_: EventType,
         reason: &str,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), ObjectsError> {
         let written = self
             .objects
-            .modify::<CommandSpec>(&command.metadata.name, Part::Status, |c| {
+            .modify::<CommandSpec, ObjectsError>(&command.metadata.name, Part::Status, |c| {
                 c.status.mark(state, why, now());
                 Ok(true)
             })
@@ -197,7 +197,7 @@ impl CommandController {
     /// Finds out what really happened, from what the agents report and
     /// what they hold, and records it: done (RECONCILED, with the facts),
     /// issued again, or looked at again later.
-    async fn reconcile(&self, command: &Command, why: &str) -> Result<(), ApiError> {
+    async fn reconcile(&self, command: &Command, why: &str) -> Result<(), ObjectsError> {
         let finding = self.find_out(command).await;
         let name = &command.metadata.name;
         let (reason, message) = match &finding {
@@ -208,7 +208,7 @@ impl CommandController {
         };
         let written = self
             .objects
-            .modify::<CommandSpec>(name, Part::Status, |c| {
+            .modify::<CommandSpec, ObjectsError>(name, Part::Status, |c| {
                 match &finding {
                     Finding::Done(answer) => {
                         c.status.answer = Some(answer.clone());

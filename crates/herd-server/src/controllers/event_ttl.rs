@@ -9,8 +9,7 @@ use herd_core::Timestamp;
 use herd_core::kinds::{Event, EventSpec};
 use tokio_util::sync::CancellationToken;
 
-use crate::error::ApiError;
-use crate::objects::{Objects, now};
+use crate::objects::{Objects, ObjectsError, now};
 
 pub const EVENT_TTL: Duration = Duration::from_secs(3600);
 const PASS_INTERVAL: Duration = Duration::from_secs(60);
@@ -33,12 +32,15 @@ pub async fn run(objects: Objects, stop: CancellationToken) {
     }
 }
 
-async fn pass(objects: &Objects) -> Result<(), ApiError> {
+async fn pass(objects: &Objects) -> Result<(), ObjectsError> {
     let (events, _) = objects.list::<EventSpec>().await?;
     for event in expired(&events, now(), EVENT_TTL) {
-        let revision = event.metadata.revision().map_err(|e| ApiError::Internal(e.to_string()))?;
+        let revision = event
+            .metadata
+            .revision()
+            .map_err(|e| ObjectsError::Corrupt { key: event.metadata.name.clone(), reason: e.to_string() })?;
         match objects.delete_value("Event", "events", &event.metadata.name, revision, false).await {
-            Ok(_) | Err(ApiError::NotFound { .. } | ApiError::Conflict(_)) => {}
+            Ok(_) | Err(ObjectsError::NotFound { .. } | ObjectsError::Conflict { .. }) => {}
             Err(other) => return Err(other),
         }
     }

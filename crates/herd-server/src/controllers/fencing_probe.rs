@@ -12,8 +12,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use crate::error::ApiError;
-use crate::objects::Objects;
+use crate::objects::{Objects, ObjectsError};
 
 pub const PROBE_PREFIX: &str = "/probe/leader/";
 
@@ -47,8 +46,8 @@ pub async fn run(objects: Objects, holder: String, term: u64, every: Duration, s
         let value = serde_json::to_vec(&record).expect("a probe record always serialises");
         match objects.put_key(&key, revision, value).await {
             Ok(written) => revision = Some(written),
-            Err(ApiError::Fenced(_)) => {}
-            Err(ApiError::Conflict(_) | ApiError::AlreadyExists { .. }) => {
+            Err(ObjectsError::Fenced { .. }) => {}
+            Err(ObjectsError::Conflict { .. } | ObjectsError::AlreadyExists { .. }) => {
                 // A write that timed out may have landed: go on from what is stored.
                 revision = objects.store().get(&key).await.ok().flatten().map(|kv| kv.mod_revision);
             }

@@ -16,10 +16,10 @@ use tokio::time::Instant;
 
 use crate::change_clock::ChangeClock;
 use crate::controllers::runtime::{Controller, Next};
-use crate::error::ApiError;
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
 use crate::nodes::cluster_config;
+use crate::objects::ObjectsError;
 use crate::objects::{Objects, Part, now};
 use crate::reflector::Reflector;
 
@@ -59,7 +59,7 @@ impl Controller for NodeLifecycle {
         self.config.synced().await;
     }
 
-    async fn reconcile(&mut self) -> Result<Next, ApiError> {
+    async fn reconcile(&mut self) -> Result<Next, ObjectsError> {
         let grace = cluster_config(&self.config).node_grace_period.get();
         let nodes = self.nodes.list();
         pass(&self.objects, &self.events, &self.metrics, &mut self.sightings, &nodes, grace).await?;
@@ -74,7 +74,7 @@ async fn pass(
     sightings: &mut Sightings,
     nodes: &[Node],
     grace: Duration,
-) -> Result<(), ApiError> {
+) -> Result<(), ObjectsError> {
     let now_mono = Instant::now();
     sightings.retain(|name| nodes.iter().any(|n| n.metadata.name == name));
     let mut ready = 0;
@@ -100,10 +100,10 @@ async fn mark_not_ready(
     seen_heartbeat: Option<Timestamp>,
     silent_for: Duration,
     grace: Duration,
-) -> Result<(), ApiError> {
+) -> Result<(), ObjectsError> {
     let mut message = String::new();
     let written = objects
-        .modify::<NodeSpec>(name, Part::Status, |node| {
+        .modify::<NodeSpec, ObjectsError>(name, Part::Status, |node| {
             // A heartbeat that arrived meanwhile wins.
             if node.status.last_heartbeat != seen_heartbeat || !node.status.ready {
                 return Ok(false);
@@ -117,7 +117,7 @@ async fn mark_not_ready(
             events.record(&node, EventType::Warning, "NodeNotReady", message).await;
             Ok(())
         }
-        Ok(_) | Err(ApiError::NotFound { .. }) => Ok(()),
+        Ok(_) | Err(ObjectsError::NotFound { .. }) => Ok(()),
         Err(other) => Err(other),
     }
 }

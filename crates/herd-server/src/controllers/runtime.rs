@@ -15,7 +15,7 @@ use herd_store::Revision;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::ApiError;
+use crate::objects::ObjectsError;
 
 /// What a reconcile pass asks for next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,11 +36,11 @@ pub trait Controller: Send + 'static {
     fn synced(&self) -> impl Future<Output = ()> + Send;
 
     /// One pass over everything the controller owns.
-    fn reconcile(&mut self) -> impl Future<Output = Result<Next, ApiError>> + Send;
+    fn reconcile(&mut self) -> impl Future<Output = Result<Next, ObjectsError>> + Send;
 
     /// The pause after the `failures`-th failed pass in a row: 200 ms,
     /// doubling, at most [`MAX_ERROR_PAUSE`].
-    fn error_policy(&self, _error: &ApiError, failures: u32) -> Duration {
+    fn error_policy(&self, _error: &ObjectsError, failures: u32) -> Duration {
         Duration::from_millis(200).saturating_mul(1 << failures.min(16)).min(MAX_ERROR_PAUSE)
     }
 }
@@ -103,9 +103,9 @@ mod tests {
 
         async fn synced(&self) {}
 
-        async fn reconcile(&mut self) -> Result<Next, ApiError> {
+        async fn reconcile(&mut self) -> Result<Next, ObjectsError> {
             match self.passes.fetch_add(1, Ordering::SeqCst) {
-                0 | 1 => Err(ApiError::Unavailable("not yet".into())),
+                0 | 1 => Err(ObjectsError::Store(herd_store::StoreError::Closed)),
                 _ => Ok(Next::Requeue(Duration::from_secs(3600))),
             }
         }
