@@ -121,6 +121,34 @@ pub fn check_name(path: &FieldPath, name: &str, errors: &mut ValidationErrors) {
     }
 }
 
+/// Environment variables: each name a shell variable name.
+pub fn check_env(path: &FieldPath, env: &std::collections::BTreeMap<String, String>, errors: &mut ValidationErrors) {
+    for key in env.keys() {
+        let valid = !key.is_empty()
+            && !key.starts_with(|c: char| c.is_ascii_digit())
+            && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            errors.add(&path.key(key), "must be a shell variable name ([A-Za-z_][A-Za-z0-9_]*)");
+        }
+    }
+}
+
+/// Names that must each appear once in a list (roles, ports).
+pub fn check_unique_names<'a>(
+    path: &FieldPath,
+    names: impl IntoIterator<Item = &'a str>,
+    errors: &mut ValidationErrors,
+) {
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, name) in names.into_iter().enumerate() {
+        let field = path.key(&i.to_string()).child("name");
+        check_name(&field, name, errors);
+        if !seen.insert(name) {
+            errors.add(&field, format!("{name:?} is listed twice"));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

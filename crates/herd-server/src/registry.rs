@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 use std::marker::PhantomData;
 
 use async_trait::async_trait;
-use herd_core::kinds::{ClusterConfigSpec, CommandSpec, EventSpec, LeaseSpec, NodeSpec, ReplicaSpec};
+use herd_core::kinds::{
+    AppClusterSpec, AppSpec, ClusterConfigSpec, CommandSpec, EventSpec, LeaseSpec, MemberSpec, NodeSpec, ReplicaSpec,
+};
 use herd_core::{Object, Resource, ValidationErrors};
 use schemars::{Schema, SchemaGenerator};
 use serde_json::Value;
@@ -129,6 +131,9 @@ impl Registry {
         registry.add::<LeaseSpec>();
         registry.add::<EventSpec>();
         registry.add::<ReplicaSpec>();
+        registry.add::<AppSpec>();
+        registry.add::<AppClusterSpec>();
+        registry.add::<MemberSpec>();
         registry.kinds.insert(CommandSpec::PLURAL, Box::new(CommandKind));
         registry
     }

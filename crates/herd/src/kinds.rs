@@ -1,7 +1,9 @@
 //! The names users type for kinds: `node`, `nodes`, `no`, `Node`.
 
 use anyhow::bail;
-use herd_core::kinds::{ClusterConfigSpec, CommandSpec, EventSpec, LeaseSpec, NodeSpec, ReplicaSpec};
+use herd_core::kinds::{
+    AppClusterSpec, AppSpec, ClusterConfigSpec, CommandSpec, EventSpec, LeaseSpec, MemberSpec, NodeSpec, ReplicaSpec,
+};
 use herd_core::{Object, Resource, ValidationErrors};
 
 #[derive(Clone, Copy, Debug)]
@@ -24,7 +26,7 @@ fn of<S: Resource>(short: &'static str) -> KindName {
     KindName { kind: S::KIND, plural: S::PLURAL, short, normalize: normalize::<S> }
 }
 
-pub fn all() -> [KindName; 6] {
+pub fn all() -> [KindName; 9] {
     [
         of::<CommandSpec>("cmd"),
         of::<NodeSpec>("no"),
@@ -32,6 +34,9 @@ pub fn all() -> [KindName; 6] {
         of::<LeaseSpec>("lease"),
         of::<EventSpec>("ev"),
         of::<ReplicaSpec>("rep"),
+        of::<AppSpec>("app"),
+        of::<AppClusterSpec>("ac"),
+        of::<MemberSpec>("mem"),
     ]
 }
 
@@ -63,5 +68,7 @@ mod tests {
         assert_eq!(resolve("cc").unwrap().kind, "ClusterConfig");
         assert!(resolve("pods").unwrap_err().to_string().contains("known kinds: commands, nodes"));
         assert_eq!(resolve("cmd").unwrap().kind, "Command");
+        assert_eq!(resolve("appclusters").unwrap().kind, "AppCluster");
+        assert_eq!(resolve("mem").unwrap().kind, "Member");
     }
 }

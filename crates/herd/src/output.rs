@@ -138,6 +138,53 @@ fn columns(kind: &str) -> Vec<Column> {
             col("STOPPED", |v| age_of(v, "/status/stoppedAt")),
             wide("VERSION", |v| text(v, "/status/version")),
         ],
+        "App" => vec![
+            name,
+            col("ROLES", |v| {
+                let roles = v.pointer("/spec/roles").and_then(Value::as_array).cloned().unwrap_or_default();
+                roles.iter().map(|r| text(r, "/name")).collect::<Vec<_>>().join(",")
+            }),
+            age,
+            wide("DESCRIPTION", |v| text(v, "/spec/description")),
+        ],
+        "AppCluster" => vec![
+            name,
+            col("APP", |v| text(v, "/spec/appRef")),
+            col("STATE", |v| {
+                let state = text(v, "/status/state");
+                if state.is_empty() { "creating".into() } else { state }
+            }),
+            col("MEMBERS", |v| {
+                let roles = v.pointer("/spec/roles").and_then(Value::as_array).cloned().unwrap_or_default();
+                roles
+                    .iter()
+                    .map(|r| format!("{}={}", text(r, "/name"), text(r, "/members")))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            }),
+            col("ROLLUP", |v| {
+                let rollup =
+                    v.pointer("/status/memberStateRollup").and_then(Value::as_object).cloned().unwrap_or_default();
+                let on: Vec<_> =
+                    rollup.iter().filter(|(_, set)| **set == Value::Bool(true)).map(|(k, _)| k.clone()).collect();
+                if on.is_empty() { "-".into() } else { on.join(",") }
+            }),
+            age,
+        ],
+        "Member" => vec![
+            name,
+            col("CLUSTER", |v| text(v, "/spec/cluster")),
+            col("ROLE", |v| text(v, "/spec/role")),
+            col("STATE", |v| {
+                let state = text(v, "/status/state");
+                if state.is_empty() { "createPending".into() } else { state }
+            }),
+            col("NODE", |v| text(v, "/spec/node")),
+            col("INSTANCE", |v| text(v, "/status/stateDetail/lastConfiguredInstance")),
+            age,
+            wide("LAST-KNOWN", |v| text(v, "/status/stateDetail/lastKnownState")),
+            wide("READY", |v| text(v, "/status/ready")),
+        ],
         _ => vec![name, age, wide("LABELS", labels)],
     }
 }

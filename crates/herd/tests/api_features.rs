@@ -295,3 +295,41 @@ async fn the_cli_answers_from_the_second_server_when_the_first_is_paused() {
     let bound = herd_client::CONNECT_TIMEOUT + std::time::Duration::from_secs(1);
     assert!(took < bound, "the answer took {took:?} (bound {bound:?})");
 }
+
+/// The app-cluster kinds are served: an App and an AppCluster apply from
+/// YAML and read back; a bad one is refused naming the field; a cluster
+/// cannot be moved to another App.
+#[tokio::test(flavor = "multi_thread")]
+async fn apps_and_app_clusters_are_served_and_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path());
+    let manifest = dir.path().join("etcd.yaml");
+    std::fs::write(
+        &manifest,
+        "apiVersion: herd/v1\nkind: App\nmetadata: {name: etcd}\nspec:\n  roles:\n  - name: member\n    run: {command: [etcd], volumes: [{name: data, persistent: true}]}\n    ports: [{name: client}, {name: peer}]\n    setup: {script: 'exec ./configure \"$@\"'}\n    notifies: [member]\n    readiness: {tcpPort: client}\n---\napiVersion: herd/v1\nkind: AppCluster\nmetadata: {name: db}\nspec:\n  appRef: etcd\n  roles: [{name: member, members: 3}]\n",
+    )
+    .unwrap();
+    let herd = |args: &[&str]| {
+        common::herd().args(["--server", &server.url, "--token", ADMIN_TOKEN]).args(args).output().unwrap()
+    };
+    let out = herd(&["apply", "-f", manifest.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = herd(&["get", "appclusters"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("db    etcd  creating  member=3  -"), "{text}");
+    let out = herd(&["get", "apps"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("etcd  member"), "{out:?}");
+
+    let admin = server.admin();
+    let bad = json!({"apiVersion": "herd/v1", "kind": "App", "metadata": {"name": "bad"},
+        "spec": {"roles": [{"name": "r", "run": {"command": ["x"]}, "readiness": {"tcpPort": "nope"}}]}});
+    let error = admin.create_value("apps", &bad, WriteOptions::default()).await.unwrap_err();
+    assert!(
+        error.to_string().contains("spec.roles[0].readiness.tcpPort: no port of this role is named \"nope\""),
+        "{error}"
+    );
+    let mut cluster = admin.get::<herd_core::kinds::AppClusterSpec>("db").await.unwrap();
+    cluster.spec.app_ref = "redis".into();
+    let error = admin.update(&cluster).await.unwrap_err();
+    assert!(error.to_string().contains("spec.appRef: is immutable"), "{error}");
+}

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::resource::{Object, Resource};
 use crate::time::{HumanDuration, Timestamp};
-use crate::validation::{FieldPath, ValidationErrors, check_name};
+use crate::validation::{FieldPath, ValidationErrors, check_env, check_name, check_unique_names};
 
 pub type Command = Object<CommandSpec>;
 
@@ -158,26 +158,12 @@ impl Action {
 }
 
 impl MemberRun {
-    fn validate(&self, path: &FieldPath, errors: &mut ValidationErrors) {
+    pub(crate) fn validate(&self, path: &FieldPath, errors: &mut ValidationErrors) {
         if self.command.first().is_none_or(|program| program.is_empty()) {
             errors.add(&path.child("command"), "must name a program to run");
         }
-        let mut seen = std::collections::BTreeSet::new();
-        for (i, volume) in self.volumes.iter().enumerate() {
-            let field = path.child("volumes").key(&i.to_string()).child("name");
-            check_name(&field, &volume.name, errors);
-            if !seen.insert(&volume.name) {
-                errors.add(&field, format!("{:?} is listed twice", volume.name));
-            }
-        }
-        for key in self.env.keys() {
-            let valid = !key.is_empty()
-                && !key.starts_with(|c: char| c.is_ascii_digit())
-                && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-            if !valid {
-                errors.add(&path.child("env").key(key), "must be a shell variable name ([A-Za-z_][A-Za-z0-9_]*)");
-            }
-        }
+        check_unique_names(&path.child("volumes"), self.volumes.iter().map(|v| v.name.as_str()), errors);
+        check_env(&path.child("env"), &self.env, errors);
     }
 }
 

@@ -1,17 +1,23 @@
 //! The kinds of resource herd serves. One file per kind; each implements
 //! [`crate::Resource`] on its spec type.
 
+pub mod app;
+pub mod app_cluster;
 pub mod cluster_config;
 pub mod command;
 pub mod event;
 pub mod lease;
+pub mod member;
 pub mod node;
 pub mod replica;
 
+pub use app::{App, AppRole, AppSpec};
+pub use app_cluster::{AppCluster, AppClusterSpec, AppClusterStatus, ClusterRole, ClusterState, MemberStateRollup};
 pub use cluster_config::{ClusterConfig, ClusterConfigSpec, LeaderElectionOverrides, LeaderElectionSettings};
 pub use command::{Action, AgentState, Answer, Command, CommandSpec, CommandStatus, ManagementState};
 pub use event::{Event, EventSpec, EventType, InvolvedObject};
 pub use lease::{Lease, LeaseSpec};
+pub use member::{LastKnownState, Member, MemberSpec, MemberState, MemberStatus};
 pub use node::{Condition, ConditionStatus, Node, NodeRole, NodeSpec, NodeStatus};
 pub use replica::{Replica, ReplicaSpec, ReplicaState, ReplicaStatus};
 

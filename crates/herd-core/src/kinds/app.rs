@@ -1,0 +1,251 @@
+//! `App`: the reusable definition of a piece of software (KubeDirector's
+//! app kind): its roles, and per role the process a member runs, its named
+//! ports, an optional setup script, the roles whose membership changes it
+//! wants to hear of (`notifies`), a readiness check and placement hints.
+//! An `AppCluster` is one instance of an App.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::NoStatus;
+use super::command::MemberRun;
+use crate::resource::{Object, Resource};
+use crate::time::HumanDuration;
+use crate::validation::{FieldPath, ValidationErrors, check_unique_names};
+
+pub type App = Object<AppSpec>;
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AppSpec {
+    /// For people: what the app is.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+    pub roles: Vec<AppRole>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AppRole {
+    pub name: String,
+    /// The process each member of the role runs, and its volumes.
+    pub run: MemberRun,
+    /// Ports allocated per node for each member, passed as `HERD_PORT_<NAME>`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<NamedPort>,
+    /// Run as `<script> --configure` once a member is placed, and with
+    /// `--addnodes`/`--delnodes` for the notifies this role asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup: Option<SetupScript>,
+    /// The roles whose members coming and going this role's members are
+    /// told of; a role not listed sends this one no notifies.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notifies: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readiness: Option<ReadinessCheck>,
+    #[serde(default)]
+    pub placement: Placement,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NamedPort {
+    /// Lowercase letters, digits and `-`; `HERD_PORT_` + the name in upper
+    /// case with `_` for `-` is the variable.
+    pub name: String,
+}
+
+impl NamedPort {
+    /// The environment variable that carries the port.
+    pub fn variable(&self) -> String {
+        format!("HERD_PORT_{}", self.name.to_ascii_uppercase().replace('-', "_"))
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SetupScript {
+    /// The script's text (run by `sh` in the member's environment).
+    pub script: String,
+    /// How long one run may take [default: 5m].
+    #[serde(default = "default_setup_timeout")]
+    pub timeout: HumanDuration,
+}
+
+fn default_setup_timeout() -> HumanDuration {
+    HumanDuration::from_secs(300)
+}
+
+/// How the agent tells that a running member is ready.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReadinessCheck {
+    #[serde(flatten)]
+    pub probe: Probe,
+    /// How often it is run [default: 5s].
+    #[serde(default = "default_period")]
+    pub period: HumanDuration,
+    /// A run that takes longer fails [default: 2s].
+    #[serde(default = "default_probe_timeout")]
+    pub timeout: HumanDuration,
+}
+
+fn default_period() -> HumanDuration {
+    HumanDuration::from_secs(5)
+}
+
+fn default_probe_timeout() -> HumanDuration {
+    HumanDuration::from_secs(2)
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub enum Probe {
+    /// A command run in the member's environment; exit 0 is ready.
+    Command(Vec<String>),
+    /// One of the role's named ports accepts a TCP connection.
+    TcpPort(String),
+}
+
+/// Where a role's members may go.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Placement {
+    /// Members of one role on different nodes: preferred, or required
+    /// (a member that cannot be placed so is reported, not doubled up).
+    #[serde(default)]
+    pub spread: Spread,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum Spread {
+    #[default]
+    Preferred,
+    Required,
+}
+
+impl AppSpec {
+    pub fn role(&self, name: &str) -> Option<&AppRole> {
+        self.roles.iter().find(|r| r.name == name)
+    }
+}
+
+impl AppRole {
+    fn validate(&self, app: &AppSpec, path: &FieldPath, errors: &mut ValidationErrors) {
+        self.run.validate(&path.child("run"), errors);
+        check_unique_names(&path.child("ports"), self.ports.iter().map(|p| p.name.as_str()), errors);
+        for (i, port) in self.ports.iter().enumerate() {
+            if port.name.contains('.') {
+                errors.add(&path.child("ports").key(&i.to_string()).child("name"), "may not contain '.'");
+            }
+        }
+        if let Some(setup) = &self.setup {
+            if setup.script.trim().is_empty() {
+                errors.add(&path.child("setup").child("script"), "must not be empty");
+            }
+            if setup.timeout.get().is_zero() {
+                errors.add(&path.child("setup").child("timeout"), "must be positive");
+            }
+        }
+        for (i, role) in self.notifies.iter().enumerate() {
+            if app.role(role).is_none() {
+                errors.add(&path.child("notifies").key(&i.to_string()), format!("no role is named {role:?}"));
+            }
+        }
+        if !self.notifies.is_empty() && self.setup.is_none() {
+            errors.add(&path.child("notifies"), "a role without a setup script cannot be notified");
+        }
+        if let Some(check) = &self.readiness {
+            let path = path.child("readiness");
+            match &check.probe {
+                Probe::Command(command) if command.first().is_none_or(|c| c.is_empty()) => {
+                    errors.add(&path.child("command"), "must name a program to run")
+                }
+                Probe::TcpPort(port) if !self.ports.iter().any(|p| p.name == *port) => {
+                    errors.add(&path.child("tcpPort"), format!("no port of this role is named {port:?}"))
+                }
+                _ => {}
+            }
+            if check.period.get().is_zero() {
+                errors.add(&path.child("period"), "must be positive");
+            }
+            if check.timeout.get().is_zero() || check.timeout > check.period {
+                errors
+                    .add(&path.child("timeout"), format!("must be positive and at most the period ({})", check.period));
+            }
+        }
+    }
+}
+
+impl Resource for AppSpec {
+    const KIND: &'static str = "App";
+    const PLURAL: &'static str = "apps";
+    const HAS_STATUS: bool = false;
+    type Status = NoStatus;
+
+    fn validate_spec(&self, path: &FieldPath, errors: &mut ValidationErrors) {
+        if self.roles.is_empty() {
+            errors.add(&path.child("roles"), "an app needs at least one role");
+        }
+        check_unique_names(&path.child("roles"), self.roles.iter().map(|r| r.name.as_str()), errors);
+        for (i, role) in self.roles.iter().enumerate() {
+            role.validate(self, &path.child("roles").key(&i.to_string()), errors);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(spec: serde_json::Value) -> Result<App, ValidationErrors> {
+        let app = App::from_json_value(serde_json::json!({"metadata": {"name": "etcd"}, "spec": spec}))?;
+        app.validate().map(|()| app)
+    }
+
+    fn fields(error: ValidationErrors) -> Vec<String> {
+        error.errors.into_iter().map(|e| e.field).collect()
+    }
+
+    #[test]
+    fn a_whole_app_reads_with_its_defaults() {
+        let app = parse(serde_json::json!({"roles": [{
+            "name": "member",
+            "run": {"command": ["etcd"], "volumes": [{"name": "data", "persistent": true}]},
+            "ports": [{"name": "client"}, {"name": "peer-urls"}],
+            "setup": {"script": "exec ./configure \"$@\""},
+            "notifies": ["member"],
+            "readiness": {"tcpPort": "client"}
+        }]}))
+        .unwrap();
+        let role = &app.spec.roles[0];
+        assert_eq!(role.setup.as_ref().unwrap().timeout, HumanDuration::from_secs(300));
+        let check = role.readiness.as_ref().unwrap();
+        assert_eq!((check.period, check.timeout), (HumanDuration::from_secs(5), HumanDuration::from_secs(2)));
+        assert_eq!(role.placement.spread, Spread::Preferred);
+        assert_eq!(role.ports[1].variable(), "HERD_PORT_PEER_URLS");
+    }
+
+    #[test]
+    fn bad_roles_are_named_by_their_field() {
+        let error = parse(serde_json::json!({"roles": []})).unwrap_err();
+        assert_eq!(fields(error), ["spec.roles"]);
+        let error = parse(serde_json::json!({"roles": [
+            {"name": "a", "run": {"command": ["x"]}, "notifies": ["ghost"], "setup": {"script": "s"}},
+            {"name": "a", "run": {"command": []}, "ports": [{"name": "p"}, {"name": "p"}], "readiness": {"tcpPort": "q"}},
+            {"name": "c", "run": {"command": ["x"]}, "notifies": ["a"]}
+        ]}))
+        .unwrap_err();
+        assert_eq!(
+            fields(error),
+            [
+                "spec.roles[1].name",
+                "spec.roles[0].notifies[0]",
+                "spec.roles[1].run.command",
+                "spec.roles[1].ports[1].name",
+                "spec.roles[1].readiness.tcpPort",
+                "spec.roles[2].notifies",
+            ]
+        );
+    }
+}

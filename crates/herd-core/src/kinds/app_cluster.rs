@@ -1,0 +1,226 @@
+//! `AppCluster`: an instance of an App: which App, and per role how many
+//! members and what to change for them. Its status carries the seed's
+//! `memberStateRollup` and `specGenerationToProcess`; [`rollup`] computes
+//! the rollup from the members' statuses, exactly as the seed defines it.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::member::{LastKnownState, MemberState, MemberStatus};
+use crate::resource::{Object, Resource};
+use crate::validation::{FieldPath, ValidationErrors, check_env, check_name, check_unique_names};
+
+pub type AppCluster = Object<AppClusterSpec>;
+
+/// The most members one role may ask for.
+pub const MAX_MEMBERS_PER_ROLE: u32 = 1000;
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AppClusterSpec {
+    /// The App this is an instance of.
+    pub app_ref: String,
+    pub roles: Vec<ClusterRole>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ClusterRole {
+    /// One of the App's roles.
+    pub name: String,
+    pub members: u32,
+    /// Added to (and winning over) the App's environment for this role.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Members go only to nodes with these labels.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+}
+
+/// Where the cluster as a whole stands.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum ClusterState {
+    /// Its first members are being placed and set up.
+    #[default]
+    Creating,
+    /// Every member is configured and nothing is pending.
+    Configured,
+    /// A change (members added or removed, a spec change, restarts) is
+    /// being carried into the members.
+    Updating,
+    /// Some member is in config error.
+    Error,
+}
+
+/// The seed's memberStateRollup: what is going on with members, at a glance.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberStateRollup {
+    /// Members being added (create pending or creating, never configured
+    /// before) or removed (delete pending or deleting).
+    pub membership_changing: bool,
+    /// Members terminated, unresponsive or absent, not counting those
+    /// create pending or deleting.
+    pub members_down: bool,
+    /// Members waiting for their persistent volumes to be set up.
+    pub members_initializing: bool,
+    /// Members waiting for something else before they can start.
+    pub members_waiting: bool,
+    /// Members coming back up (create pending or creating, configured before).
+    pub members_restarting: bool,
+    /// Members in config error.
+    pub config_errors: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AppClusterStatus {
+    #[serde(default)]
+    pub state: ClusterState,
+    /// The generation whose spec is to be carried into the members (set
+    /// when a spec change still has to reach them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_generation_to_process: Option<i64>,
+    #[serde(default)]
+    pub member_state_rollup: MemberStateRollup,
+}
+
+/// The rollup of these member statuses (computed at the end of every pass).
+pub fn rollup<'a>(members: impl IntoIterator<Item = &'a MemberStatus>) -> MemberStateRollup {
+    use LastKnownState as K;
+    use MemberState as S;
+    let mut rollup = MemberStateRollup::default();
+    for member in members {
+        let adding_or_back = matches!(member.state, S::CreatePending | S::Creating);
+        let removing = matches!(member.state, S::DeletePending | S::Deleting);
+        let known = member.state_detail.last_known_state;
+        rollup.membership_changing |= (adding_or_back && !member.was_configured()) || removing;
+        rollup.members_restarting |= adding_or_back && member.was_configured();
+        rollup.members_down |= matches!(known, K::Terminated | K::Unresponsive | K::Absent)
+            && !matches!(member.state, S::CreatePending | S::Deleting);
+        rollup.members_initializing |= known == K::Initializing;
+        rollup.members_waiting |= known == K::Waiting;
+        rollup.config_errors |= member.state == S::ConfigError;
+    }
+    rollup
+}
+
+impl AppClusterSpec {
+    pub fn role(&self, name: &str) -> Option<&ClusterRole> {
+        self.roles.iter().find(|r| r.name == name)
+    }
+}
+
+impl Resource for AppClusterSpec {
+    const KIND: &'static str = "AppCluster";
+    const PLURAL: &'static str = "appclusters";
+    const HAS_STATUS: bool = true;
+    type Status = AppClusterStatus;
+
+    fn validate_spec(&self, path: &FieldPath, errors: &mut ValidationErrors) {
+        check_name(&path.child("appRef"), &self.app_ref, errors);
+        if self.roles.is_empty() {
+            errors.add(&path.child("roles"), "a cluster needs at least one role");
+        }
+        check_unique_names(&path.child("roles"), self.roles.iter().map(|r| r.name.as_str()), errors);
+        for (i, role) in self.roles.iter().enumerate() {
+            let path = path.child("roles").key(&i.to_string());
+            if role.members > MAX_MEMBERS_PER_ROLE {
+                errors.add(
+                    &path.child("members"),
+                    format!("must be at most {MAX_MEMBERS_PER_ROLE}, is {}", role.members),
+                );
+            }
+            check_env(&path.child("env"), &role.env, errors);
+        }
+    }
+
+    fn validate_spec_update(&self, old: &Self, path: &FieldPath, errors: &mut ValidationErrors) {
+        if self.app_ref != old.app_ref {
+            errors.add(&path.child("appRef"), format!("is immutable (was {:?}): create a new cluster", old.app_ref));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kinds::member::StateDetail;
+
+    fn member(state: MemberState, known: LastKnownState, configured_before: bool) -> MemberStatus {
+        MemberStatus {
+            state,
+            state_detail: StateDetail {
+                last_known_state: known,
+                last_configured_instance: configured_before.then(|| "i-1".to_string()),
+                ..Default::default()
+            },
+            ready: false,
+        }
+    }
+
+    #[test]
+    fn rule_a_new_member_or_a_leaving_one_is_membership_changing() {
+        use LastKnownState as K;
+        use MemberState as S;
+        assert!(rollup([&member(S::CreatePending, K::Absent, false)]).membership_changing);
+        assert!(rollup([&member(S::Creating, K::Running, false)]).membership_changing);
+        assert!(rollup([&member(S::DeletePending, K::Running, true)]).membership_changing);
+        assert!(rollup([&member(S::Deleting, K::Running, true)]).membership_changing);
+        assert!(!rollup([&member(S::Creating, K::Running, true)]).membership_changing, "a restart is not");
+    }
+
+    #[test]
+    fn rule_a_member_configured_before_and_coming_back_is_restarting() {
+        use LastKnownState as K;
+        use MemberState as S;
+        assert!(rollup([&member(S::CreatePending, K::Running, true)]).members_restarting);
+        assert!(rollup([&member(S::Creating, K::Running, true)]).members_restarting);
+        assert!(!rollup([&member(S::Creating, K::Running, false)]).members_restarting);
+        assert!(!rollup([&member(S::Configured, K::Running, true)]).members_restarting);
+    }
+
+    #[test]
+    fn rule_down_is_terminated_unresponsive_or_absent_except_create_pending_and_deleting() {
+        use LastKnownState as K;
+        use MemberState as S;
+        for known in [K::Terminated, K::Unresponsive, K::Absent] {
+            assert!(rollup([&member(S::Configured, known, true)]).members_down, "{known:?}");
+            assert!(rollup([&member(S::Creating, known, false)]).members_down, "{known:?}");
+            assert!(!rollup([&member(S::CreatePending, known, false)]).members_down, "{known:?}");
+            assert!(!rollup([&member(S::Deleting, known, true)]).members_down, "{known:?}");
+        }
+        assert!(!rollup([&member(S::Configured, K::Running, true)]).members_down);
+    }
+
+    #[test]
+    fn rule_initializing_waiting_and_config_errors() {
+        use LastKnownState as K;
+        use MemberState as S;
+        assert!(rollup([&member(S::Creating, K::Initializing, false)]).members_initializing);
+        assert!(rollup([&member(S::Creating, K::Waiting, false)]).members_waiting);
+        assert!(rollup([&member(S::ConfigError, K::Running, false)]).config_errors);
+        let calm = rollup([&member(S::Configured, K::Running, true), &member(S::Configured, K::Running, true)]);
+        assert_eq!(calm, MemberStateRollup::default(), "a configured cluster is quiet");
+    }
+
+    #[test]
+    fn a_cluster_names_its_app_and_roles_and_keeps_its_app() {
+        let cluster = AppCluster::from_json_value(serde_json::json!({
+            "metadata": {"name": "db"},
+            "spec": {"appRef": "etcd", "roles": [{"name": "member", "members": 3, "env": {"1X": "y"}},
+                                                 {"name": "member", "members": 5000}]}
+        }))
+        .unwrap();
+        let error = cluster.validate().unwrap_err();
+        let fields: Vec<_> = error.errors.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(fields, ["spec.roles[1].name", "spec.roles[0].env[1X]", "spec.roles[1].members"]);
+        let other = AppClusterSpec { app_ref: "redis".into(), ..cluster.spec.clone() };
+        let mut errors = ValidationErrors::new();
+        other.validate_spec_update(&cluster.spec, &FieldPath::root("spec"), &mut errors);
+        assert!(errors.to_string().starts_with("spec.appRef: is immutable"), "{errors}");
+    }
+}

@@ -1,0 +1,194 @@
+//! `Member`: one slot of one role of an AppCluster, named
+//! `<cluster>-<role>-<index>`, owned by its cluster, labelled with cluster
+//! and role, bound to one node. Its status is the seed's member state and
+//! `stateDetail` (KubeDirector's "handle host/pod shutdown and reboot").
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::resource::{Object, Resource};
+use crate::time::Timestamp;
+use crate::validation::{FieldPath, ValidationErrors, check_name};
+
+pub type Member = Object<MemberSpec>;
+
+/// The label every Member carries with its cluster's name.
+pub const CLUSTER_LABEL: &str = "herd.io/cluster";
+/// The label every Member carries with its role's name.
+pub const ROLE_LABEL: &str = "herd.io/role";
+
+/// The name of the member in slot `index` of `role` in `cluster`.
+pub fn member_name(cluster: &str, role: &str, index: u32) -> String {
+    format!("{cluster}-{role}-{index}")
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MemberSpec {
+    pub cluster: String,
+    pub role: String,
+    pub index: u32,
+    /// The node it is bound to (None: not placed yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+}
+
+/// The seed's member states.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum MemberState {
+    #[default]
+    CreatePending,
+    Creating,
+    Configured,
+    ConfigError,
+    DeletePending,
+    Deleting,
+}
+
+/// What herd last saw of the member's process (the seed's
+/// lastKnownContainerState).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum LastKnownState {
+    /// Running, and herd can run commands in it and its readiness check passes.
+    Running,
+    /// Running, but its readiness check fails or herd cannot run commands in it.
+    Unresponsive,
+    /// Its persistent volumes are being set up (copied in).
+    Initializing,
+    /// Waiting for something else before it can start.
+    Waiting,
+    /// Its process ended.
+    Terminated,
+    /// No process exists for it.
+    Absent,
+    #[default]
+    Unknown,
+}
+
+/// A notify queued for a configured member: the setup script's arguments,
+/// and how delivering it has gone.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PendingNotify {
+    /// `--addnodes --role R --members a,b` or `--delnodes ...`.
+    pub arguments: Vec<String>,
+    #[serde(default)]
+    pub attempts: u32,
+    /// The last attempt's exit code and the tail of its standard error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// When it was queued.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<Timestamp>,
+}
+
+/// The seed's stateDetail, with instance ids for container ids.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StateDetail {
+    /// Set while in config error, and kept after a restart from it until
+    /// setup is tried again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_error_detail: Option<String>,
+    /// The cluster generation whose configmeta the member was last given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_config_data_generation: Option<i64>,
+    /// The generation its setup script last processed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_setup_generation: Option<i64>,
+    /// The instance being set up, while creating.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub configuring_instance: Option<String>,
+    /// The instance that last reached configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_configured_instance: Option<String>,
+    #[serde(default)]
+    pub last_known_state: LastKnownState,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending_notify_cmds: Vec<PendingNotify>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MemberStatus {
+    #[serde(default)]
+    pub state: MemberState,
+    #[serde(default)]
+    pub state_detail: StateDetail,
+    /// Configured, running and passing its readiness check (what budgets count).
+    #[serde(default)]
+    pub ready: bool,
+}
+
+impl MemberStatus {
+    /// It reached configured before (so coming back now is a restart).
+    pub fn was_configured(&self) -> bool {
+        self.state_detail.last_configured_instance.is_some()
+    }
+}
+
+impl Resource for MemberSpec {
+    const KIND: &'static str = "Member";
+    const PLURAL: &'static str = "members";
+    const HAS_STATUS: bool = true;
+    type Status = MemberStatus;
+
+    fn validate_spec(&self, path: &FieldPath, errors: &mut ValidationErrors) {
+        check_name(&path.child("cluster"), &self.cluster, errors);
+        check_name(&path.child("role"), &self.role, errors);
+        if let Some(node) = &self.node {
+            check_name(&path.child("node"), node, errors);
+        }
+    }
+
+    fn validate_spec_update(&self, old: &Self, path: &FieldPath, errors: &mut ValidationErrors) {
+        for (field, same) in [
+            ("cluster", self.cluster == old.cluster),
+            ("role", self.role == old.role),
+            ("index", self.index == old.index),
+        ] {
+            if !same {
+                errors.add(&path.child(field), "is immutable: a member keeps its slot");
+            }
+        }
+    }
+}
+
+impl Object<MemberSpec> {
+    /// The name a member of this spec must have.
+    pub fn expected_name(&self) -> String {
+        member_name(&self.spec.cluster, &self.spec.role, self.spec.index)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_member_reads_with_its_defaults_and_keeps_its_slot() {
+        let member = Member::from_json_value(serde_json::json!({
+            "metadata": {"name": "db-member-0"},
+            "spec": {"cluster": "db", "role": "member", "index": 0}
+        }))
+        .unwrap();
+        member.validate().unwrap();
+        assert_eq!(member.expected_name(), "db-member-0");
+        assert_eq!(member.status.state, MemberState::CreatePending);
+        assert_eq!(member.status.state_detail.last_known_state, LastKnownState::Unknown);
+        let moved = MemberSpec { index: 1, node: Some("n1".into()), ..member.spec.clone() };
+        let mut errors = ValidationErrors::new();
+        moved.validate_spec_update(&member.spec, &FieldPath::root("spec"), &mut errors);
+        assert_eq!(errors.to_string(), "spec.index: is immutable: a member keeps its slot");
+    }
+
+    #[test]
+    fn states_are_written_as_the_seed_names_them() {
+        let json =
+            serde_json::to_value(MemberStatus { state: MemberState::ConfigError, ..Default::default() }).unwrap();
+        assert_eq!(json["state"], "configError");
+        assert_eq!(json["stateDetail"]["lastKnownState"], "unknown");
+    }
+}
