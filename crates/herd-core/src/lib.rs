@@ -16,6 +16,7 @@ pub mod meta;
 pub mod node_health;
 pub mod reconcile;
 pub mod resource;
+pub mod role_sync;
 pub mod selection;
 pub mod time;
 pub mod units;
