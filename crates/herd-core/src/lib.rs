@@ -12,6 +12,7 @@ pub mod journal;
 pub mod kinds;
 pub mod labels;
 pub mod lifecycle;
+pub mod member_check;
 pub mod meta;
 pub mod node_health;
 pub mod reconcile;
