@@ -15,6 +15,7 @@ pub mod lifecycle;
 pub mod member_check;
 pub mod meta;
 pub mod node_health;
+pub mod placement;
 pub mod reconcile;
 pub mod resource;
 pub mod role_sync;

@@ -72,7 +72,7 @@ mod tests {
     fn member(role: &str, index: u32, state: MemberState, configured_before: bool) -> Member {
         let mut member = Member::new(
             member_name("db", role, index),
-            MemberSpec { cluster: "db".into(), role: role.into(), index, node: None },
+            MemberSpec { cluster: "db".into(), role: role.into(), index, ..Default::default() },
         );
         member.status = MemberStatus {
             state,

@@ -31,6 +31,9 @@ pub struct MemberSpec {
     /// The node it is bound to (None: not placed yet).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
+    /// Its named ports on that node, allocated with the binding.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub ports: std::collections::BTreeMap<String, u16>,
 }
 
 /// The seed's member states.
@@ -179,6 +182,7 @@ mod tests {
         assert_eq!(member.status.state, MemberState::CreatePending);
         assert_eq!(member.status.state_detail.last_known_state, LastKnownState::Unknown);
         let moved = MemberSpec { index: 1, node: Some("n1".into()), ..member.spec.clone() };
+        assert!(moved.ports.is_empty());
         let mut errors = ValidationErrors::new();
         moved.validate_spec_update(&member.spec, &FieldPath::root("spec"), &mut errors);
         assert_eq!(errors.to_string(), "spec.index: is immutable: a member keeps its slot");

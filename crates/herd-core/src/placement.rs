@@ -1,0 +1,257 @@
+//! Placement: which node a member is bound to, and its ports there. Pure.
+//!
+//! A node can take a member when it is Ready, schedulable (not cordoned,
+//! not drained, not offline) and carries the labels the role's node
+//! selector asks for. Members of one role spread across nodes: preferred
+//! (the node with the fewest members of the role, then the fewest members
+//! at all, then by name) or required (never two on one node). A member
+//! that cannot be placed gets the reason, naming each node and why not.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::RangeInclusive;
+
+use crate::kinds::app::{NamedPort, Spread};
+use crate::kinds::member::Member;
+use crate::kinds::node::{Node, NodeRole};
+
+/// Where a member goes, or why it goes nowhere.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Placement {
+    Bound(String),
+    Unplaceable(String),
+}
+
+/// Why `node` cannot take new members (None: it can).
+pub fn unschedulable_because(node: &Node, selector: &BTreeMap<String, String>) -> Option<String> {
+    let name = &node.metadata.name;
+    if !node.status.ready {
+        return Some(format!("{name} is NotReady"));
+    }
+    match node.spec.role {
+        NodeRole::Drained => return Some(format!("{name} is drained")),
+        NodeRole::Offline => return Some(format!("{name} is offline")),
+        NodeRole::Candidate | NodeRole::Regular => {}
+    }
+    if node.spec.unschedulable {
+        return Some(format!("{name} is cordoned"));
+    }
+    let missing: Vec<String> = selector
+        .iter()
+        .filter(|(key, value)| node.metadata.labels.get(*key) != Some(*value))
+        .map(|(key, value)| format!("{key}={value}"))
+        .collect();
+    (!missing.is_empty()).then(|| format!("{name} lacks label {}", missing.join(",")))
+}
+
+/// The node for `member`, given the other members of its role (`peers`,
+/// bound or not) and every node.
+pub fn place(
+    member: &Member,
+    selector: &BTreeMap<String, String>,
+    spread: Spread,
+    nodes: &[Node],
+    peers: &[Member],
+) -> Placement {
+    let mut refusals = Vec::new();
+    let mut eligible = Vec::new();
+    for node in nodes {
+        match unschedulable_because(node, selector) {
+            Some(why) => refusals.push(why),
+            None => eligible.push(node),
+        }
+    }
+    if eligible.is_empty() {
+        let why = if refusals.is_empty() { "no node has joined".to_string() } else { refusals.join("; ") };
+        return Placement::Unplaceable(format!("no node can take {}: {why}", member.metadata.name));
+    }
+    let peers_on = |node: &str| {
+        peers
+            .iter()
+            .filter(|p| p.metadata.name != member.metadata.name && p.spec.node.as_deref() == Some(node))
+            .map(|p| p.metadata.name.as_str())
+            .collect::<Vec<_>>()
+    };
+    if spread == Spread::Required {
+        let taken: Vec<String> = eligible
+            .iter()
+            .filter_map(|n| {
+                let on = peers_on(&n.metadata.name);
+                (!on.is_empty()).then(|| format!("{} ({})", n.metadata.name, on.join(", ")))
+            })
+            .collect();
+        eligible.retain(|n| peers_on(&n.metadata.name).is_empty());
+        if eligible.is_empty() {
+            return Placement::Unplaceable(format!(
+                "{}: spread is required and every node that can take it has a member of role {} already: {}",
+                member.metadata.name,
+                member.spec.role,
+                taken.join("; ")
+            ));
+        }
+    }
+    let best = eligible
+        .into_iter()
+        .min_by_key(|n| (peers_on(&n.metadata.name).len(), n.status.members.len(), n.metadata.name.clone()))
+        .map(|n| n.metadata.name.clone());
+    match best {
+        Some(node) => Placement::Bound(node),
+        None => Placement::Unplaceable(format!("no node can take {}", member.metadata.name)),
+    }
+}
+
+/// Ports herd hands out to members.
+pub const MEMBER_PORTS: RangeInclusive<u16> = 20000..=29999;
+
+/// The lowest free ports in `range` for each named port, none of them in
+/// `taken` (the ports of the other members bound to the node).
+pub fn allocate_ports(
+    ports: &[NamedPort],
+    taken: &BTreeSet<u16>,
+    range: RangeInclusive<u16>,
+) -> Result<BTreeMap<String, u16>, String> {
+    let mut free = range.clone().filter(|p| !taken.contains(p));
+    let mut allocated = BTreeMap::new();
+    for port in ports {
+        let Some(number) = free.next() else {
+            return Err(format!(
+                "no free port left in {}-{} for port {:?} ({} in use on the node)",
+                range.start(),
+                range.end(),
+                port.name,
+                taken.len()
+            ));
+        };
+        allocated.insert(port.name.clone(), number);
+    }
+    Ok(allocated)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kinds::member::MemberSpec;
+    use crate::kinds::node::NodeSpec;
+    use proptest::prelude::*;
+
+    fn node(name: &str, ready: bool) -> Node {
+        let mut node = Node::new(name, NodeSpec::default());
+        node.status.ready = ready;
+        node
+    }
+
+    fn member(index: u32, on: Option<&str>) -> Member {
+        Member::new(
+            format!("db-member-{index}"),
+            MemberSpec {
+                cluster: "db".into(),
+                role: "member".into(),
+                index,
+                node: on.map(str::to_string),
+                ..Default::default()
+            },
+        )
+    }
+
+    fn no_selector() -> BTreeMap<String, String> {
+        BTreeMap::new()
+    }
+
+    #[test]
+    fn rule_only_ready_schedulable_nodes_with_the_labels_take_members() {
+        let mut drained = node("n2", true);
+        drained.spec.role = NodeRole::Drained;
+        let mut cordoned = node("n3", true);
+        cordoned.spec.unschedulable = true;
+        let nodes = [node("n1", false), drained, cordoned, node("n4", true)];
+        let selector = BTreeMap::from([("zone".to_string(), "a".to_string())]);
+        let placed = place(&member(0, None), &selector, Spread::Preferred, &nodes, &[]);
+        assert_eq!(
+            placed,
+            Placement::Unplaceable(
+                "no node can take db-member-0: n1 is NotReady; n2 is drained; n3 is cordoned; n4 lacks label zone=a"
+                    .into()
+            )
+        );
+        let mut labelled = node("n4", true);
+        labelled.metadata.labels.insert("zone".into(), "a".into());
+        let nodes = [node("n1", false), labelled];
+        assert_eq!(place(&member(0, None), &selector, Spread::Preferred, &nodes, &[]), Placement::Bound("n4".into()));
+    }
+
+    #[test]
+    fn rule_preferred_spread_picks_the_node_with_the_fewest_of_the_role() {
+        let nodes = [node("n1", true), node("n2", true), node("n3", true)];
+        let peers = [member(0, Some("n1")), member(1, Some("n2"))];
+        assert_eq!(
+            place(&member(2, None), &no_selector(), Spread::Preferred, &nodes, &peers),
+            Placement::Bound("n3".into())
+        );
+        let crowded = [member(0, Some("n1")), member(1, Some("n2")), member(2, Some("n3"))];
+        assert_eq!(
+            place(&member(3, None), &no_selector(), Spread::Preferred, &nodes, &crowded),
+            Placement::Bound("n1".into()),
+            "doubled up on the first by name"
+        );
+    }
+
+    #[test]
+    fn rule_required_spread_never_doubles_up_and_says_why() {
+        let nodes = [node("n1", true), node("n2", true)];
+        let peers = [member(0, Some("n1")), member(1, Some("n2"))];
+        let placed = place(&member(2, None), &no_selector(), Spread::Required, &nodes, &peers);
+        assert_eq!(
+            placed,
+            Placement::Unplaceable(
+                "db-member-2: spread is required and every node that can take it has a member of role member already: n1 (db-member-0); n2 (db-member-1)".into()
+            )
+        );
+    }
+
+    #[test]
+    fn rule_ports_are_the_lowest_free_ones() {
+        let ports = [NamedPort { name: "client".into() }, NamedPort { name: "peer".into() }];
+        let taken = BTreeSet::from([20000, 20002]);
+        let got = allocate_ports(&ports, &taken, MEMBER_PORTS).unwrap();
+        assert_eq!(got, BTreeMap::from([("client".into(), 20001), ("peer".into(), 20003)]));
+        let error = allocate_ports(&ports, &BTreeSet::from([1]), 1..=2).unwrap_err();
+        assert!(error.starts_with("no free port left in 1-2 for port \"peer\""), "{error}");
+    }
+
+    proptest! {
+        /// With required spread and enough nodes, members placed one after
+        /// another never share a node; with preferred spread, no node has
+        /// two more of the role than another.
+        #[test]
+        fn placing_members_one_by_one_spreads_them(nodes in 1usize..6, members in 1u32..12, required: bool) {
+            let nodes: Vec<Node> = (0..nodes).map(|i| node(&format!("n{i}"), true)).collect();
+            let spread = if required { Spread::Required } else { Spread::Preferred };
+            let mut placed: Vec<Member> = Vec::new();
+            for index in 0..members {
+                match place(&member(index, None), &no_selector(), spread, &nodes, &placed) {
+                    Placement::Bound(node) => placed.push(member(index, Some(&node))),
+                    Placement::Unplaceable(_) => prop_assert!(required && placed.len() == nodes.len()),
+                }
+            }
+            let mut per_node = BTreeMap::<String, usize>::new();
+            for m in &placed {
+                *per_node.entry(m.spec.node.clone().unwrap_or_default()).or_default() += 1;
+            }
+            let most = per_node.values().max().copied().unwrap_or(0);
+            let least = if per_node.len() < nodes.len() { 0 } else { per_node.values().min().copied().unwrap_or(0) };
+            if required { prop_assert!(most <= 1); } else { prop_assert!(most - least <= 1); }
+        }
+
+        /// Allocated ports are distinct, in the range, and never taken.
+        #[test]
+        fn allocated_ports_never_collide(taken in proptest::collection::btree_set(20000u16..20020, 0..15), count in 0usize..5) {
+            let ports: Vec<NamedPort> = (0..count).map(|i| NamedPort { name: format!("p{i}") }).collect();
+            if let Ok(got) = allocate_ports(&ports, &taken, 20000..=20019) {
+                let values: BTreeSet<u16> = got.values().copied().collect();
+                prop_assert_eq!(values.len(), count);
+                prop_assert!(values.iter().all(|p| !taken.contains(p) && (20000..=20019).contains(p)));
+            } else {
+                prop_assert!(taken.len() + count > 20);
+            }
+        }
+    }
+}
