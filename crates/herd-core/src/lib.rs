@@ -5,6 +5,7 @@
 //! functions here decide. That is what makes every decision unit- and
 //! property-testable, and what lets the server and the agent share them.
 
+pub mod admission;
 pub mod api;
 pub mod authz;
 pub mod election;

@@ -12,6 +12,7 @@
 //! [`events`] records Events; [`metrics`] and [`openapi`] describe the server.
 
 pub mod api;
+pub mod app_clusters;
 pub mod auth;
 pub mod change_clock;
 pub mod commands;

@@ -118,6 +118,40 @@ impl KindOps for CommandKind {
     }
 }
 
+/// AppClusters are admitted on change: a spec change waits for a
+/// reconcile pass over the previous one and for pending notifies.
+struct AppClusterKind;
+
+#[async_trait]
+impl KindOps for AppClusterKind {
+    fn info(&self) -> KindInfo {
+        Typed::<AppClusterSpec>(PhantomData).info()
+    }
+
+    async fn create(&self, objects: &Objects, body: Value, dry_run: bool) -> Result<Value, ApiError> {
+        Typed::<AppClusterSpec>(PhantomData).create(objects, body, dry_run).await
+    }
+
+    async fn replace(
+        &self,
+        objects: &Objects,
+        name: &str,
+        body: Value,
+        part: Part,
+        dry_run: bool,
+    ) -> Result<Value, ApiError> {
+        if part == Part::Spec {
+            let object = parse::<AppClusterSpec>(body.clone(), Some(name))?;
+            crate::app_clusters::admit_replace(objects, &object).await?;
+        }
+        Typed::<AppClusterSpec>(PhantomData).replace(objects, name, body, part, dry_run).await
+    }
+
+    fn schema(&self, generator: &mut SchemaGenerator) -> Schema {
+        Typed::<AppClusterSpec>(PhantomData).schema(generator)
+    }
+}
+
 /// Every kind the server serves, by plural.
 pub struct Registry {
     kinds: BTreeMap<&'static str, Box<dyn KindOps>>,
@@ -132,7 +166,7 @@ impl Registry {
         registry.add::<EventSpec>();
         registry.add::<ReplicaSpec>();
         registry.add::<AppSpec>();
-        registry.add::<AppClusterSpec>();
+        registry.kinds.insert(AppClusterSpec::PLURAL, Box::new(AppClusterKind));
         registry.add::<MemberSpec>();
         registry.kinds.insert(CommandSpec::PLURAL, Box::new(CommandKind));
         registry

@@ -86,6 +86,10 @@ pub struct AppClusterStatus {
     pub spec_generation_to_process: Option<i64>,
     #[serde(default)]
     pub member_state_rollup: MemberStateRollup,
+    /// The generation the last reconcile pass saw (admission waits for a
+    /// pass over a spec change before it accepts the next one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
 }
 
 /// The rollup of these member statuses (computed at the end of every pass).
