@@ -8,6 +8,7 @@
 pub mod admission;
 pub mod api;
 pub mod authz;
+pub mod configmeta;
 pub mod election;
 pub mod journal;
 pub mod kinds;
@@ -21,6 +22,7 @@ pub mod reconcile;
 pub mod resource;
 pub mod role_sync;
 pub mod selection;
+pub mod setup_status;
 pub mod time;
 pub mod units;
 pub mod validation;
