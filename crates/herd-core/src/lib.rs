@@ -17,6 +17,7 @@ pub mod lifecycle;
 pub mod member_check;
 pub mod meta;
 pub mod node_health;
+pub mod notifies;
 pub mod placement;
 pub mod reconcile;
 pub mod resource;

@@ -1,0 +1,137 @@
+//! Notifies: who is told of members joining and leaving (the seed's
+//! generateNotifies). When members of role R join (first set up, never a
+//! restart) or leave, every configured member of a role whose App role
+//! lists R in `notifies` gets `--addnodes|--delnodes --role R --members
+//! a,b` queued in its pendingNotifyCmds; they are sent at the end of every
+//! pass and retried until they succeed. Pure.
+
+use std::collections::BTreeMap;
+
+use crate::kinds::app::AppSpec;
+use crate::kinds::member::{Member, MemberState, PendingNotify};
+use crate::time::Timestamp;
+
+/// Members joining or leaving in this pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    Added,
+    Deleted,
+}
+
+impl Change {
+    fn flag(self) -> &'static str {
+        match self {
+            Change::Added => "--addnodes",
+            Change::Deleted => "--delnodes",
+        }
+    }
+}
+
+/// Queues the notifies for `changed` (names of members of one role each,
+/// any roles) on the configured members that asked; returns how many
+/// were queued. A member never hears of itself.
+pub fn queue_notifies(
+    app: &AppSpec,
+    members: &mut [Member],
+    change: Change,
+    changed: &[(String, String)],
+    now: Timestamp,
+) -> usize {
+    let mut by_role: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (role, name) in changed {
+        by_role.entry(role.as_str()).or_default().push(name.as_str());
+    }
+    let mut queued = 0;
+    for member in members.iter_mut() {
+        if member.status.state != MemberState::Configured {
+            continue;
+        }
+        let Some(listens) = app.role(&member.spec.role).map(|r| &r.notifies) else { continue };
+        for (role, names) in &by_role {
+            if !listens.iter().any(|r| r == role) {
+                continue;
+            }
+            let others: Vec<&str> = names.iter().copied().filter(|n| *n != member.metadata.name).collect();
+            if others.is_empty() {
+                continue;
+            }
+            let arguments =
+                [change.flag(), "--role", role, "--members", &others.join(",")].map(str::to_string).to_vec();
+            member.status.state_detail.pending_notify_cmds.push(PendingNotify {
+                arguments,
+                attempts: 0,
+                last_error: None,
+                since: Some(now),
+            });
+            queued += 1;
+        }
+    }
+    queued
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kinds::app::{AppRole, SetupScript};
+    use crate::kinds::member::{MemberSpec, member_name};
+
+    fn app() -> AppSpec {
+        let role = |name: &str, notifies: &[&str]| AppRole {
+            name: name.into(),
+            setup: Some(SetupScript { script: "x".into(), timeout: crate::time::HumanDuration::from_secs(5) }),
+            notifies: notifies.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        };
+        AppSpec { description: String::new(), roles: vec![role("member", &["member"]), role("worker", &[])] }
+    }
+
+    fn member(role: &str, index: u32, state: MemberState) -> Member {
+        let mut member = Member::new(
+            member_name("db", role, index),
+            MemberSpec { cluster: "db".into(), role: role.into(), index, ..Default::default() },
+        );
+        member.status.state = state;
+        member
+    }
+
+    fn now() -> Timestamp {
+        Timestamp::parse("2026-12-01T10:00:00Z").unwrap()
+    }
+
+    #[test]
+    fn rule_configured_members_of_roles_that_asked_hear_of_joins() {
+        let mut members = vec![
+            member("member", 0, MemberState::Configured),
+            member("member", 1, MemberState::Configured),
+            member("worker", 0, MemberState::Configured),
+            member("member", 2, MemberState::Creating),
+        ];
+        let joined = [("member".to_string(), "db-member-3".to_string()), ("member".into(), "db-member-4".into())];
+        assert_eq!(queue_notifies(&app(), &mut members, Change::Added, &joined, now()), 2);
+        let args = &members[0].status.state_detail.pending_notify_cmds[0].arguments;
+        assert_eq!(args.join(" "), "--addnodes --role member --members db-member-3,db-member-4");
+        assert_eq!(members[0].status.state_detail.pending_notify_cmds[0].since, Some(now()));
+        assert!(members[2].status.state_detail.pending_notify_cmds.is_empty(), "workers did not ask");
+        assert!(members[3].status.state_detail.pending_notify_cmds.is_empty(), "not configured: its setup sees it");
+    }
+
+    #[test]
+    fn rule_leaving_members_are_announced_and_nobody_hears_of_itself() {
+        let mut members =
+            vec![member("member", 0, MemberState::Configured), member("member", 1, MemberState::Configured)];
+        let left = [("member".to_string(), "db-member-1".to_string())];
+        assert_eq!(queue_notifies(&app(), &mut members, Change::Deleted, &left, now()), 1);
+        assert_eq!(
+            members[0].status.state_detail.pending_notify_cmds[0].arguments.join(" "),
+            "--delnodes --role member --members db-member-1"
+        );
+        assert!(members[1].status.state_detail.pending_notify_cmds.is_empty());
+    }
+
+    #[test]
+    fn rule_changes_of_a_role_nobody_listens_to_queue_nothing() {
+        let mut members = vec![member("member", 0, MemberState::Configured)];
+        let joined = [("worker".to_string(), "db-worker-1".to_string())];
+        assert_eq!(queue_notifies(&app(), &mut members, Change::Added, &joined, now()), 0);
+    }
+}
