@@ -48,14 +48,21 @@ async fn commands_run_on_their_node_and_their_answers_come_back() {
     assert!(String::from_utf8_lossy(&missing.stderr).contains("member nobody has no stdout log on n1"), "{missing:?}");
 
     let script = "echo \"$GREETING from $HERD_MEMBER\" | tee \"$HERD_VOLUME_DATA/greeting\"".to_string();
-    let ran = run(&server, "script-ok", "n1", Action::RunScript { member: "m1".into(), script }).await;
+    let ran =
+        run(&server, "script-ok", "n1", Action::RunScript { member: "m1".into(), script, expected_instance: None })
+            .await;
     let answer = ran.status.answer.unwrap();
     assert!(answer.success, "{answer:?}");
     assert_eq!(answer.details["stdout"], "hi from m1\n");
     assert_eq!(std::fs::read_to_string(agent_dir.join("volumes/m1/data/greeting")).unwrap(), "hi from m1\n");
 
-    let failed =
-        run(&server, "script-fails", "n1", Action::RunScript { member: "m1".into(), script: "exit 3".into() }).await;
+    let failed = run(
+        &server,
+        "script-fails",
+        "n1",
+        Action::RunScript { member: "m1".into(), script: "exit 3".into(), expected_instance: None },
+    )
+    .await;
     assert_eq!(failed.status.state_by_management, ManagementState::Failed);
     assert_eq!(failed.status.answer.unwrap().details["exitCode"], "3");
 

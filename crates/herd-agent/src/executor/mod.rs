@@ -561,8 +561,18 @@ impl Executor {
                 Ok(answer(true, format!("member {member} stopped"), details))
             }
             Action::DeleteVolume { member, volume } => self.delete_volume(entry, member, volume),
-            Action::RunScript { member, script } => {
+            Action::RunScript { member, script, expected_instance } => {
                 let record = self.members.record(member).ok_or(format!("member {member} is not known on this node"))?;
+                let running_as = record.process.as_ref().map(|p| p.instance_id.as_str());
+                if let Some(expected) = expected_instance
+                    && running_as != Some(expected.as_str())
+                {
+                    return Err(format!(
+                        "refused: the script was for member {member} as instance {expected}, but it now runs as {}; \
+                         it restarted, and that is handled first",
+                        running_as.unwrap_or("nothing")
+                    ));
+                }
                 let started = |pid: u32| {
                     let hook: DisconnectHook = Arc::new(move || {
                         let _ = procs::signal_group(pid, libc::SIGKILL);
@@ -658,7 +668,11 @@ mod tests {
         let stop = CancellationToken::new();
         let (_, executor) = with_member_m(dir.path(), &stop).await;
         let script = "sleep 30".to_string();
-        executor.accept(command("script", 1, Action::RunScript { member: "m".into(), script }));
+        executor.accept(command(
+            "script",
+            1,
+            Action::RunScript { member: "m".into(), script, expected_instance: None },
+        ));
         for _ in 0..100 {
             if executor.reports().iter().any(|r| r.name == "script" && r.state == AgentState::Processing) {
                 break;
@@ -686,11 +700,46 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_script_for_another_instance_of_the_member_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let stop = CancellationToken::new();
+        let (members, executor) = with_member_m(dir.path(), &stop).await;
+        let instance = members.record("m").unwrap().process.unwrap().instance_id;
+        let for_instance = |name: &str, expected: &str| {
+            let action = Action::RunScript {
+                member: "m".into(),
+                script: "echo ran".into(),
+                expected_instance: Some(expected.into()),
+            };
+            command(name, 1, action)
+        };
+        executor.accept(for_instance("stale", "an-earlier-instance"));
+        let stale = settled(&executor, "stale").await;
+        assert_eq!(stale.state, AgentState::Failed);
+        let message = stale.answer.unwrap().message;
+        assert!(
+            message.starts_with(
+                "refused: the script was for member m as instance an-earlier-instance, but it now runs as"
+            ),
+            "{message}"
+        );
+        executor.accept(for_instance("current", &instance));
+        let current = settled(&executor, "current").await;
+        assert_eq!(current.state, AgentState::Completed, "{:?}", current.answer);
+        members.stop("m").await.unwrap();
+        stop.cancel();
+    }
+
+    #[tokio::test]
     async fn a_disconnect_hook_cancels_a_running_script_and_the_answer_says_so() {
         let dir = tempfile::tempdir().unwrap();
         let stop = CancellationToken::new();
         let (members, executor) = with_member_m(dir.path(), &stop).await;
-        executor.accept(command("script", 1, Action::RunScript { member: "m".into(), script: "sleep 30".into() }));
+        executor.accept(command(
+            "script",
+            1,
+            Action::RunScript { member: "m".into(), script: "sleep 30".into(), expected_instance: None },
+        ));
         while executor.run_disconnect_hooks("the server has been unreachable for over 30s").await == 0 {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }

@@ -52,8 +52,16 @@ pub enum Action {
     /// Delete a member's volume (the member must be stopped).
     DeleteVolume { member: String, volume: String },
     /// Run a shell script in a member's environment (its volumes, its
-    /// environment variables), with the command's timeout.
-    RunScript { member: String, script: String },
+    /// environment variables), with the command's timeout. With
+    /// `expectedInstance`, only while the member runs as that instance: a
+    /// member that restarted meanwhile is refused (the caller handles the
+    /// restart first).
+    RunScript {
+        member: String,
+        script: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        expected_instance: Option<String>,
+    },
 }
 
 impl Default for Action {
