@@ -58,11 +58,12 @@ fn is_refusal(error: &ClientError) -> bool {
 /// Sleeps until `deadline`, or until the journal changes (but not sooner
 /// than a short pause, so that a burst of changes is one heartbeat); false
 /// if `stop` fired first.
-async fn sleep_or_report(deadline: Instant, executor: &Executor, stop: &CancellationToken) -> bool {
+async fn sleep_or_report(deadline: Instant, executor: &Executor, members: &Members, stop: &CancellationToken) -> bool {
     tokio::select! {
         _ = stop.cancelled() => false,
         _ = tokio::time::sleep_until(deadline) => true,
         _ = async { executor.changed().await; tokio::time::sleep(REPORT_PAUSE).await } => true,
+        _ = async { members.changed().await; tokio::time::sleep(REPORT_PAUSE).await } => true,
     }
 }
 
@@ -131,7 +132,7 @@ impl Heartbeat {
                         let period = joined.heartbeat_period.get();
                         backoff.reset();
                         tracing::info!(node = %name, "joined the cluster");
-                        if !sleep_or_report(started + period, &executor, &stop).await {
+                        if !sleep_or_report(started + period, &executor, &members, &stop).await {
                             break;
                         }
                     }
@@ -161,7 +162,7 @@ impl Heartbeat {
                     remember(&answer.peer_token);
                     let period = answer.heartbeat_period.get();
                     backoff.reset();
-                    if !sleep_or_report(started + period, &executor, &stop).await {
+                    if !sleep_or_report(started + period, &executor, &members, &stop).await {
                         break;
                     }
                 }

@@ -23,7 +23,9 @@ pub mod heartbeat;
 pub mod journal;
 pub mod members;
 pub mod procs;
+pub mod readiness;
 pub mod script;
+pub mod setup;
 pub mod volumes;
 pub mod worker;
 
@@ -120,6 +122,7 @@ pub async fn run(config: AgentConfig, stop: CancellationToken) -> Result<(), Age
         node: identity.node_name.clone(),
     };
     let executor = executor::Executor::open(&data_dir, members.clone(), workers, stop.clone())?;
+    let checks = tokio::spawn(readiness::run(members.clone(), stop.clone()));
 
     // A heartbeat that takes longer than this is given up, and the next one
     // goes to the next server: a hung server must not silence the node.
@@ -148,6 +151,7 @@ pub async fn run(config: AgentConfig, stop: CancellationToken) -> Result<(), Age
     let beating = heartbeat.run(stop.clone()).await;
     stop.cancel();
     let _ = watcher.await;
+    let _ = checks.await;
     executor.run_disconnect_hooks("the agent is stopping").await;
     beating?;
     drop(lock);

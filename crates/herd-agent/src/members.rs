@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use herd_core::Timestamp;
-use herd_core::api::MemberReport;
+use herd_core::api::{MemberReport, ReadinessReport};
 use herd_core::kinds::command::{MemberRun, VolumeSpec};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
@@ -91,6 +91,10 @@ struct Slot {
 pub struct Members {
     data_dir: PathBuf,
     slots: Arc<Mutex<BTreeMap<String, Slot>>>,
+    /// The last readiness check of each member (`readiness.rs` runs them).
+    readiness: Arc<Mutex<BTreeMap<String, ReadinessReport>>>,
+    /// Told when what the heartbeat reports of members changed.
+    changed: Arc<tokio::sync::Notify>,
     stop: CancellationToken,
 }
 
@@ -102,7 +106,13 @@ impl Members {
     /// Loads what this node runs: members that still run are adopted,
     /// wanted members that are gone are started again.
     pub async fn open(data_dir: &Path, stop: CancellationToken) -> Result<Members, MemberError> {
-        let members = Members { data_dir: data_dir.to_path_buf(), slots: Arc::default(), stop };
+        let members = Members {
+            data_dir: data_dir.to_path_buf(),
+            slots: Arc::default(),
+            readiness: Arc::default(),
+            changed: Arc::default(),
+            stop,
+        };
         let root = data_dir.join("members");
         let io =
             |source| MemberError::Io { member: "*".into(), context: format!("reading {}", root.display()), source };
@@ -231,6 +241,8 @@ impl Members {
         let run = self.lock().get(member).map(|s| s.record.run.clone()).ok_or(MemberError::Unknown(member.into()))?;
         let dir = self.member_dir(member);
         std::fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
+        // A setup run belongs to the instance that ended.
+        crate::setup::kill_setup(&dir);
         let instance_id = uuid::Uuid::now_v7().to_string();
         let started_at = now();
         if let Some(slot) = self.lock().get_mut(member) {
@@ -239,12 +251,12 @@ impl Members {
         self.persist(member)?;
         let mut command = tokio::process::Command::new(&run.command[0]);
         command.args(&run.command[1..]).current_dir(&dir).envs(&run.env);
-        command.env("HERD_MEMBER", member).env("HERD_INSTANCE_ID", &instance_id);
+        command.env("HERD_INSTANCE_ID", &instance_id);
         for volume in &run.volumes {
             self.prepare_volume(member, volume).map_err(io(format!("preparing volume {}", volume.name)))?;
         }
         let record = self.record(member).ok_or(MemberError::Unknown(member.into()))?;
-        command.envs(self.volume_env(&record));
+        command.envs(self.member_env(&record));
         let log = |name: &str| {
             std::fs::OpenOptions::new()
                 .create(true)
@@ -276,6 +288,7 @@ impl Members {
             slot.generation
         };
         self.persist(member)?;
+        self.tell_changed();
         tracing::info!(member, instance = %instance_id, pid, "started a member");
         let members = self.clone();
         let name = member.to_string();
@@ -314,6 +327,8 @@ impl Members {
             let mut slots = self.lock();
             let Some(slot) = slots.get_mut(member).filter(|s| s.generation == generation) else { return };
             slot.record.last_exit = Some(exit.clone());
+            crate::setup::kill_setup(&self.member_dir(member));
+            self.changed.notify_one();
             if !slot.record.wanted {
                 return;
             }
@@ -342,6 +357,7 @@ impl Members {
             slot.record.process.clone()
         };
         self.persist(member)?;
+        crate::setup::kill_setup(&self.member_dir(member));
         let Some(process) = process else { return Ok(()) };
         let io = |source| MemberError::Io { member: member.into(), context: "signalling".into(), source };
         if procs::is_alive(process.pid, process.start_ticks) {
@@ -366,6 +382,7 @@ impl Members {
             self.stop(member).await?;
         }
         self.lock().remove(member);
+        self.readiness.lock().unwrap_or_else(|p| p.into_inner()).remove(member);
         let io = |path: PathBuf| {
             let member = member.to_string();
             move |source| MemberError::Io { member, context: format!("removing {}", path.display()), source }
@@ -391,11 +408,13 @@ impl Members {
 
     /// What the heartbeat tells the server.
     pub fn report(&self) -> Vec<MemberReport> {
-        self.lock()
-            .values()
-            .map(|slot| {
-                let record = &slot.record;
+        let records: Vec<MemberRecord> = self.lock().values().map(|slot| slot.record.clone()).collect();
+        let readiness = self.readiness.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        records
+            .iter()
+            .map(|record| {
                 let live = record.process.as_ref().filter(|p| procs::is_alive(p.pid, p.start_ticks));
+                let (setup_status, setup_stderr) = crate::setup::report(self, record);
                 MemberReport {
                     name: record.name.clone(),
                     wanted: record.wanted,
@@ -405,6 +424,9 @@ impl Members {
                     started_at: record.process.as_ref().map(|p| p.started_at),
                     restarts: record.restarts,
                     last_exit: record.last_exit.clone(),
+                    setup_status,
+                    setup_stderr,
+                    readiness: readiness.get(&record.name).cloned(),
                 }
             })
             .collect()
@@ -420,9 +442,44 @@ impl Members {
         write_atomic(&path, &json, 0o644).map_err(io)
     }
 
-    /// `HERD_VOLUME_<NAME>` to the path of each of the member's volumes.
-    pub fn volume_env(&self, record: &MemberRecord) -> Vec<(String, PathBuf)> {
-        record.run.volumes.iter().map(|v| (volume_env(&v.name), self.volume_dir(&record.name, &v.name))).collect()
+    /// What herd adds to a member's environment (for its process, its
+    /// scripts and its checks): `HERD_MEMBER`, `HERD_VOLUME_<NAME>` to the
+    /// path of each of its volumes, and `HERD_CONFIGMETA` when it is an
+    /// app-cluster member.
+    pub fn member_env(&self, record: &MemberRecord) -> Vec<(String, std::ffi::OsString)> {
+        let mut env = vec![("HERD_MEMBER".to_string(), record.name.clone().into())];
+        for volume in &record.run.volumes {
+            env.push((volume_env(&volume.name), self.volume_dir(&record.name, &volume.name).into()));
+        }
+        if let Some(dir) = crate::setup::herd_volume(self, record) {
+            env.push(("HERD_CONFIGMETA".into(), dir.join(crate::setup::CONFIGMETA).into()));
+        }
+        env
+    }
+
+    /// Records a readiness check's result (a changed verdict is reported
+    /// at once).
+    pub fn set_readiness(&self, member: &str, report: ReadinessReport) {
+        let before =
+            self.readiness.lock().unwrap_or_else(|p| p.into_inner()).insert(member.to_string(), report.clone());
+        if before.is_none_or(|b| (b.passing, b.instance_id) != (report.passing, report.instance_id)) {
+            self.tell_changed();
+        }
+    }
+
+    /// Resolves when what the heartbeat reports of members changed.
+    pub async fn changed(&self) {
+        self.changed.notified().await
+    }
+
+    /// Says that members changed: the next heartbeat goes now.
+    pub fn tell_changed(&self) {
+        self.changed.notify_one();
+    }
+
+    /// Every member as recorded.
+    pub fn records(&self) -> Vec<MemberRecord> {
+        self.lock().values().map(|slot| slot.record.clone()).collect()
     }
 
     /// A persistent volume is kept; an ephemeral one starts empty.
@@ -448,11 +505,6 @@ fn find_launched(launching: &Launching) -> Option<Running> {
     })
 }
 
-/// Ends the processes of every member recorded in `data_dir` (SIGTERM to
-/// each group, SIGKILL after the grace period), as a host shutdown would,
-/// leaving the records: the next agent start brings wanted members back
-/// with new instance ids. For `herd dev`, whose Ctrl-C stops everything it
-/// started. Returns how many were running.
 /// The directories two levels under `dir` (`<member>/<volume>`), sorted;
 /// none when `dir` does not exist.
 fn two_levels(dir: &Path) -> std::io::Result<Vec<(String, String, PathBuf)>> {
@@ -482,6 +534,11 @@ fn two_levels(dir: &Path) -> std::io::Result<Vec<(String, String, PathBuf)>> {
     Ok(found)
 }
 
+/// Ends the processes of every member recorded in `data_dir` (SIGTERM to
+/// each group, SIGKILL after the grace period), as a host shutdown would,
+/// leaving the records: the next agent start brings wanted members back
+/// with new instance ids. For `herd dev`, whose Ctrl-C stops everything it
+/// started. Returns how many were running.
 pub async fn stop_processes(data_dir: &Path) -> usize {
     let Ok(dirs) = std::fs::read_dir(data_dir.join("members")) else { return 0 };
     let running: Vec<Running> = dirs
@@ -502,6 +559,9 @@ pub async fn stop_processes(data_dir: &Path) -> usize {
     for process in &running {
         let _ = procs::signal_group(process.pid, libc::SIGKILL);
     }
+    for dir in std::fs::read_dir(data_dir.join("members")).into_iter().flatten().flatten() {
+        crate::setup::kill_setup(&dir.path());
+    }
     running.len()
 }
 
@@ -517,7 +577,12 @@ mod tests {
     use super::*;
 
     fn run(script: &str, volumes: Vec<VolumeSpec>) -> MemberRun {
-        MemberRun { command: vec!["sh".into(), "-c".into(), script.into()], env: BTreeMap::new(), volumes }
+        MemberRun {
+            command: vec!["sh".into(), "-c".into(), script.into()],
+            env: BTreeMap::new(),
+            volumes,
+            readiness: None,
+        }
     }
 
     async fn eventually(what: &str, mut check: impl FnMut() -> bool) {

@@ -37,9 +37,9 @@ pub async fn run(
     let member = &record.name;
     let mut command = tokio::process::Command::new("sh");
     command.arg("-c").arg(script).current_dir(members.member_dir(member)).envs(&record.run.env);
-    command.env("HERD_MEMBER", member);
-    for (name, path) in members.volume_env(record) {
-        command.env(name, path);
+    command.envs(members.member_env(record));
+    if let Some(process) = &record.process {
+        command.env("HERD_INSTANCE_ID", &process.instance_id);
     }
     command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0).kill_on_drop(true);
     let mut child = command.spawn().map_err(|e| format!("starting the script: {e}"))?;

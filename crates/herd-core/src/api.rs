@@ -194,6 +194,29 @@ pub struct MemberReport {
     pub restarts: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_exit: Option<String>,
+    /// The setup status file of an app-cluster member, as it reads
+    /// (`<instance>=` while its setup runs, `<instance>=<exit code>` after).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup_status: Option<String>,
+    /// The tail of the last setup run's standard error, when it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup_stderr: Option<String>,
+    /// The last readiness check of the current instance, when the member has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readiness: Option<ReadinessReport>,
+}
+
+/// How a member's readiness check last went.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReadinessReport {
+    /// The instance it was run against.
+    pub instance_id: String,
+    pub passing: bool,
+    /// Why it failed (exit status and output tail, or the connect error).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub detail: String,
+    pub at: crate::time::Timestamp,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

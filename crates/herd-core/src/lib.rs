@@ -15,6 +15,7 @@ pub mod kinds;
 pub mod labels;
 pub mod lifecycle;
 pub mod member_check;
+pub mod member_sync;
 pub mod meta;
 pub mod node_health;
 pub mod notifies;

@@ -32,6 +32,18 @@ pub struct Seen<'a> {
     pub check_passes: Option<bool>,
 }
 
+impl<'a> Seen<'a> {
+    /// What a node's report says, the readiness result counted only when
+    /// it was taken of the instance that runs now.
+    pub fn from_report(report: Option<&'a MemberReport>) -> Self {
+        let check_passes = report.and_then(|r| {
+            let check = r.readiness.as_ref()?;
+            (r.instance_id.as_deref() == Some(check.instance_id.as_str())).then_some(check.passing)
+        });
+        Seen { report, check_passes }
+    }
+}
+
 /// The last known state from what the node reports.
 pub fn last_known_state(seen: Seen<'_>) -> LastKnownState {
     match seen.report {
@@ -100,7 +112,7 @@ mod tests {
             pid: Some(1),
             started_at: None,
             restarts: 0,
-            last_exit: None,
+            ..Default::default()
         }
     }
 
@@ -119,6 +131,7 @@ mod tests {
                 ..Default::default()
             },
             ready: true,
+            reason: None,
         }
     }
 

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use crate::kinds::app::AppSpec;
-use crate::kinds::member::{Member, MemberState, PendingNotify};
+use crate::kinds::member::{Member, MemberState, MemberStatus, PendingNotify};
 use crate::time::Timestamp;
 
 /// Members joining or leaving in this pass.
@@ -67,6 +67,33 @@ pub fn queue_notifies(
         }
     }
     queued
+}
+
+/// The script a notify runs: the App's setup script with the notify's
+/// arguments as its positional parameters.
+pub fn notify_script(setup_script: &str, arguments: &[String]) -> String {
+    let quoted: Vec<String> = arguments.iter().map(|a| format!("'{}'", a.replace('\'', "'\\''"))).collect();
+    format!("set -- {}\n{setup_script}", quoted.join(" "))
+}
+
+/// Records one delivery of the notify with `arguments` (the first pending
+/// one, if it still is): delivered, it goes; failed, its attempts and last
+/// error say so. Returns whether anything changed.
+pub fn record_delivery(status: &mut MemberStatus, arguments: &[String], outcome: Result<(), String>) -> bool {
+    let pending = &mut status.state_detail.pending_notify_cmds;
+    if pending.first().is_none_or(|n| n.arguments != arguments) {
+        return false;
+    }
+    match outcome {
+        Ok(()) => {
+            pending.remove(0);
+        }
+        Err(error) => {
+            pending[0].attempts += 1;
+            pending[0].last_error = Some(error);
+        }
+    }
+    true
 }
 
 #[cfg(test)]
@@ -133,5 +160,27 @@ mod tests {
         let mut members = vec![member("member", 0, MemberState::Configured)];
         let joined = [("worker".to_string(), "db-worker-1".to_string())];
         assert_eq!(queue_notifies(&app(), &mut members, Change::Added, &joined, now()), 0);
+    }
+
+    #[test]
+    fn rule_a_delivery_removes_the_notify_and_a_failure_is_counted_with_its_error() {
+        let mut members = vec![member("member", 0, MemberState::Configured)];
+        let joined = [("member".to_string(), "db-member-1".to_string()), ("member".into(), "db-member-2".into())];
+        queue_notifies(&app(), &mut members, Change::Added, &joined[..1], now());
+        queue_notifies(&app(), &mut members, Change::Added, &joined[1..], now());
+        let status = &mut members[0].status;
+        let first = status.state_detail.pending_notify_cmds[0].arguments.clone();
+        let second = status.state_detail.pending_notify_cmds[1].arguments.clone();
+        assert!(!record_delivery(status, &second, Ok(())), "only the first is delivered");
+        assert!(record_delivery(status, &first, Err("exit status 120: busy".into())));
+        let notify = &status.state_detail.pending_notify_cmds[0];
+        assert_eq!((notify.attempts, notify.last_error.as_deref()), (1, Some("exit status 120: busy")));
+        assert!(record_delivery(status, &first, Ok(())));
+        assert_eq!(status.state_detail.pending_notify_cmds.len(), 1);
+        assert!(!record_delivery(status, &first, Ok(())), "recorded twice, removed once");
+        assert_eq!(
+            notify_script("echo \"$@\"", &["--addnodes".into(), "it's".into()]),
+            "set -- '--addnodes' 'it'\\''s'\necho \"$@\""
+        );
     }
 }

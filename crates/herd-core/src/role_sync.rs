@@ -80,7 +80,7 @@ mod tests {
                 last_configured_instance: configured_before.then(|| "i".into()),
                 ..Default::default()
             },
-            ready: false,
+            ..Default::default()
         };
         member
     }

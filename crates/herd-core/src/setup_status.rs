@@ -32,6 +32,11 @@ pub fn finished(instance: &str, code: i32) -> String {
     format!("{instance}={code}\n")
 }
 
+/// The instance a status file names, if it reads.
+pub fn status_instance(text: Option<&str>) -> Option<&str> {
+    text.map(str::trim).and_then(|line| line.rsplit_once('=')).map(|(instance, _)| instance)
+}
+
 /// Reads the status file's text (None: no file) for the member's
 /// `current` instance.
 pub fn setup_outcome(text: Option<&str>, current: &str) -> SetupOutcome {

@@ -105,29 +105,29 @@ const ADMIT_ATTEMPTS: usize = 8;
 /// Admits and creates a Command: it carries its node's label, and nothing
 /// it would hold is held by an unsettled Command (the 409 names it). The
 /// check and the create are one transaction, through [`HOLDS_GUARD`].
-pub async fn create(objects: &Objects, mut command: Command, dry_run: bool) -> Result<Command, ApiError> {
+pub async fn create(objects: &Objects, mut command: Command, dry_run: bool) -> Result<Command, ObjectsError> {
     command.metadata.labels.insert(NODE_LABEL.into(), command.spec.node.clone());
     for _ in 0..ADMIT_ATTEMPTS {
         let revision = objects.store().get(HOLDS_GUARD).await?.map(|kv| kv.mod_revision);
         let (others, _) = objects.list::<CommandSpec>().await?;
         check_holds(&command, &others)?;
         if dry_run {
-            return Ok(objects.create(command, false, true).await?);
+            return objects.create(command, false, true).await;
         }
         let guard = Guard { key: HOLDS_GUARD.into(), revision };
         match objects.create_guarded(command.clone(), &guard).await {
             Err(ObjectsError::GuardMoved { .. }) => continue,
-            other => return Ok(other?),
+            other => return other,
         }
     }
-    Err(ApiError::Conflict(format!(
+    Err(ObjectsError::Held(format!(
         "commands kept being created meanwhile; command {} was not created: try again",
         command.metadata.name
     )))
 }
 
 /// Refuses `command` when an unsettled other Command holds what it would.
-fn check_holds(command: &Command, others: &[Command]) -> Result<(), ApiError> {
+fn check_holds(command: &Command, others: &[Command]) -> Result<(), ObjectsError> {
     let holds = command.spec.action.holds(&command.spec.node);
     let unsettled = others
         .iter()
@@ -135,7 +135,7 @@ fn check_holds(command: &Command, others: &[Command]) -> Result<(), ApiError> {
     for other in unsettled {
         let their = other.spec.action.holds(&other.spec.node);
         if let Some(hold) = holds.iter().find(|h| their.iter().any(|t| t.overlaps(h))) {
-            return Err(ApiError::Conflict(format!(
+            return Err(ObjectsError::Held(format!(
                 "{hold} is held by command {} ({}, {}{}): wait for it to settle, or `herd command abandon {}`",
                 other.metadata.name,
                 other.spec.action.type_name(),

@@ -88,7 +88,9 @@ impl From<ObjectsError> for ApiError {
         match error {
             ObjectsError::NotFound { kind, name } => ApiError::NotFound { kind, name },
             ObjectsError::AlreadyExists { kind, name } => ApiError::AlreadyExists { kind, name },
-            ObjectsError::Conflict { .. } | ObjectsError::GuardMoved { .. } => ApiError::Conflict(message),
+            ObjectsError::Conflict { .. } | ObjectsError::GuardMoved { .. } | ObjectsError::Held(_) => {
+                ApiError::Conflict(message)
+            }
             ObjectsError::Fenced { .. } => ApiError::Fenced(message),
             ObjectsError::Invalid { kind, name, errors } => ApiError::Invalid { kind, name, errors },
             ObjectsError::BadRequest(_) => ApiError::BadRequest(message),

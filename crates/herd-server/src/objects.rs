@@ -40,6 +40,10 @@ pub enum ObjectsError {
     Fenced { term: u64, kind: String, name: String },
     #[error("{kind} {name:?} is invalid: {errors}")]
     Invalid { kind: String, name: String, errors: ValidationErrors },
+    /// Something the write would take is held by another object (the
+    /// message names it and says what to do).
+    #[error("{0}")]
+    Held(String),
     /// Something the caller asked for that this kind or list cannot do.
     #[error("{0}")]
     BadRequest(String),
@@ -450,6 +454,15 @@ impl Objects {
 
     /// Deletes an object, if its resourceVersion is `precondition` when one
     /// is given; returns its last state.
+    /// Deletes an object if it exists (deleting is repeatable); whether it did.
+    pub async fn delete_if_present<S: Resource>(&self, name: &str) -> Result<bool, ObjectsError> {
+        match self.delete_value(S::KIND, S::PLURAL, name, None, false).await {
+            Ok(_) => Ok(true),
+            Err(ObjectsError::NotFound { .. }) => Ok(false),
+            Err(error) => Err(error),
+        }
+    }
+
     pub async fn delete_value(
         &self,
         kind: &str,

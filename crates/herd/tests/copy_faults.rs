@@ -100,6 +100,7 @@ async fn copies_survive_agent_kills_at_random_moments() {
         command: vec!["sleep".into(), "600".into()],
         env: Default::default(),
         volumes: vec![herd_core::kinds::command::VolumeSpec { name: "data".into(), persistent: true }],
+        readiness: None,
     };
     for i in (0..copies).filter(|i| migrates(*i)) {
         let start = Action::StartMember { member: format!("m{i}"), run: run.clone() };

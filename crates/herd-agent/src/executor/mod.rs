@@ -23,9 +23,9 @@ use tokio_util::sync::CancellationToken;
 use crate::endpoint::PeerToken;
 use crate::fsutil::write_atomic;
 use crate::journal::{Entry, Journal, JournalError, WorkerRef};
-use crate::members::Members;
+use crate::members::{MemberRecord, Members};
 use crate::worker::CopyJob;
-use crate::{procs, script};
+use crate::{procs, script, setup};
 
 mod abandon;
 mod migrate;
@@ -562,17 +562,7 @@ impl Executor {
             }
             Action::DeleteVolume { member, volume } => self.delete_volume(entry, member, volume),
             Action::RunScript { member, script, expected_instance } => {
-                let record = self.members.record(member).ok_or(format!("member {member} is not known on this node"))?;
-                let running_as = record.process.as_ref().map(|p| p.instance_id.as_str());
-                if let Some(expected) = expected_instance
-                    && running_as != Some(expected.as_str())
-                {
-                    return Err(format!(
-                        "refused: the script was for member {member} as instance {expected}, but it now runs as {}; \
-                         it restarted, and that is handled first",
-                        running_as.unwrap_or("nothing")
-                    ));
-                }
+                let record = self.member_as(member, expected_instance.as_deref(), "the script")?;
                 let started = |pid: u32| {
                     let hook: DisconnectHook = Arc::new(move || {
                         let _ = procs::signal_group(pid, libc::SIGKILL);
@@ -589,7 +579,46 @@ impl Executor {
                 self.copy_volume(entry, member, volume, from_node).await
             }
             Action::MigrateMember { member, from_node, run } => self.migrate(entry, member, from_node, run).await,
+            Action::ConfigureMember {
+                member,
+                expected_instance,
+                configmeta,
+                setup_script,
+                run_setup,
+                setup_timeout,
+            } => {
+                let record = self.member_as(member, Some(expected_instance), "its configuration")?;
+                let request = setup::Configure {
+                    configmeta,
+                    setup_script: setup_script.as_deref(),
+                    run_setup: *run_setup,
+                    setup_timeout_secs: setup_timeout.map_or(300, |t| t.get().as_secs()),
+                };
+                let message = setup::configure(&self.members, &record, expected_instance, &request)?;
+                Ok(answer(true, message, details))
+            }
+            Action::RemoveMember { member } => {
+                self.members.forget(member).await.map_err(|e| e.to_string())?;
+                Ok(answer(true, format!("member {member} is removed from this node"), details))
+            }
         }
+    }
+
+    /// The member's record, refused when it runs as another instance than
+    /// the one `what` was for (it restarted; the server handles that first).
+    fn member_as(&self, member: &str, expected: Option<&str>, what: &str) -> Result<MemberRecord, Failure> {
+        let record = self.members.record(member).ok_or(format!("member {member} is not known on this node"))?;
+        let running_as = record.process.as_ref().map(|p| p.instance_id.as_str());
+        if let Some(expected) = expected
+            && running_as != Some(expected)
+        {
+            return Err(format!(
+                "refused: {what} was for member {member} as instance {expected}, but it now runs as {}; it \
+                 restarted, and that is handled first",
+                running_as.unwrap_or("nothing")
+            ));
+        }
+        Ok(record)
     }
 }
 
@@ -634,7 +663,12 @@ mod tests {
         let members = Members::open(dir, stop.clone()).await.unwrap();
         let executor = Executor::open(dir, members.clone(), no_workers(), stop.clone()).unwrap();
         let command_line = vec!["sleep".into(), "60".into()];
-        let run = herd_core::kinds::command::MemberRun { command: command_line, env: BTreeMap::new(), volumes: vec![] };
+        let run = herd_core::kinds::command::MemberRun {
+            command: command_line,
+            env: BTreeMap::new(),
+            volumes: vec![],
+            readiness: None,
+        };
         executor.accept(command("start", 1, Action::StartMember { member: "m".into(), run }));
         settled(&executor, "start").await;
         (members, executor)

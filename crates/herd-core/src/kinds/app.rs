@@ -157,22 +157,35 @@ impl AppRole {
         }
         if let Some(check) = &self.readiness {
             let path = path.child("readiness");
-            match &check.probe {
-                Probe::Command(command) if command.first().is_none_or(|c| c.is_empty()) => {
-                    errors.add(&path.child("command"), "must name a program to run")
-                }
-                Probe::TcpPort(port) if !self.ports.iter().any(|p| p.name == *port) => {
-                    errors.add(&path.child("tcpPort"), format!("no port of this role is named {port:?}"))
-                }
-                _ => {}
+            check.validate(&path, errors);
+            if let Probe::TcpPort(port) = &check.probe
+                && !self.ports.iter().any(|p| p.name == *port)
+            {
+                errors.add(&path.child("tcpPort"), format!("no port of this role is named {port:?}"))
             }
-            if check.period.get().is_zero() {
-                errors.add(&path.child("period"), "must be positive");
-            }
-            if check.timeout.get().is_zero() || check.timeout > check.period {
-                errors
-                    .add(&path.child("timeout"), format!("must be positive and at most the period ({})", check.period));
-            }
+        }
+        if self.run.volumes.iter().any(|v| v.name == HERD_VOLUME) {
+            errors.add(&path.child("run").child("volumes"), format!("{HERD_VOLUME:?} is herd's own volume name"));
+        }
+    }
+}
+
+/// The volume herd adds to every app-cluster member: its configmeta, setup
+/// script and setup status; persistent when any of the role's volumes is.
+pub const HERD_VOLUME: &str = "herd";
+
+impl ReadinessCheck {
+    pub(crate) fn validate(&self, path: &FieldPath, errors: &mut ValidationErrors) {
+        if let Probe::Command(command) = &self.probe
+            && command.first().is_none_or(|c| c.is_empty())
+        {
+            errors.add(&path.child("command"), "must name a program to run")
+        }
+        if self.period.get().is_zero() {
+            errors.add(&path.child("period"), "must be positive");
+        }
+        if self.timeout.get().is_zero() || self.timeout > self.period {
+            errors.add(&path.child("timeout"), format!("must be positive and at most the period ({})", self.period));
         }
     }
 }

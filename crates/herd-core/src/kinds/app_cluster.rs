@@ -90,6 +90,10 @@ pub struct AppClusterStatus {
     /// pass over a spec change before it accepts the next one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// Why the cluster cannot make progress (its App is missing), or which
+    /// members keep it from being configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// The rollup of these member statuses (computed at the end of every pass).
@@ -110,6 +114,50 @@ pub fn rollup<'a>(members: impl IntoIterator<Item = &'a MemberStatus>) -> Member
         rollup.config_errors |= member.state == S::ConfigError;
     }
     rollup
+}
+
+/// The cluster's status after a pass over `members` at `generation`:
+/// the rollup, the state, and the members that keep it from configured.
+pub fn cluster_status(spec: &AppClusterSpec, generation: i64, members: &[super::member::Member]) -> AppClusterStatus {
+    let statuses: Vec<&MemberStatus> = members.iter().map(|m| &m.status).collect();
+    let member_state_rollup = rollup(statuses.iter().copied());
+    let wanted: u32 = spec.roles.iter().map(|r| r.members).sum();
+    let stale = |s: &MemberStatus| {
+        s.state == MemberState::Configured && s.state_detail.last_config_data_generation != Some(generation)
+    };
+    let mut blocking: Vec<String> = members
+        .iter()
+        .filter_map(|m| {
+            let s = &m.status;
+            let notifies = s.state_detail.pending_notify_cmds.len();
+            let why = match s.state {
+                MemberState::Configured if notifies > 0 => format!("{notifies} notifies pending"),
+                MemberState::Configured if stale(s) => "its configmeta is being updated".to_string(),
+                MemberState::Configured => return None,
+                state => format!("{state:?}"),
+            };
+            let reason = s.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default();
+            Some(format!("{} ({why}{reason})", m.metadata.name))
+        })
+        .collect();
+    blocking.sort();
+    let all_configured = blocking.is_empty() && members.len() == wanted as usize;
+    let state = if member_state_rollup.config_errors {
+        ClusterState::Error
+    } else if all_configured {
+        ClusterState::Configured
+    } else if members.iter().any(|m| m.status.was_configured()) {
+        ClusterState::Updating
+    } else {
+        ClusterState::Creating
+    };
+    AppClusterStatus {
+        state,
+        spec_generation_to_process: statuses.iter().any(|s| stale(s)).then_some(generation),
+        member_state_rollup,
+        observed_generation: Some(generation),
+        reason: (!blocking.is_empty()).then(|| format!("waiting for {}", blocking.join(", "))),
+    }
 }
 
 impl AppClusterSpec {
@@ -163,6 +211,7 @@ mod tests {
                 ..Default::default()
             },
             ready: false,
+            reason: None,
         }
     }
 

@@ -62,6 +62,27 @@ pub enum Action {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         expected_instance: Option<String>,
     },
+    /// Give an app-cluster member its configmeta (and its App's setup
+    /// script, saved as `setup.sh`) in its `herd` volume and, with
+    /// `runSetup`, launch `setup.sh --configure` detached, its outcome kept
+    /// in the volume's `setup.status` (`<instance>=` at launch,
+    /// `<instance>=<exit code>` at the end). Only while the member runs
+    /// as `expectedInstance`.
+    ConfigureMember {
+        member: String,
+        expected_instance: String,
+        configmeta: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        setup_script: Option<String>,
+        #[serde(default)]
+        run_setup: bool,
+        /// How long the setup may run [default: 5m].
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        setup_timeout: Option<HumanDuration>,
+    },
+    /// Stop a member and remove it from the node: its volumes, logs and
+    /// record. Repeatable.
+    RemoveMember { member: String },
 }
 
 impl Default for Action {
@@ -80,6 +101,10 @@ pub struct MemberRun {
     pub env: BTreeMap<String, String>,
     #[serde(default)]
     pub volumes: Vec<VolumeSpec>,
+    /// Run by the agent while the member runs; its result is reported
+    /// with the member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readiness: Option<super::app::ReadinessCheck>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -101,6 +126,8 @@ impl Action {
             Action::MigrateMember { .. } => "MigrateMember",
             Action::DeleteVolume { .. } => "DeleteVolume",
             Action::RunScript { .. } => "RunScript",
+            Action::ConfigureMember { .. } => "ConfigureMember",
+            Action::RemoveMember { .. } => "RemoveMember",
         }
     }
 
@@ -111,7 +138,9 @@ impl Action {
             | Action::CopyVolume { member, .. }
             | Action::MigrateMember { member, .. }
             | Action::DeleteVolume { member, .. }
-            | Action::RunScript { member, .. } => member,
+            | Action::RunScript { member, .. }
+            | Action::ConfigureMember { member, .. }
+            | Action::RemoveMember { member } => member,
         }
     }
 
@@ -138,7 +167,11 @@ impl Action {
             }
             Action::MigrateMember { from_node, .. } => vec![hold(node, None), hold(from_node, None)],
             Action::DeleteVolume { volume, .. } => vec![hold(node, Some(volume))],
-            Action::StartMember { .. } | Action::StopMember { .. } | Action::RunScript { .. } => vec![hold(node, None)],
+            Action::StartMember { .. }
+            | Action::StopMember { .. }
+            | Action::RunScript { .. }
+            | Action::ConfigureMember { .. }
+            | Action::RemoveMember { .. } => vec![hold(node, None)],
         }
     }
 
@@ -160,7 +193,15 @@ impl Action {
                     errors.add(&path.child("script"), "must not be empty");
                 }
             }
-            Action::StopMember { .. } => {}
+            Action::ConfigureMember { expected_instance, configmeta, .. } => {
+                if expected_instance.is_empty() {
+                    errors.add(&path.child("expectedInstance"), "must name the instance being configured");
+                }
+                if serde_json::from_str::<serde_json::Value>(configmeta).is_err() {
+                    errors.add(&path.child("configmeta"), "must be a JSON document");
+                }
+            }
+            Action::StopMember { .. } | Action::RemoveMember { .. } => {}
         }
     }
 }
@@ -172,6 +213,9 @@ impl MemberRun {
         }
         check_unique_names(&path.child("volumes"), self.volumes.iter().map(|v| v.name.as_str()), errors);
         check_env(&path.child("env"), &self.env, errors);
+        if let Some(check) = &self.readiness {
+            check.validate(&path.child("readiness"), errors);
+        }
     }
 }
 

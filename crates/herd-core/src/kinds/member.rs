@@ -107,6 +107,10 @@ pub struct StateDetail {
     /// The instance that last reached configured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_configured_instance: Option<String>,
+    /// The instance whose setup herd launched (its status file may not
+    /// have been reported yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup_launched_instance: Option<String>,
     #[serde(default)]
     pub last_known_state: LastKnownState,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -123,6 +127,10 @@ pub struct MemberStatus {
     /// Configured, running and passing its readiness check (what budgets count).
     #[serde(default)]
     pub ready: bool,
+    /// Why it waits, or what went wrong last (a placement no node can
+    /// take, a refused or failed command).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 impl MemberStatus {

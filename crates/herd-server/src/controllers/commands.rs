@@ -297,6 +297,12 @@ impl CommandController {
             Action::DeleteVolume { member, volume } => {
                 Finding::Again(format!("volume {member}/{volume}: deleting again is safe"))
             }
+            // The agent never launches a member's setup twice for one
+            // instance (the status file says it was), so doing it again is safe.
+            Action::ConfigureMember { member, .. } => {
+                Finding::Again(format!("member {member}: configuring it again is safe"))
+            }
+            Action::RemoveMember { member } => Finding::Again(format!("member {member}: removing it again is safe")),
             Action::MigrateMember { member, from_node, .. } => {
                 let here = member_state(member).filter(|m| m.wanted && m.running);
                 let source = self.nodes.get(from_node);

@@ -4,6 +4,7 @@
 //! lease up, which is why they take a token and keep no state that
 //! outlives it. Their writes go through the leadership's fence.
 
+pub mod app_clusters;
 pub mod commands;
 pub mod compactor;
 pub mod event_ttl;
@@ -36,6 +37,26 @@ pub fn start(
     let nodes = Reflector::<NodeSpec>::start(objects.store().clone(), stop.clone());
     let commands = Reflector::start(objects.store().clone(), stop.clone());
     let wake_on_commands = vec![commands.changes()];
+    let caches = app_clusters::Caches {
+        apps: Reflector::start(objects.store().clone(), stop.clone()),
+        clusters: Reflector::start(objects.store().clone(), stop.clone()),
+        members: Reflector::start(objects.store().clone(), stop.clone()),
+        nodes: nodes.clone(),
+        commands: commands.clone(),
+    };
+    let wake_app_clusters = vec![
+        caches.apps.changes(),
+        caches.clusters.changes(),
+        caches.members.changes(),
+        caches.nodes.changes(),
+        caches.commands.changes(),
+    ];
+    let app_clusters = app_clusters::AppClusterController::new(
+        objects.clone(),
+        caches,
+        EventRecorder::new(objects.clone(), "app-clusters"),
+    );
+    set.spawn(runtime::run(app_clusters, wake_app_clusters, stop.clone()));
     let command_controller = commands::CommandController::new(
         objects.clone(),
         term,

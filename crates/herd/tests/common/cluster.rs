@@ -28,6 +28,7 @@ pub fn member_run() -> MemberRun {
         command: vec!["sh".into(), "-c".into(), "echo hello; exec sleep 300".into()],
         env: [("GREETING".to_string(), "hi".to_string())].into(),
         volumes: vec![VolumeSpec { name: "data".into(), persistent: true }],
+        readiness: None,
     }
 }
 

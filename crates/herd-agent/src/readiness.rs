@@ -1,0 +1,127 @@
+//! Readiness checks: for every running member whose run has one, the
+//! agent runs it every period (a command in the member's environment, or
+//! a TCP connection to one of its named ports on loopback) and keeps the
+//! result, with the instance it was run against, for the heartbeat. The
+//! same loop watches the members' setup status files, so that a setup
+//! that ends is reported at once rather than with the next heartbeat.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Stdio;
+use std::time::{Duration, SystemTime};
+
+use herd_core::Timestamp;
+use herd_core::api::ReadinessReport;
+use herd_core::kinds::app::{NamedPort, Probe, ReadinessCheck};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::members::{MemberRecord, Members};
+use crate::procs;
+
+/// How often the agent looks for checks that are due.
+const TICK: Duration = Duration::from_millis(250);
+/// How much of a failing command's output a result keeps.
+const DETAIL_TAIL: usize = 512;
+
+/// Runs the checks until `stop` fires.
+pub async fn run(members: Members, stop: CancellationToken) {
+    let mut next_due: BTreeMap<(String, String), Instant> = BTreeMap::new();
+    let mut running: JoinSet<()> = JoinSet::new();
+    let mut busy: BTreeSet<String> = BTreeSet::new();
+    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let mut setup_seen: BTreeMap<String, Option<String>> = BTreeMap::new();
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(TICK) => {}
+        }
+        while let Ok(member) = done_rx.try_recv() {
+            busy.remove(&member);
+        }
+        while running.try_join_next().is_some() {}
+        let now = Instant::now();
+        let records = members.records();
+        next_due.retain(|(member, _), _| records.iter().any(|r| &r.name == member));
+        setup_seen.retain(|member, _| records.iter().any(|r| &r.name == member));
+        let mut setup_changed = false;
+        for record in &records {
+            let (status, _) = crate::setup::report(&members, record);
+            setup_changed |=
+                setup_seen.insert(record.name.clone(), status.clone()).is_some_and(|before| before != status);
+        }
+        if setup_changed {
+            members.tell_changed();
+        }
+        for record in records {
+            let (Some(check), Some(process)) = (record.run.readiness.clone(), record.process.clone()) else {
+                continue;
+            };
+            if !record.wanted || !procs::is_alive(process.pid, process.start_ticks) || busy.contains(&record.name) {
+                continue;
+            }
+            let key = (record.name.clone(), process.instance_id.clone());
+            if next_due.get(&key).is_some_and(|due| *due > now) {
+                continue;
+            }
+            next_due.insert(key, now + check.period.get());
+            busy.insert(record.name.clone());
+            let (members, done) = (members.clone(), done_tx.clone());
+            running.spawn(async move {
+                let (passing, detail) = probe(&members, &record, &check).await;
+                let report = ReadinessReport {
+                    instance_id: process.instance_id.clone(),
+                    passing,
+                    detail,
+                    at: Timestamp::from_system_time(SystemTime::now()),
+                };
+                members.set_readiness(&record.name, report);
+                let _ = done.send(record.name);
+            });
+        }
+    }
+}
+
+async fn probe(members: &Members, record: &MemberRecord, check: &ReadinessCheck) -> (bool, String) {
+    let timeout = check.timeout.get();
+    match &check.probe {
+        Probe::TcpPort(name) => {
+            let variable = NamedPort { name: name.clone() }.variable();
+            let Some(port) = record.run.env.get(&variable).and_then(|p| p.parse::<u16>().ok()) else {
+                return (false, format!("the member has no port {name:?} ({variable} is not set)"));
+            };
+            match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(("127.0.0.1", port))).await {
+                Ok(Ok(_)) => (true, String::new()),
+                Ok(Err(error)) => (false, format!("connecting to port {name} (127.0.0.1:{port}): {error}")),
+                Err(_) => (false, format!("connecting to port {name} (127.0.0.1:{port}) took more than {timeout:?}")),
+            }
+        }
+        Probe::Command(argv) => {
+            let mut command = tokio::process::Command::new(&argv[0]);
+            command.args(&argv[1..]).current_dir(members.member_dir(&record.name)).envs(&record.run.env);
+            command.envs(members.member_env(record));
+            command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+            command.process_group(0).kill_on_drop(true);
+            let child = match command.spawn() {
+                Ok(child) => child,
+                Err(error) => return (false, format!("starting {:?}: {error}", argv[0])),
+            };
+            let pid = child.id().unwrap_or_default();
+            match tokio::time::timeout(timeout, child.wait_with_output()).await {
+                Ok(Ok(output)) if output.status.success() => (true, String::new()),
+                Ok(Ok(output)) => {
+                    let mut text = String::from_utf8_lossy(&output.stderr).into_owned();
+                    text.push_str(&String::from_utf8_lossy(&output.stdout));
+                    let tail: String =
+                        text.trim().chars().rev().take(DETAIL_TAIL).collect::<Vec<_>>().into_iter().rev().collect();
+                    (false, format!("the check exited with {}: {tail}", output.status))
+                }
+                Ok(Err(error)) => (false, format!("waiting for the check: {error}")),
+                Err(_) => {
+                    let _ = procs::signal_group(pid, libc::SIGKILL);
+                    (false, format!("the check took more than {timeout:?}; killed"))
+                }
+            }
+        }
+    }
+}

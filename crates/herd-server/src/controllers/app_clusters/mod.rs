@@ -1,0 +1,543 @@
+//! The app-cluster controller (leader only): one pass per AppCluster in
+//! the seed's order. First what happened (settled Commands read into the
+//! members' statuses; each member checked against its node's report, a
+//! changed instance being a restart), then role sync (members created or
+//! sent away), then member sync (each member one step further: placed,
+//! started, configured, removed), and at the end of every pass, whatever
+//! happened: notifies queued and sent, the rollup computed, the statuses
+//! written. Every decision is herd-core's; this module reads the caches,
+//! writes through the fence and issues Commands.
+//!
+//! Members whose AppCluster is gone (deleted, or replaced by another of
+//! the same name) are removed from their nodes and deleted.
+
+mod commands;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use herd_core::configmeta::configmeta;
+use herd_core::kinds::app_cluster::{AppCluster, cluster_status};
+use herd_core::kinds::member::{CLUSTER_LABEL, ROLE_LABEL};
+use herd_core::kinds::{
+    Action, AppClusterSpec, AppSpec, Command, CommandSpec, EventType, Member, MemberSpec, MemberState, Node, NodeSpec,
+};
+use herd_core::member_check::{Restart, Seen, check_member};
+use herd_core::member_sync::{MemberFacts, Step, member_sync};
+use herd_core::meta::OwnerReference;
+use herd_core::notifies::{Change, notify_script, queue_notifies};
+use herd_core::placement::{MEMBER_PORTS, Placement, allocate_ports, place};
+use herd_core::role_sync::{MemberChange, role_sync};
+
+use self::commands::{Consumed, Purpose, command_for, consume, member_of, member_run};
+use crate::controllers::runtime::{Controller, Next};
+use crate::events::EventRecorder;
+use crate::objects::{Objects, ObjectsError, Part, now};
+use crate::reflector::Reflector;
+
+/// How soon a cluster with work in flight is looked at again.
+const BUSY_REQUEUE: Duration = Duration::from_millis(500);
+/// How often a quiet one is (KubeDirector requeues every 30 s).
+const QUIET_REQUEUE: Duration = Duration::from_secs(10);
+
+pub struct AppClusterController {
+    objects: Objects,
+    apps: Reflector<AppSpec>,
+    clusters: Reflector<AppClusterSpec>,
+    members: Reflector<MemberSpec>,
+    nodes: Reflector<NodeSpec>,
+    commands: Reflector<CommandSpec>,
+    events: EventRecorder,
+}
+
+/// The caches the controller reads.
+pub struct Caches {
+    pub apps: Reflector<AppSpec>,
+    pub clusters: Reflector<AppClusterSpec>,
+    pub members: Reflector<MemberSpec>,
+    pub nodes: Reflector<NodeSpec>,
+    pub commands: Reflector<CommandSpec>,
+}
+
+impl AppClusterController {
+    pub fn new(objects: Objects, caches: Caches, events: EventRecorder) -> Self {
+        let Caches { apps, clusters, members, nodes, commands } = caches;
+        AppClusterController { objects, apps, clusters, members, nodes, commands, events }
+    }
+}
+
+impl Controller for AppClusterController {
+    const NAME: &'static str = "app-clusters";
+
+    async fn synced(&self) {
+        self.apps.synced().await;
+        self.clusters.synced().await;
+        self.members.synced().await;
+        self.nodes.synced().await;
+        self.commands.synced().await;
+    }
+
+    /// A pass over every cluster; one cluster's failure is logged and the
+    /// others go on, except a lost leadership, which ends the pass.
+    async fn reconcile(&mut self) -> Result<Next, ObjectsError> {
+        let mut busy = false;
+        for cluster in self.clusters.list() {
+            match self.pass(&cluster).await {
+                Ok(in_flight) => busy |= in_flight,
+                Err(fenced @ ObjectsError::Fenced { .. }) => return Err(fenced),
+                Err(error) => {
+                    busy = true;
+                    tracing::info!(cluster = %cluster.metadata.name, %error, "app-cluster pass to be done again");
+                }
+            }
+        }
+        busy |= self.orphans().await?;
+        Ok(Next::Requeue(if busy { BUSY_REQUEUE } else { QUIET_REQUEUE }))
+    }
+}
+
+/// What one pass works on for a cluster.
+struct Pass<'a> {
+    cluster: &'a AppCluster,
+    app: Option<&'a AppSpec>,
+    nodes: &'a [Node],
+    /// Every member of every cluster (ports are allocated per node).
+    all_members: &'a [Member],
+    /// This cluster's members as they are being changed.
+    members: Vec<Member>,
+    /// Members with an unsettled Command.
+    busy: BTreeSet<String>,
+    /// Members whose RemoveMember succeeded.
+    removed: BTreeSet<String>,
+}
+
+fn owned_by(member: &Member, cluster: &AppCluster) -> bool {
+    member.spec.cluster == cluster.metadata.name
+        && member.metadata.owner_references.iter().all(|o| Some(&o.uid) == cluster.metadata.uid.as_ref())
+}
+
+fn report_of<'a>(nodes: &'a [Node], member: &Member) -> Option<&'a herd_core::api::MemberReport> {
+    let node = nodes.iter().find(|n| Some(&n.metadata.name) == member.spec.node.as_ref())?;
+    node.status.members.iter().find(|r| r.name == member.metadata.name)
+}
+
+impl AppClusterController {
+    /// One pass over `cluster`; true when something is in flight.
+    async fn pass(&self, cluster: &AppCluster) -> Result<bool, ObjectsError> {
+        let name = &cluster.metadata.name;
+        let app = self.apps.get(&cluster.spec.app_ref);
+        let nodes = self.nodes.list();
+        let all_members = self.members.list();
+        let members: Vec<Member> = all_members.iter().filter(|m| owned_by(m, cluster)).cloned().collect();
+        let before: BTreeMap<String, Member> = members.iter().map(|m| (m.metadata.name.clone(), m.clone())).collect();
+        let mut pass = Pass {
+            cluster,
+            app: app.as_ref().map(|a| &a.spec),
+            nodes: &nodes,
+            all_members: &all_members,
+            members,
+            busy: BTreeSet::new(),
+            removed: BTreeSet::new(),
+        };
+        let consumed = self.read_commands(&mut pass);
+        if let Some(app) = pass.app {
+            self.check_members(&mut pass, app).await;
+            self.sync_roles(&mut pass).await?;
+            self.sync_members(&mut pass, app).await?;
+            self.send_notifies(&mut pass, app).await?;
+        }
+        let in_flight = !pass.busy.is_empty()
+            || pass.members.iter().any(|m| {
+                !matches!(m.status.state, MemberState::Configured | MemberState::ConfigError)
+                    || !m.status.state_detail.pending_notify_cmds.is_empty()
+            });
+        for member in &pass.members {
+            let unchanged = before.get(&member.metadata.name).is_some_and(|b| b.status == member.status);
+            if !unchanged && member.metadata.resource_version.is_some() {
+                self.objects.update_status(member.clone(), false).await?;
+            }
+        }
+        // Outcomes are deleted only once the statuses that recorded them are written.
+        for command in consumed {
+            self.objects.delete_if_present::<CommandSpec>(&command).await?;
+        }
+        let status = match pass.app {
+            Some(_) => cluster_status(&cluster.spec, cluster.metadata.generation, &pass.members),
+            None => herd_core::kinds::AppClusterStatus {
+                reason: Some(format!("App {:?} does not exist: apply it", cluster.spec.app_ref)),
+                observed_generation: Some(cluster.metadata.generation),
+                ..cluster.status.clone()
+            },
+        };
+        if status != cluster.status {
+            self.objects
+                .modify::<AppClusterSpec, ObjectsError>(name, Part::Status, |c| {
+                    if c.metadata.generation != cluster.metadata.generation || c.status == status {
+                        return Ok(false);
+                    }
+                    c.status = status.clone();
+                    Ok(true)
+                })
+                .await?;
+        }
+        Ok(in_flight)
+    }
+
+    /// Reads every settled Command of the cluster's members into their
+    /// statuses; returns the names of those read (deleted at the end of
+    /// the pass). Members with an unsettled Command are busy.
+    fn read_commands(&self, pass: &mut Pass<'_>) -> Vec<String> {
+        let mut commands: Vec<Command> = self
+            .commands
+            .list()
+            .into_iter()
+            .filter(|c| c.metadata.annotations.get(commands::CLUSTER_ANNOTATION) == Some(&pass.cluster.metadata.name))
+            .collect();
+        commands.sort_by_key(|c| c.metadata.creation_timestamp);
+        let mut consumed = Consumed::default();
+        let mut read = Vec::new();
+        for command in &commands {
+            let Some(member_name) = member_of(command) else { continue };
+            let member = pass.members.iter_mut().find(|m| m.metadata.name == member_name);
+            if !command.status.state_by_management.is_settled() {
+                pass.busy.insert(member_name.to_string());
+                continue;
+            }
+            if let Some(member) = member {
+                consume(command, &mut member.status, &mut consumed);
+            }
+            read.push(command.metadata.name.clone());
+        }
+        pass.removed.extend(consumed.removed);
+        read
+    }
+
+    /// The seed's first step: each member against its node's report.
+    async fn check_members(&self, pass: &mut Pass<'_>, app: &AppSpec) {
+        let mut restarts = Vec::new();
+        for member in &mut pass.members {
+            if member.spec.node.is_none() {
+                continue;
+            }
+            let report = report_of(pass.nodes, member);
+            let persistent = app.role(&member.spec.role).is_some_and(|r| r.run.volumes.iter().any(|v| v.persistent));
+            if let Some(restart) = check_member(&mut member.status, Seen::from_report(report), persistent) {
+                restarts.push((member.clone(), restart));
+            }
+        }
+        for (member, restart) in restarts {
+            let how = match restart {
+                Restart::Persistent => "persistent restart: its setup is not run again if it succeeded",
+                Restart::CleanSlate => "clean-slate restart: it is set up from scratch",
+                Restart::ErrorRetry => "error-retry restart: it was in config error and is set up again",
+            };
+            self.events
+                .record(&member, EventType::Normal, "MemberRestarted", format!("a new instance runs ({how})"))
+                .await;
+        }
+    }
+
+    /// Creates the members the spec asks for and sends away the surplus.
+    async fn sync_roles(&self, pass: &mut Pass<'_>) -> Result<(), ObjectsError> {
+        let cluster = pass.cluster;
+        for change in role_sync(&cluster.metadata.name, &cluster.spec, &pass.members) {
+            match change {
+                MemberChange::Create { name, role, index } => {
+                    let mut member = Member::new(
+                        name,
+                        MemberSpec {
+                            cluster: cluster.metadata.name.clone(),
+                            role: role.clone(),
+                            index,
+                            ..Default::default()
+                        },
+                    );
+                    member.metadata.labels.insert(CLUSTER_LABEL.into(), cluster.metadata.name.clone());
+                    member.metadata.labels.insert(ROLE_LABEL.into(), role);
+                    member.metadata.owner_references.push(OwnerReference {
+                        kind: "AppCluster".into(),
+                        name: cluster.metadata.name.clone(),
+                        uid: cluster.metadata.uid.clone().unwrap_or_default(),
+                    });
+                    match self.objects.create(member, true, false).await {
+                        Ok(created) => pass.members.push(created),
+                        // Created by an earlier pass whose cache had not seen it.
+                        Err(ObjectsError::AlreadyExists { .. }) => {}
+                        Err(error) => return Err(error),
+                    }
+                }
+                MemberChange::MarkDeletePending { name } => {
+                    if let Some(member) = pass.members.iter_mut().find(|m| m.metadata.name == name) {
+                        member.status.state = MemberState::DeletePending;
+                    }
+                }
+                MemberChange::Delete { name } => {
+                    if let Some(member) = pass.members.iter_mut().find(|m| m.metadata.name == name) {
+                        member.status.state = MemberState::Deleting;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Each member one step further; joins and departures queue notifies.
+    async fn sync_members(&self, pass: &mut Pass<'_>, app: &AppSpec) -> Result<(), ObjectsError> {
+        let generation = pass.cluster.metadata.generation;
+        let (mut joined, mut leaving) = (Vec::new(), Vec::new());
+        let mut forgotten = BTreeSet::new();
+        for i in 0..pass.members.len() {
+            let Some(app_role) = app.role(&pass.members[i].spec.role) else { continue };
+            // Placing is one step and starting the next: let both happen now.
+            for _ in 0..2 {
+                let member = &pass.members[i];
+                let was_configured = member.status.was_configured();
+                let report = report_of(pass.nodes, member).cloned();
+                let facts = MemberFacts {
+                    generation,
+                    bound: member.spec.node.is_some(),
+                    report: report.as_ref(),
+                    has_setup: app_role.setup.is_some(),
+                    persistent: app_role.run.volumes.iter().any(|v| v.persistent),
+                    busy: pass.busy.contains(&member.metadata.name),
+                    removed: pass.removed.contains(&member.metadata.name),
+                };
+                let member = &mut pass.members[i];
+                let step = member_sync(&mut member.status, &facts);
+                if !was_configured && member.status.state == MemberState::Configured {
+                    joined.push((member.spec.role.clone(), member.metadata.name.clone()));
+                    let message = format!(
+                        "configured as instance {}",
+                        member.status.state_detail.last_configured_instance.as_deref().unwrap_or("?")
+                    );
+                    self.events.record(member, EventType::Normal, "MemberConfigured", message).await;
+                }
+                match step {
+                    Step::Place => {
+                        if self.place(pass, i, app_role).await? {
+                            continue;
+                        }
+                    }
+                    Step::AnnounceLeaving => leaving.push((member.spec.role.clone(), member.metadata.name.clone())),
+                    Step::Forget => {
+                        forgotten.insert(member.metadata.name.clone());
+                    }
+                    Step::Wait => {}
+                    Step::Start | Step::Configure { .. } | Step::Remove => self.issue(pass, i, app, step).await?,
+                }
+                break;
+            }
+        }
+        for name in &forgotten {
+            self.objects.delete_if_present::<MemberSpec>(name).await?;
+        }
+        pass.members.retain(|m| !forgotten.contains(&m.metadata.name));
+        let now = now();
+        queue_notifies(app, &mut pass.members, Change::Added, &joined, now);
+        queue_notifies(app, &mut pass.members, Change::Deleted, &leaving, now);
+        Ok(())
+    }
+
+    /// Binds member `i` to a node with its ports (written before anything
+    /// is started there); true when it was bound.
+    async fn place(
+        &self,
+        pass: &mut Pass<'_>,
+        i: usize,
+        app_role: &herd_core::kinds::app::AppRole,
+    ) -> Result<bool, ObjectsError> {
+        let member = &pass.members[i];
+        let selector = pass.cluster.spec.role(&member.spec.role).map(|r| r.node_selector.clone()).unwrap_or_default();
+        let peers: Vec<Member> = pass.members.iter().filter(|m| m.spec.role == member.spec.role).cloned().collect();
+        let node = match place(member, &selector, app_role.placement.spread, pass.nodes, &peers) {
+            Placement::Bound(node) => node,
+            Placement::Unplaceable(why) => {
+                if pass.members[i].status.reason.as_deref() != Some(why.as_str()) {
+                    self.events.record(&pass.members[i], EventType::Warning, "Unplaceable", why.clone()).await;
+                    pass.members[i].status.reason = Some(why);
+                }
+                return Ok(false);
+            }
+        };
+        let taken: BTreeSet<u16> = pass
+            .all_members
+            .iter()
+            .chain(pass.members.iter())
+            .filter(|m| m.spec.node.as_deref() == Some(node.as_str()))
+            .flat_map(|m| m.spec.ports.values().copied())
+            .collect();
+        let ports = match allocate_ports(&app_role.ports, &taken, MEMBER_PORTS) {
+            Ok(ports) => ports,
+            Err(why) => {
+                pass.members[i].status.reason = Some(format!("on {node}: {why}"));
+                return Ok(false);
+            }
+        };
+        let mut bound = pass.members[i].clone();
+        bound.spec.node = Some(node.clone());
+        bound.spec.ports = ports;
+        let status = bound.status.clone();
+        let mut written = self.objects.update(bound, false).await?;
+        // The status being worked on stays this pass's (written at its end).
+        written.status = status;
+        let message = format!("bound to node {node}");
+        self.events.record(&written, EventType::Normal, "MemberPlaced", message).await;
+        pass.members[i] = written;
+        Ok(true)
+    }
+
+    /// Issues the Command that carries out `step` for member `i`.
+    async fn issue(&self, pass: &mut Pass<'_>, i: usize, app: &AppSpec, step: Step) -> Result<(), ObjectsError> {
+        let cluster = pass.cluster;
+        let member = &pass.members[i];
+        let (Some(app_role), Some(cluster_role)) = (app.role(&member.spec.role), cluster.spec.role(&member.spec.role))
+        else {
+            return Ok(());
+        };
+        let name = member.metadata.name.clone();
+        let generation = commands::generation_annotation(cluster.metadata.generation);
+        let (purpose, action, extra) = match step {
+            Step::Start => {
+                let run = member_run(cluster, app_role, cluster_role, member);
+                (Purpose::Start, Action::StartMember { member: name, run }, vec![])
+            }
+            Step::Configure { run_setup } => {
+                let instance = match member.status.state {
+                    MemberState::Configured => member.status.state_detail.last_configured_instance.clone(),
+                    _ => member.status.state_detail.configuring_instance.clone(),
+                };
+                let Some(instance) = instance else { return Ok(()) };
+                let Some(meta) = configmeta(cluster, &pass.members, pass.nodes, &name) else { return Ok(()) };
+                let configmeta = serde_json::to_string_pretty(&meta).unwrap_or_default();
+                let setup = app_role.setup.as_ref();
+                let action = Action::ConfigureMember {
+                    member: name,
+                    expected_instance: instance,
+                    configmeta,
+                    setup_script: setup.map(|s| s.script.clone()),
+                    run_setup,
+                    setup_timeout: setup.map(|s| s.timeout),
+                };
+                (Purpose::Configure, action, vec![generation])
+            }
+            Step::Remove => (Purpose::Remove, Action::RemoveMember { member: name }, vec![]),
+            _ => return Ok(()),
+        };
+        self.create_command(pass, i, purpose, action, &extra).await
+    }
+
+    async fn create_command(
+        &self,
+        pass: &mut Pass<'_>,
+        i: usize,
+        purpose: Purpose,
+        action: Action,
+        extra: &[(&str, String)],
+    ) -> Result<(), ObjectsError> {
+        let member = &pass.members[i];
+        let Some(command) = command_for(&pass.cluster.metadata.name, member, purpose, action, extra) else {
+            return Ok(());
+        };
+        match crate::commands::create(&self.objects, command, false).await {
+            Ok(_) => {
+                pass.busy.insert(member.metadata.name.clone());
+                Ok(())
+            }
+            // Held by a Command the caches had not shown yet: next pass.
+            Err(ObjectsError::Held(why)) => {
+                tracing::info!(member = %member.metadata.name, %why, "member busy");
+                pass.busy.insert(member.metadata.name.clone());
+                Ok(())
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// The end of every pass: each configured member that is not busy is
+    /// sent its first pending notify (members side by side, each in order).
+    async fn send_notifies(&self, pass: &mut Pass<'_>, app: &AppSpec) -> Result<(), ObjectsError> {
+        for i in 0..pass.members.len() {
+            let member = &pass.members[i];
+            if member.status.state != MemberState::Configured || pass.busy.contains(&member.metadata.name) {
+                continue;
+            }
+            let (Some(notify), Some(setup)) = (
+                member.status.state_detail.pending_notify_cmds.first(),
+                app.role(&member.spec.role).and_then(|r| r.setup.as_ref()),
+            ) else {
+                continue;
+            };
+            let action = Action::RunScript {
+                member: member.metadata.name.clone(),
+                script: notify_script(&setup.script, &notify.arguments),
+                expected_instance: member.status.state_detail.last_configured_instance.clone(),
+            };
+            let extra = [commands::notify_annotation(&notify.arguments)];
+            self.create_command(pass, i, Purpose::Notify, action, &extra).await?;
+        }
+        Ok(())
+    }
+
+    /// Members whose cluster is gone: removed from their nodes, then
+    /// deleted. True while any is left.
+    async fn orphans(&self) -> Result<bool, ObjectsError> {
+        let clusters = self.clusters.list();
+        let nodes = self.nodes.list();
+        let orphans: Vec<Member> =
+            self.members.list().into_iter().filter(|m| !clusters.iter().any(|c| owned_by(m, c))).collect();
+        if orphans.is_empty() {
+            return Ok(false);
+        }
+        let mut removed = BTreeSet::new();
+        let mut busy = BTreeSet::new();
+        let mut settled: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for command in self.commands.list() {
+            let Some(member) = member_of(&command).filter(|m| orphans.iter().any(|o| o.metadata.name == *m)) else {
+                continue;
+            };
+            if !command.status.state_by_management.is_settled() {
+                busy.insert(member.to_string());
+                continue;
+            }
+            if matches!(command.spec.action, Action::RemoveMember { .. })
+                && command.status.answer.as_ref().is_some_and(|a| a.success)
+            {
+                removed.insert(member.to_string());
+            }
+            settled.entry(member.to_string()).or_default().push(command.metadata.name.clone());
+        }
+        for mut member in orphans {
+            let name = member.metadata.name.clone();
+            member.status.state = MemberState::Deleting;
+            let report = report_of(&nodes, &member).cloned();
+            let facts = MemberFacts {
+                generation: 0,
+                bound: member.spec.node.is_some(),
+                report: report.as_ref(),
+                has_setup: false,
+                persistent: false,
+                busy: busy.contains(&name),
+                removed: removed.contains(&name),
+            };
+            match member_sync(&mut member.status, &facts) {
+                Step::Forget => {
+                    self.objects.delete_if_present::<MemberSpec>(&name).await?;
+                    for command in settled.remove(&name).unwrap_or_default() {
+                        self.objects.delete_if_present::<CommandSpec>(&command).await?;
+                    }
+                }
+                Step::Remove => {
+                    let action = Action::RemoveMember { member: name.clone() };
+                    if let Some(command) = command_for(&member.spec.cluster, &member, Purpose::Remove, action, &[]) {
+                        match crate::commands::create(&self.objects, command, false).await {
+                            Ok(_) | Err(ObjectsError::Held(_)) => {}
+                            Err(error) => return Err(error),
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(true)
+    }
+}
