@@ -424,6 +424,7 @@ impl Members {
                     started_at: record.process.as_ref().map(|p| p.started_at),
                     restarts: record.restarts,
                     last_exit: record.last_exit.clone(),
+                    cluster: record.run.env.get("HERD_CLUSTER").cloned(),
                     setup_status,
                     setup_stderr,
                     readiness: readiness.get(&record.name).cloned(),
@@ -445,7 +446,7 @@ impl Members {
     /// What herd adds to a member's environment (for its process, its
     /// scripts and its checks): `HERD_MEMBER`, `HERD_VOLUME_<NAME>` to the
     /// path of each of its volumes, and `HERD_CONFIGMETA` when it is an
-    /// app-cluster member.
+    /// app-cluster member (and `HERD_CONFIGMETA_SH`, the same as shell variables).
     pub fn member_env(&self, record: &MemberRecord) -> Vec<(String, std::ffi::OsString)> {
         let mut env = vec![("HERD_MEMBER".to_string(), record.name.clone().into())];
         for volume in &record.run.volumes {
@@ -453,6 +454,7 @@ impl Members {
         }
         if let Some(dir) = crate::setup::herd_volume(self, record) {
             env.push(("HERD_CONFIGMETA".into(), dir.join(crate::setup::CONFIGMETA).into()));
+            env.push(("HERD_CONFIGMETA_SH".into(), dir.join(crate::setup::CONFIGMETA_SH).into()));
         }
         env
     }

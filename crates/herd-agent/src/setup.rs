@@ -1,4 +1,5 @@
-//! An app-cluster member's herd volume: its configmeta, its App's setup
+//! An app-cluster member's herd volume: its configmeta (as JSON and as
+//! shell variables), its App's setup
 //! script, and the setup run whose outcome outlives the agent and is
 //! reported with the member.
 //!
@@ -15,6 +16,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
+use herd_core::configmeta::ConfigMeta;
 use herd_core::kinds::app::HERD_VOLUME;
 use herd_core::setup_status::{launched, status_instance};
 
@@ -23,6 +25,7 @@ use crate::members::{MemberRecord, Members};
 use crate::procs;
 
 pub const CONFIGMETA: &str = "configmeta.json";
+pub const CONFIGMETA_SH: &str = "configmeta.sh";
 const SCRIPT: &str = "setup.sh";
 const STATUS: &str = "setup.status";
 const STDERR: &str = "setup.err";
@@ -69,6 +72,9 @@ pub fn configure(
     let write = |name: &str, text: &str, mode: u32| {
         write_atomic(&dir.join(name), text.as_bytes(), mode).map_err(|e| format!("writing {name}: {e}"))
     };
+    let meta: ConfigMeta =
+        serde_json::from_str(request.configmeta).map_err(|e| format!("the configmeta does not read: {e}"))?;
+    write(CONFIGMETA_SH, &meta.to_shell(), 0o644)?;
     write(CONFIGMETA, request.configmeta, 0o644)?;
     if let Some(script) = request.setup_script {
         write(SCRIPT, script, 0o755)?;

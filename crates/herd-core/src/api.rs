@@ -194,6 +194,9 @@ pub struct MemberReport {
     pub restarts: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_exit: Option<String>,
+    /// The AppCluster it was started for, when it is an app-cluster member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
     /// The setup status file of an app-cluster member, as it reads
     /// (`<instance>=` while its setup runs, `<instance>=<exit code>` after).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -53,8 +53,8 @@ fn meta_of(member: &Member, nodes: &[Node]) -> MemberMeta {
         .node
         .as_deref()
         .and_then(|name| nodes.iter().find(|n| n.metadata.name == name))
-        .and_then(|n| n.status.address.as_deref())
-        .map(|address| address.rsplit_once(':').map_or(address, |(host, _)| host).to_string());
+        .and_then(crate::placement::node_host)
+        .map(str::to_string);
     MemberMeta {
         name: member.metadata.name.clone(),
         role: member.spec.role.clone(),
@@ -90,6 +90,54 @@ pub fn configmeta(cluster: &AppCluster, members: &[Member], nodes: &[Node], me: 
         roles,
         me,
     })
+}
+
+/// A name as part of a shell variable name: letters and digits kept
+/// (upper-cased), everything else `_`.
+fn shell_part(name: &str) -> String {
+    name.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' }).collect()
+}
+
+fn quoted(value: &str) -> String {
+    format!("'{}'", value.replace('\'', "'\\''"))
+}
+
+impl ConfigMeta {
+    /// The same document as shell variables, for setup scripts in `sh`
+    /// (`. "$HERD_CONFIGMETA_SH"`): `CM_CLUSTER`, `CM_GENERATION`, `CM_ME`
+    /// (the member's name) and `CM_ME_ID` (its variable part), `CM_ROLES`,
+    /// per role `CM_ROLE_<ROLE>` (its members, space-separated), and per
+    /// member `CM_<ID>_NAME|ROLE|NODE|HOST|STATE|PORT_<PORT>`, where `<ID>`
+    /// is the member's name upper-cased with `-` as `_`.
+    pub fn to_shell(&self) -> String {
+        let mut lines = vec![
+            format!("CM_CLUSTER={}", quoted(&self.cluster)),
+            format!("CM_APP={}", quoted(&self.app)),
+            format!("CM_GENERATION={}", self.generation),
+            format!("CM_ME={}", quoted(&self.me.name)),
+            format!("CM_ME_ID={}", shell_part(&self.me.name)),
+        ];
+        let roles: Vec<&str> = self.roles.iter().map(|r| r.name.as_str()).collect();
+        lines.push(format!("CM_ROLES={}", quoted(&roles.join(" "))));
+        for role in &self.roles {
+            let names: Vec<&str> = role.members.iter().map(|m| m.name.as_str()).collect();
+            lines.push(format!("CM_ROLE_{}={}", shell_part(&role.name), quoted(&names.join(" "))));
+            for member in &role.members {
+                let id = shell_part(&member.name);
+                lines.push(format!("CM_{id}_NAME={}", quoted(&member.name)));
+                lines.push(format!("CM_{id}_ROLE={}", quoted(&member.role)));
+                lines.push(format!("CM_{id}_NODE={}", quoted(member.node.as_deref().unwrap_or(""))));
+                lines.push(format!("CM_{id}_HOST={}", quoted(member.host.as_deref().unwrap_or(""))));
+                let state = serde_json::to_value(member.state).ok().and_then(|v| v.as_str().map(str::to_string));
+                lines.push(format!("CM_{id}_STATE={}", quoted(&state.unwrap_or_default())));
+                for (port, number) in &member.ports {
+                    lines.push(format!("CM_{id}_PORT_{}={number}", shell_part(port)));
+                }
+            }
+        }
+        lines.push(String::new());
+        lines.join("\n")
+    }
 }
 
 #[cfg(test)]
@@ -145,5 +193,32 @@ mod tests {
         assert_eq!(meta.me.host, None, "its node has not reported an address");
         assert_eq!(meta.me.ports["client"], 20001);
         assert!(configmeta(&cluster, &members, &[], "db-member-2").is_none(), "a leaving member gets none");
+    }
+
+    #[test]
+    fn the_shell_form_names_every_member_by_its_id() {
+        let cluster = AppCluster::new(
+            "db",
+            AppClusterSpec {
+                app_ref: "etcd".into(),
+                roles: vec![ClusterRole { name: "member".into(), members: 2, ..Default::default() }],
+            },
+        );
+        let mut n1 = Node::new("n1", NodeSpec::default());
+        n1.status.address = Some("127.0.0.5:41000".into());
+        let members =
+            [member("member", 0, "n1", MemberState::Configured), member("member", 1, "n1", MemberState::Creating)];
+        let shell = configmeta(&cluster, &members, &[n1], "db-member-1").unwrap().to_shell();
+        for line in [
+            "CM_ME='db-member-1'",
+            "CM_ME_ID=DB_MEMBER_1",
+            "CM_ROLE_MEMBER='db-member-0 db-member-1'",
+            "CM_DB_MEMBER_0_HOST='127.0.0.5'",
+            "CM_DB_MEMBER_0_STATE='configured'",
+            "CM_DB_MEMBER_1_STATE='creating'",
+            "CM_DB_MEMBER_1_PORT_CLIENT=20001",
+        ] {
+            assert!(shell.lines().any(|l| l == line), "{line} in\n{shell}");
+        }
     }
 }

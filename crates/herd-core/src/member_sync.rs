@@ -5,9 +5,10 @@
 //!
 //! The path of a member: create pending (placed, then started) → creating
 //! (its configmeta written; `setup.sh --configure` launched and its status
-//! file read) → configured, or config error. Leaving: delete pending (the
-//! others told, if it was ever announced) → deleting (removed from its
-//! node) → the object deleted.
+//! file read) → configured, or config error. Leaving: a member that may be
+//! known to the others (delete pending) is removed from its node first, so
+//! that no setup of it still runs, and the others are told (`--delnodes`)
+//! as its object goes; one never announced (deleting) just goes.
 
 use crate::api::MemberReport;
 use crate::kinds::member::{LastKnownState, MemberState, MemberStatus};
@@ -44,12 +45,11 @@ pub enum Step {
     /// Write its configmeta for the current generation and, with
     /// `run_setup`, launch its setup for the instance it runs as.
     Configure { run_setup: bool },
-    /// It is leaving and was announced: queue `--delnodes` on the others.
-    AnnounceLeaving,
     /// Stop it and remove it (volumes and all) from its node.
     Remove,
-    /// Delete the Member object: nothing of it is left on a node.
-    Forget,
+    /// Delete the Member object: nothing of it is left on a node. With
+    /// `announce`, queue `--delnodes` for it on the others.
+    Forget { announce: bool },
 }
 
 /// The instance the report says runs now.
@@ -85,14 +85,11 @@ pub fn member_sync(status: &mut MemberStatus, facts: &MemberFacts<'_>) -> Step {
             if stale && !facts.busy { Step::Configure { run_setup: false } } else { Step::Wait }
         }
         MemberState::ConfigError => Step::Wait,
-        MemberState::DeletePending => {
-            status.state = MemberState::Deleting;
+        MemberState::DeletePending | MemberState::Deleting => {
             status.ready = false;
-            if status.was_configured() { Step::AnnounceLeaving } else { member_sync(status, facts) }
-        }
-        MemberState::Deleting => {
+            let announce = status.state == MemberState::DeletePending && facts.bound;
             if facts.removed || !facts.bound {
-                Step::Forget
+                Step::Forget { announce }
             } else if facts.busy {
                 Step::Wait
             } else {
@@ -373,19 +370,20 @@ mod tests {
     }
 
     #[test]
-    fn rule_leaving_announces_only_announced_members_and_forgets_after_removal() {
+    fn rule_a_leaving_member_is_removed_first_then_announced_if_it_may_be_known() {
         let mut status = configured_as_a();
         status.state = MemberState::DeletePending;
         let running = report("a", None);
-        assert_eq!(member_sync(&mut status, &facts(Some(&running))), Step::AnnounceLeaving);
         assert_eq!(member_sync(&mut status, &facts(Some(&running))), Step::Remove);
+        assert_eq!(member_sync(&mut status, &MemberFacts { busy: true, ..facts(Some(&running)) }), Step::Wait);
         let removed = MemberFacts { removed: true, ..facts(None) };
-        assert_eq!(member_sync(&mut status, &removed), Step::Forget);
-        let mut never_configured = MemberStatus { state: MemberState::DeletePending, ..Default::default() };
-        assert_eq!(member_sync(&mut never_configured, &facts(Some(&running))), Step::Remove);
+        assert_eq!(member_sync(&mut status, &removed), Step::Forget { announce: true });
+        let mut never_announced = MemberStatus { state: MemberState::Deleting, ..Default::default() };
+        assert_eq!(member_sync(&mut never_announced, &facts(Some(&running))), Step::Remove);
+        assert_eq!(member_sync(&mut never_announced, &removed), Step::Forget { announce: false });
         let unbound = MemberFacts { bound: false, ..facts(None) };
-        let mut unplaced = MemberStatus { state: MemberState::Deleting, ..Default::default() };
-        assert_eq!(member_sync(&mut unplaced, &unbound), Step::Forget);
+        let mut unplaced = MemberStatus { state: MemberState::DeletePending, ..Default::default() };
+        assert_eq!(member_sync(&mut unplaced, &unbound), Step::Forget { announce: false }, "it never ran");
     }
 
     /// A member's world: what runs, its setup status file, the command in flight.

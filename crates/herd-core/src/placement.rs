@@ -100,6 +100,14 @@ pub fn place(
 }
 
 /// Ports herd hands out to members.
+/// The host a node's members are reached at: its agent's address
+/// without the port. Nodes on one host (several agents on one machine)
+/// share it, and with it one port space.
+pub fn node_host(node: &Node) -> Option<&str> {
+    let address = node.status.address.as_deref()?;
+    Some(address.rsplit_once(':').map_or(address, |(host, _)| host))
+}
+
 pub const MEMBER_PORTS: RangeInclusive<u16> = 20000..=29999;
 
 /// The lowest free ports in `range` for each named port, none of them in

@@ -10,35 +10,10 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::cluster::quick_heartbeats;
-use common::{MemberReaper, Proc, TestServer, eventually, start_agent};
+use common::apps::{Nodes, configured, instance, kill9, list_members, nodes, pid_of};
+use common::{TestServer, eventually, start_agent};
 use herd_core::kinds::app_cluster::ClusterState;
-use herd_core::kinds::{AppClusterSpec, CommandSpec, Member, MemberSpec, MemberState, NodeSpec};
-
-/// A server and `n` agents (n1..), all Ready; their members are killed on drop.
-struct Nodes {
-    server: TestServer,
-    dirs: Vec<PathBuf>,
-    agents: Vec<Proc>,
-    _reapers: Vec<MemberReaper>,
-    dir: tempfile::TempDir,
-}
-
-async fn nodes(n: usize) -> Nodes {
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(&dir.path().join("server"));
-    quick_heartbeats(&server).await;
-    let dirs: Vec<PathBuf> = (1..=n).map(|i| dir.path().join(format!("n{i}"))).collect();
-    let reapers = dirs.iter().map(|d| MemberReaper(d.clone())).collect();
-    let agents = dirs.iter().enumerate().map(|(i, d)| start_agent(&server.url, d, &format!("n{}", i + 1))).collect();
-    for i in 1..=n {
-        eventually(Duration::from_secs(15), "every node Ready", || async {
-            server.admin().get::<NodeSpec>(&format!("n{i}")).await.ok().filter(|n| n.status.ready)
-        })
-        .await;
-    }
-    Nodes { server, dirs, agents, _reapers: reapers, dir }
-}
+use herd_core::kinds::{AppClusterSpec, CommandSpec, Member, MemberSpec, MemberState};
 
 /// The setup script: `--configure` records the instance it set up (and
 /// fails with exit 1 when the file `fail-setup` exists beside the log),
@@ -88,40 +63,8 @@ fn cluster(log: &Path, db: u32, cache: u32) -> serde_json::Value {
     })
 }
 
-async fn list_members(server: &TestServer) -> Vec<Member> {
-    server.admin().list::<MemberSpec>("herd.io/cluster=c").await.unwrap()
-}
-
-/// Waits until the cluster is configured with `count` members; returns them.
-async fn configured(server: &TestServer, count: usize, within: Duration) -> Vec<Member> {
-    eventually(within, &format!("cluster c configured with {count} members"), || async {
-        let cluster = server.admin().get::<AppClusterSpec>("c").await.ok()?;
-        let members = list_members(server).await;
-        let done = cluster.status.state == ClusterState::Configured
-            && cluster.status.observed_generation == Some(cluster.metadata.generation)
-            && members.len() == count
-            && members.iter().all(|m| m.status.state == MemberState::Configured && m.status.ready);
-        done.then_some(members)
-    })
-    .await
-}
-
 fn lines(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path).unwrap_or_default().lines().map(str::to_string).collect()
-}
-
-fn instance(member: &Member) -> String {
-    member.status.state_detail.last_configured_instance.clone().unwrap()
-}
-
-fn kill9(pid: u32) {
-    let _ = std::process::Command::new("kill").args(["-9", &pid.to_string()]).status();
-}
-
-/// The pid the member's node reports for it.
-async fn pid_of(server: &TestServer, member: &Member) -> u32 {
-    let node = server.admin().get::<NodeSpec>(member.spec.node.as_deref().unwrap()).await.unwrap();
-    node.status.members.iter().find(|r| r.name == member.metadata.name).and_then(|r| r.pid).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -132,7 +75,7 @@ async fn members_are_placed_set_up_once_told_of_joins_and_survive_restarts() {
     std::fs::create_dir_all(&log).unwrap();
     apply_app(server, SCRIPT).await;
     server.admin().create_value("appclusters", &cluster(&log, 3, 1), Default::default()).await.unwrap();
-    let members = configured(server, 4, Duration::from_secs(60)).await;
+    let members = configured(server, "c", 4, Duration::from_secs(60)).await;
 
     // Spread: the three db members on three nodes, each with its port.
     let db: Vec<&Member> = members.iter().filter(|m| m.spec.role == "db").collect();
@@ -143,7 +86,7 @@ async fn members_are_placed_set_up_once_told_of_joins_and_survive_restarts() {
         assert_eq!(member.metadata.labels["herd.io/role"], member.spec.role);
         assert_eq!(member.metadata.owner_references[0].kind, "AppCluster");
         assert_eq!(lines(&log.join(format!("{}.setups", member.metadata.name))).len(), 1, "{}", member.metadata.name);
-        let node_dir = &nodes.dirs[member.spec.node.as_deref().unwrap()[1..].parse::<usize>().unwrap() - 1];
+        let node_dir = nodes.dir_of(member);
         let meta: serde_json::Value = serde_json::from_slice(
             &std::fs::read(node_dir.join(format!("volumes/{}/herd/configmeta.json", member.metadata.name))).unwrap(),
         )
@@ -189,17 +132,17 @@ async fn members_are_placed_set_up_once_told_of_joins_and_survive_restarts() {
         (member.status.state == MemberState::Configured && setups.len() == 2).then_some(())
     })
     .await;
-    configured(server, 4, Duration::from_secs(30)).await;
+    configured(server, "c", 4, Duration::from_secs(30)).await;
     let notifies_after: usize = all_db.iter().map(|m| lines(&log.join(format!("{m}.notifies"))).len()).sum();
     assert_eq!(notifies_before, notifies_after, "a restarting member is never announced as a new one");
 
     // Agent restart: nothing changes instance, nothing is set up again.
-    let instances: Vec<String> = list_members(server).await.iter().map(instance).collect();
+    let instances: Vec<String> = list_members(server, "c").await.iter().map(instance).collect();
     let mut agents = nodes.agents;
     agents[1].kill9();
     agents[1] = start_agent(&server.url, &nodes.dirs[1], "n2");
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let after = configured(server, 4, Duration::from_secs(30)).await;
+    let after = configured(server, "c", 4, Duration::from_secs(30)).await;
     assert_eq!(after.iter().map(instance).collect::<Vec<_>>(), instances, "an agent restart restarts no member");
     let setups: usize = after.iter().map(|m| lines(&log.join(format!("{}.setups", m.metadata.name))).len()).sum();
     assert_eq!(setups, 5, "four first setups and the cache member's clean slate");
@@ -207,7 +150,7 @@ async fn members_are_placed_set_up_once_told_of_joins_and_survive_restarts() {
     // Deleting the cluster deletes its members, their processes and volumes.
     server.admin().delete_value("appclusters", "c", Default::default()).await.unwrap();
     eventually(Duration::from_secs(30), "every member gone", || async {
-        let left = list_members(server).await;
+        let left = list_members(server, "c").await;
         let volumes = nodes.dirs.iter().any(|d| d.join("volumes/c-db-0").exists() || d.join("volumes/c-db-1").exists());
         (left.is_empty() && !volumes).then_some(())
     })
@@ -253,7 +196,7 @@ async fn a_failing_setup_is_a_config_error_until_a_restart_sets_it_up_again() {
     // Fixed, and the member restarted: an error-retry restart sets it up again.
     std::fs::remove_file(log.join("fail-setup")).unwrap();
     kill9(pid_of(server, &failed).await);
-    let members = configured(server, 1, Duration::from_secs(30)).await;
+    let members = configured(server, "c", 1, Duration::from_secs(30)).await;
     assert_eq!(members[0].status.state_detail.config_error_detail, None);
     assert_eq!(lines(&log.join("c-db-0.setups")).len(), 1);
 }
@@ -270,7 +213,7 @@ async fn a_member_killed_while_its_setup_runs_is_set_up_again() {
     assert_eq!(creating.status.state, MemberState::Creating);
     std::fs::remove_file(log.join("slow-setup")).unwrap();
     kill9(pid_of(server, &creating).await);
-    let members = configured(server, 1, Duration::from_secs(40)).await;
+    let members = configured(server, "c", 1, Duration::from_secs(40)).await;
     let setups = lines(&log.join("c-db-0.setups"));
     assert_eq!(setups.len(), 2, "set up again for the new instance: {setups:?}");
     assert_eq!(setups[1], format!("setup {}", instance(&members[0])));

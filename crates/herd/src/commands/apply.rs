@@ -9,8 +9,23 @@ use serde_json::Value;
 
 use crate::kinds;
 
-/// The documents of a YAML (or JSON, which is YAML) file; `-` is stdin.
+/// The documents of a YAML (or JSON, which is YAML) file; `-` is stdin;
+/// a directory is its `.yaml`, `.yml` and `.json` files in name order.
 fn read_documents(path: &Path) -> anyhow::Result<Vec<Value>> {
+    if path.is_dir() {
+        let mut files: Vec<_> = std::fs::read_dir(path)
+            .with_context(|| format!("reading {}", path.display()))?
+            .flatten()
+            .map(|entry| entry.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml" || e == "json"))
+            .collect();
+        files.sort();
+        let mut documents = Vec::new();
+        for file in files {
+            documents.extend(read_documents(&file)?);
+        }
+        return Ok(documents);
+    }
     let text = if path == Path::new("-") {
         let mut text = String::new();
         std::io::stdin().read_to_string(&mut text).context("reading stdin")?;

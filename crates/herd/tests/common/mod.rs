@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod apps;
 pub mod cluster;
 
 use std::io::{BufRead, BufReader};

@@ -26,7 +26,7 @@ use herd_core::member_check::{Restart, Seen, check_member};
 use herd_core::member_sync::{MemberFacts, Step, member_sync};
 use herd_core::meta::OwnerReference;
 use herd_core::notifies::{Change, notify_script, queue_notifies};
-use herd_core::placement::{MEMBER_PORTS, Placement, allocate_ports, place};
+use herd_core::placement::{MEMBER_PORTS, Placement, allocate_ports, node_host, place};
 use herd_core::role_sync::{MemberChange, role_sync};
 
 use self::commands::{Consumed, Purpose, command_for, consume, member_of, member_run};
@@ -92,6 +92,8 @@ impl Controller for AppClusterController {
             }
         }
         busy |= self.orphans().await?;
+        self.strays().await?;
+        self.sweep().await?;
         Ok(Next::Requeue(if busy { BUSY_REQUEUE } else { QUIET_REQUEUE }))
     }
 }
@@ -203,7 +205,8 @@ impl AppClusterController {
                 pass.busy.insert(member_name.to_string());
                 continue;
             }
-            if let Some(member) = member {
+            // One for another node (a stray removed there) says nothing of it here.
+            if let Some(member) = member.filter(|m| m.spec.node.as_ref() == Some(&command.spec.node)) {
                 consume(command, &mut member.status, &mut consumed);
             }
             read.push(command.metadata.name.clone());
@@ -318,8 +321,10 @@ impl AppClusterController {
                             continue;
                         }
                     }
-                    Step::AnnounceLeaving => leaving.push((member.spec.role.clone(), member.metadata.name.clone())),
-                    Step::Forget => {
+                    Step::Forget { announce } => {
+                        if announce {
+                            leaving.push((member.spec.role.clone(), member.metadata.name.clone()));
+                        }
                         forgotten.insert(member.metadata.name.clone());
                     }
                     Step::Wait => {}
@@ -359,11 +364,15 @@ impl AppClusterController {
                 return Ok(false);
             }
         };
+        // Nodes on one host share its ports.
+        let host_of = |name: &str| pass.nodes.iter().find(|n| n.metadata.name == name).and_then(node_host);
+        let host = host_of(&node);
+        let same_host = |other: &str| other == node || (host.is_some() && host_of(other) == host);
         let taken: BTreeSet<u16> = pass
             .all_members
             .iter()
             .chain(pass.members.iter())
-            .filter(|m| m.spec.node.as_deref() == Some(node.as_str()))
+            .filter(|m| m.spec.node.as_deref().is_some_and(same_host))
             .flat_map(|m| m.spec.ports.values().copied())
             .collect();
         let ports = match allocate_ports(&app_role.ports, &taken, MEMBER_PORTS) {
@@ -520,7 +529,7 @@ impl AppClusterController {
                 removed: removed.contains(&name),
             };
             match member_sync(&mut member.status, &facts) {
-                Step::Forget => {
+                Step::Forget { .. } => {
                     self.objects.delete_if_present::<MemberSpec>(&name).await?;
                     for command in settled.remove(&name).unwrap_or_default() {
                         self.objects.delete_if_present::<CommandSpec>(&command).await?;
@@ -539,5 +548,55 @@ impl AppClusterController {
             }
         }
         Ok(true)
+    }
+
+    /// App-cluster members a node runs that no Member binds to it (deleted
+    /// by the operator, or bound elsewhere since): removed from that node,
+    /// so that one slot never runs in two places. The binding is read from
+    /// the store, not the cache, before anything is removed.
+    async fn strays(&self) -> Result<(), ObjectsError> {
+        for node in self.nodes.list() {
+            for report in node.status.members.iter().filter(|r| r.cluster.is_some() && r.wanted) {
+                let cached = self.members.get(&report.name);
+                if cached.as_ref().is_some_and(|m| m.spec.node.as_ref() == Some(&node.metadata.name)) {
+                    continue;
+                }
+                let stored = self.objects.get::<MemberSpec>(&report.name).await?;
+                if stored.as_ref().is_some_and(|m| m.spec.node.as_ref() == Some(&node.metadata.name)) {
+                    continue;
+                }
+                let mut stray = Member::new(report.name.clone(), MemberSpec::default());
+                stray.spec.node = Some(node.metadata.name.clone());
+                let cluster = report.cluster.clone().unwrap_or_default();
+                let action = Action::RemoveMember { member: report.name.clone() };
+                let Some(command) = command_for(&cluster, &stray, Purpose::Remove, action, &[]) else { continue };
+                match crate::commands::create(&self.objects, command, false).await {
+                    Ok(created) => {
+                        let bound =
+                            stored.and_then(|m| m.spec.node).map_or("no node".to_string(), |n| format!("node {n}"));
+                        let message = format!(
+                            "member {} runs on node {} but is bound to {bound}: removing it there",
+                            report.name, node.metadata.name
+                        );
+                        self.events.record(&created, EventType::Warning, "StrayMember", message).await;
+                    }
+                    Err(ObjectsError::Held(_)) => {}
+                    Err(error) => return Err(error),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes settled Commands of this controller whose member is gone
+    /// (a stray's removal, the last of a deleted member's).
+    async fn sweep(&self) -> Result<(), ObjectsError> {
+        for command in self.commands.list() {
+            let Some(member) = member_of(&command) else { continue };
+            if command.status.state_by_management.is_settled() && self.members.get(member).is_none() {
+                self.objects.delete_if_present::<CommandSpec>(&command.metadata.name).await?;
+            }
+        }
+        Ok(())
     }
 }

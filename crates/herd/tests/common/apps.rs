@@ -1,0 +1,93 @@
+//! Helpers for app-cluster tests: a server with `n` Ready agents, members
+//! listed and waited for, member processes killed.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use herd_core::kinds::app_cluster::ClusterState;
+use herd_core::kinds::{AppClusterSpec, Member, MemberSpec, MemberState, NodeSpec};
+
+use super::cluster::quick_heartbeats;
+use super::{MemberReaper, Proc, TestServer, eventually, start_agent};
+
+/// A server and `n` agents (n1.., data dirs `dirs[i]`), all Ready; their
+/// members are killed on drop.
+pub struct Nodes {
+    pub server: TestServer,
+    pub dirs: Vec<PathBuf>,
+    // Dropped in this order: the agents, then their members, then the files.
+    pub agents: Vec<Proc>,
+    _reapers: Vec<MemberReaper>,
+    pub dir: tempfile::TempDir,
+}
+
+pub async fn nodes(n: usize) -> Nodes {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(&dir.path().join("server"));
+    quick_heartbeats(&server).await;
+    let dirs: Vec<PathBuf> = (1..=n).map(|i| dir.path().join(format!("n{i}"))).collect();
+    let reapers = dirs.iter().map(|d| MemberReaper(d.clone())).collect();
+    let agents = dirs.iter().enumerate().map(|(i, d)| start_agent(&server.url, d, &format!("n{}", i + 1))).collect();
+    for i in 1..=n {
+        eventually(Duration::from_secs(15), "every node Ready", || async {
+            server.admin().get::<NodeSpec>(&format!("n{i}")).await.ok().filter(|n| n.status.ready)
+        })
+        .await;
+    }
+    Nodes { server, dirs, agents, _reapers: reapers, dir }
+}
+
+impl Nodes {
+    /// The data dir of the node a member is bound to.
+    pub fn dir_of(&self, member: &Member) -> &PathBuf {
+        let node = member.spec.node.as_deref().unwrap();
+        &self.dirs[node.trim_start_matches('n').parse::<usize>().unwrap() - 1]
+    }
+}
+
+pub async fn list_members(server: &TestServer, cluster: &str) -> Vec<Member> {
+    server.admin().list::<MemberSpec>(&format!("herd.io/cluster={cluster}")).await.unwrap()
+}
+
+/// Waits until `cluster` is configured with `count` members, all ready;
+/// returns them. On time-out the panic shows the cluster and its members.
+pub async fn configured(server: &TestServer, cluster: &str, count: usize, within: Duration) -> Vec<Member> {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let object = server.admin().get::<AppClusterSpec>(cluster).await.ok();
+        let members = list_members(server, cluster).await;
+        let done = object.as_ref().is_some_and(|c| {
+            c.status.state == ClusterState::Configured && c.status.observed_generation == Some(c.metadata.generation)
+        }) && members.len() == count
+            && members.iter().all(|m| m.status.state == MemberState::Configured && m.status.ready);
+        if done {
+            return members;
+        }
+        if tokio::time::Instant::now() > deadline {
+            let statuses: Vec<String> =
+                members.iter().map(|m| format!("{} on {:?}: {:?}", m.metadata.name, m.spec.node, m.status)).collect();
+            panic!(
+                "timed out after {within:?} waiting for cluster {cluster} configured with {count} ready members: \
+                 {:?}\n{}",
+                object.map(|c| c.status),
+                statuses.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The instance a member was last configured as.
+pub fn instance(member: &Member) -> String {
+    member.status.state_detail.last_configured_instance.clone().unwrap()
+}
+
+pub fn kill9(pid: u32) {
+    let _ = std::process::Command::new("kill").args(["-9", &pid.to_string()]).status();
+}
+
+/// The pid the member's node reports for it.
+pub async fn pid_of(server: &TestServer, member: &Member) -> u32 {
+    let node = server.admin().get::<NodeSpec>(member.spec.node.as_deref().unwrap()).await.unwrap();
+    node.status.members.iter().find(|r| r.name == member.metadata.name).and_then(|r| r.pid).unwrap()
+}
