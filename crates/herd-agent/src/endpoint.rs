@@ -208,8 +208,21 @@ async fn member_log(
 ) -> Result<Response, Refusal> {
     state.member_request(&headers, &member)?;
     let stream = query.stream.as_deref().unwrap_or("stdout");
+    if stream == "setup" {
+        let output = state.members.record(&member).and_then(|record| crate::setup::output(&state.members, &record));
+        return match output {
+            Some(text) => Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response()),
+            None => Err(Refusal(
+                StatusCode::NOT_FOUND,
+                format!(
+                    "member {member} on {} is not an app-cluster member: it has no setup",
+                    state.identity.node_name
+                ),
+            )),
+        };
+    }
     if !matches!(stream, "stdout" | "stderr") {
-        return Err(Refusal(StatusCode::BAD_REQUEST, format!("stream must be stdout or stderr, is {stream:?}")));
+        return Err(Refusal(StatusCode::BAD_REQUEST, format!("stream must be stdout, stderr or setup, is {stream:?}")));
     }
     let path = state.members.member_dir(&member).join(format!("{stream}.log"));
     let Ok(mut file) = tokio::fs::File::open(&path).await else {

@@ -99,7 +99,6 @@ pub fn place(
     }
 }
 
-/// Ports herd hands out to members.
 /// The host a node's members are reached at: its agent's address
 /// without the port. Nodes on one host (several agents on one machine)
 /// share it, and with it one port space.
@@ -107,8 +106,6 @@ pub fn node_host(node: &Node) -> Option<&str> {
     let address = node.status.address.as_deref()?;
     Some(address.rsplit_once(':').map_or(address, |(host, _)| host))
 }
-
-pub const MEMBER_PORTS: RangeInclusive<u16> = 20000..=29999;
 
 /// The lowest free ports in `range` for each named port, none of them in
 /// `taken` (the ports of the other members bound to the node).
@@ -219,7 +216,7 @@ mod tests {
     fn rule_ports_are_the_lowest_free_ones() {
         let ports = [NamedPort { name: "client".into() }, NamedPort { name: "peer".into() }];
         let taken = BTreeSet::from([20000, 20002]);
-        let got = allocate_ports(&ports, &taken, MEMBER_PORTS).unwrap();
+        let got = allocate_ports(&ports, &taken, 20000..=29999).unwrap();
         assert_eq!(got, BTreeMap::from([("client".into(), 20001), ("peer".into(), 20003)]));
         let error = allocate_ports(&ports, &BTreeSet::from([1]), 1..=2).unwrap_err();
         assert!(error.starts_with("no free port left in 1-2 for port \"peer\""), "{error}");

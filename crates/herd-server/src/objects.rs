@@ -473,17 +473,29 @@ impl Objects {
     ) -> Result<Value, ObjectsError> {
         let key = object_key(plural, name);
         let to_api = |e| ObjectsError::from_store(kind, name, e);
-        let current = self.store.get(&key).await.map_err(to_api)?.ok_or_else(|| ObjectsError::not_found(kind, name))?;
-        let expected = precondition.unwrap_or(current.mod_revision);
-        if expected != current.mod_revision {
-            return Err(to_api(StoreError::Conflict { key, expected, actual: Some(current.mod_revision) }));
+        let mut attempts = 0;
+        loop {
+            let current =
+                self.store.get(&key).await.map_err(to_api)?.ok_or_else(|| ObjectsError::not_found(kind, name))?;
+            let expected = precondition.unwrap_or(current.mod_revision);
+            if expected != current.mod_revision {
+                return Err(to_api(StoreError::Conflict { key, expected, actual: Some(current.mod_revision) }));
+            }
+            let last = decode_value(&current.value, &current.key, current.mod_revision)?;
+            if dry_run {
+                return Ok(last);
+            }
+            let delete = Op::Delete { key: key.clone() };
+            match self.commit((kind, name), &key, Some(expected), (None, Vec::new()), delete).await {
+                // Without a precondition, a write that landed meanwhile
+                // does not stop the delete: read it again.
+                Err(ObjectsError::Conflict { .. }) if precondition.is_none() && attempts < MODIFY_ATTEMPTS => {
+                    attempts += 1;
+                }
+                Err(error) => return Err(error),
+                Ok(_) => return Ok(last),
+            }
         }
-        let last = decode_value(&current.value, &current.key, current.mod_revision)?;
-        if !dry_run {
-            self.commit((kind, name), &key, Some(expected), (None, Vec::new()), Op::Delete { key: key.clone() })
-                .await?;
-        }
-        Ok(last)
     }
 }
 

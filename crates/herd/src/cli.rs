@@ -86,11 +86,15 @@ pub enum Command {
     },
     /// Print the end of a member's log (kept by its node's agent).
     Logs {
-        /// `node/member`.
+        /// `member/NAME` (an app-cluster member, found on its node), or
+        /// `NODE/MEMBER`.
         target: String,
         /// Standard error instead of standard output.
         #[arg(long)]
         stderr: bool,
+        /// The member's setup script: its status, output and errors.
+        #[arg(long, conflicts_with = "stderr")]
+        setup: bool,
         /// At most this many bytes from the end.
         #[arg(long, default_value_t = 65536)]
         bytes: u64,

@@ -180,10 +180,14 @@ fn columns(kind: &str) -> Vec<Column> {
                 if state.is_empty() { "createPending".into() } else { state }
             }),
             col("NODE", |v| text(v, "/spec/node")),
-            col("INSTANCE", |v| text(v, "/status/stateDetail/lastConfiguredInstance")),
+            col("INSTANCE", |v| {
+                let configured = text(v, "/status/stateDetail/lastConfiguredInstance");
+                if configured.is_empty() { text(v, "/status/stateDetail/configuringInstance") } else { configured }
+            }),
             age,
             wide("LAST-KNOWN", |v| text(v, "/status/stateDetail/lastKnownState")),
             wide("READY", |v| text(v, "/status/ready")),
+            wide("REASON", |v| text(v, "/status/reason")),
         ],
         _ => vec![name, age, wide("LABELS", labels)],
     }

@@ -17,7 +17,8 @@ use herd_core::kinds::{AppClusterSpec, CommandSpec, Member, MemberSpec, MemberSt
 
 /// The setup script: `--configure` records the instance it set up (and
 /// fails with exit 1 when the file `fail-setup` exists beside the log),
-/// notifies record their arguments.
+/// notifies record their arguments (and exit 120 on a member for which
+/// `fail-notify-<member>` exists).
 const SCRIPT: &str = r#"log="$SETUP_LOG/$HERD_MEMBER"
 case "$1" in
 --configure)
@@ -25,7 +26,9 @@ case "$1" in
   if [ -e "$SETUP_LOG/fail-setup" ]; then echo "refusing to configure $HERD_MEMBER" >&2; exit 1; fi
   echo "setup $HERD_INSTANCE_ID" >>"$log.setups"
   if [ -e "$SETUP_LOG/slow-setup" ]; then sleep 5; fi ;;
-*) echo "$*" >>"$log.notifies" ;;
+*)
+  if [ -e "$SETUP_LOG/fail-notify-$HERD_MEMBER" ]; then echo "notify refused by $HERD_MEMBER" >&2; exit 120; fi
+  echo "$*" >>"$log.notifies" ;;
 esac
 "#;
 
@@ -217,4 +220,145 @@ async fn a_member_killed_while_its_setup_runs_is_set_up_again() {
     let setups = lines(&log.join("c-db-0.setups"));
     assert_eq!(setups.len(), 2, "set up again for the new instance: {setups:?}");
     assert_eq!(setups[1], format!("setup {}", instance(&members[0])));
+}
+
+/// Changes the cluster's spec to `db` and `cache` members: Ok, or the refusal.
+async fn resize(server: &TestServer, log: &Path, db: u32, cache: u32) -> Result<(), String> {
+    let admin = server.admin();
+    let current = admin.get_value("appclusters", "c").await.unwrap();
+    let mut wanted = cluster(log, db, cache);
+    wanted["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"].clone();
+    admin.replace_value("appclusters", "c", &wanted, Default::default()).await.map(|_| ()).map_err(|e| e.to_string())
+}
+
+async fn seen(server: &TestServer) {
+    eventually(Duration::from_secs(20), "a pass over the change", || async {
+        let cluster = server.admin().get::<AppClusterSpec>("c").await.ok()?;
+        (cluster.status.observed_generation == Some(cluster.metadata.generation)).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_notify_that_always_fails_blocks_changes_until_its_member_is_deleted() {
+    let nodes = nodes(3).await;
+    let server = &nodes.server;
+    let log = nodes.dir.path().join("log");
+    std::fs::create_dir_all(&log).unwrap();
+    apply_app(server, SCRIPT).await;
+    server.admin().create_value("appclusters", &cluster(&log, 2, 0), Default::default()).await.unwrap();
+    configured(server, "c", 2, Duration::from_secs(30)).await;
+    std::fs::write(log.join("fail-notify-c-db-0"), "").unwrap();
+    resize(server, &log, 3, 0).await.unwrap();
+    // c-db-0 is told of c-db-2 and refuses, again and again.
+    let blocked = eventually(Duration::from_secs(30), "c-db-0's notify failing twice", || async {
+        let member = server.admin().get::<MemberSpec>("c-db-0").await.ok()?;
+        let notify = member.status.state_detail.pending_notify_cmds.first()?.clone();
+        (notify.attempts >= 2).then_some(notify)
+    })
+    .await;
+    assert_eq!(blocked.arguments, ["--addnodes", "--role", "db", "--members", "c-db-2"]);
+    let error = blocked.last_error.clone().unwrap();
+    assert!(error.contains("exited with 120") && error.contains("notify refused by c-db-0"), "{error}");
+    assert!(blocked.since.is_some());
+    let described =
+        String::from_utf8_lossy(&common::cluster::cli(server, &["describe", "appcluster", "c"]).stdout).into_owned();
+    assert!(described.contains("Why not configured: waiting for c-db-0 (1 notifies pending)"), "{described}");
+    assert!(described.contains("pending notify `--addnodes --role db --members c-db-2`"), "{described}");
+    assert!(described.contains("notify refused by c-db-0") && described.contains(" ago)"), "{described}");
+    // A spec change is refused, naming the member and its notify.
+    let refused = resize(server, &log, 3, 1).await.unwrap_err();
+    assert!(refused.contains("c-db-0") && refused.contains("--addnodes --role db --members c-db-2"), "{refused}");
+
+    // The way out: delete the member. Its process and volumes go from its
+    // node, the slot is filled afresh, and the change is accepted.
+    let old = server.admin().get::<MemberSpec>("c-db-0").await.unwrap();
+    let out = common::cluster::cli(server, &["delete", "member", "c-db-0"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let members = configured(server, "c", 3, Duration::from_secs(30)).await;
+    let fresh = members.iter().find(|m| m.metadata.name == "c-db-0").unwrap();
+    assert_ne!(fresh.metadata.uid, old.metadata.uid);
+    assert_ne!(instance(fresh), instance(&old));
+    assert_eq!(lines(&log.join("c-db-0.setups")).len(), 2, "set up afresh");
+    resize(server, &log, 3, 1).await.unwrap();
+    configured(server, "c", 4, Duration::from_secs(30)).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_change_waits_for_a_down_member_s_notifies_and_is_accepted_once_they_are_delivered() {
+    let nodes = nodes(3).await;
+    let server = &nodes.server;
+    let log = nodes.dir.path().join("log");
+    std::fs::create_dir_all(&log).unwrap();
+    apply_app(server, SCRIPT).await;
+    server.admin().create_value("appclusters", &cluster(&log, 2, 0), Default::default()).await.unwrap();
+    let members = configured(server, "c", 2, Duration::from_secs(30)).await;
+    // c-db-0's node goes down (its agent killed): the member cannot be
+    // reached, so the notify of c-db-2's join waits there.
+    let down = members.iter().find(|m| m.metadata.name == "c-db-0").unwrap();
+    let index = nodes.dirs.iter().position(|d| d == nodes.dir_of(down)).unwrap();
+    let mut agents = nodes.agents;
+    agents[index].kill9();
+    resize(server, &log, 3, 0).await.unwrap();
+    eventually(Duration::from_secs(30), "c-db-2 configured and c-db-0 told of it, pending", || async {
+        let member = server.admin().get::<MemberSpec>("c-db-0").await.ok()?;
+        let joined = server.admin().get::<MemberSpec>("c-db-2").await.ok()?;
+        (joined.status.state == MemberState::Configured && !member.status.state_detail.pending_notify_cmds.is_empty())
+            .then_some(())
+    })
+    .await;
+    seen(server).await;
+    let refused = resize(server, &log, 3, 1).await.unwrap_err();
+    assert!(refused.contains("c-db-0") && refused.contains("has pending"), "{refused}");
+    // Its node comes back: the notify is delivered, and the same change goes in.
+    agents[index] = start_agent(&server.url, &nodes.dirs[index], &format!("n{}", index + 1));
+    eventually(Duration::from_secs(30), "the notify delivered", || async {
+        let member = server.admin().get::<MemberSpec>("c-db-0").await.ok()?;
+        member.status.state_detail.pending_notify_cmds.is_empty().then_some(())
+    })
+    .await;
+    let told = lines(&log.join("c-db-0.notifies"));
+    assert_eq!(told.last().map(String::as_str), Some("--addnodes --role db --members c-db-2"), "{told:?}");
+    resize(server, &log, 3, 1).await.unwrap();
+    configured(server, "c", 4, Duration::from_secs(30)).await;
+    drop(agents);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn after_a_host_reboot_its_members_come_back_configured_and_are_not_announced_again() {
+    let nodes = nodes(2).await;
+    let server = &nodes.server;
+    let log = nodes.dir.path().join("log");
+    std::fs::create_dir_all(&log).unwrap();
+    apply_app(server, SCRIPT).await;
+    server.admin().create_value("appclusters", &cluster(&log, 2, 1), Default::default()).await.unwrap();
+    let before = configured(server, "c", 3, Duration::from_secs(30)).await;
+    let notifies = |name: &str| lines(&log.join(format!("{name}.notifies")));
+    let told_before: Vec<Vec<String>> = ["c-db-0", "c-db-1"].iter().map(|m| notifies(m)).collect();
+    // n1 "reboots": its agent and every member process killed, the agent started.
+    let mut agents = nodes.agents;
+    agents[0].kill9();
+    for (pid, _) in common::member_processes(&nodes.dirs[0]) {
+        let _ = std::process::Command::new("kill").args(["-9", &pid.to_string()]).status();
+    }
+    agents[0] = start_agent(&server.url, &nodes.dirs[0], "n1");
+    let rebooted: Vec<&Member> = before.iter().filter(|m| m.spec.node.as_deref() == Some("n1")).collect();
+    assert!(!rebooted.is_empty());
+    let after = eventually(Duration::from_secs(30), "n1's members configured as new instances", || async {
+        let members = configured(server, "c", 3, Duration::from_secs(30)).await;
+        let renewed = rebooted
+            .iter()
+            .all(|old| members.iter().any(|m| m.metadata.name == old.metadata.name && instance(m) != instance(old)));
+        renewed.then_some(members)
+    })
+    .await;
+    for old in &rebooted {
+        let setups = lines(&log.join(format!("{}.setups", old.metadata.name))).len();
+        let expected = if old.spec.role == "db" { 1 } else { 2 };
+        assert_eq!(setups, expected, "{}: persistent members are not set up again, others are", old.metadata.name);
+    }
+    let told_after: Vec<Vec<String>> = ["c-db-0", "c-db-1"].iter().map(|m| notifies(m)).collect();
+    assert_eq!(told_before, told_after, "no member is told of a rebooted one as if it were new");
+    assert_eq!(after.len(), 3);
+    drop(agents);
 }

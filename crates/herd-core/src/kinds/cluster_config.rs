@@ -26,6 +26,36 @@ pub struct ClusterConfigSpec {
     /// A node whose heartbeats stop for longer than this is NotReady.
     pub node_grace_period: HumanDuration,
     pub commands: CommandSettings,
+    pub app_clusters: AppClusterSettings,
+}
+
+/// How the leader runs app clusters.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct AppClusterSettings {
+    /// The ports handed to members' named ports: first..=last on each host.
+    pub first_member_port: u16,
+    pub last_member_port: u16,
+    /// A member whose node has been NotReady this long is recovered
+    /// elsewhere (without persistent storage) or says it waits for
+    /// `herd member replace` (with it).
+    pub node_loss_grace: HumanDuration,
+}
+
+impl Default for AppClusterSettings {
+    fn default() -> Self {
+        AppClusterSettings {
+            first_member_port: 20000,
+            last_member_port: 29999,
+            node_loss_grace: HumanDuration::from_secs(300),
+        }
+    }
+}
+
+impl AppClusterSettings {
+    pub fn member_ports(&self) -> std::ops::RangeInclusive<u16> {
+        self.first_member_port..=self.last_member_port
+    }
 }
 
 /// How the leader reconciles Commands (CloudStack's reconcile settings).
@@ -76,6 +106,7 @@ impl Default for ClusterConfigSpec {
             heartbeat_period: HumanDuration::from_secs(2),
             node_grace_period: HumanDuration::from_secs(10),
             commands: CommandSettings::default(),
+            app_clusters: AppClusterSettings::default(),
         }
     }
 }
@@ -300,6 +331,17 @@ impl Resource for ClusterConfigSpec {
         }
         if self.commands.reconcile_interval.get().is_zero() {
             errors.add(&path.child("commands").child("reconcileInterval"), "must be positive");
+        }
+        let ports = &self.app_clusters;
+        if ports.first_member_port < 1024 || ports.last_member_port < ports.first_member_port {
+            errors.add(
+                &path.child("appClusters").child("lastMemberPort"),
+                format!(
+                    "the member ports must be a range of unprivileged ports (first at least 1024, last not before it), \
+                     are {}-{}",
+                    ports.first_member_port, ports.last_member_port
+                ),
+            );
         }
         if self.node_grace_period <= self.heartbeat_period {
             errors.add(

@@ -43,6 +43,7 @@ pub fn start(
         members: Reflector::start(objects.store().clone(), stop.clone()),
         nodes: nodes.clone(),
         commands: commands.clone(),
+        config: config.clone(),
     };
     let wake_app_clusters = vec![
         caches.apps.changes(),

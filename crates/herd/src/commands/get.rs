@@ -66,6 +66,9 @@ pub async fn events(client: &Client, for_object: Option<&str>, format: OutputFor
 pub async fn describe(client: &Client, kind: &str, name: &str) -> anyhow::Result<()> {
     let kind = kinds::resolve(kind)?;
     let object = client.get_value(kind.plural, name).await?;
+    if let Some(summary) = super::describe::summary(client, kind.kind, name).await? {
+        println!("{summary}");
+    }
     print!("{}", serde_saphyr::to_string(&object)?);
     let events = list_events(client, Some((kind.kind, name))).await?;
     println!("\nEvents:");

@@ -2,10 +2,12 @@
 
 mod apply;
 mod cluster;
+mod describe;
 mod get;
 pub mod modes;
 mod node;
 
+use anyhow::Context;
 use clap::CommandFactory;
 
 use crate::cli::{Cli, ClusterCommand, Command, CommandAction, NodeCommand};
@@ -23,12 +25,26 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Apply { file, dry_run } => apply::apply(&context::client(&conn)?, &file, dry_run).await,
         Command::Delete { kind, name, dry_run } => apply::delete(&context::client(&conn)?, &kind, &name, dry_run).await,
-        Command::Logs { target, stderr, bytes } => {
-            let Some((node, member)) = target.split_once('/') else {
-                anyhow::bail!("logs: give the member as node/member, got {target:?}");
+        Command::Logs { target, stderr, setup, bytes } => {
+            let client = context::client(&conn)?;
+            let Some((first, member)) = target.split_once('/') else {
+                anyhow::bail!("logs: give the member as member/NAME or NODE/MEMBER, got {target:?}");
             };
-            let stream = if stderr { "stderr" } else { "stdout" };
-            print!("{}", context::client(&conn)?.member_log(node, member, stream, bytes).await?);
+            let node = match crate::kinds::resolve(first) {
+                Ok(kind) if kind.kind == "Member" => {
+                    let found = client.get::<herd_core::kinds::MemberSpec>(member).await?;
+                    found.spec.node.with_context(|| format!("member {member} is not placed on a node yet"))?
+                }
+                _ => first.to_string(),
+            };
+            let stream = if setup {
+                "setup"
+            } else if stderr {
+                "stderr"
+            } else {
+                "stdout"
+            };
+            print!("{}", client.member_log(&node, member, stream, bytes).await?);
             Ok(())
         }
         Command::Commands { action } => {

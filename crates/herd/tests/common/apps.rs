@@ -2,10 +2,12 @@
 //! listed and waited for, member processes killed.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
 
 use herd_core::kinds::app_cluster::ClusterState;
-use herd_core::kinds::{AppClusterSpec, Member, MemberSpec, MemberState, NodeSpec};
+use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
+use herd_core::kinds::{AppClusterSpec, ClusterConfigSpec, Member, MemberSpec, MemberState, NodeSpec};
 
 use super::cluster::quick_heartbeats;
 use super::{MemberReaper, Proc, TestServer, eventually, start_agent};
@@ -21,10 +23,20 @@ pub struct Nodes {
     pub dir: tempfile::TempDir,
 }
 
+/// Each server of a test binary hands out its own member ports: the
+/// tests of one binary run side by side on one host.
+static PORT_BLOCKS: AtomicU16 = AtomicU16::new(0);
+
 pub async fn nodes(n: usize) -> Nodes {
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start(&dir.path().join("server"));
     quick_heartbeats(&server).await;
+    let admin = server.admin();
+    let mut config = admin.get::<ClusterConfigSpec>(CLUSTER_CONFIG_NAME).await.unwrap();
+    let first = 20000 + 400 * PORT_BLOCKS.fetch_add(1, Ordering::SeqCst);
+    config.spec.app_clusters.first_member_port = first;
+    config.spec.app_clusters.last_member_port = first + 399;
+    admin.update(&config).await.unwrap();
     let dirs: Vec<PathBuf> = (1..=n).map(|i| dir.path().join(format!("n{i}"))).collect();
     let reapers = dirs.iter().map(|d| MemberReaper(d.clone())).collect();
     let agents = dirs.iter().enumerate().map(|(i, d)| start_agent(&server.url, d, &format!("n{}", i + 1))).collect();

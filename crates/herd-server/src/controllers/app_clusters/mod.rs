@@ -18,20 +18,23 @@ use std::time::Duration;
 
 use herd_core::configmeta::configmeta;
 use herd_core::kinds::app_cluster::{AppCluster, cluster_status};
+use herd_core::kinds::cluster_config::AppClusterSettings;
 use herd_core::kinds::member::{CLUSTER_LABEL, ROLE_LABEL};
 use herd_core::kinds::{
-    Action, AppClusterSpec, AppSpec, Command, CommandSpec, EventType, Member, MemberSpec, MemberState, Node, NodeSpec,
+    Action, AppClusterSpec, AppSpec, ClusterConfigSpec, Command, CommandSpec, EventType, Member, MemberSpec,
+    MemberState, Node, NodeSpec,
 };
 use herd_core::member_check::{Restart, Seen, check_member};
 use herd_core::member_sync::{MemberFacts, Step, member_sync};
 use herd_core::meta::OwnerReference;
 use herd_core::notifies::{Change, notify_script, queue_notifies};
-use herd_core::placement::{MEMBER_PORTS, Placement, allocate_ports, node_host, place};
+use herd_core::placement::{Placement, allocate_ports, node_host, place};
 use herd_core::role_sync::{MemberChange, role_sync};
 
 use self::commands::{Consumed, Purpose, command_for, consume, member_of, member_run};
 use crate::controllers::runtime::{Controller, Next};
 use crate::events::EventRecorder;
+use crate::nodes::cluster_config;
 use crate::objects::{Objects, ObjectsError, Part, now};
 use crate::reflector::Reflector;
 
@@ -47,6 +50,7 @@ pub struct AppClusterController {
     members: Reflector<MemberSpec>,
     nodes: Reflector<NodeSpec>,
     commands: Reflector<CommandSpec>,
+    config: Reflector<ClusterConfigSpec>,
     events: EventRecorder,
 }
 
@@ -57,12 +61,13 @@ pub struct Caches {
     pub members: Reflector<MemberSpec>,
     pub nodes: Reflector<NodeSpec>,
     pub commands: Reflector<CommandSpec>,
+    pub config: Reflector<ClusterConfigSpec>,
 }
 
 impl AppClusterController {
     pub fn new(objects: Objects, caches: Caches, events: EventRecorder) -> Self {
-        let Caches { apps, clusters, members, nodes, commands } = caches;
-        AppClusterController { objects, apps, clusters, members, nodes, commands, events }
+        let Caches { apps, clusters, members, nodes, commands, config } = caches;
+        AppClusterController { objects, apps, clusters, members, nodes, commands, config, events }
     }
 }
 
@@ -75,6 +80,7 @@ impl Controller for AppClusterController {
         self.members.synced().await;
         self.nodes.synced().await;
         self.commands.synced().await;
+        self.config.synced().await;
     }
 
     /// A pass over every cluster; one cluster's failure is logged and the
@@ -101,6 +107,7 @@ impl Controller for AppClusterController {
 /// What one pass works on for a cluster.
 struct Pass<'a> {
     cluster: &'a AppCluster,
+    settings: &'a AppClusterSettings,
     app: Option<&'a AppSpec>,
     nodes: &'a [Node],
     /// Every member of every cluster (ports are allocated per node).
@@ -132,8 +139,10 @@ impl AppClusterController {
         let all_members = self.members.list();
         let members: Vec<Member> = all_members.iter().filter(|m| owned_by(m, cluster)).cloned().collect();
         let before: BTreeMap<String, Member> = members.iter().map(|m| (m.metadata.name.clone(), m.clone())).collect();
+        let settings = cluster_config(&self.config).app_clusters;
         let mut pass = Pass {
             cluster,
+            settings: &settings,
             app: app.as_ref().map(|a| &a.spec),
             nodes: &nodes,
             all_members: &all_members,
@@ -246,6 +255,11 @@ impl AppClusterController {
         for change in role_sync(&cluster.metadata.name, &cluster.spec, &pass.members) {
             match change {
                 MemberChange::Create { name, role, index } => {
+                    // A slot whose former member still runs on a node (its
+                    // Member deleted) is filled once that is removed there.
+                    if pass.nodes.iter().any(|n| n.status.members.iter().any(|r| r.name == name && r.wanted)) {
+                        continue;
+                    }
                     let mut member = Member::new(
                         name,
                         MemberSpec {
@@ -375,7 +389,7 @@ impl AppClusterController {
             .filter(|m| m.spec.node.as_deref().is_some_and(same_host))
             .flat_map(|m| m.spec.ports.values().copied())
             .collect();
-        let ports = match allocate_ports(&app_role.ports, &taken, MEMBER_PORTS) {
+        let ports = match allocate_ports(&app_role.ports, &taken, pass.settings.member_ports()) {
             Ok(ports) => ports,
             Err(why) => {
                 pass.members[i].status.reason = Some(format!("on {node}: {why}"));
