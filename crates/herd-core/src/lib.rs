@@ -18,6 +18,7 @@ pub mod member_check;
 pub mod member_sync;
 pub mod meta;
 pub mod node_health;
+pub mod node_loss;
 pub mod notifies;
 pub mod placement;
 pub mod reconcile;

@@ -1,4 +1,6 @@
-//! Sizes as people read them in messages: `311 MB`, `4.0 KB`.
+//! Sizes and ages as people read them in messages: `311 MB`, `4.0 KB`, `3m`.
+
+use std::time::Duration;
 
 /// Bytes in decimal units (as `df -H` shows them), one decimal below 10.
 pub fn human_bytes(bytes: u64) -> String {
@@ -15,6 +17,17 @@ pub fn human_bytes(bytes: u64) -> String {
     if value < 10.0 { format!("{value:.1} {}", UNITS[unit]) } else { format!("{value:.0} {}", UNITS[unit]) }
 }
 
+/// A short age like `5s`, `3m`, `2h`, `4d`.
+pub fn short_duration(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..120 => format!("{s}s"),
+        120..7200 => format!("{}m", s / 60),
+        7200..172_800 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86_400),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -27,5 +40,12 @@ mod tests {
         assert_eq!(human_bytes(311_000_000), "311 MB");
         assert_eq!(human_bytes(64 << 20), "67 MB");
         assert_eq!(human_bytes(u64::MAX), "18447 PB");
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(short_duration(Duration::from_secs(5)), "5s");
+        assert_eq!(short_duration(Duration::from_secs(600)), "10m");
+        assert_eq!(short_duration(Duration::from_secs(3 * 86_400)), "3d");
     }
 }

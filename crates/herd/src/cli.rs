@@ -110,6 +110,11 @@ pub enum Command {
         #[command(subcommand)]
         command: NodeCommand,
     },
+    /// App-cluster members.
+    Member {
+        #[command(subcommand)]
+        command: MemberCommand,
+    },
     /// The control plane: its leader and replicas.
     Cluster {
         #[command(subcommand)]
@@ -144,6 +149,18 @@ pub enum CommandAction {
 }
 
 #[derive(Subcommand, Debug)]
+pub enum MemberCommand {
+    /// Recreate a member on another node, with empty volumes (for a member
+    /// whose node is lost). Says what would be lost and asks first.
+    Replace {
+        name: String,
+        /// Do not ask.
+        #[arg(long)]
+        yes: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 pub enum NodeCommand {
     /// The node's volumes and partial copies, with what owns each (a member,
     /// an unsettled Command, or nothing: left by a failed or abandoned copy).

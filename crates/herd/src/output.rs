@@ -1,9 +1,10 @@
 //! Printing objects: tables (with a wider variant), JSON and YAML.
 
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use comfy_table::{Table, presets};
 use herd_core::Timestamp;
+pub use herd_core::units::short_duration;
 use serde_json::Value;
 
 use crate::cli::OutputFormat;
@@ -13,17 +14,6 @@ fn text(value: &Value, pointer: &str) -> String {
         None | Some(Value::Null) => String::new(),
         Some(Value::String(s)) => s.clone(),
         Some(other) => other.to_string(),
-    }
-}
-
-/// A short age like `5s`, `3m`, `2h`, `4d`.
-pub fn short_duration(d: Duration) -> String {
-    let s = d.as_secs();
-    match s {
-        0..120 => format!("{s}s"),
-        120..7200 => format!("{}m", s / 60),
-        7200..172_800 => format!("{}h", s / 3600),
-        _ => format!("{}d", s / 86_400),
     }
 }
 
@@ -241,12 +231,5 @@ mod tests {
         );
         assert!(!out.contains("zone=a"));
         assert!(table("Node", &[node], true).contains("zone=a"));
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(short_duration(Duration::from_secs(5)), "5s");
-        assert_eq!(short_duration(Duration::from_secs(600)), "10m");
-        assert_eq!(short_duration(Duration::from_secs(3 * 86_400)), "3d");
     }
 }

@@ -213,7 +213,6 @@ async fn a_member_killed_while_its_setup_runs_is_set_up_again() {
         (lines(&log.join("c-db-0.setups")).len() == 1).then_some(member)
     })
     .await;
-    assert_eq!(creating.status.state, MemberState::Creating);
     std::fs::remove_file(log.join("slow-setup")).unwrap();
     kill9(pid_of(server, &creating).await);
     let members = configured(server, "c", 1, Duration::from_secs(40)).await;
@@ -223,12 +222,19 @@ async fn a_member_killed_while_its_setup_runs_is_set_up_again() {
 }
 
 /// Changes the cluster's spec to `db` and `cache` members: Ok, or the refusal.
+/// (A status written meanwhile is read again, as `herd apply` does.)
 async fn resize(server: &TestServer, log: &Path, db: u32, cache: u32) -> Result<(), String> {
     let admin = server.admin();
-    let current = admin.get_value("appclusters", "c").await.unwrap();
-    let mut wanted = cluster(log, db, cache);
-    wanted["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"].clone();
-    admin.replace_value("appclusters", "c", &wanted, Default::default()).await.map(|_| ()).map_err(|e| e.to_string())
+    for _ in 0..20 {
+        let current = admin.get_value("appclusters", "c").await.unwrap();
+        let mut wanted = cluster(log, db, cache);
+        wanted["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"].clone();
+        match admin.replace_value("appclusters", "c", &wanted, Default::default()).await {
+            Err(error) if error.to_string().contains("was modified") => continue,
+            other => return other.map(|_| ()).map_err(|e| e.to_string()),
+        }
+    }
+    Err("the cluster kept changing".into())
 }
 
 async fn seen(server: &TestServer) {
@@ -360,5 +366,90 @@ async fn after_a_host_reboot_its_members_come_back_configured_and_are_not_announ
     let told_after: Vec<Vec<String>> = ["c-db-0", "c-db-1"].iter().map(|m| notifies(m)).collect();
     assert_eq!(told_before, told_after, "no member is told of a rebooted one as if it were new");
     assert_eq!(after.len(), 3);
+    drop(agents);
+}
+
+/// The members of the cluster whose process runs in `dir` (an agent's data dir).
+fn running_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = common::member_processes(dir).into_iter().map(|(_, m)| m).collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cut_off_node_s_members_are_recovered_or_replaced_and_never_run_twice_once_it_heals() {
+    let nodes = nodes(3).await;
+    let server = &nodes.server;
+    let admin = server.admin();
+    let mut config = admin
+        .get::<herd_core::kinds::ClusterConfigSpec>(herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME)
+        .await
+        .unwrap();
+    config.spec.app_clusters.node_loss_grace = herd_core::HumanDuration(Duration::from_secs(2));
+    admin.update(&config).await.unwrap();
+    let log = nodes.dir.path().join("log");
+    std::fs::create_dir_all(&log).unwrap();
+    apply_app(server, SCRIPT).await;
+    admin.create_value("appclusters", &cluster(&log, 3, 1), Default::default()).await.unwrap();
+    let members = configured(server, "c", 4, Duration::from_secs(30)).await;
+    // n1 takes c-db-0 and, the members being spread, c-cache-0.
+    let on_n1: Vec<&Member> = members.iter().filter(|m| m.spec.node.as_deref() == Some("n1")).collect();
+    let names: Vec<&str> = on_n1.iter().map(|m| m.metadata.name.as_str()).collect();
+    assert_eq!(names, ["c-cache-0", "c-db-0"]);
+
+    // n1 is cut off: its agent stopped (no heartbeat, no command taken up);
+    // it and its members stay alive.
+    let agents = nodes.agents;
+    agents[0].signal("STOP");
+    let cache = eventually(Duration::from_secs(30), "c-cache-0 running configured elsewhere", || async {
+        let member = admin.get::<MemberSpec>("c-cache-0").await.ok()?;
+        let moved = member.spec.node.as_deref().is_some_and(|n| n != "n1");
+        (moved && member.status.state == MemberState::Configured).then_some(member)
+    })
+    .await;
+    assert_eq!(lines(&log.join("c-cache-0.setups")).len(), 2, "set up again where it went");
+    let waiting = eventually(Duration::from_secs(20), "c-db-0 saying what a replace would do", || async {
+        let member = admin.get::<MemberSpec>("c-db-0").await.ok()?;
+        member.status.reason.clone().filter(|r| r.contains("herd member replace c-db-0"))
+    })
+    .await;
+    assert!(waiting.contains("empty volumes data, herd") && waiting.contains("node n1 has been NotReady"), "{waiting}");
+    assert_eq!(admin.get::<MemberSpec>("c-db-0").await.unwrap().spec.node.as_deref(), Some("n1"), "not moved silently");
+
+    // Without --yes (and no terminal to ask on) nothing happens; with it,
+    // the member is recreated elsewhere and the others hear it left.
+    let out = common::cluster::cli(server, &["member", "replace", "c-db-0"]);
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("empty volumes: data") && said.contains("n1 (NotReady)"), "{said}");
+    let out = common::cluster::cli(server, &["member", "replace", "c-db-0", "--yes"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let replaced = eventually(Duration::from_secs(30), "c-db-0 configured on another node", || async {
+        let member = admin.get::<MemberSpec>("c-db-0").await.ok()?;
+        let moved = member.spec.node.as_deref().is_some_and(|n| n != "n1");
+        (moved && member.status.state == MemberState::Configured).then_some(member)
+    })
+    .await;
+    assert!(!replaced.metadata.annotations.contains_key("herd.io/replace"));
+    assert_eq!(lines(&log.join("c-db-0.setups")).len(), 2, "set up afresh");
+    for other in ["c-db-1", "c-db-2"] {
+        let told = lines(&log.join(format!("{other}.notifies")));
+        assert!(told.iter().any(|l| l == "--delnodes --role db --members c-db-0"), "{other}: {told:?}");
+    }
+    assert_eq!(running_in(&nodes.dirs[0]), ["c-cache-0", "c-db-0"], "the cut-off node still runs its copies");
+
+    // The cut heals: the copies on n1 are stopped there, and every slot runs once.
+    agents[0].signal("CONT");
+    eventually(Duration::from_secs(30), "n1's stale copies stopped", || async {
+        running_in(&nodes.dirs[0]).is_empty().then_some(())
+    })
+    .await;
+    let members = configured(server, "c", 4, Duration::from_secs(30)).await;
+    let mut everywhere: Vec<String> = nodes.dirs.iter().flat_map(|d| running_in(d)).collect();
+    everywhere.sort();
+    assert_eq!(everywhere, ["c-cache-0", "c-db-0", "c-db-1", "c-db-2"], "each slot runs exactly once");
+    assert!(members.iter().all(|m| m.spec.node.as_deref() != Some("n1")));
+    assert_eq!(cache.spec.node, members.iter().find(|m| m.metadata.name == "c-cache-0").unwrap().spec.node);
     drop(agents);
 }

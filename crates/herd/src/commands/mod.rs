@@ -4,13 +4,14 @@ mod apply;
 mod cluster;
 mod describe;
 mod get;
+mod member;
 pub mod modes;
 mod node;
 
 use anyhow::Context;
 use clap::CommandFactory;
 
-use crate::cli::{Cli, ClusterCommand, Command, CommandAction, NodeCommand};
+use crate::cli::{Cli, ClusterCommand, Command, CommandAction, MemberCommand, NodeCommand};
 use crate::context;
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -64,6 +65,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Node { command: NodeCommand::Volumes { name, output } } => {
             node::volumes(&context::client(&conn)?, &name, output).await
+        }
+        Command::Member { command: MemberCommand::Replace { name, yes } } => {
+            member::replace(&context::client(&conn)?, &name, yes).await
         }
         Command::Cluster { command: ClusterCommand::Status { output } } => {
             cluster::status(&context::client(&conn)?, output).await

@@ -12,6 +12,7 @@
 //! the same name) are removed from their nodes and deleted.
 
 mod commands;
+mod recovery;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -32,6 +33,7 @@ use herd_core::placement::{Placement, allocate_ports, node_host, place};
 use herd_core::role_sync::{MemberChange, role_sync};
 
 use self::commands::{Consumed, Purpose, command_for, consume, member_of, member_run};
+use crate::change_clock::ChangeClock;
 use crate::controllers::runtime::{Controller, Next};
 use crate::events::EventRecorder;
 use crate::nodes::cluster_config;
@@ -45,6 +47,8 @@ const QUIET_REQUEUE: Duration = Duration::from_secs(10);
 
 pub struct AppClusterController {
     objects: Objects,
+    /// Since when each node has been Ready or NotReady, on this leader's clock.
+    readiness: ChangeClock<bool>,
     apps: Reflector<AppSpec>,
     clusters: Reflector<AppClusterSpec>,
     members: Reflector<MemberSpec>,
@@ -67,7 +71,17 @@ pub struct Caches {
 impl AppClusterController {
     pub fn new(objects: Objects, caches: Caches, events: EventRecorder) -> Self {
         let Caches { apps, clusters, members, nodes, commands, config } = caches;
-        AppClusterController { objects, apps, clusters, members, nodes, commands, config, events }
+        AppClusterController {
+            objects,
+            readiness: ChangeClock::default(),
+            apps,
+            clusters,
+            members,
+            nodes,
+            commands,
+            config,
+            events,
+        }
     }
 }
 
@@ -87,8 +101,9 @@ impl Controller for AppClusterController {
     /// others go on, except a lost leadership, which ends the pass.
     async fn reconcile(&mut self) -> Result<Next, ObjectsError> {
         let mut busy = false;
+        let not_ready = self.not_ready_for();
         for cluster in self.clusters.list() {
-            match self.pass(&cluster).await {
+            match self.pass(&cluster, &not_ready).await {
                 Ok(in_flight) => busy |= in_flight,
                 Err(fenced @ ObjectsError::Fenced { .. }) => return Err(fenced),
                 Err(error) => {
@@ -118,6 +133,8 @@ struct Pass<'a> {
     busy: BTreeSet<String>,
     /// Members whose RemoveMember succeeded.
     removed: BTreeSet<String>,
+    /// How long this leader has seen each NotReady node so.
+    not_ready: &'a BTreeMap<String, Duration>,
 }
 
 fn owned_by(member: &Member, cluster: &AppCluster) -> bool {
@@ -132,7 +149,7 @@ fn report_of<'a>(nodes: &'a [Node], member: &Member) -> Option<&'a herd_core::ap
 
 impl AppClusterController {
     /// One pass over `cluster`; true when something is in flight.
-    async fn pass(&self, cluster: &AppCluster) -> Result<bool, ObjectsError> {
+    async fn pass(&self, cluster: &AppCluster, not_ready: &BTreeMap<String, Duration>) -> Result<bool, ObjectsError> {
         let name = &cluster.metadata.name;
         let app = self.apps.get(&cluster.spec.app_ref);
         let nodes = self.nodes.list();
@@ -149,10 +166,12 @@ impl AppClusterController {
             members,
             busy: BTreeSet::new(),
             removed: BTreeSet::new(),
+            not_ready,
         };
         let consumed = self.read_commands(&mut pass);
         if let Some(app) = pass.app {
             self.check_members(&mut pass, app).await;
+            self.recover_members(&mut pass, app).await?;
             self.sync_roles(&mut pass).await?;
             self.sync_members(&mut pass, app).await?;
             self.send_notifies(&mut pass, app).await?;
@@ -569,7 +588,9 @@ impl AppClusterController {
     /// so that one slot never runs in two places. The binding is read from
     /// the store, not the cache, before anything is removed.
     async fn strays(&self) -> Result<(), ObjectsError> {
-        for node in self.nodes.list() {
+        // A NotReady node's report is stale, and it could not act on a
+        // Command: its strays are removed once it is back.
+        for node in self.nodes.list().into_iter().filter(|n| n.status.ready) {
             for report in node.status.members.iter().filter(|r| r.cluster.is_some() && r.wanted) {
                 let cached = self.members.get(&report.name);
                 if cached.as_ref().is_some_and(|m| m.spec.node.as_ref() == Some(&node.metadata.name)) {

@@ -1,0 +1,79 @@
+//! Members of lost nodes, and members the operator asked to replace
+//! (`herd_core::node_loss`): replaced ones are unbound and start over as
+//! new members (the others told they left); those that keep data on a
+//! lost node say what `herd member replace` would cost. Whatever still
+//! runs on the old node is removed there as a stray once it is back.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use herd_core::kinds::{AppSpec, EventType};
+use herd_core::node_loss::{NodeLoss, REPLACE_ANNOTATION, Recovery, recovery, replaced_status};
+use herd_core::notifies::{Change, queue_notifies};
+use tokio::time::Instant;
+
+use super::{AppClusterController, Pass};
+use crate::nodes::cluster_config;
+use crate::objects::{ObjectsError, now};
+
+impl AppClusterController {
+    /// How long each node has been NotReady, as this leader saw it.
+    pub(super) fn not_ready_for(&mut self) -> BTreeMap<String, Duration> {
+        let nodes = self.nodes.list();
+        let now = Instant::now();
+        self.readiness.retain(|name| nodes.iter().any(|n| n.metadata.name == name));
+        nodes
+            .iter()
+            .filter_map(|node| {
+                let held = self.readiness.since(&node.metadata.name, node.status.ready, now);
+                (!node.status.ready).then(|| (node.metadata.name.clone(), held))
+            })
+            .collect()
+    }
+
+    pub(super) async fn recover_members(&self, pass: &mut Pass<'_>, app: &AppSpec) -> Result<(), ObjectsError> {
+        let grace = cluster_config(&self.config).app_clusters.node_loss_grace.get();
+        for i in 0..pass.members.len() {
+            let member = &pass.members[i];
+            let Some(node) = member.spec.node.clone() else { continue };
+            let Some(role) = app.role(&member.spec.role) else { continue };
+            let mut persistent: Vec<String> =
+                role.run.volumes.iter().filter(|v| v.persistent).map(|v| v.name.clone()).collect();
+            if !persistent.is_empty() {
+                persistent.push(herd_core::kinds::app::HERD_VOLUME.into());
+            }
+            let loss = NodeLoss { node: &node, not_ready_for: pass.not_ready.get(&node).copied(), grace };
+            let asked = member.metadata.annotations.contains_key(REPLACE_ANNOTATION);
+            match recovery(&member.metadata.name, &member.status, &persistent, loss, asked) {
+                Recovery::Nothing => {}
+                Recovery::WaitForReplace(why) => {
+                    if member.status.reason.as_deref() != Some(why.as_str()) {
+                        self.events.record(member, EventType::Warning, "MemberWaitsForReplace", why.clone()).await;
+                        pass.members[i].status.reason = Some(why);
+                    }
+                }
+                Recovery::Replace(why) => self.replace(pass, i, app, why).await?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Unbinds member `i` (the request annotation goes with the binding)
+    /// and starts it over as a new member; the others hear it left.
+    async fn replace(&self, pass: &mut Pass<'_>, i: usize, app: &AppSpec, why: String) -> Result<(), ObjectsError> {
+        let mut unbound = pass.members[i].clone();
+        let announced = unbound.status.was_configured();
+        unbound.spec.node = None;
+        unbound.spec.ports.clear();
+        unbound.metadata.annotations.remove(REPLACE_ANNOTATION);
+        let mut written = self.objects.update(unbound, false).await?;
+        written.status = replaced_status(why.clone());
+        self.events.record(&written, EventType::Warning, "MemberReplaced", why).await;
+        let left = [(written.spec.role.clone(), written.metadata.name.clone())];
+        pass.members[i] = written;
+        if announced {
+            queue_notifies(app, &mut pass.members, Change::Deleted, &left, now());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,66 @@
+//! `herd member replace`: recreate an app-cluster member on another node
+//! with empty volumes. It says what would be lost, asks (unless `--yes`),
+//! and records the request on the Member (`herd.io/replace`); the leader
+//! carries it out.
+
+use std::io::{BufRead, IsTerminal, Write};
+
+use anyhow::{Context, bail};
+use herd_client::Client;
+use herd_core::api::StatusReason;
+use herd_core::kinds::{AppSpec, MemberSpec, NodeSpec};
+use herd_core::node_loss::REPLACE_ANNOTATION;
+
+pub async fn replace(client: &Client, name: &str, yes: bool) -> anyhow::Result<()> {
+    let member = client.get::<MemberSpec>(name).await?;
+    let cluster = client.get::<herd_core::kinds::AppClusterSpec>(&member.spec.cluster).await?;
+    let app = client.get::<AppSpec>(&cluster.spec.app_ref).await?;
+    let volumes: Vec<String> = app
+        .spec
+        .role(&member.spec.role)
+        .map(|r| r.run.volumes.iter().filter(|v| v.persistent).map(|v| v.name.clone()).collect())
+        .unwrap_or_default();
+    let node = member.spec.node.clone().unwrap_or_else(|| "no node".into());
+    let state = match client.get::<NodeSpec>(&node).await {
+        Ok(n) if n.status.ready => "Ready",
+        Ok(_) => "NotReady",
+        Err(_) => "unknown",
+    };
+    println!("Member {name} (role {}) is on node {node} ({state}).", member.spec.role);
+    if volumes.is_empty() {
+        println!("It keeps no persistent data: it is set up afresh on another node.");
+    } else {
+        println!(
+            "It is recreated on another node with empty volumes: {} (what they hold on {node} is lost).",
+            volumes.join(", ")
+        );
+    }
+    if !yes {
+        if !std::io::stdin().is_terminal() {
+            bail!("not replaced: confirm with --yes (stdin is not a terminal to ask on)");
+        }
+        print!("Replace {name}? [y/N] ");
+        std::io::stdout().flush()?;
+        let mut answer = String::new();
+        std::io::stdin().lock().read_line(&mut answer)?;
+        if !matches!(answer.trim(), "y" | "Y" | "yes") {
+            bail!("not replaced");
+        }
+    }
+    for _ in 0..8 {
+        let mut member = client.get::<MemberSpec>(name).await?;
+        member.metadata.annotations.insert(
+            REPLACE_ANNOTATION.into(),
+            herd_core::Timestamp::from_system_time(std::time::SystemTime::now()).to_string(),
+        );
+        match client.update(&member).await {
+            Ok(_) => {
+                println!("member/{name}: replacement requested; follow it with `herd describe member {name}`");
+                return Ok(());
+            }
+            Err(error) if error.reason() == Some(StatusReason::Conflict) => continue,
+            Err(error) => return Err(error).context("requesting the replacement"),
+        }
+    }
+    bail!("member {name} kept changing; try again")
+}
