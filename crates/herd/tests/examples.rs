@@ -173,3 +173,50 @@ async fn etcd_grows_and_shrinks_and_its_member_list_stays_herds() {
     healthy(&members);
     assert!(list_members(server, "etcd").await.iter().all(|m| m.status.state_detail.pending_notify_cmds.is_empty()));
 }
+
+fn redis_cli(member: &Member, args: &[&str]) -> String {
+    let port = member.spec.ports["redis"].to_string();
+    let out = Command::new("redis-cli").args(["-h", "127.0.0.1", "-p", &port]).args(args).output().unwrap();
+    text(&out)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_redis_example_has_replicas_that_follow_the_primary() {
+    require(&["redis-server", "redis-cli"]);
+    let nodes = nodes(3).await;
+    let server = &nodes.server;
+    apply(&nodes, &example("redis"));
+    let members = configured(server, "redis", 3, Duration::from_secs(60)).await;
+    let primary = members.iter().find(|m| m.spec.role == "primary").unwrap();
+    let replicas: Vec<&Member> = members.iter().filter(|m| m.spec.role == "replica").collect();
+    assert_eq!(replicas.len(), 2);
+    assert!(redis_cli(primary, &["set", "greeting", "hello from herd"]).contains("OK"));
+    for replica in &replicas {
+        eventually(Duration::from_secs(20), "the replica has the key", || async {
+            (redis_cli(replica, &["get", "greeting"]).trim() == "hello from herd").then_some(())
+        })
+        .await;
+        let info = redis_cli(replica, &["info", "replication"]);
+        assert!(info.contains("role:slave") && info.contains("master_link_status:up"), "{info}");
+    }
+    eventually(Duration::from_secs(20), "the primary counts two replicas", || async {
+        redis_cli(primary, &["info", "replication"]).contains("connected_slaves:2").then_some(())
+    })
+    .await;
+    // kill -9 of the primary: it comes back as a new instance with its data
+    // (append-only file on its persistent volume), and the replicas follow it again.
+    kill9(pid_of(server, primary).await);
+    let members = eventually(Duration::from_secs(60), "the primary configured as a new instance", || async {
+        let members = configured(server, "redis", 3, Duration::from_secs(60)).await;
+        let back = members.iter().find(|m| m.metadata.name == primary.metadata.name)?;
+        (instance(back) != instance(primary)).then_some(members)
+    })
+    .await;
+    let primary = members.iter().find(|m| m.spec.role == "primary").unwrap();
+    assert_eq!(redis_cli(primary, &["get", "greeting"]).trim(), "hello from herd");
+    eventually(Duration::from_secs(30), "both replicas linked again", || async {
+        redis_cli(primary, &["info", "replication"]).contains("connected_slaves:2").then_some(())
+    })
+    .await;
+    assert!(list_members(server, "redis").await.iter().all(|m| m.status.state == MemberState::Configured));
+}
