@@ -29,6 +29,15 @@ const STOP_GRACE: Duration = Duration::from_secs(10);
 const ADOPTED_POLL: Duration = Duration::from_millis(500);
 const FIRST_RESTART_DELAY: Duration = Duration::from_millis(500);
 const MAX_RESTART_DELAY: Duration = Duration::from_secs(30);
+/// A run this long was not a crash loop: the next restart waits only the
+/// first delay again.
+const STABLE_RUN: Duration = Duration::from_secs(10);
+
+/// The pause before starting a member again after `streak` short runs in
+/// a row: 500 ms, doubling, at most 30 s.
+fn restart_delay(streak: u32) -> Duration {
+    FIRST_RESTART_DELAY.saturating_mul(1 << streak.min(6)).min(MAX_RESTART_DELAY)
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum MemberError {
@@ -62,6 +71,9 @@ pub struct MemberRecord {
     pub restarts: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_exit: Option<String>,
+    /// Runs in a row that ended within [`STABLE_RUN`] (the restart backoff).
+    #[serde(default)]
+    pub short_runs: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -224,6 +236,7 @@ impl Members {
                 launching: None,
                 restarts: slots.get(member).map_or(0, |s| s.record.restarts),
                 last_exit: None,
+                short_runs: 0,
             };
             let generation = slots.get(member).map_or(0, |s| s.generation);
             slots.insert(member.into(), Slot { record, generation });
@@ -323,7 +336,7 @@ impl Members {
     /// A run ended: record it, and start the member again (with backoff)
     /// if it is still wanted.
     async fn exited(&self, member: &str, generation: u64, exit: String) {
-        let restarts = {
+        let delay = {
             let mut slots = self.lock();
             let Some(slot) = slots.get_mut(member).filter(|s| s.generation == generation) else { return };
             slot.record.last_exit = Some(exit.clone());
@@ -332,10 +345,16 @@ impl Members {
             if !slot.record.wanted {
                 return;
             }
-            slot.record.restarts
+            // A member that ran a while and then died is not crash-looping.
+            let ran = slot.record.process.as_ref().map(|p| p.started_at.age(now())).unwrap_or_default();
+            if ran >= STABLE_RUN {
+                slot.record.short_runs = 0;
+            }
+            let delay = restart_delay(slot.record.short_runs);
+            slot.record.short_runs += 1;
+            delay
         };
-        tracing::warn!(member, %exit, "a member exited; starting it again");
-        let delay = FIRST_RESTART_DELAY.saturating_mul(1 << restarts.min(6)).min(MAX_RESTART_DELAY);
+        tracing::warn!(member, %exit, ?delay, "a member exited; starting it again");
         tokio::select! {
             _ = self.stop.cancelled() => return,
             _ = tokio::time::sleep(delay) => {}
@@ -708,5 +727,11 @@ mod tests {
         assert!(report.last_exit.as_deref().unwrap_or_default().contains("exit status: 0"), "{report:?}");
         members.stop("m1").await.unwrap();
         stop.cancel();
+    }
+
+    #[test]
+    fn the_restart_backoff_doubles_over_short_runs_and_is_capped() {
+        let delays: Vec<u64> = [0, 1, 2, 5, 6, 20].map(|streak| restart_delay(streak).as_millis() as u64).to_vec();
+        assert_eq!(delays, [500, 1000, 2000, 16000, 30000, 30000]);
     }
 }

@@ -125,3 +125,60 @@ async fn probe(members: &Members, record: &MemberRecord, check: &ReadinessCheck)
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use herd_core::HumanDuration;
+    use herd_core::kinds::command::MemberRun;
+
+    fn record(env: &[(&str, String)]) -> MemberRecord {
+        MemberRecord {
+            name: "m".into(),
+            run: MemberRun {
+                command: vec!["sleep".into(), "60".into()],
+                env: env.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
+                volumes: vec![],
+                readiness: None,
+            },
+            wanted: true,
+            process: None,
+            launching: None,
+            restarts: 0,
+            last_exit: None,
+            short_runs: 0,
+        }
+    }
+
+    fn check(probe: Probe) -> ReadinessCheck {
+        ReadinessCheck {
+            probe,
+            period: HumanDuration::from_secs(1),
+            timeout: HumanDuration(Duration::from_millis(500)),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_check_passes_or_says_why_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let members = Members::open(dir.path(), CancellationToken::new()).await.unwrap();
+        std::fs::create_dir_all(members.member_dir("m")).unwrap();
+        let command = |script: &str| check(Probe::Command(vec!["sh".into(), "-c".into(), script.into()]));
+        let plain = record(&[]);
+        assert_eq!(probe(&members, &plain, &command("test \"$HERD_MEMBER\" = m")).await, (true, String::new()));
+        let (passing, detail) = probe(&members, &plain, &command("echo not yet >&2; exit 3")).await;
+        assert!(!passing && detail.contains("exit status: 3") && detail.contains("not yet"), "{detail}");
+        let (passing, detail) = probe(&members, &plain, &command("sleep 5")).await;
+        assert!(!passing && detail.contains("took more than"), "{detail}");
+
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let open = listener.local_addr().unwrap().port();
+        let tcp = check(Probe::TcpPort("client".into()));
+        assert!(probe(&members, &record(&[("HERD_PORT_CLIENT", open.to_string())]), &tcp).await.0);
+        drop(listener);
+        let (passing, detail) = probe(&members, &record(&[("HERD_PORT_CLIENT", open.to_string())]), &tcp).await;
+        assert!(!passing && detail.contains("connecting to port client"), "{detail}");
+        let (passing, detail) = probe(&members, &plain, &tcp).await;
+        assert!(!passing && detail.contains("HERD_PORT_CLIENT is not set"), "{detail}");
+    }
+}

@@ -55,6 +55,9 @@ pub trait Resource: Data {
     /// Checks the object's name beyond the generic rules (singletons, say).
     fn validate_name(_name: &str, _errors: &mut ValidationErrors) {}
 
+    /// Checks that the name goes with the spec (a Member's is its slot's).
+    fn validate_name_for_spec(&self, _name: &str, _errors: &mut ValidationErrors) {}
+
     /// Checks a spec change against the stored spec (immutable fields).
     fn validate_spec_update(&self, _old: &Self, _path: &FieldPath, _errors: &mut ValidationErrors) {}
 }
@@ -113,6 +116,7 @@ impl<S: Resource> Object<S> {
         }
         self.metadata.validate(&FieldPath::root("metadata"), &mut errors);
         S::validate_name(&self.metadata.name, &mut errors);
+        self.spec.validate_name_for_spec(&self.metadata.name, &mut errors);
         self.spec.validate_spec(&FieldPath::root("spec"), &mut errors);
         errors.into_result()
     }

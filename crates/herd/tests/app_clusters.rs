@@ -15,15 +15,14 @@ use common::{TestServer, eventually, start_agent};
 use herd_core::kinds::app_cluster::ClusterState;
 use herd_core::kinds::{AppClusterSpec, CommandSpec, Member, MemberSpec, MemberState};
 
-/// The setup script: `--configure` records the instance it set up (and
-/// fails with exit 1 when the file `fail-setup` exists beside the log),
-/// notifies record their arguments (and exit 120 on a member for which
+/// The setup script: `--configure` records the instance it set up (slowly
+/// when the file `slow-setup` exists beside the log), notifies record
+/// their arguments (and exit 120 on a member for which
 /// `fail-notify-<member>` exists).
 const SCRIPT: &str = r#"log="$SETUP_LOG/$HERD_MEMBER"
 case "$1" in
 --configure)
   test -s "$HERD_CONFIGMETA" || { echo "no configmeta" >&2; exit 2; }
-  if [ -e "$SETUP_LOG/fail-setup" ]; then echo "refusing to configure $HERD_MEMBER" >&2; exit 1; fi
   echo "setup $HERD_INSTANCE_ID" >>"$log.setups"
   if [ -e "$SETUP_LOG/slow-setup" ]; then sleep 5; fi ;;
 *)
@@ -141,6 +140,7 @@ async fn members_are_placed_set_up_once_told_of_joins_and_survive_restarts() {
 
     // Agent restart: nothing changes instance, nothing is set up again.
     let instances: Vec<String> = list_members(server, "c").await.iter().map(instance).collect();
+    let notifies_before: usize = all_db.iter().map(|m| lines(&log.join(format!("{m}.notifies"))).len()).sum();
     let mut agents = nodes.agents;
     agents[1].kill9();
     agents[1] = start_agent(&server.url, &nodes.dirs[1], "n2");
@@ -149,6 +149,8 @@ async fn members_are_placed_set_up_once_told_of_joins_and_survive_restarts() {
     assert_eq!(after.iter().map(instance).collect::<Vec<_>>(), instances, "an agent restart restarts no member");
     let setups: usize = after.iter().map(|m| lines(&log.join(format!("{}.setups", m.metadata.name))).len()).sum();
     assert_eq!(setups, 5, "four first setups and the cache member's clean slate");
+    let notifies_after: usize = all_db.iter().map(|m| lines(&log.join(format!("{m}.notifies"))).len()).sum();
+    assert_eq!(notifies_before, notifies_after, "an agent restart sends no notify");
 
     // Deleting the cluster deletes its members, their processes and volumes.
     server.admin().delete_value("appclusters", "c", Default::default()).await.unwrap();
@@ -170,7 +172,8 @@ async fn members_are_placed_set_up_once_told_of_joins_and_survive_restarts() {
     drop(agents);
 }
 
-/// One node, and a cluster of one db member whose setup finds `marker`.
+/// One node, and a cluster of one db member whose setup finds `marker`
+/// (`slow-setup`).
 async fn one_db_member_with(marker: &str) -> (Nodes, PathBuf) {
     let nodes = nodes(1).await;
     let log = nodes.dir.path().join("log");
@@ -181,27 +184,54 @@ async fn one_db_member_with(marker: &str) -> (Nodes, PathBuf) {
     (nodes, log)
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_failing_setup_is_a_config_error_until_a_restart_sets_it_up_again() {
-    let (nodes, log) = one_db_member_with("fail-setup").await;
-    let server = &nodes.server;
-    let failed = eventually(Duration::from_secs(30), "the member in config error", || async {
+/// A setup that records each attempt and fails.
+const BROKEN: &str = r#"if [ "$1" = --configure ]; then
+  echo "attempt $HERD_INSTANCE_ID" >>"$SETUP_LOG/$HERD_MEMBER.attempts"
+  echo "cannot configure $HERD_MEMBER: broken script" >&2
+  exit 1
+fi
+"#;
+
+async fn config_error(server: &TestServer, instance_other_than: Option<&str>) -> Member {
+    eventually(Duration::from_secs(30), "the member in config error", || async {
         let member = server.admin().get::<MemberSpec>("c-db-0").await.ok()?;
-        (member.status.state == MemberState::ConfigError).then_some(member)
+        let fresh = member.status.state_detail.configuring_instance.as_deref() != instance_other_than;
+        (member.status.state == MemberState::ConfigError && fresh).then_some(member)
     })
-    .await;
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_setup_is_a_config_error_until_the_app_is_fixed_and_the_member_restarted() {
+    let nodes = nodes(1).await;
+    let server = &nodes.server;
+    let log = nodes.dir.path().join("log");
+    std::fs::create_dir_all(&log).unwrap();
+    apply_app(server, BROKEN).await;
+    server.admin().create_value("appclusters", &cluster(&log, 1, 0), Default::default()).await.unwrap();
+    let failed = config_error(server, None).await;
     let detail = failed.status.state_detail.config_error_detail.clone().unwrap();
-    assert_eq!(detail, "configure failed with exit status 1: refusing to configure c-db-0");
+    assert_eq!(detail, "configure failed with exit status 1: cannot configure c-db-0: broken script");
     let cluster = server.admin().get::<AppClusterSpec>("c").await.unwrap();
     assert_eq!(cluster.status.state, ClusterState::Error);
     assert!(cluster.status.member_state_rollup.config_errors);
+    let described =
+        String::from_utf8_lossy(&common::cluster::cli(server, &["describe", "member", "c-db-0"]).stdout).into_owned();
+    assert!(described.contains("config error: configure failed with exit status 1"), "{described}");
 
-    // Fixed, and the member restarted: an error-retry restart sets it up again.
-    std::fs::remove_file(log.join("fail-setup")).unwrap();
+    // A restart is an error-retry restart: setup runs again from scratch (and fails again).
+    let first = failed.status.state_detail.configuring_instance.clone();
     kill9(pid_of(server, &failed).await);
+    let again = config_error(server, first.as_deref()).await;
+    assert_eq!(lines(&log.join("c-db-0.attempts")).len(), 2, "set up again after the restart");
+
+    // The App's script fixed, and the member restarted: configured.
+    apply_app(server, SCRIPT).await;
+    kill9(pid_of(server, &again).await);
     let members = configured(server, "c", 1, Duration::from_secs(30)).await;
     assert_eq!(members[0].status.state_detail.config_error_detail, None);
     assert_eq!(lines(&log.join("c-db-0.setups")).len(), 1);
+    assert_eq!(lines(&log.join("c-db-0.attempts")).len(), 2, "the broken script ran no more");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -154,6 +154,16 @@ impl Resource for MemberSpec {
         }
     }
 
+    fn validate_name_for_spec(&self, name: &str, errors: &mut ValidationErrors) {
+        let expected = member_name(&self.cluster, &self.role, self.index);
+        if name != expected {
+            errors.add(
+                &FieldPath::root("metadata").child("name"),
+                format!("must be {expected:?}, the name of the slot its spec names (<cluster>-<role>-<index>)"),
+            );
+        }
+    }
+
     fn validate_spec_update(&self, old: &Self, path: &FieldPath, errors: &mut ValidationErrors) {
         for (field, same) in [
             ("cluster", self.cluster == old.cluster),
@@ -164,13 +174,6 @@ impl Resource for MemberSpec {
                 errors.add(&path.child(field), "is immutable: a member keeps its slot");
             }
         }
-    }
-}
-
-impl Object<MemberSpec> {
-    /// The name a member of this spec must have.
-    pub fn expected_name(&self) -> String {
-        member_name(&self.spec.cluster, &self.spec.role, self.spec.index)
     }
 }
 
@@ -186,7 +189,11 @@ mod tests {
         }))
         .unwrap();
         member.validate().unwrap();
-        assert_eq!(member.expected_name(), "db-member-0");
+        let misnamed = Member::new("db-member-7", member.spec.clone());
+        assert_eq!(
+            misnamed.validate().unwrap_err().to_string(),
+            "metadata.name: must be \"db-member-0\", the name of the slot its spec names (<cluster>-<role>-<index>)"
+        );
         assert_eq!(member.status.state, MemberState::CreatePending);
         assert_eq!(member.status.state_detail.last_known_state, LastKnownState::Unknown);
         let moved = MemberSpec { index: 1, node: Some("n1".into()), ..member.spec.clone() };

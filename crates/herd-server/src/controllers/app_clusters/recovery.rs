@@ -58,16 +58,18 @@ impl AppClusterController {
         Ok(())
     }
 
-    /// Unbinds member `i` (the request annotation goes with the binding)
-    /// and starts it over as a new member; the others hear it left.
+    /// Starts member `i` over as a new member and unbinds it (the request
+    /// annotation goes with the binding); the others hear it left.
     async fn replace(&self, pass: &mut Pass<'_>, i: usize, app: &AppSpec, why: String) -> Result<(), ObjectsError> {
-        let mut unbound = pass.members[i].clone();
-        let announced = unbound.status.was_configured();
+        let mut member = pass.members[i].clone();
+        let announced = member.status.was_configured();
+        // The status first: no reader sees the new binding with the old state.
+        member.status = replaced_status(why.clone());
+        let mut unbound = self.objects.update_status(member, false).await?;
         unbound.spec.node = None;
         unbound.spec.ports.clear();
         unbound.metadata.annotations.remove(REPLACE_ANNOTATION);
-        let mut written = self.objects.update(unbound, false).await?;
-        written.status = replaced_status(why.clone());
+        let written = self.objects.update(unbound, false).await?;
         self.events.record(&written, EventType::Warning, "MemberReplaced", why).await;
         let left = [(written.spec.role.clone(), written.metadata.name.clone())];
         pass.members[i] = written;
