@@ -47,8 +47,12 @@ pub async fn run(members: Members, stop: CancellationToken) {
         let mut setup_changed = false;
         for record in &records {
             let (status, _) = crate::setup::report(&members, record);
-            setup_changed |=
-                setup_seen.insert(record.name.clone(), status.clone()).is_some_and(|before| before != status);
+            // A member first seen here with a status has news too (its setup
+            // may have run within one tick).
+            setup_changed |= match setup_seen.insert(record.name.clone(), status.clone()) {
+                None => status.is_some(),
+                Some(before) => before != status,
+            };
         }
         if setup_changed {
             members.tell_changed();

@@ -91,6 +91,7 @@ mod tests {
             attempts: 4,
             last_error: Some("exit 120".into()),
             since: None,
+            last_attempt: None,
         });
         member
     }

@@ -6,6 +6,7 @@
 //! pass and retried until they succeed. Pure.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use crate::kinds::app::AppSpec;
 use crate::kinds::member::{Member, MemberState, MemberStatus, PendingNotify};
@@ -62,6 +63,7 @@ pub fn queue_notifies(
                 attempts: 0,
                 last_error: None,
                 since: Some(now),
+                last_attempt: None,
             });
             queued += 1;
         }
@@ -76,10 +78,28 @@ pub fn notify_script(setup_script: &str, arguments: &[String]) -> String {
     format!("set -- {}\n{setup_script}", quoted.join(" "))
 }
 
+/// The pause after the `attempts`-th failed delivery: 1 s, doubling, at most 1 min.
+pub fn retry_pause(attempts: u32) -> Duration {
+    Duration::from_secs(1).saturating_mul(1 << attempts.saturating_sub(1).min(6)).min(Duration::from_secs(60))
+}
+
+/// Whether a notify may be sent (again) at `now`.
+pub fn notify_due(notify: &PendingNotify, now: Timestamp) -> bool {
+    match notify.last_attempt {
+        Some(at) if notify.attempts > 0 => at.age(now) >= retry_pause(notify.attempts),
+        _ => true,
+    }
+}
+
 /// Records one delivery of the notify with `arguments` (the first pending
-/// one, if it still is): delivered, it goes; failed, its attempts and last
-/// error say so. Returns whether anything changed.
-pub fn record_delivery(status: &mut MemberStatus, arguments: &[String], outcome: Result<(), String>) -> bool {
+/// one, if it still is) at `now`: delivered, it goes; failed, its attempts,
+/// last error and time say so. Returns whether anything changed.
+pub fn record_delivery(
+    status: &mut MemberStatus,
+    arguments: &[String],
+    outcome: Result<(), String>,
+    now: Timestamp,
+) -> bool {
     let pending = &mut status.state_detail.pending_notify_cmds;
     if pending.first().is_none_or(|n| n.arguments != arguments) {
         return false;
@@ -91,6 +111,7 @@ pub fn record_delivery(status: &mut MemberStatus, arguments: &[String], outcome:
         Err(error) => {
             pending[0].attempts += 1;
             pending[0].last_error = Some(error);
+            pending[0].last_attempt = Some(now);
         }
     }
     true
@@ -171,13 +192,18 @@ mod tests {
         let status = &mut members[0].status;
         let first = status.state_detail.pending_notify_cmds[0].arguments.clone();
         let second = status.state_detail.pending_notify_cmds[1].arguments.clone();
-        assert!(!record_delivery(status, &second, Ok(())), "only the first is delivered");
-        assert!(record_delivery(status, &first, Err("exit status 120: busy".into())));
-        let notify = &status.state_detail.pending_notify_cmds[0];
+        assert!(!record_delivery(status, &second, Ok(()), now()), "only the first is delivered");
+        assert!(notify_due(&status.state_detail.pending_notify_cmds[0], now()));
+        assert!(record_delivery(status, &first, Err("exit status 120: busy".into()), now()));
+        let notify = status.state_detail.pending_notify_cmds[0].clone();
         assert_eq!((notify.attempts, notify.last_error.as_deref()), (1, Some("exit status 120: busy")));
-        assert!(record_delivery(status, &first, Ok(())));
+        let later = |secs: u64| Timestamp::from_system_time(now().system_time() + Duration::from_secs(secs));
+        assert!(!notify_due(&notify, later(0)), "a failed notify waits");
+        assert!(notify_due(&notify, later(1)));
+        assert_eq!([1, 2, 3, 7, 20].map(|a| retry_pause(a).as_secs()), [1, 2, 4, 60, 60]);
+        assert!(record_delivery(status, &first, Ok(()), later(1)));
         assert_eq!(status.state_detail.pending_notify_cmds.len(), 1);
-        assert!(!record_delivery(status, &first, Ok(())), "recorded twice, removed once");
+        assert!(!record_delivery(status, &first, Ok(()), later(1)), "recorded twice, removed once");
         assert_eq!(
             notify_script("echo \"$@\"", &["--addnodes".into(), "it's".into()]),
             "set -- '--addnodes' 'it'\\''s'\necho \"$@\""

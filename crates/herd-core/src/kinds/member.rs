@@ -85,6 +85,9 @@ pub struct PendingNotify {
     /// When it was queued.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub since: Option<Timestamp>,
+    /// When the last attempt failed (the next waits: see `notifies::notify_due`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_attempt: Option<Timestamp>,
 }
 
 /// The seed's stateDetail, with instance ids for container ids.

@@ -148,7 +148,7 @@ pub fn consume(command: &Command, status: &mut MemberStatus, consumed: &mut Cons
         (Purpose::Notify, _) => {
             let arguments: Vec<String> =
                 annotations.get(NOTIFY_ANNOTATION).and_then(|a| serde_json::from_str(a).ok()).unwrap_or_default();
-            record_delivery(status, &arguments, result);
+            record_delivery(status, &arguments, result, crate::objects::now());
         }
         (Purpose::Remove, _) => match result {
             Ok(()) => consumed.removed.extend(member_of(command).map(str::to_string)),

@@ -28,7 +28,7 @@ use herd_core::kinds::{
 use herd_core::member_check::{Restart, Seen, check_member};
 use herd_core::member_sync::{MemberFacts, Step, member_sync};
 use herd_core::meta::OwnerReference;
-use herd_core::notifies::{Change, notify_script, queue_notifies};
+use herd_core::notifies::{Change, notify_due, notify_script, queue_notifies};
 use herd_core::placement::{Placement, allocate_ports, node_host, place};
 use herd_core::role_sync::{MemberChange, role_sync};
 
@@ -176,20 +176,32 @@ impl AppClusterController {
             self.sync_members(&mut pass, app).await?;
             self.send_notifies(&mut pass, app).await?;
         }
-        let in_flight = !pass.busy.is_empty()
+        let mut in_flight = !pass.busy.is_empty()
             || pass.members.iter().any(|m| {
                 !matches!(m.status.state, MemberState::Configured | MemberState::ConfigError)
                     || !m.status.state_detail.pending_notify_cmds.is_empty()
             });
+        // A member whose cached copy was stale is done again by the next
+        // pass (its cache catching up wakes it); the others' go in.
+        let mut unwritten = BTreeSet::new();
         for member in &pass.members {
             let unchanged = before.get(&member.metadata.name).is_some_and(|b| b.status == member.status);
             if !unchanged && member.metadata.resource_version.is_some() {
-                self.objects.update_status(member.clone(), false).await?;
+                match self.objects.update_status(member.clone(), false).await {
+                    Ok(_) => {}
+                    Err(ObjectsError::Conflict { .. }) => {
+                        unwritten.insert(member.metadata.name.clone());
+                    }
+                    Err(error) => return Err(error),
+                }
             }
         }
+        in_flight |= !unwritten.is_empty();
         // Outcomes are deleted only once the statuses that recorded them are written.
-        for command in consumed {
-            self.objects.delete_if_present::<CommandSpec>(&command).await?;
+        for (member, command) in consumed {
+            if !unwritten.contains(&member) {
+                self.objects.delete_if_present::<CommandSpec>(&command).await?;
+            }
         }
         let status = match pass.app {
             Some(_) => cluster_status(&cluster.spec, cluster.metadata.generation, &pass.members),
@@ -214,9 +226,9 @@ impl AppClusterController {
     }
 
     /// Reads every settled Command of the cluster's members into their
-    /// statuses; returns the names of those read (deleted at the end of
-    /// the pass). Members with an unsettled Command are busy.
-    fn read_commands(&self, pass: &mut Pass<'_>) -> Vec<String> {
+    /// statuses; returns those read, with their member (deleted at the end
+    /// of the pass). Members with an unsettled Command are busy.
+    fn read_commands(&self, pass: &mut Pass<'_>) -> Vec<(String, String)> {
         let mut commands: Vec<Command> = self
             .commands
             .list()
@@ -237,7 +249,7 @@ impl AppClusterController {
             if let Some(member) = member.filter(|m| m.spec.node.as_ref() == Some(&command.spec.node)) {
                 consume(command, &mut member.status, &mut consumed);
             }
-            read.push(command.metadata.name.clone());
+            read.push((member_name.to_string(), command.metadata.name.clone()));
         }
         pass.removed.extend(consumed.removed);
         read
@@ -419,7 +431,12 @@ impl AppClusterController {
         bound.spec.node = Some(node.clone());
         bound.spec.ports = ports;
         let status = bound.status.clone();
-        let mut written = self.objects.update(bound, false).await?;
+        let mut written = match self.objects.update(bound, false).await {
+            Ok(written) => written,
+            // Placed on a stale copy: the next pass places it again.
+            Err(ObjectsError::Conflict { .. }) => return Ok(false),
+            Err(error) => return Err(error),
+        };
         // The status being worked on stays this pass's (written at its end).
         written.status = status;
         let message = format!("bound to node {node}");
@@ -509,6 +526,9 @@ impl AppClusterController {
             ) else {
                 continue;
             };
+            if !notify_due(notify, now()) {
+                continue;
+            }
             let action = Action::RunScript {
                 member: member.metadata.name.clone(),
                 script: notify_script(&setup.script, &notify.arguments),
