@@ -131,7 +131,7 @@ mod tests {
                 ..Default::default()
             },
             ready: true,
-            reason: None,
+            ..Default::default()
         }
     }
 

@@ -12,7 +12,9 @@
 
 use crate::api::MemberReport;
 use crate::kinds::member::{LastKnownState, MemberState, MemberStatus};
+use crate::notifies::retry_pause;
 use crate::setup_status::{SetupOutcome, setup_outcome, status_instance};
+use crate::time::Timestamp;
 
 /// What the controller knows about one member this pass.
 #[derive(Clone, Copy, Debug)]
@@ -74,8 +76,9 @@ pub fn member_sync(status: &mut MemberStatus, facts: &MemberFacts<'_>) -> Step {
                     status.reason = None;
                     creating(status, facts)
                 }
-                // Wanted but not running: its agent is starting it again.
-                None if facts.report.is_some_and(|r| r.wanted) => Step::Wait,
+                // Wanted but not running: its agent is starting it again
+                // (unless herd's start failed: then it is started again).
+                None if facts.report.is_some_and(|r| r.wanted) && status.failed_commands == 0 => Step::Wait,
                 None => Step::Start,
             }
         }
@@ -188,6 +191,27 @@ fn config_error(status: &mut MemberStatus, detail: String) {
     status.ready = false;
 }
 
+/// Whether a start, configure or remove Command may be issued for the
+/// member at `now`: at once, or after a pause once some failed in a row
+/// (the same pauses as a notify's).
+pub fn command_due(status: &MemberStatus, now: Timestamp) -> bool {
+    match status.last_failure {
+        Some(at) if status.failed_commands > 0 => at.age(now) >= retry_pause(status.failed_commands),
+        _ => true,
+    }
+}
+
+/// Counts a start, configure or remove Command's outcome toward the pause.
+pub fn record_command(status: &mut MemberStatus, succeeded: bool, now: Timestamp) {
+    if succeeded {
+        status.failed_commands = 0;
+        status.last_failure = None;
+    } else {
+        status.failed_commands += 1;
+        status.last_failure = Some(now);
+    }
+}
+
 /// Records a ConfigureMember's outcome: the configmeta of `generation` is
 /// in place for `instance` (and its setup launched, with `run_setup`), or
 /// why it is not. An outcome for an instance the member no longer runs as
@@ -267,6 +291,8 @@ mod tests {
         assert_eq!(member_sync(&mut status, &facts(None)), Step::Start);
         let starting = MemberReport { running: false, ..report("a", None) };
         assert_eq!(member_sync(&mut status, &facts(Some(&starting))), Step::Wait, "its agent is starting it");
+        let mut failed = MemberStatus { failed_commands: 1, ..status.clone() };
+        assert_eq!(member_sync(&mut failed, &facts(Some(&starting))), Step::Start, "herd's start failed: again");
         let running = report("a", None);
         assert_eq!(member_sync(&mut status, &facts(Some(&running))), Step::Configure { run_setup: true });
         assert_eq!(status.state, MemberState::Creating);
@@ -384,6 +410,21 @@ mod tests {
         let unbound = MemberFacts { bound: false, ..facts(None) };
         let mut unplaced = MemberStatus { state: MemberState::DeletePending, ..Default::default() };
         assert_eq!(member_sync(&mut unplaced, &unbound), Step::Forget { announce: false }, "it never ran");
+    }
+
+    #[test]
+    fn rule_failed_commands_in_a_row_make_the_next_wait() {
+        let mut status = MemberStatus::default();
+        let at = Timestamp::parse("2026-12-01T10:00:00Z").unwrap();
+        let later = |secs: u64| Timestamp::from_system_time(at.system_time() + std::time::Duration::from_secs(secs));
+        assert!(command_due(&status, at));
+        record_command(&mut status, false, at);
+        record_command(&mut status, false, at);
+        assert!(!command_due(&status, later(1)), "two failures: 2 s");
+        assert!(command_due(&status, later(2)));
+        record_command(&mut status, true, later(2));
+        assert!(command_due(&status, later(2)));
+        assert_eq!(status.failed_commands, 0);
     }
 
     /// A member's world: what runs, its setup status file, the command in flight.

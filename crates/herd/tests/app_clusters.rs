@@ -483,3 +483,35 @@ async fn a_cut_off_node_s_members_are_recovered_or_replaced_and_never_run_twice_
     assert_eq!(cache.spec.node, members.iter().find(|m| m.metadata.name == "c-cache-0").unwrap().spec.node);
     drop(agents);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_member_that_cannot_start_says_why_and_is_tried_again_with_pauses_until_its_app_is_fixed() {
+    let nodes = nodes(1).await;
+    let server = &nodes.server;
+    let admin = server.admin();
+    let log = nodes.dir.path().join("log");
+    std::fs::create_dir_all(&log).unwrap();
+    let broken = serde_json::json!({"metadata": {"name": "kv"}, "spec": {"roles": [
+        {"name": "db", "run": {"command": ["/nonexistent/program"]}, "setup": {"script": SCRIPT}},
+        {"name": "cache", "run": {"command": ["sleep", "600"]}}
+    ]}});
+    admin.create_value("apps", &broken, Default::default()).await.unwrap();
+    admin.create_value("appclusters", &cluster(&log, 1, 0), Default::default()).await.unwrap();
+    let why = eventually(Duration::from_secs(20), "the member saying why it does not start", || async {
+        let member = admin.get::<MemberSpec>("c-db-0").await.ok()?;
+        member.status.reason.filter(|r| r.starts_with("starting it failed"))
+    })
+    .await;
+    assert!(why.contains("/nonexistent/program"), "{why}");
+    // Tried again after pauses (1 s, 2 s, ...), not in a loop: count the Events.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let events = admin.list::<herd_core::kinds::EventSpec>("").await.unwrap();
+    let failed_starts: u64 = events
+        .iter()
+        .filter(|e| e.spec.reason == "CommandFailed" && e.spec.involved_object.name.starts_with("c-db-0.start."))
+        .map(|e| e.spec.count)
+        .sum();
+    assert!((2..=5).contains(&failed_starts), "{failed_starts} failed starts in about 6 s");
+    apply_app(server, SCRIPT).await;
+    configured(server, "c", 1, Duration::from_secs(30)).await;
+}

@@ -210,8 +210,7 @@ mod tests {
                 last_configured_instance: configured_before.then(|| "i-1".to_string()),
                 ..Default::default()
             },
-            ready: false,
-            reason: None,
+            ..Default::default()
         }
     }
 

@@ -134,6 +134,16 @@ pub struct MemberStatus {
     /// take, a refused or failed command).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Its start, configure or remove Commands that failed in a row, and
+    /// when the last did: the next waits (`member_sync::command_due`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub failed_commands: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failure: Option<Timestamp>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl MemberStatus {

@@ -11,7 +11,7 @@ use herd_core::kinds::app::{AppRole, HERD_VOLUME};
 use herd_core::kinds::app_cluster::{AppCluster, ClusterRole};
 use herd_core::kinds::command::{MemberRun, VolumeSpec};
 use herd_core::kinds::{Action, Command, CommandSpec, ManagementState, Member, MemberStatus};
-use herd_core::member_sync::record_configure;
+use herd_core::member_sync::{record_command, record_configure};
 use herd_core::notifies::record_delivery;
 
 pub const CLUSTER_ANNOTATION: &str = "herd.io/cluster";
@@ -135,6 +135,9 @@ pub fn consume(command: &Command, status: &mut MemberStatus, consumed: &mut Cons
     let annotations = &command.metadata.annotations;
     let Some(purpose) = annotations.get(PURPOSE_ANNOTATION).and_then(|p| Purpose::parse(p)) else { return };
     let result = outcome(command);
+    if purpose != Purpose::Notify {
+        record_command(status, result.is_ok(), crate::objects::now());
+    }
     match (purpose, &command.spec.action) {
         (Purpose::Start, _) => {
             if let Err(why) = result {

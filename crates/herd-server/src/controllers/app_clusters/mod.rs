@@ -26,7 +26,7 @@ use herd_core::kinds::{
     MemberState, Node, NodeSpec,
 };
 use herd_core::member_check::{Restart, Seen, check_member};
-use herd_core::member_sync::{MemberFacts, Step, member_sync};
+use herd_core::member_sync::{MemberFacts, Step, command_due, member_sync};
 use herd_core::meta::OwnerReference;
 use herd_core::notifies::{Change, notify_due, notify_script, queue_notifies};
 use herd_core::placement::{Placement, allocate_ports, node_host, place};
@@ -453,6 +453,9 @@ impl AppClusterController {
         else {
             return Ok(());
         };
+        if !command_due(&member.status, now()) {
+            return Ok(());
+        }
         let name = member.metadata.name.clone();
         let generation = commands::generation_annotation(cluster.metadata.generation);
         let (purpose, action, extra) = match step {
