@@ -103,6 +103,34 @@ fn quoted(value: &str) -> String {
 }
 
 impl ConfigMeta {
+    /// A digest of who is where: each staying member's name, role, node,
+    /// host and ports (not their states, which change all the time). A
+    /// configured member whose configmeta was written with another digest
+    /// is given a fresh one (a member replaced on another host, say).
+    pub fn topology_digest(&self) -> String {
+        // FNV-1a, 64 bits: stable across processes and versions.
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut feed = |text: &str| {
+            for byte in text.bytes().chain([0xff]) {
+                hash ^= u64::from(byte);
+                hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+            }
+        };
+        for role in &self.roles {
+            feed(&role.name);
+            for member in &role.members {
+                feed(&member.name);
+                feed(member.node.as_deref().unwrap_or(""));
+                feed(member.host.as_deref().unwrap_or(""));
+                for (port, number) in &member.ports {
+                    feed(port);
+                    feed(&number.to_string());
+                }
+            }
+        }
+        format!("{hash:016x}")
+    }
+
     /// The same document as shell variables, for setup scripts in `sh`
     /// (`. "$HERD_CONFIGMETA_SH"`): `CM_CLUSTER`, `CM_GENERATION`, `CM_ME`
     /// (the member's name) and `CM_ME_ID` (its variable part), `CM_ROLES`,
@@ -220,5 +248,25 @@ mod tests {
         ] {
             assert!(shell.lines().any(|l| l == line), "{line} in\n{shell}");
         }
+    }
+
+    #[test]
+    fn the_topology_digest_changes_with_where_members_are_not_with_their_states() {
+        let cluster = AppCluster::new(
+            "db",
+            AppClusterSpec {
+                app_ref: "etcd".into(),
+                roles: vec![ClusterRole { name: "member".into(), members: 2, ..Default::default() }],
+            },
+        );
+        let members =
+            [member("member", 0, "n1", MemberState::Configured), member("member", 1, "n1", MemberState::Creating)];
+        let digest = |members: &[Member]| configmeta(&cluster, members, &[], "db-member-0").unwrap().topology_digest();
+        let before = digest(&members);
+        let mut later = members.clone();
+        later[1].status.state = MemberState::Configured;
+        assert_eq!(digest(&later), before, "a state change is not a topology change");
+        later[1].spec.node = Some("n2".into());
+        assert_ne!(digest(&later), before, "a member on another node is");
     }
 }

@@ -33,6 +33,9 @@ pub struct MemberFacts<'a> {
     pub busy: bool,
     /// Its RemoveMember succeeded.
     pub removed: bool,
+    /// The topology digest of the configmeta it would be given now (None:
+    /// not known, only generations count).
+    pub topology: Option<&'a str>,
 }
 
 /// The action a member needs now.
@@ -84,7 +87,9 @@ pub fn member_sync(status: &mut MemberStatus, facts: &MemberFacts<'_>) -> Step {
         }
         MemberState::Creating => creating(status, facts),
         MemberState::Configured => {
-            let stale = status.state_detail.last_config_data_generation != Some(facts.generation);
+            let detail = &status.state_detail;
+            let moved = facts.topology.is_some_and(|t| detail.config_data_topology.as_deref() != Some(t));
+            let stale = detail.last_config_data_generation != Some(facts.generation) || moved;
             if stale && !facts.busy { Step::Configure { run_setup: false } } else { Step::Wait }
         }
         MemberState::ConfigError => Step::Wait,
@@ -219,7 +224,7 @@ pub fn record_command(status: &mut MemberStatus, succeeded: bool, now: Timestamp
 pub fn record_configure(
     status: &mut MemberStatus,
     instance: &str,
-    generation: i64,
+    (generation, topology): (i64, Option<&str>),
     run_setup: bool,
     outcome: Result<(), String>,
 ) {
@@ -231,7 +236,10 @@ pub fn record_configure(
     };
     match outcome {
         Ok(()) if current => {
-            detail.last_config_data_generation = detail.last_config_data_generation.max(Some(generation));
+            if detail.last_config_data_generation <= Some(generation) {
+                detail.last_config_data_generation = Some(generation);
+                detail.config_data_topology = topology.map(str::to_string);
+            }
             if run_setup && status.state == MemberState::Creating {
                 detail.setup_launched_instance = Some(instance.to_string());
             }
@@ -268,6 +276,7 @@ mod tests {
             persistent: true,
             busy: false,
             removed: false,
+            topology: None,
         }
     }
 
@@ -276,7 +285,7 @@ mod tests {
         let mut status = MemberStatus::default();
         let running = report("a", None);
         assert_eq!(member_sync(&mut status, &facts(Some(&running))), Step::Configure { run_setup: true });
-        record_configure(&mut status, "a", 1, true, Ok(()));
+        record_configure(&mut status, "a", (1, None), true, Ok(()));
         let done = report("a", Some(finished("a", 0)));
         assert_eq!(member_sync(&mut status, &facts(Some(&done))), Step::Wait);
         assert_eq!(status.state, MemberState::Configured);
@@ -304,7 +313,7 @@ mod tests {
         let mut status = MemberStatus::default();
         let running = report("a", None);
         member_sync(&mut status, &facts(Some(&running)));
-        record_configure(&mut status, "a", 1, true, Ok(()));
+        record_configure(&mut status, "a", (1, None), true, Ok(()));
         assert_eq!(member_sync(&mut status, &facts(Some(&running))), Step::Wait, "not reported yet: no second launch");
         let runs = report("a", Some(launched("a")));
         assert_eq!(member_sync(&mut status, &facts(Some(&runs))), Step::Wait);
@@ -331,7 +340,7 @@ mod tests {
         let running = report("a", None);
         let no_setup = MemberFacts { has_setup: false, ..facts(Some(&running)) };
         assert_eq!(member_sync(&mut status, &no_setup), Step::Configure { run_setup: false });
-        record_configure(&mut status, "a", 1, false, Ok(()));
+        record_configure(&mut status, "a", (1, None), false, Ok(()));
         assert_eq!(member_sync(&mut status, &no_setup), Step::Wait);
         assert_eq!(status.state, MemberState::Configured);
     }
@@ -360,7 +369,7 @@ mod tests {
         let mut status = MemberStatus::default();
         let running = report("a", None);
         member_sync(&mut status, &facts(Some(&running)));
-        record_configure(&mut status, "a", 1, true, Ok(()));
+        record_configure(&mut status, "a", (1, None), true, Ok(()));
         let restarted = report("b", Some(launched("a")));
         assert_eq!(member_sync(&mut status, &facts(Some(&restarted))), Step::Configure { run_setup: true });
         assert_eq!(status.state_detail.configuring_instance.as_deref(), Some("b"));
@@ -371,7 +380,7 @@ mod tests {
         let mut status = MemberStatus::default();
         let running = report("a", None);
         member_sync(&mut status, &facts(Some(&running)));
-        record_configure(&mut status, "a", 1, true, Ok(()));
+        record_configure(&mut status, "a", (1, None), true, Ok(()));
         let failed = report("a", Some(finished("a", 1)));
         member_sync(&mut status, &facts(Some(&failed)));
         assert_eq!(status.state, MemberState::ConfigError);
@@ -387,11 +396,11 @@ mod tests {
         let newer = MemberFacts { generation: 2, ..facts(Some(&running)) };
         assert_eq!(member_sync(&mut status, &newer), Step::Configure { run_setup: false });
         assert_eq!(member_sync(&mut status, &MemberFacts { busy: true, ..newer }), Step::Wait);
-        record_configure(&mut status, "a", 2, false, Err("refused: it restarted".into()));
+        record_configure(&mut status, "a", (2, None), false, Err("refused: it restarted".into()));
         assert_eq!(status.reason.as_deref(), Some("configuring it failed: refused: it restarted"));
-        record_configure(&mut status, "z", 2, false, Ok(()));
+        record_configure(&mut status, "z", (2, None), false, Ok(()));
         assert_eq!(status.state_detail.last_config_data_generation, Some(1), "another instance's outcome");
-        record_configure(&mut status, "a", 2, false, Ok(()));
+        record_configure(&mut status, "a", (2, None), false, Ok(()));
         assert_eq!(member_sync(&mut status, &newer), Step::Wait);
     }
 
@@ -410,6 +419,19 @@ mod tests {
         let unbound = MemberFacts { bound: false, ..facts(None) };
         let mut unplaced = MemberStatus { state: MemberState::DeletePending, ..Default::default() };
         assert_eq!(member_sync(&mut unplaced, &unbound), Step::Forget { announce: false }, "it never ran");
+    }
+
+    #[test]
+    fn rule_a_configured_member_is_given_a_fresh_configmeta_when_a_member_moved() {
+        let mut status = configured_as_a();
+        record_configure(&mut status, "a", (1, Some("t1")), false, Ok(()));
+        let running = report("a", Some(finished("a", 0)));
+        let same = MemberFacts { topology: Some("t1"), ..facts(Some(&running)) };
+        assert_eq!(member_sync(&mut status, &same), Step::Wait);
+        let moved = MemberFacts { topology: Some("t2"), ..facts(Some(&running)) };
+        assert_eq!(member_sync(&mut status, &moved), Step::Configure { run_setup: false });
+        record_configure(&mut status, "a", (1, Some("t2")), false, Ok(()));
+        assert_eq!(member_sync(&mut status, &moved), Step::Wait);
     }
 
     #[test]
@@ -490,7 +512,7 @@ mod tests {
                                 file = Some(launched(&me).trim().to_string());
                             }
                             let outcome = if refused { Err("refused".to_string()) } else { Ok(()) };
-                            record_configure(&mut status, &target, for_generation, run_setup, outcome);
+                            record_configure(&mut status, &target, (for_generation, None), run_setup, outcome);
                         }
                     }
                     Event::SpecChange => generation += 1,

@@ -101,6 +101,9 @@ pub struct StateDetail {
     /// The cluster generation whose configmeta the member was last given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_config_data_generation: Option<i64>,
+    /// `ConfigMeta::topology_digest` of the configmeta it was last given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_data_topology: Option<String>,
     /// The generation its setup script last processed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_setup_generation: Option<i64>,

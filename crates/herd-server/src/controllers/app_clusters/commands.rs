@@ -19,6 +19,7 @@ pub const MEMBER_ANNOTATION: &str = "herd.io/member";
 const PURPOSE_ANNOTATION: &str = "herd.io/purpose";
 const GENERATION_ANNOTATION: &str = "herd.io/generation";
 const NOTIFY_ANNOTATION: &str = "herd.io/notify";
+const TOPOLOGY_ANNOTATION: &str = "herd.io/topology";
 
 /// Why the controller gave a member a Command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,8 +90,10 @@ pub fn command_for(
     Some(command)
 }
 
-pub fn generation_annotation(generation: i64) -> (&'static str, String) {
-    (GENERATION_ANNOTATION, generation.to_string())
+/// What a ConfigureMember's configmeta is of: the generation and the
+/// topology digest.
+pub fn configmeta_annotations(generation: i64, topology: String) -> [(&'static str, String); 2] {
+    [(GENERATION_ANNOTATION, generation.to_string()), (TOPOLOGY_ANNOTATION, topology)]
 }
 
 pub fn notify_annotation(arguments: &[String]) -> (&'static str, String) {
@@ -146,7 +149,8 @@ pub fn consume(command: &Command, status: &mut MemberStatus, consumed: &mut Cons
         }
         (Purpose::Configure, Action::ConfigureMember { expected_instance, run_setup, .. }) => {
             let generation = annotations.get(GENERATION_ANNOTATION).and_then(|g| g.parse().ok()).unwrap_or(0);
-            record_configure(status, expected_instance, generation, *run_setup, result);
+            let topology = annotations.get(TOPOLOGY_ANNOTATION).map(String::as_str);
+            record_configure(status, expected_instance, (generation, topology), *run_setup, result);
         }
         (Purpose::Notify, _) => {
             let arguments: Vec<String> =

@@ -242,7 +242,10 @@ impl AppClusterController {
             let Some(member_name) = member_of(command) else { continue };
             let member = pass.members.iter_mut().find(|m| m.metadata.name == member_name);
             if !command.status.state_by_management.is_settled() {
-                pass.busy.insert(member_name.to_string());
+                // One left on a node the member no longer is on does not hold it here.
+                if member.is_none_or(|m| m.spec.node.as_ref() == Some(&command.spec.node)) {
+                    pass.busy.insert(member_name.to_string());
+                }
                 continue;
             }
             // One for another node (a stray removed there) says nothing of it here.
@@ -341,6 +344,8 @@ impl AppClusterController {
                 let member = &pass.members[i];
                 let was_configured = member.status.was_configured();
                 let report = report_of(pass.nodes, member).cloned();
+                let topology = configmeta(pass.cluster, &pass.members, pass.nodes, &member.metadata.name)
+                    .map(|meta| meta.topology_digest());
                 let facts = MemberFacts {
                     generation,
                     bound: member.spec.node.is_some(),
@@ -349,6 +354,7 @@ impl AppClusterController {
                     persistent: app_role.run.volumes.iter().any(|v| v.persistent),
                     busy: pass.busy.contains(&member.metadata.name),
                     removed: pass.removed.contains(&member.metadata.name),
+                    topology: topology.as_deref(),
                 };
                 let member = &mut pass.members[i];
                 let step = member_sync(&mut member.status, &facts);
@@ -457,7 +463,6 @@ impl AppClusterController {
             return Ok(());
         }
         let name = member.metadata.name.clone();
-        let generation = commands::generation_annotation(cluster.metadata.generation);
         let (purpose, action, extra) = match step {
             Step::Start => {
                 let run = member_run(cluster, app_role, cluster_role, member);
@@ -471,6 +476,7 @@ impl AppClusterController {
                 let Some(instance) = instance else { return Ok(()) };
                 let Some(meta) = configmeta(cluster, &pass.members, pass.nodes, &name) else { return Ok(()) };
                 let configmeta = serde_json::to_string_pretty(&meta).unwrap_or_default();
+                let extra = commands::configmeta_annotations(cluster.metadata.generation, meta.topology_digest());
                 let setup = app_role.setup.as_ref();
                 let action = Action::ConfigureMember {
                     member: name,
@@ -480,7 +486,7 @@ impl AppClusterController {
                     run_setup,
                     setup_timeout: setup.map(|s| s.timeout),
                 };
-                (Purpose::Configure, action, vec![generation])
+                (Purpose::Configure, action, extra.to_vec())
             }
             Step::Remove => (Purpose::Remove, Action::RemoveMember { member: name }, vec![]),
             _ => return Ok(()),
@@ -497,6 +503,11 @@ impl AppClusterController {
         extra: &[(&str, String)],
     ) -> Result<(), ObjectsError> {
         let member = &pass.members[i];
+        // A NotReady node takes no Command; it is given its members' once back.
+        let node_ready = |name: &String| pass.nodes.iter().any(|n| &n.metadata.name == name && n.status.ready);
+        if !member.spec.node.as_ref().is_some_and(node_ready) {
+            return Ok(());
+        }
         let Some(command) = command_for(&pass.cluster.metadata.name, member, purpose, action, extra) else {
             return Ok(());
         };
@@ -583,6 +594,7 @@ impl AppClusterController {
                 persistent: false,
                 busy: busy.contains(&name),
                 removed: removed.contains(&name),
+                topology: None,
             };
             match member_sync(&mut member.status, &facts) {
                 Step::Forget { .. } => {
