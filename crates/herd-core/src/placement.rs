@@ -81,8 +81,9 @@ pub fn place(
             .collect();
         eligible.retain(|n| peers_on(&n.metadata.name).is_empty());
         if eligible.is_empty() {
+            let others = if refusals.is_empty() { String::new() } else { format!("; and {}", refusals.join("; ")) };
             return Placement::Unplaceable(format!(
-                "{}: spread is required and every node that can take it has a member of role {} already: {}",
+                "{}: spread is required and every node that can take it has a member of role {} already: {}{others}",
                 member.metadata.name,
                 member.spec.role,
                 taken.join("; ")
@@ -210,6 +211,12 @@ mod tests {
                 "db-member-2: spread is required and every node that can take it has a member of role member already: n1 (db-member-0); n2 (db-member-1)".into()
             )
         );
+        let with_down = [node("n1", true), node("n2", true), node("n3", false)];
+        let Placement::Unplaceable(why) = place(&member(2, None), &no_selector(), Spread::Required, &with_down, &peers)
+        else {
+            panic!("placed")
+        };
+        assert!(why.ends_with("n2 (db-member-1); and n3 is NotReady"), "the other nodes' reasons too: {why}");
     }
 
     #[test]

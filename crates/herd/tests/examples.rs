@@ -121,6 +121,13 @@ fn resize(nodes: &Nodes, members: u32) {
     apply(nodes, &path);
 }
 
+async fn cordon(nodes: &Nodes, node: &str, unschedulable: bool) {
+    let admin = nodes.server.admin();
+    let mut object = admin.get::<herd_core::kinds::NodeSpec>(node).await.unwrap();
+    object.spec.unschedulable = unschedulable;
+    admin.update(&object).await.unwrap();
+}
+
 async fn spec_seen(nodes: &Nodes) {
     eventually(Duration::from_secs(20), "a pass over the change", || async {
         let cluster = nodes.server.admin().get::<herd_core::kinds::AppClusterSpec>("etcd").await.ok()?;
@@ -134,18 +141,22 @@ async fn etcd_grows_and_shrinks_and_its_member_list_stays_herds() {
     require(&["etcd", "etcdctl"]);
     let nodes = nodes(4).await;
     let server = &nodes.server;
+    // n4 is cordoned for now: the cluster's three members go to n1-n3.
+    cordon(&nodes, "n4", true).await;
     apply(&nodes, &example("etcd"));
     configured(server, "etcd", 3, Duration::from_secs(90)).await;
 
     // Grow 3 to 5 and at once back to 3 (KubeDirector issue 289): with one
-    // member per node required, the fifth cannot be placed on 4 nodes and
-    // is still create pending when the shrink comes.
+    // member per node required and no other node to take them, both new
+    // members are still create pending when the shrink comes.
     resize(&nodes, 5);
     spec_seen(&nodes).await;
-    let pending = server.admin().get::<MemberSpec>("etcd-member-4").await.unwrap();
-    assert_eq!(pending.status.state, MemberState::CreatePending);
-    let why = pending.status.reason.clone().unwrap_or_default();
-    assert!(why.contains("spread is required"), "{why}");
+    for name in ["etcd-member-3", "etcd-member-4"] {
+        let pending = server.admin().get::<MemberSpec>(name).await.unwrap();
+        assert_eq!(pending.status.state, MemberState::CreatePending, "{name}");
+        let why = pending.status.reason.clone().unwrap_or_default();
+        assert!(why.contains("spread is required") && why.contains("n4 is cordoned"), "{why}");
+    }
     resize(&nodes, 3);
     let members = configured(server, "etcd", 3, Duration::from_secs(60)).await;
     let names: Vec<String> = members.iter().map(|m| m.metadata.name.clone()).collect();
@@ -155,6 +166,7 @@ async fn etcd_grows_and_shrinks_and_its_member_list_stays_herds() {
 
     // A real grow: the fourth member joins with `etcdctl member add`; a
     // shrink removes it with `etcdctl member remove` (its --delnodes).
+    cordon(&nodes, "n4", false).await;
     resize(&nodes, 4);
     let members = configured(server, "etcd", 4, Duration::from_secs(60)).await;
     let names: Vec<String> = members.iter().map(|m| m.metadata.name.clone()).collect();
