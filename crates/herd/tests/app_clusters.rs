@@ -10,7 +10,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::apps::{Nodes, configured, instance, kill9, list_members, nodes, pid_of};
+use common::apps::{Nodes, configured, instance, kill9, list_members, nodes, nodes_with_n1_apart, pid_of};
 use common::{TestServer, eventually, start_agent};
 use herd_core::kinds::app_cluster::ClusterState;
 use herd_core::kinds::{AppClusterSpec, CommandSpec, Member, MemberSpec, MemberState};
@@ -409,7 +409,7 @@ fn running_in(dir: &Path) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cut_off_node_s_members_are_recovered_or_replaced_and_never_run_twice_once_it_heals() {
-    let nodes = nodes(3).await;
+    let nodes = nodes_with_n1_apart(3).await;
     let server = &nodes.server;
     let admin = server.admin();
     let mut config = admin
@@ -428,10 +428,10 @@ async fn a_cut_off_node_s_members_are_recovered_or_replaced_and_never_run_twice_
     let names: Vec<&str> = on_n1.iter().map(|m| m.metadata.name.as_str()).collect();
     assert_eq!(names, ["c-cache-0", "c-db-0"]);
 
-    // n1 is cut off: its agent stopped (no heartbeat, no command taken up);
-    // it and its members stay alive.
-    let agents = nodes.agents;
-    agents[0].signal("STOP");
+    // n1 is cut off (its network namespace's link down): its agent and
+    // members live on, unreachable.
+    let netns = nodes.netns.as_ref().unwrap();
+    netns.cut();
     let cache = eventually(Duration::from_secs(30), "c-cache-0 running configured elsewhere", || async {
         let member = admin.get::<MemberSpec>("c-cache-0").await.ok()?;
         let moved = member.spec.node.as_deref().is_some_and(|n| n != "n1");
@@ -470,7 +470,7 @@ async fn a_cut_off_node_s_members_are_recovered_or_replaced_and_never_run_twice_
     assert_eq!(running_in(&nodes.dirs[0]), ["c-cache-0", "c-db-0"], "the cut-off node still runs its copies");
 
     // The cut heals: the copies on n1 are stopped there, and every slot runs once.
-    agents[0].signal("CONT");
+    netns.heal();
     eventually(Duration::from_secs(30), "n1's stale copies stopped", || async {
         running_in(&nodes.dirs[0]).is_empty().then_some(())
     })
@@ -481,7 +481,6 @@ async fn a_cut_off_node_s_members_are_recovered_or_replaced_and_never_run_twice_
     assert_eq!(everywhere, ["c-cache-0", "c-db-0", "c-db-1", "c-db-2"], "each slot runs exactly once");
     assert!(members.iter().all(|m| m.spec.node.as_deref() != Some("n1")));
     assert_eq!(cache.spec.node, members.iter().find(|m| m.metadata.name == "c-cache-0").unwrap().spec.node);
-    drop(agents);
 }
 
 #[tokio::test(flavor = "multi_thread")]

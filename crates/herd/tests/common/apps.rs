@@ -10,6 +10,7 @@ use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
 use herd_core::kinds::{AppClusterSpec, ClusterConfigSpec, Member, MemberSpec, MemberState, NodeSpec};
 
 use super::cluster::quick_heartbeats;
+use super::netns::NetNs;
 use super::{MemberReaper, Proc, TestServer, eventually, start_agent};
 
 /// A server and `n` agents (n1.., data dirs `dirs[i]`), all Ready; their
@@ -17,9 +18,12 @@ use super::{MemberReaper, Proc, TestServer, eventually, start_agent};
 pub struct Nodes {
     pub server: TestServer,
     pub dirs: Vec<PathBuf>,
-    // Dropped in this order: the agents, then their members, then the files.
+    // Dropped in this order: the agents, then their members, then the
+    // network namespace, then the files.
     pub agents: Vec<Proc>,
     _reapers: Vec<MemberReaper>,
+    /// n1's network namespace, for [`nodes_with_n1_apart`].
+    pub netns: Option<NetNs>,
     pub dir: tempfile::TempDir,
 }
 
@@ -28,8 +32,22 @@ pub struct Nodes {
 static PORT_BLOCKS: AtomicU16 = AtomicU16::new(0);
 
 pub async fn nodes(n: usize) -> Nodes {
+    nodes_on(n, false).await
+}
+
+/// As [`nodes`], with n1's agent (and so its members) in a network
+/// namespace of its own, whose link to the server the test can cut.
+pub async fn nodes_with_n1_apart(n: usize) -> Nodes {
+    nodes_on(n, true).await
+}
+
+async fn nodes_on(n: usize, n1_apart: bool) -> Nodes {
     let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start(&dir.path().join("server"));
+    let netns = n1_apart.then(|| NetNs::create((PORT_BLOCKS.load(Ordering::SeqCst) % 200) as u8));
+    // Reached from the namespace at its outside address, from here on loopback.
+    let listen = if n1_apart { "0.0.0.0:0" } else { "127.0.0.1:0" };
+    let mut server = TestServer::start_at(&dir.path().join("server"), listen);
+    server.url = server.url.replace("0.0.0.0", "127.0.0.1");
     quick_heartbeats(&server).await;
     let admin = server.admin();
     let mut config = admin.get::<ClusterConfigSpec>(CLUSTER_CONFIG_NAME).await.unwrap();
@@ -39,14 +57,27 @@ pub async fn nodes(n: usize) -> Nodes {
     admin.update(&config).await.unwrap();
     let dirs: Vec<PathBuf> = (1..=n).map(|i| dir.path().join(format!("n{i}"))).collect();
     let reapers = dirs.iter().map(|d| MemberReaper(d.clone())).collect();
-    let agents = dirs.iter().enumerate().map(|(i, d)| start_agent(&server.url, d, &format!("n{}", i + 1))).collect();
+    let agents = dirs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| match (&netns, i) {
+            (Some(ns), 0) => {
+                let url = server.url.replace("127.0.0.1", &ns.outside);
+                let mut command = ns.command(std::path::Path::new(env!("CARGO_BIN_EXE_herd")));
+                command.args(["agent", "--server", &url, "--name", "n1"]).arg("--data-dir").arg(d);
+                command.env("HERD_JOIN_TOKEN", super::JOIN_TOKEN);
+                Proc::spawn(command)
+            }
+            _ => start_agent(&server.url, d, &format!("n{}", i + 1)),
+        })
+        .collect();
     for i in 1..=n {
         eventually(Duration::from_secs(15), "every node Ready", || async {
             server.admin().get::<NodeSpec>(&format!("n{i}")).await.ok().filter(|n| n.status.ready)
         })
         .await;
     }
-    Nodes { server, dirs, agents, _reapers: reapers, dir }
+    Nodes { server, dirs, agents, _reapers: reapers, netns, dir }
 }
 
 impl Nodes {

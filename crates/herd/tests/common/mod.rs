@@ -6,6 +6,7 @@
 
 pub mod apps;
 pub mod cluster;
+pub mod netns;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
