@@ -17,6 +17,24 @@ pub struct Prepared<S: Resource> {
 /// Prepares a new object: validates it and fills the server-owned metadata.
 /// A status sent by the client is dropped (it is written through the status
 /// subresource) unless `keep_status` (the server creating its own objects).
+/// Sets the labels the server owns from the spec; one a client set to
+/// another value is refused, naming it.
+fn own_labels<S: Resource>(object: &mut Object<S>) -> Result<(), ValidationErrors> {
+    let mut errors = ValidationErrors::new();
+    for (key, value) in object.spec.owned_labels() {
+        match object.metadata.labels.get(key) {
+            Some(given) if *given != value => errors.add(
+                &FieldPath::root("metadata").child("labels").key(key),
+                format!("is set by the server from the spec (to {value:?}); leave it out"),
+            ),
+            _ => {
+                object.metadata.labels.insert(key.to_string(), value);
+            }
+        }
+    }
+    errors.into_result()
+}
+
 pub fn prepare_create<S: Resource>(
     mut object: Object<S>,
     uid: String,
@@ -24,6 +42,7 @@ pub fn prepare_create<S: Resource>(
     keep_status: bool,
 ) -> Result<Prepared<S>, ValidationErrors> {
     object.validate()?;
+    own_labels(&mut object)?;
     if object.metadata.resource_version.is_some() {
         return Err(ValidationErrors::single("metadata.resourceVersion", "must not be set when creating an object"));
     }
@@ -66,6 +85,7 @@ pub fn prepare_update<S: Resource>(old: &Object<S>, mut new: Object<S>) -> Resul
     let mut errors = ValidationErrors::new();
     new.spec.validate_spec_update(&old.spec, &FieldPath::root("spec"), &mut errors);
     errors.into_result()?;
+    own_labels(&mut new)?;
 
     let spec_changed = new.spec != old.spec;
     let meta = &mut new.metadata;

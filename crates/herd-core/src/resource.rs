@@ -58,6 +58,17 @@ pub trait Resource: Data {
     /// Checks that the name goes with the spec (a Member's is its slot's).
     fn validate_name_for_spec(&self, _name: &str, _errors: &mut ValidationErrors) {}
 
+    /// Labels the server sets from the spec (Commands by node, Members by
+    /// cluster and role): a client may leave them out, not change them.
+    fn owned_labels(&self) -> Vec<(&'static str, String)> {
+        Vec::new()
+    }
+
+    /// Why objects of this kind cannot be deleted (None: they can).
+    fn delete_refusal() -> Option<&'static str> {
+        None
+    }
+
     /// Checks a spec change against the stored spec (immutable fields).
     fn validate_spec_update(&self, _old: &Self, _path: &FieldPath, _errors: &mut ValidationErrors) {}
 }

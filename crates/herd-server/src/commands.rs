@@ -3,7 +3,6 @@
 //! off the same member or volume.
 
 use herd_core::api::{CommandAck, CommandReport};
-use herd_core::kinds::command::NODE_LABEL;
 use herd_core::kinds::{Command, CommandSpec, EventType, ManagementState, NodeSpec};
 
 use crate::error::ApiError;
@@ -105,8 +104,7 @@ const ADMIT_ATTEMPTS: usize = 8;
 /// Admits and creates a Command: it carries its node's label, and nothing
 /// it would hold is held by an unsettled Command (the 409 names it). The
 /// check and the create are one transaction, through [`HOLDS_GUARD`].
-pub async fn create(objects: &Objects, mut command: Command, dry_run: bool) -> Result<Command, ObjectsError> {
-    command.metadata.labels.insert(NODE_LABEL.into(), command.spec.node.clone());
+pub async fn create(objects: &Objects, command: Command, dry_run: bool) -> Result<Command, ObjectsError> {
     for _ in 0..ADMIT_ATTEMPTS {
         let revision = objects.store().get(HOLDS_GUARD).await?.map(|kv| kv.mod_revision);
         let (others, _) = objects.list::<CommandSpec>().await?;

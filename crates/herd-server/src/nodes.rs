@@ -1,6 +1,7 @@
 //! Nodes joining and heartbeating: the server side of the agent protocol.
 
 use herd_core::api::{AgentReport, HeartbeatResponse, JoinRequest, JoinResponse};
+use herd_core::join::{JoinVerdict, join_verdict};
 use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
 use herd_core::kinds::{ClusterConfigSpec, EventType, Node, NodeSpec};
 use herd_core::node_health::{self, HeartbeatEffects};
@@ -31,8 +32,9 @@ async fn tell(events: &EventRecorder, node: &Node, effects: HeartbeatEffects) {
     }
 }
 
-/// Registers a node (or re-registers it, after its agent lost its token)
-/// and issues its node token.
+/// Registers a node and issues its node token; a name that has joined is
+/// refused (409, and a JoinRefused Event on it) unless the same agent run
+/// is retrying (`herd_core::join`).
 pub async fn join(
     objects: &Objects,
     config: &Reflector<ClusterConfigSpec>,
@@ -48,8 +50,16 @@ pub async fn join(
     }
     errors.into_result().map_err(|e| ApiError::invalid("Node", &name, e))?;
 
+    let existing = objects.get::<NodeSpec>(&name).await?;
+    if let JoinVerdict::Refuse(why) = join_verdict(&name, existing.as_ref(), &request.report.agent_boot_id) {
+        if let Some(node) = &existing {
+            let message = format!("a join for this name was refused (address {:?}): {why}", request.report.address);
+            events.record(node, EventType::Warning, "JoinRefused", message).await;
+        }
+        return Err(ApiError::Conflict(why));
+    }
     let token = auth.issue_node_token(&name).await?;
-    let node = match objects.get::<NodeSpec>(&name).await? {
+    let node = match existing {
         None => {
             let mut node = Object::new(name.clone(), NodeSpec::default());
             node_health::apply_heartbeat(&mut node.status, &request.report, now());

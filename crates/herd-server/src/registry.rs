@@ -22,6 +22,8 @@ pub struct KindInfo {
     pub kind: &'static str,
     pub plural: &'static str,
     pub has_status: bool,
+    /// Why objects of the kind cannot be deleted, if they cannot.
+    pub delete_refusal: Option<&'static str>,
 }
 
 /// The typed operations of one kind, reachable from JSON.
@@ -61,7 +63,7 @@ fn parse<S: Resource>(body: Value, url_name: Option<&str>) -> Result<Object<S>, 
 #[async_trait]
 impl<S: Resource> KindOps for Typed<S> {
     fn info(&self) -> KindInfo {
-        KindInfo { kind: S::KIND, plural: S::PLURAL, has_status: S::HAS_STATUS }
+        KindInfo { kind: S::KIND, plural: S::PLURAL, has_status: S::HAS_STATUS, delete_refusal: S::delete_refusal() }
     }
 
     async fn create(&self, objects: &Objects, body: Value, dry_run: bool) -> Result<Value, ApiError> {

@@ -178,3 +178,87 @@ async fn a_stale_resource_version_gets_409_and_changes_nothing() {
     assert_eq!(error.status().as_u16(), 409);
     admin.get::<NodeSpec>("n1").await.unwrap();
 }
+
+/// An attacker with the join token tries to take a live node's name.
+#[tokio::test]
+async fn a_join_cannot_take_a_joined_name_and_the_real_node_keeps_its_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path());
+    let real = join(&server, "node-3").await;
+    let hijack = JoinRequest {
+        node_name: "node-3".into(),
+        report: AgentReport {
+            agent_boot_id: "attacker".into(),
+            address: Some("127.0.0.9:1".into()),
+            ..Default::default()
+        },
+    };
+    let refused = server.anonymous().with_token(Some(JOIN_TOKEN.into())).join(&hijack).await.unwrap_err();
+    assert_eq!(refused.reason(), Some(StatusReason::Conflict), "{refused}");
+    assert!(refused.to_string().contains("herd delete node node-3"), "{refused}");
+    // The real agent's token still works, its address is its own.
+    let node = real.get::<NodeSpec>("node-3").await.expect("the real node's token is still valid");
+    assert_ne!(node.status.address.as_deref(), Some("127.0.0.9:1"));
+    let events = server.admin().list::<herd_core::kinds::EventSpec>("").await.unwrap();
+    assert!(events.iter().any(|e| e.spec.reason == "JoinRefused" && e.spec.involved_object.name == "node-3"));
+    // The same agent run retrying its join (its answer lost) is let in.
+    let retry = JoinRequest {
+        node_name: "node-3".into(),
+        report: AgentReport { agent_boot_id: "boot-node-3".into(), ..Default::default() },
+    };
+    server.anonymous().with_token(Some(JOIN_TOKEN.into())).join(&retry).await.expect("a retry of the same run");
+    // Once an admin deletes the node, its name may be joined again.
+    server.admin().delete_value("nodes", "node-3", Default::default()).await.unwrap();
+    server.anonymous().with_token(Some(JOIN_TOKEN.into())).join(&hijack).await.expect("the name is free again");
+}
+
+#[tokio::test]
+async fn a_command_is_a_record_its_spec_and_node_label_cannot_be_rewritten() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path());
+    let admin = server.admin();
+    let command = json!({"apiVersion": "herd/v1", "kind": "Command", "metadata": {"name": "c1"},
+        "spec": {"node": "node-1", "action": {"type": "StopMember", "member": "web-1"}}});
+    let created = admin.create_value("commands", &command, Default::default()).await.unwrap();
+    assert_eq!(created["metadata"]["labels"]["herd.io/node"], "node-1");
+    // Another action or node is refused, naming spec. (The leader issues
+    // it meanwhile: read it again before each write.)
+    let current = || async { admin.get_value("commands", "c1").await.unwrap() };
+    let mut edited = current().await;
+    edited["spec"]["node"] = json!("node-2");
+    let error = admin.replace_value("commands", "c1", &edited, Default::default()).await.unwrap_err();
+    assert_eq!(error.reason(), Some(StatusReason::Invalid), "{error}");
+    assert!(error.to_string().contains("spec: is immutable once the Command is created"), "{error}");
+    // Re-applying without the label keeps it; setting it to another node is refused.
+    let mut unlabelled = current().await;
+    unlabelled["metadata"]["labels"] = json!({"team": "db"});
+    let kept = admin.replace_value("commands", "c1", &unlabelled, Default::default()).await.unwrap();
+    assert_eq!(kept["metadata"]["labels"]["herd.io/node"], "node-1");
+    assert_eq!(kept["metadata"]["labels"]["team"], "db");
+    let mut relabelled = current().await;
+    relabelled["metadata"]["labels"]["herd.io/node"] = json!("node-2");
+    let error = admin.replace_value("commands", "c1", &relabelled, Default::default()).await.unwrap_err();
+    assert!(error.to_string().contains("metadata.labels[herd.io/node]: is set by the server"), "{error}");
+}
+
+#[tokio::test]
+async fn the_cluster_config_cannot_be_deleted_and_log_names_are_checked_before_forwarding() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path());
+    let admin = server.admin();
+    let error = admin.delete_value("clusterconfigs", "cluster", Default::default()).await.unwrap_err();
+    assert_eq!(error.reason(), Some(StatusReason::Conflict), "{error}");
+    assert!(error.to_string().contains("cannot be deleted"), "{error}");
+    admin.get_value("clusterconfigs", "cluster").await.expect("still there");
+    // A member name that would leave the agent's path is refused here.
+    let error = admin.get_text("/api/v1/nodes/node-1/members/..%2F..%2Fetc/logs").await.unwrap_err();
+    assert_eq!(error.reason(), Some(StatusReason::Invalid), "{error}");
+    assert!(error.to_string().contains("member: may contain only"), "{error}");
+    // And the CLI checks them before asking.
+    let out = common::herd()
+        .args(["--server", &server.url, "--token", common::ADMIN_TOKEN, "logs", "node-1/web-1?x="])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("member: may contain only"), "{out:?}");
+}

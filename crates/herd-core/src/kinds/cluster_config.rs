@@ -318,6 +318,10 @@ impl Resource for ClusterConfigSpec {
         }
     }
 
+    fn delete_refusal() -> Option<&'static str> {
+        Some("the ClusterConfig holds the cluster's settings and cannot be deleted; change it with `herd apply`")
+    }
+
     fn validate_spec(&self, path: &FieldPath, errors: &mut ValidationErrors) {
         if !(1..=100).contains(&self.candidate_pool_size) {
             errors.add(

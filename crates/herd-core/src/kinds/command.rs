@@ -599,6 +599,18 @@ impl Resource for CommandSpec {
         }
         self.action.validate(&path.child("action"), errors);
     }
+
+    fn owned_labels(&self) -> Vec<(&'static str, String)> {
+        vec![(NODE_LABEL, self.node.clone())]
+    }
+
+    /// A Command is a record of what was asked: a different request is a
+    /// new Command, so that no record tells a false story.
+    fn validate_spec_update(&self, old: &Self, path: &FieldPath, errors: &mut ValidationErrors) {
+        if self != old {
+            errors.add(path, "is immutable once the Command is created: create a new Command for another request");
+        }
+    }
 }
 
 impl CommandSpec {

@@ -170,6 +170,10 @@ impl Resource for MemberSpec {
         }
     }
 
+    fn owned_labels(&self) -> Vec<(&'static str, String)> {
+        vec![(CLUSTER_LABEL, self.cluster.clone()), (ROLE_LABEL, self.role.clone())]
+    }
+
     fn validate_name_for_spec(&self, name: &str, errors: &mut ValidationErrors) {
         let expected = member_name(&self.cluster, &self.role, self.index);
         if name != expected {

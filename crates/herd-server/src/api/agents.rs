@@ -40,15 +40,33 @@ fn asking(node: &str) -> impl Fn(herd_client::ClientError) -> ApiError + '_ {
     move |e| ApiError::Unavailable(format!("asking node {node}'s agent: {e}"))
 }
 
+/// Node and member names from the path are object names: checked before
+/// anything is forwarded, so none can reach another path on the agent.
+fn check_names(names: &[(&str, &str)]) -> Result<(), ApiError> {
+    let mut errors = herd_core::ValidationErrors::new();
+    for (field, name) in names {
+        herd_core::validation::check_name(&herd_core::FieldPath::root(field), name, &mut errors);
+    }
+    errors.into_result().map_err(|errors| ApiError::Invalid { kind: "log request".into(), name: String::new(), errors })
+}
+
 pub async fn member_log(
     State(state): State<AppState>,
     caller: Caller,
     Path((node, member)): Path<(String, String)>,
     ApiQuery(query): ApiQuery<LogQuery>,
 ) -> Result<Response, ApiError> {
+    check_names(&[("node", &node), ("member", &member)])?;
     let agent = agent_of(&state, &caller, &node).await?;
     let stream = query.stream.as_deref().unwrap_or("stdout");
-    let text = agent.member_log(&member, stream, query.bytes.unwrap_or(64 * 1024)).await.map_err(asking(&node))?;
+    let text = match agent.member_log(&member, stream, query.bytes.unwrap_or(64 * 1024)).await {
+        Ok(text) => text,
+        // The agent's own word for a member it does not have.
+        Err(herd_client::ClientError::Api(status)) if status.code == 404 => {
+            return Err(ApiError::NotFound { kind: format!("{stream} log of member"), name: member });
+        }
+        Err(error) => return Err(asking(&node)(error)),
+    };
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response())
 }
 

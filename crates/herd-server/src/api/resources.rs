@@ -155,6 +155,9 @@ pub async fn delete(
 ) -> Result<Json<Value>, ApiError> {
     let kind = state.registry.get(&plural)?.info();
     caller.may(Verb::Delete, &plural, Some(&name))?;
+    if let Some(why) = kind.delete_refusal {
+        return Err(ApiError::Conflict(format!("{} {name:?} cannot be deleted: {why}", kind.kind)));
+    }
     let precondition = query.resource_version.as_deref().map(parse_revision).transpose()?;
     Ok(Json(state.objects.delete_value(kind.kind, kind.plural, &name, precondition, query.dry_run()?).await?))
 }

@@ -31,6 +31,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let Some((first, member)) = target.split_once('/') else {
                 anyhow::bail!("logs: give the member as member/NAME or NODE/MEMBER, got {target:?}");
             };
+            let mut errors = herd_core::ValidationErrors::new();
+            for (field, name) in [("node or kind", first), ("member", member)] {
+                herd_core::validation::check_name(&herd_core::FieldPath::root(field), name, &mut errors);
+            }
+            if let Err(errors) = errors.into_result() {
+                anyhow::bail!("logs {target:?}: {errors}");
+            }
             let node = match crate::kinds::resolve(first) {
                 Ok(kind) if kind.kind == "Member" => {
                     let found = client.get::<herd_core::kinds::MemberSpec>(member).await?;

@@ -20,7 +20,6 @@ use std::time::Duration;
 use herd_core::configmeta::configmeta;
 use herd_core::kinds::app_cluster::{AppCluster, cluster_status};
 use herd_core::kinds::cluster_config::AppClusterSettings;
-use herd_core::kinds::member::{CLUSTER_LABEL, ROLE_LABEL};
 use herd_core::kinds::{
     Action, AppClusterSpec, AppSpec, ClusterConfigSpec, Command, CommandSpec, EventType, Member, MemberSpec,
     MemberState, Node, NodeSpec,
@@ -296,15 +295,8 @@ impl AppClusterController {
                     }
                     let mut member = Member::new(
                         name,
-                        MemberSpec {
-                            cluster: cluster.metadata.name.clone(),
-                            role: role.clone(),
-                            index,
-                            ..Default::default()
-                        },
+                        MemberSpec { cluster: cluster.metadata.name.clone(), role, index, ..Default::default() },
                     );
-                    member.metadata.labels.insert(CLUSTER_LABEL.into(), cluster.metadata.name.clone());
-                    member.metadata.labels.insert(ROLE_LABEL.into(), role);
                     member.metadata.owner_references.push(OwnerReference {
                         kind: "AppCluster".into(),
                         name: cluster.metadata.name.clone(),
