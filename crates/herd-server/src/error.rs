@@ -34,6 +34,12 @@ pub enum ApiError {
     /// A leader-only write from a replica whose leadership has ended.
     #[error("{0}")]
     Fenced(String),
+    /// A method the route does not serve (405).
+    #[error("{0}")]
+    MethodNotAllowed(String),
+    /// A body over the server's limit (413).
+    #[error("{0}")]
+    PayloadTooLarge(String),
 }
 
 impl ApiError {
@@ -72,6 +78,8 @@ impl ApiError {
             ApiError::Gone(_) => StatusReason::Gone,
             ApiError::Internal(_) => StatusReason::InternalError,
             ApiError::Unavailable(_) | ApiError::Fenced(_) => StatusReason::ServiceUnavailable,
+            ApiError::MethodNotAllowed(_) => StatusReason::MethodNotAllowed,
+            ApiError::PayloadTooLarge(_) => StatusReason::PayloadTooLarge,
         };
         let mut status = Status::new(reason, self.to_string());
         if let ApiError::Invalid { errors, .. } = self {

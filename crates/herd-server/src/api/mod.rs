@@ -12,8 +12,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::Router;
-use axum::extract::{FromRequestParts, MatchedPath, Request, State};
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, MatchedPath, Request, State};
 use axum::http::request::Parts;
+use axum::http::{Method, StatusCode, Uri};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{get, post, put};
@@ -66,6 +68,34 @@ impl FromRequestParts<AppState> for Caller {
     }
 }
 
+/// A request body, a body over the server's limit answered as a herd
+/// `Status` (413) like every other error.
+pub struct ApiBody(pub Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for ApiBody {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match Bytes::from_request(request, state).await {
+            Ok(bytes) => Ok(ApiBody(bytes)),
+            Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                Err(ApiError::PayloadTooLarge(format!("the body is too large: {}", rejection.body_text())))
+            }
+            Err(rejection) => Err(ApiError::BadRequest(format!("reading the body: {}", rejection.body_text()))),
+        }
+    }
+}
+
+/// An unknown path: a herd `Status` (404) naming it.
+async fn no_route(method: Method, uri: Uri) -> ApiError {
+    ApiError::NotFound { kind: "route".into(), name: format!("{method} {}", uri.path()) }
+}
+
+/// A known path asked with a method it does not serve (405).
+async fn wrong_method(method: Method, uri: Uri) -> ApiError {
+    ApiError::MethodNotAllowed(format!("{method} is not served at {}", uri.path()))
+}
+
 /// Query parameters, with bad ones answered as a herd `Status` (400) that
 /// names the parameter, like every other error.
 pub struct ApiQuery<T>(pub T);
@@ -106,6 +136,24 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/{plural}", get(resources::list_or_watch).post(resources::create))
         .route("/api/v1/{plural}/{name}", get(resources::get).put(resources::replace).delete(resources::delete))
         .route("/api/v1/{plural}/{name}/status", put(resources::replace_status))
+        .fallback(no_route)
+        .method_not_allowed_fallback(wrong_method)
         .route_layer(middleware::from_fn_with_state(state.clone(), record_metrics))
         .with_state(state)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_body_over_the_limit_is_a_413_status() {
+        let request = Request::new(axum::body::Body::from(vec![b' '; 3 << 20]));
+        let Err(error) = ApiBody::from_request(request, &()).await else { panic!("a 3 MB body was taken") };
+        let status = error.status();
+        assert_eq!(status.code, 413);
+        assert!(status.message.starts_with("the body is too large"), "{}", status.message);
+        let small = Request::new(axum::body::Body::from("{}"));
+        assert!(ApiBody::from_request(small, &()).await.is_ok());
+    }
 }

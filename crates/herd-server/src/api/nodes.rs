@@ -3,7 +3,6 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
-use bytes::Bytes;
 use herd_core::api::{AgentReport, HeartbeatResponse, JoinRequest, JoinResponse};
 use herd_core::authz::Verb;
 
@@ -14,14 +13,14 @@ use herd_core::kinds::command::NODE_LABEL;
 use herd_core::labels::LabelSelector;
 
 use super::resources::{ListQuery, parse_body, serve_list};
-use super::{ApiQuery, AppState, Caller};
+use super::{ApiBody, ApiQuery, AppState, Caller};
 use crate::auth::bearer;
 use crate::error::ApiError;
 
 pub async fn join(
     State(state): State<AppState>,
     headers: HeaderMap,
-    body: Bytes,
+    ApiBody(body): ApiBody,
 ) -> Result<Json<JoinResponse>, ApiError> {
     state.auth.check_join_token(bearer(&headers))?;
     let request: JoinRequest = parse_body(&body, "Node", "")?;
@@ -47,7 +46,7 @@ pub async fn heartbeat(
     State(state): State<AppState>,
     caller: Caller,
     Path(name): Path<String>,
-    body: Bytes,
+    ApiBody(body): ApiBody,
 ) -> Result<Json<HeartbeatResponse>, ApiError> {
     caller.may(Verb::Heartbeat, "nodes", Some(&name))?;
     let report: AgentReport = parse_body(&body, "Node", &name)?;

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::{ApiQuery, AppState, Caller};
+use super::{ApiBody, ApiQuery, AppState, Caller};
 use crate::error::ApiError;
 use crate::objects::Part;
 
@@ -63,7 +63,12 @@ impl WriteQuery {
 }
 
 /// Parses a request body; anything unacceptable is a 422 naming the field.
+/// A body that is not JSON is a 400 saying where it breaks; JSON that is
+/// not the object is a 422 naming the field.
 pub fn parse_body<T: DeserializeOwned>(body: &Bytes, kind: &str, name: &str) -> Result<T, ApiError> {
+    if let Err(error) = serde_json::from_slice::<serde::de::IgnoredAny>(body) {
+        return Err(ApiError::BadRequest(format!("the body is not JSON: {error}")));
+    }
     herd_core::validation::from_json_slice(body).map_err(|e| ApiError::invalid(kind, name, e))
 }
 
@@ -99,7 +104,7 @@ pub async fn create(
     caller: Caller,
     Path(plural): Path<String>,
     ApiQuery(query): ApiQuery<WriteQuery>,
-    body: Bytes,
+    ApiBody(body): ApiBody,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let ops = state.registry.get(&plural)?;
     caller.may(Verb::Create, &plural, None)?;
@@ -113,7 +118,7 @@ pub async fn replace(
     caller: Caller,
     Path((plural, name)): Path<(String, String)>,
     ApiQuery(query): ApiQuery<WriteQuery>,
-    body: Bytes,
+    ApiBody(body): ApiBody,
 ) -> Result<Json<Value>, ApiError> {
     replace_part(state, caller, &plural, &name, query, body, Part::Spec).await
 }
@@ -123,7 +128,7 @@ pub async fn replace_status(
     caller: Caller,
     Path((plural, name)): Path<(String, String)>,
     ApiQuery(query): ApiQuery<WriteQuery>,
-    body: Bytes,
+    ApiBody(body): ApiBody,
 ) -> Result<Json<Value>, ApiError> {
     replace_part(state, caller, &plural, &name, query, body, Part::Status).await
 }
