@@ -12,6 +12,9 @@ use crate::validation::{FieldPath, ValidationErrors, check_name};
 
 pub type ClusterConfig = Object<ClusterConfigSpec>;
 
+/// The shortest heartbeat period, reconcile interval and retry delay.
+const MIN_PERIOD: Duration = Duration::from_millis(100);
+
 /// The one allowed name of the ClusterConfig object.
 pub const CLUSTER_CONFIG_NAME: &str = "cluster";
 
@@ -330,11 +333,25 @@ impl Resource for ClusterConfigSpec {
             );
         }
         self.leader_election.validate(&path.child("leaderElection"), errors);
-        if self.heartbeat_period.get().is_zero() {
-            errors.add(&path.child("heartbeatPeriod"), "must be positive");
-        }
-        if self.commands.reconcile_interval.get().is_zero() {
-            errors.add(&path.child("commands").child("reconcileInterval"), "must be positive");
+        // Below these, a setting only makes agents and the leader spin.
+        let at_least = |errors: &mut ValidationErrors, path: FieldPath, value: HumanDuration, minimum: Duration| {
+            if value.get() < minimum {
+                errors.add(&path, format!("must be at least {}, is {value}", HumanDuration(minimum)));
+            }
+        };
+        at_least(errors, path.child("heartbeatPeriod"), self.heartbeat_period, MIN_PERIOD);
+        let commands = path.child("commands");
+        at_least(errors, commands.child("reconcileInterval"), self.commands.reconcile_interval, MIN_PERIOD);
+        at_least(errors, commands.child("retryDelay"), self.commands.retry_delay, MIN_PERIOD);
+        at_least(errors, commands.child("answerGrace"), self.commands.answer_grace, MIN_PERIOD);
+        at_least(
+            errors,
+            commands.child("reconcilingTimeout"),
+            self.commands.reconciling_timeout,
+            Duration::from_secs(1),
+        );
+        if self.commands.max_attempts == 0 {
+            errors.add(&commands.child("maxAttempts"), "must be at least 1, is 0");
         }
         let ports = &self.app_clusters;
         if ports.first_member_port < 1024 || ports.last_member_port < ports.first_member_port {
@@ -363,6 +380,18 @@ mod tests {
     #[test]
     fn defaults_are_valid() {
         ClusterConfig::new(CLUSTER_CONFIG_NAME, ClusterConfigSpec::default()).validate().unwrap();
+    }
+
+    #[test]
+    fn periods_and_counts_have_minimums_named_in_the_error() {
+        let spec = ClusterConfigSpec {
+            heartbeat_period: HumanDuration(Duration::from_millis(1)),
+            commands: CommandSettings { max_attempts: 0, ..Default::default() },
+            ..Default::default()
+        };
+        let errors = ClusterConfig::new(CLUSTER_CONFIG_NAME, spec).validate().unwrap_err().to_string();
+        assert!(errors.contains("spec.heartbeatPeriod: must be at least 100ms, is 1ms"), "{errors}");
+        assert!(errors.contains("spec.commands.maxAttempts: must be at least 1, is 0"), "{errors}");
     }
 
     #[test]
