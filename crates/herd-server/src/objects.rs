@@ -280,6 +280,14 @@ impl Objects {
             let put = Op::Put { key: key.clone(), value: encode(&object) };
             self.commit((S::KIND, &name), &key, prepared.expected_revision, (guard, ops), put).await?
         };
+        if dry_run && prepared.expected_revision.is_none() {
+            // A dry-run create shows what would be stored, but no identity:
+            // the object never existed.
+            object.metadata.uid = None;
+            object.metadata.creation_timestamp = None;
+            object.metadata.resource_version = None;
+            return Ok(object);
+        }
         object.metadata.resource_version = Some(revision.to_string());
         Ok(object)
     }

@@ -301,3 +301,22 @@ async fn every_error_is_a_status_body_and_a_body_that_is_not_json_is_a_400_sayin
     let (code, message) = send(http.post(url("/api/v1/nodes")).body("{\"apiVersion\": 3}")).await;
     assert_eq!(code, 422, "JSON that is not a Node names the field: {message}");
 }
+
+/// A dry run shows what would be stored, with no identity that never existed.
+#[tokio::test]
+async fn a_dry_run_create_answers_without_a_uid_or_resource_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path());
+    let admin = server.admin();
+    let node = json!({"apiVersion": "herd/v1", "kind": "Node", "metadata": {"name": "n1", "labels": {"zone": "a"}}});
+    let dry = herd_client::WriteOptions { dry_run: true };
+    let answer = admin.create_value("nodes", &node, dry).await.unwrap();
+    assert_eq!(answer["metadata"]["labels"]["zone"], "a");
+    for field in ["uid", "resourceVersion", "creationTimestamp"] {
+        assert!(answer["metadata"].get(field).is_none(), "{field} in {answer}");
+    }
+    assert!(admin.get_value("nodes", "n1").await.unwrap_err().is_not_found(), "nothing was stored");
+    // A real create still says who it is.
+    let created = admin.create_value("nodes", &node, Default::default()).await.unwrap();
+    assert!(created["metadata"]["uid"].is_string() && created["metadata"]["resourceVersion"].is_string());
+}
