@@ -10,8 +10,10 @@
 //! "3,10,30"), BENCH_ROUNDS (default 5), HERD_BIN. The agents heartbeat
 //! every 2 s (the default), and report a member change at once.
 
+mod processes;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, bail};
@@ -22,61 +24,11 @@ use herd_core::kinds::{
     Action, AppClusterSpec, CommandSpec, ManagementState, Member, MemberSpec, MemberState, NodeSpec,
 };
 use herd_core::{Object, Timestamp};
-
-const ADMIN: &str = "bench-admin-token";
+use processes::{ADMIN, Killed, env_u64, herd_binary, start, wait_for};
 
 /// The trivial app's setup: it records that it ran and exits.
 const SETUP: &str = "case \"$1\" in --configure) echo configured >\"$HERD_VOLUME_HERD/bench\" ;; esac\n";
 const RUN: [&str; 2] = ["sleep", "3600"];
-
-struct Killed(Vec<Child>);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        for child in &mut self.0 {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-fn start(herd: &Path, args: &[&str], data_dir: &Path) -> anyhow::Result<(Child, String)> {
-    let mut child = Command::new(herd)
-        .args(args)
-        .arg("--data-dir")
-        .arg(data_dir)
-        .env("HERD_ADMIN_TOKEN", ADMIN)
-        .env("HERD_JOIN_TOKEN", "bench-join")
-        .env("HERD_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .with_context(|| format!("starting {}", herd.display()))?;
-    let mut line = String::new();
-    if args[0] == "server" {
-        let stdout = child.stdout.take().context("stdout")?;
-        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)?;
-    }
-    Ok((child, line.trim().rsplit(' ').next().unwrap_or_default().to_string()))
-}
-
-async fn wait_for<T>(what: &str, timeout: Duration, mut check: impl AsyncFnMut() -> Option<T>) -> anyhow::Result<T> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(value) = check().await {
-            return Ok(value);
-        }
-        if Instant::now() > deadline {
-            bail!("timed out waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
 
 /// The floor: the member's process started and its setup run directly.
 fn floor(dir: &Path) -> anyhow::Result<Duration> {
@@ -212,13 +164,7 @@ async fn main() -> anyhow::Result<()> {
         .split(',')
         .filter_map(|s| s.trim().parse().ok())
         .collect();
-    let herd = match std::env::var_os("HERD_BIN") {
-        Some(path) => PathBuf::from(path),
-        None => std::env::current_exe()?.with_file_name("herd"),
-    };
-    if !herd.exists() {
-        bail!("{} not found: build it first (cargo build --release -p herd) or set HERD_BIN", herd.display());
-    }
+    let herd = herd_binary()?;
     let dir = tempfile::tempdir()?;
     println!("appcluster benchmark: {agents} agents (2 s heartbeats), sizes {sizes:?}, {rounds} rounds each");
     let (server, url) = start(&herd, &["server", "--listen", "127.0.0.1:0"], &dir.path().join("server"))?;

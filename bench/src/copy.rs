@@ -11,32 +11,18 @@
 //! CopyVolume round also hashes the source (later rounds find the hashes
 //! cached by the source agent, as a reconciler's second look does).
 
+mod processes;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant, SystemTime};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use herd_client::Client;
 use herd_core::kinds::{Action, AgentState, CommandSpec, ManagementState, NodeSpec};
 use herd_core::{HumanDuration, Object, Timestamp};
-
-const ADMIN: &str = "bench-admin-token";
-
-struct Killed(Vec<Child>);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        for child in &mut self.0 {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
+use processes::{ADMIN, Killed, env_u64, herd_binary, start, wait_for};
 
 /// Writes `mib` MiB of incompressible data in 64 MiB files.
 fn make_data(dir: &Path, mib: u64) -> anyhow::Result<()> {
@@ -55,38 +41,6 @@ fn make_data(dir: &Path, mib: u64) -> anyhow::Result<()> {
             out.write_all(&block)?;
         }
         out.into_inner()?.sync_all()?;
-    }
-    Ok(())
-}
-
-fn start(herd: &Path, args: &[&str], data_dir: &Path) -> anyhow::Result<(Child, String)> {
-    let mut child = Command::new(herd)
-        .args(args)
-        .arg("--data-dir")
-        .arg(data_dir)
-        .env("HERD_ADMIN_TOKEN", ADMIN)
-        .env("HERD_JOIN_TOKEN", "bench-join")
-        .env("HERD_LOG", std::env::var("BENCH_HERD_LOG").unwrap_or("warn".into()))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(if std::env::var_os("BENCH_HERD_LOG").is_some() { Stdio::inherit() } else { Stdio::null() })
-        .spawn()
-        .with_context(|| format!("starting {}", herd.display()))?;
-    let mut line = String::new();
-    if args[0] == "server" {
-        let stdout = child.stdout.take().context("stdout")?;
-        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)?;
-    }
-    Ok((child, line.trim().rsplit(' ').next().unwrap_or_default().to_string()))
-}
-
-async fn wait_for(what: &str, timeout: Duration, mut check: impl AsyncFnMut() -> bool) -> anyhow::Result<()> {
-    let deadline = Instant::now() + timeout;
-    while !check().await {
-        if Instant::now() > deadline {
-            bail!("timed out waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
     }
     Ok(())
 }
@@ -118,13 +72,10 @@ async fn herd_copy(admin: &Client, volume: &str, round: u64) -> anyhow::Result<D
     let name = format!("copy-{volume}-{round}");
     let started = Instant::now();
     admin.create(&Object::new(name.clone(), spec)).await?;
-    let mut done = None;
-    wait_for("the copy", Duration::from_secs(600), async || {
-        done = admin.get::<CommandSpec>(&name).await.ok().filter(|c| c.status.state_by_management.is_settled());
-        done.is_some()
+    let command = wait_for("the copy", Duration::from_secs(600), async || {
+        admin.get::<CommandSpec>(&name).await.ok().filter(|c| c.status.state_by_management.is_settled())
     })
     .await?;
-    let command = done.context("settled")?;
     if command.status.state_by_management != ManagementState::Completed {
         bail!("the copy ended {:?}: {:?}", command.status.state_by_management, command.status.answer);
     }
@@ -172,13 +123,7 @@ fn journal_transitions(dir: &Path, count: u64) -> anyhow::Result<(Duration, Dura
 async fn main() -> anyhow::Result<()> {
     let mib = env_u64("BENCH_COPY_MIB", 1024);
     let rounds = env_u64("BENCH_ROUNDS", 5);
-    let herd = match std::env::var_os("HERD_BIN") {
-        Some(path) => PathBuf::from(path),
-        None => std::env::current_exe()?.with_file_name("herd"),
-    };
-    if !herd.exists() {
-        bail!("{} not found: build it first (cargo build --release -p herd) or set HERD_BIN", herd.display());
-    }
+    let herd = herd_binary()?;
     let dir = tempfile::tempdir_in(std::env::var_os("BENCH_DIR").map(PathBuf::from).unwrap_or(std::env::temp_dir()))?;
     let (server_dir, source_dir, target_dir) =
         (dir.path().join("server"), dir.path().join("source"), dir.path().join("target"));
@@ -194,7 +139,7 @@ async fn main() -> anyhow::Result<()> {
     let admin = Client::new(vec![url.clone()], Some(ADMIN.into()));
     wait_for("both agents Ready", Duration::from_secs(30), async || {
         let nodes = admin.list::<NodeSpec>("").await.unwrap_or_default();
-        nodes.iter().filter(|n| n.status.ready).count() == 2
+        (nodes.iter().filter(|n| n.status.ready).count() == 2).then_some(())
     })
     .await?;
 
