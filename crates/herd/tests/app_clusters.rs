@@ -65,6 +65,16 @@ fn cluster(log: &Path, db: u32, cache: u32) -> serde_json::Value {
     })
 }
 
+/// Applies the App with `script` and creates cluster `c` with `db` and
+/// `cache` members; returns the directory the script logs into.
+async fn start_cluster(nodes: &Nodes, script: &str, db: u32, cache: u32) -> PathBuf {
+    let log = nodes.dir.path().join("log");
+    std::fs::create_dir_all(&log).unwrap();
+    apply_app(&nodes.server, script).await;
+    nodes.server.admin().create_value("appclusters", &cluster(&log, db, cache), Default::default()).await.unwrap();
+    log
+}
+
 fn lines(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path).unwrap_or_default().lines().map(str::to_string).collect()
 }
@@ -73,10 +83,7 @@ fn lines(path: &Path) -> Vec<String> {
 async fn members_are_placed_set_up_once_told_of_joins_and_survive_restarts() {
     let nodes = nodes(3).await;
     let server = &nodes.server;
-    let log = nodes.dir.path().join("log");
-    std::fs::create_dir_all(&log).unwrap();
-    apply_app(server, SCRIPT).await;
-    server.admin().create_value("appclusters", &cluster(&log, 3, 1), Default::default()).await.unwrap();
+    let log = start_cluster(&nodes, SCRIPT, 3, 1).await;
     let members = configured(server, "c", 4, Duration::from_secs(60)).await;
 
     // Spread: the three db members on three nodes, each with its port.
@@ -205,10 +212,7 @@ async fn config_error(server: &TestServer, instance_other_than: Option<&str>) ->
 async fn a_failing_setup_is_a_config_error_until_the_app_is_fixed_and_the_member_restarted() {
     let nodes = nodes(1).await;
     let server = &nodes.server;
-    let log = nodes.dir.path().join("log");
-    std::fs::create_dir_all(&log).unwrap();
-    apply_app(server, BROKEN).await;
-    server.admin().create_value("appclusters", &cluster(&log, 1, 0), Default::default()).await.unwrap();
+    let log = start_cluster(&nodes, BROKEN, 1, 0).await;
     let failed = config_error(server, None).await;
     let detail = failed.status.state_detail.config_error_detail.clone().unwrap();
     assert_eq!(detail, "configure failed with exit status 1: cannot configure c-db-0: broken script");
@@ -279,10 +283,7 @@ async fn seen(server: &TestServer) {
 async fn a_notify_that_always_fails_blocks_changes_until_its_member_is_deleted() {
     let nodes = nodes(3).await;
     let server = &nodes.server;
-    let log = nodes.dir.path().join("log");
-    std::fs::create_dir_all(&log).unwrap();
-    apply_app(server, SCRIPT).await;
-    server.admin().create_value("appclusters", &cluster(&log, 2, 0), Default::default()).await.unwrap();
+    let log = start_cluster(&nodes, SCRIPT, 2, 0).await;
     configured(server, "c", 2, Duration::from_secs(30)).await;
     std::fs::write(log.join("fail-notify-c-db-0"), "").unwrap();
     resize(server, &log, 3, 0).await.unwrap();
@@ -324,10 +325,7 @@ async fn a_notify_that_always_fails_blocks_changes_until_its_member_is_deleted()
 async fn a_change_waits_for_a_down_member_s_notifies_and_is_accepted_once_they_are_delivered() {
     let nodes = nodes(3).await;
     let server = &nodes.server;
-    let log = nodes.dir.path().join("log");
-    std::fs::create_dir_all(&log).unwrap();
-    apply_app(server, SCRIPT).await;
-    server.admin().create_value("appclusters", &cluster(&log, 2, 0), Default::default()).await.unwrap();
+    let log = start_cluster(&nodes, SCRIPT, 2, 0).await;
     let members = configured(server, "c", 2, Duration::from_secs(30)).await;
     // c-db-0's node goes down (its agent killed): the member cannot be
     // reached, so the notify of c-db-2's join waits there.
@@ -364,10 +362,7 @@ async fn a_change_waits_for_a_down_member_s_notifies_and_is_accepted_once_they_a
 async fn after_a_host_reboot_its_members_come_back_configured_and_are_not_announced_again() {
     let nodes = nodes(2).await;
     let server = &nodes.server;
-    let log = nodes.dir.path().join("log");
-    std::fs::create_dir_all(&log).unwrap();
-    apply_app(server, SCRIPT).await;
-    server.admin().create_value("appclusters", &cluster(&log, 2, 1), Default::default()).await.unwrap();
+    let log = start_cluster(&nodes, SCRIPT, 2, 1).await;
     let before = configured(server, "c", 3, Duration::from_secs(30)).await;
     let notifies = |name: &str| lines(&log.join(format!("{name}.notifies")));
     let told_before: Vec<Vec<String>> = ["c-db-0", "c-db-1"].iter().map(|m| notifies(m)).collect();
@@ -418,10 +413,7 @@ async fn a_cut_off_node_s_members_are_recovered_or_replaced_and_never_run_twice_
         .unwrap();
     config.spec.app_clusters.node_loss_grace = herd_core::HumanDuration(Duration::from_secs(2));
     admin.update(&config).await.unwrap();
-    let log = nodes.dir.path().join("log");
-    std::fs::create_dir_all(&log).unwrap();
-    apply_app(server, SCRIPT).await;
-    admin.create_value("appclusters", &cluster(&log, 3, 1), Default::default()).await.unwrap();
+    let log = start_cluster(&nodes, SCRIPT, 3, 1).await;
     let members = configured(server, "c", 4, Duration::from_secs(30)).await;
     // n1 takes c-db-0 and, the members being spread, c-cache-0.
     let on_n1: Vec<&Member> = members.iter().filter(|m| m.spec.node.as_deref() == Some("n1")).collect();
