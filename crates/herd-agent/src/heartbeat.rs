@@ -110,6 +110,9 @@ impl Heartbeat {
         };
         let name = identity.node_name.clone();
         let mut credentials = store.load(&name)?;
+        // The token the server stopped taking: shown when joining again, so
+        // that the server knows a deleted node's agent.
+        let mut previous_token: Option<String> = None;
         let mut backoff = Backoff::new();
         let mut failing = false;
         // Since when the server has been unreachable, and whether the
@@ -121,7 +124,11 @@ impl Heartbeat {
                 let token = join_token.clone().ok_or(AgentError::NoJoinToken)?;
                 match client
                     .with_token(Some(token))
-                    .join(&JoinRequest { node_name: name.clone(), report: report.clone() })
+                    .join(&JoinRequest {
+                        node_name: name.clone(),
+                        previous_node_token: previous_token.clone(),
+                        report: report.clone(),
+                    })
                     .await
                 {
                     Ok(joined) => {
@@ -151,7 +158,7 @@ impl Heartbeat {
             report.disk = crate::fsutil::disk_space(&data_dir)
                 .map(|(free_bytes, total_bytes)| herd_core::api::DiskReport { free_bytes, total_bytes })
                 .ok();
-            match client.with_token(Some(creds.node_token)).heartbeat(&name, &report).await {
+            match client.with_token(Some(creds.node_token.clone())).heartbeat(&name, &report).await {
                 Ok(answer) => {
                     if failing {
                         tracing::info!("heartbeats go through again");
@@ -178,6 +185,7 @@ impl Heartbeat {
                     if join_token.is_none() {
                         return Err(AgentError::JoinRefused(error));
                     }
+                    previous_token = Some(creds.node_token);
                     credentials = None;
                 }
                 Err(error) => {

@@ -15,8 +15,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use herd_core::api::{
-    AgentReport, CLUSTER_STATUS_PATH, ClusterStatus, HeartbeatResponse, JoinRequest, JoinResponse, ObjectList, Status,
-    StatusReason, StoredVolume, collection_path, node_commands_path, node_volumes_path, object_path,
+    AgentReport, CLUSTER_STATUS_PATH, ClusterStatus, HeartbeatResponse, JOIN_TOKENS_PATH, JoinRequest, JoinResponse,
+    JoinTokenInfo, JoinTokenList, JoinTokenRequest, ObjectList, Status, StatusReason, StoredVolume, collection_path,
+    node_commands_path, node_volumes_path, object_path,
 };
 use herd_core::kinds::CommandSpec;
 use herd_core::{Object, Resource};
@@ -121,6 +122,11 @@ impl Client {
     }
 
     /// The same client with another per-request timeout (watches have none).
+    /// The server URLs this client tries, in order.
+    pub fn servers(&self) -> &[String] {
+        &self.servers
+    }
+
     pub fn with_timeout(&self, timeout: Duration) -> Client {
         Client { timeout, ..self.clone() }
     }
@@ -379,6 +385,26 @@ impl Client {
     /// The leader and the replicas, as the answering replica sees them.
     pub async fn cluster_status(&self) -> Result<ClusterStatus, ClientError> {
         self.call(Method::GET, CLUSTER_STATUS_PATH, &[], None).await
+    }
+
+    /// `herd token create`: a join token, its secret in the answer only.
+    pub async fn create_join_token(&self, request: &JoinTokenRequest) -> Result<JoinTokenInfo, ClientError> {
+        self.call(Method::POST, JOIN_TOKENS_PATH, &[], Some(&to_value(request)?)).await
+    }
+
+    pub async fn join_tokens(&self) -> Result<JoinTokenList, ClientError> {
+        self.call(Method::GET, JOIN_TOKENS_PATH, &[], None).await
+    }
+
+    /// `herd token delete`: the token can no longer be used to join.
+    pub async fn delete_join_token(&self, id: &str) -> Result<JoinTokenInfo, ClientError> {
+        self.call(Method::DELETE, &format!("{JOIN_TOKENS_PATH}/{id}"), &[], None).await
+    }
+
+    /// `herd node readmit`: a deleted node's agent may join again.
+    pub async fn readmit_node(&self, node: &str) -> Result<(), ClientError> {
+        let path = format!("{}/readmit", object_path("nodes", node));
+        check(self.send(Method::POST, &path, |r| r, Some(self.timeout), Resend::Safe).await?).await.map(|_| ())
     }
 
     /// The raw text of an unauthenticated endpoint (`/metrics`, `/healthz`).

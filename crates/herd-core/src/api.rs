@@ -118,6 +118,10 @@ pub struct WatchEvent<T> {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct JoinRequest {
     pub node_name: String,
+    /// The node token this agent held before, when it joins again because
+    /// the server stopped taking it: how a deleted node's agent is known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_node_token: Option<String>,
     #[serde(flatten)]
     pub report: AgentReport,
 }
@@ -392,4 +396,50 @@ pub fn volume_staged_path(member: &str, volume: &str) -> String {
 /// Where an agent serves one file of a volume (`?path=`, with `Range`).
 pub fn volume_file_path(member: &str, volume: &str) -> String {
     format!("/volumes/{member}/{volume}/file")
+}
+
+pub const JOIN_TOKENS_PATH: &str = "/api/v1/jointokens";
+
+/// `POST /api/v1/jointokens`: a join token to create.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JoinTokenRequest {
+    /// How long the token may be used; without it, until it is deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl: Option<HumanDuration>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+}
+
+/// A join token created through the API, as listed (never the secret).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JoinTokenInfo {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+    pub created: crate::time::Timestamp,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires: Option<crate::time::Timestamp>,
+    /// The token itself: only in the answer to its creation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JoinTokenList {
+    pub items: Vec<JoinTokenInfo>,
+}
+
+impl From<&crate::join::JoinTokenRecord> for JoinTokenInfo {
+    fn from(record: &crate::join::JoinTokenRecord) -> Self {
+        JoinTokenInfo {
+            id: record.id.clone(),
+            description: record.description.clone(),
+            created: record.created,
+            expires: record.expires,
+            token: None,
+        }
+    }
 }

@@ -1,8 +1,10 @@
 //! Bearer tokens: who is calling.
 //!
-//! Three kinds of token for the API, and one between agents. The admin token may do everything. The join token
+//! Three kinds of token for the API, and one between agents. The admin token may do everything. A join token
 //! may only register a node (`POST /api/v1/join`), which hands the node its
-//! own node token. A node token (`herdnode.<node>.<secret>`) identifies that
+//! own node token. Join tokens are the server's own (given or kept in its
+//! data dir, never expiring) and those an admin creates with a lifetime
+//! (`herd token create`, kept as hashes under `/secrets/jointokens/`). A node token (`herdnode.<node>.<secret>`) identifies that
 //! node; what it may do is decided by `herd_core::authz`. Only blake3 hashes
 //! of tokens are kept: node token hashes in the store, so every server
 //! replica knows them. The peer token is one cluster-wide secret, kept in
@@ -11,7 +13,9 @@
 
 use axum::http::HeaderMap;
 use herd_core::authz::Principal;
-use herd_store::Store;
+use herd_core::join::{DeletedNode, JoinTokenRecord, join_token_id, token_hash};
+use herd_core::{HumanDuration, Timestamp};
+use herd_store::{ListOptions, Store, Txn};
 use serde::{Deserialize, Serialize};
 
 use crate::error::ApiError;
@@ -20,8 +24,27 @@ use crate::objects::now;
 const NODE_TOKEN_PREFIX: &str = "herdnode.";
 const PEER_TOKEN_KEY: &str = "/secrets/peer-token";
 
+const JOIN_TOKENS_PREFIX: &str = "/secrets/jointokens/";
+const DELETED_NODES_PREFIX: &str = "/secrets/deletednodes/";
+
 fn node_token_key(node: &str) -> String {
     format!("/secrets/nodetokens/{node}")
+}
+
+fn join_token_key(id: &str) -> String {
+    format!("{JOIN_TOKENS_PREFIX}{id}")
+}
+
+pub fn deleted_node_key(node: &str) -> String {
+    format!("{DELETED_NODES_PREFIX}{node}")
+}
+
+fn decode<T: serde::de::DeserializeOwned>(key: &str, bytes: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes).map_err(|e| ApiError::Internal(format!("{key} is damaged: {e}")))
+}
+
+fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, ApiError> {
+    serde_json::to_vec(value).map_err(|e| ApiError::Internal(e.to_string()))
 }
 
 #[derive(Serialize, Deserialize)]
@@ -95,16 +118,101 @@ impl Authenticator {
             if matches {
                 return Ok(Principal::Node(node.to_string()));
             }
+            if let Some(deleted) = self.deleted_node(node).await? {
+                return Err(ApiError::Unauthorized(format!(
+                    "the bearer token is not valid: node {node} was deleted by an admin at {} and its token revoked",
+                    deleted.deleted_at
+                )));
+            }
         }
         Err(ApiError::Unauthorized("the bearer token is not valid".into()))
     }
 
-    pub fn check_join_token(&self, token: Option<&str>) -> Result<(), ApiError> {
-        match token {
-            Some(token) if hash(token) == self.join => Ok(()),
-            Some(_) => Err(ApiError::Unauthorized("the join token is not valid".into())),
-            None => Err(ApiError::Unauthorized("joining needs the join token as bearer token".into())),
+    /// Whether `token` is a join token usable now: the server's own, or one
+    /// created through the API and not expired.
+    pub async fn check_join_token(&self, token: Option<&str>) -> Result<(), ApiError> {
+        let token = token.ok_or_else(|| ApiError::Unauthorized("joining needs a join token as bearer token".into()))?;
+        if hash(token) == self.join {
+            return Ok(());
         }
+        let invalid = || ApiError::Unauthorized("the join token is not valid".into());
+        let id = join_token_id(token).ok_or_else(invalid)?;
+        let key = join_token_key(id);
+        let record: JoinTokenRecord = match self.store.get(&key).await.map_err(ApiError::from)? {
+            Some(kv) => decode(&key, &kv.value)?,
+            None => return Err(invalid()),
+        };
+        if blake3::Hash::from_hex(&record.hash).ok() != Some(hash(token)) {
+            return Err(invalid());
+        }
+        record.usable_at(now()).map_err(ApiError::Unauthorized)
+    }
+
+    /// Creates a join token that lives `ttl` (None: until deleted); the
+    /// token itself is in the answer only.
+    pub async fn create_join_token(
+        &self,
+        ttl: Option<HumanDuration>,
+        description: String,
+    ) -> Result<(JoinTokenRecord, String), ApiError> {
+        let id = uuid::Uuid::new_v4().simple().to_string()[..6].to_string();
+        let token = format!("{}{id}.{}", herd_core::join::JOIN_TOKEN_PREFIX, uuid::Uuid::new_v4().simple());
+        let created = now();
+        let expires = ttl.map(|ttl| Timestamp::from_system_time(created.system_time() + ttl.get()));
+        let record = JoinTokenRecord { id: id.clone(), hash: token_hash(&token), description, created, expires };
+        self.store.create(&join_token_key(&id), encode(&record)?).await.map_err(ApiError::from)?;
+        Ok((record, token))
+    }
+
+    /// The join tokens created through the API, expired ones included.
+    pub async fn join_tokens(&self) -> Result<Vec<JoinTokenRecord>, ApiError> {
+        let page = self.store.list(JOIN_TOKENS_PREFIX, &ListOptions::default(), |_| true).await?;
+        page.items.iter().map(|kv| decode(&kv.key, &kv.value)).collect()
+    }
+
+    /// Revokes a join token created through the API; 404 if there is none.
+    pub async fn delete_join_token(&self, id: &str) -> Result<JoinTokenRecord, ApiError> {
+        let key = join_token_key(id);
+        let not_found = || ApiError::NotFound { kind: "JoinToken".into(), name: id.into() };
+        let kv = self.store.get(&key).await?.ok_or_else(not_found)?;
+        let record = decode(&key, &kv.value)?;
+        let txn = Txn::new().when(herd_store::Compare::ModRevision { key: key.clone(), revision: kv.mod_revision });
+        match self.store.txn(txn.delete(key)).await? {
+            herd_store::TxnOutcome::Committed { .. } => Ok(record),
+            herd_store::TxnOutcome::CompareFailed { .. } => Err(not_found()),
+        }
+    }
+
+    /// What is left of node `name` if an admin deleted it and has not
+    /// readmitted it.
+    pub async fn deleted_node(&self, name: &str) -> Result<Option<DeletedNode>, ApiError> {
+        let key = deleted_node_key(name);
+        self.store.get(&key).await?.map(|kv| decode(&key, &kv.value)).transpose()
+    }
+
+    /// The writes that go with deleting node `name`: its token revoked and a
+    /// record of who it was, so that its agent cannot join again unasked.
+    pub async fn node_deletion_ops(&self, name: &str, was_ready: bool) -> Result<Vec<herd_store::Op>, ApiError> {
+        let key = node_token_key(name);
+        let token_hash = match self.store.get(&key).await? {
+            Some(kv) => Some(decode::<StoredToken>(&key, &kv.value)?.hash),
+            None => None,
+        };
+        let deleted = DeletedNode { deleted_at: now(), token_hash, was_ready };
+        Ok(vec![
+            herd_store::Op::Delete { key },
+            herd_store::Op::Put { key: deleted_node_key(name), value: encode(&deleted)? },
+        ])
+    }
+
+    /// Lets a deleted node's agent join again; whether there was anything to forget.
+    pub async fn readmit(&self, name: &str) -> Result<bool, ApiError> {
+        let key = deleted_node_key(name);
+        if self.store.get(&key).await?.is_none() {
+            return Ok(false);
+        }
+        self.store.txn(Txn::new().delete(key)).await?;
+        Ok(true)
     }
 
     /// The cluster's peer token (see [`peer_token`]), read once.
@@ -115,9 +223,9 @@ impl Authenticator {
     /// Issues a new token for `node`, replacing any earlier one.
     pub async fn issue_node_token(&self, node: &str) -> Result<String, ApiError> {
         let token = format!("{NODE_TOKEN_PREFIX}{node}.{}", generate_secret());
-        let stored = StoredToken { hash: hash(&token).to_hex().to_string(), issued: now() };
-        let value = serde_json::to_vec(&stored).map_err(|e| ApiError::Internal(e.to_string()))?;
-        self.store.txn(herd_store::Txn::new().put(node_token_key(node), value)).await.map_err(ApiError::from)?;
+        let stored = StoredToken { hash: token_hash(&token), issued: now() };
+        let txn = Txn::new().put(node_token_key(node), encode(&stored)?).delete(deleted_node_key(node));
+        self.store.txn(txn).await.map_err(ApiError::from)?;
         Ok(token)
     }
 }

@@ -31,6 +31,12 @@ impl EventRecorder {
             name: object.metadata.name.clone(),
             uid: object.metadata.uid.clone(),
         };
+        self.record_about(involved, type_, reason, message).await
+    }
+
+    /// Records an Event about an object that need not exist (any more): a
+    /// deleted node, a refused join under a name.
+    pub async fn record_about(&self, involved: InvolvedObject, type_: EventType, reason: &str, message: String) {
         match type_ {
             EventType::Normal => {
                 tracing::info!(object = %involved.name, kind = %involved.kind, reason, %message, "event")

@@ -1,12 +1,12 @@
 //! Nodes joining and heartbeating: the server side of the agent protocol.
 
 use herd_core::api::{AgentReport, HeartbeatResponse, JoinRequest, JoinResponse};
-use herd_core::join::{JoinVerdict, join_verdict};
+use herd_core::join::{JoinVerdict, Joiner, join_verdict};
 use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
-use herd_core::kinds::{ClusterConfigSpec, EventType, Node, NodeSpec};
+use herd_core::kinds::{ClusterConfigSpec, EventType, InvolvedObject, Node, NodeSpec};
 use herd_core::node_health::{self, HeartbeatEffects};
 use herd_core::validation::{self, FieldPath};
-use herd_core::{Object, ValidationErrors};
+use herd_core::{Object, Resource, ValidationErrors};
 
 use crate::auth::Authenticator;
 use crate::error::ApiError;
@@ -32,6 +32,54 @@ async fn tell(events: &EventRecorder, node: &Node, effects: HeartbeatEffects) {
     }
 }
 
+/// The Event subject for node `name`, which need not exist.
+pub fn node_named(name: &str, node: Option<&Node>) -> InvolvedObject {
+    InvolvedObject { kind: "Node".into(), name: name.into(), uid: node.and_then(|n| n.metadata.uid.clone()) }
+}
+
+/// A join refused for its token: an Event on the node it named.
+pub async fn refused_join_token(events: &EventRecorder, request: Option<JoinRequest>, error: &ApiError) {
+    let Some(request) = request else { return };
+    let message = format!("a join was refused (address {:?}): {error}", request.report.address);
+    events.record_about(node_named(&request.node_name, None), EventType::Warning, "JoinRefused", message).await;
+}
+
+/// Deletes node `name` as an admin asked: its token is revoked and a record
+/// of it kept in the same transaction, so that its agent cannot join again
+/// until readmitted (`herd_core::join`); a NodeDeleted Event says so.
+pub async fn delete(
+    objects: &Objects,
+    auth: &Authenticator,
+    events: &EventRecorder,
+    name: &str,
+    precondition: Option<herd_store::Revision>,
+    dry_run: bool,
+) -> Result<serde_json::Value, ApiError> {
+    let node = objects.require::<NodeSpec>(name).await?;
+    let ops = auth.node_deletion_ops(name, node.status.ready).await?;
+    let last = objects.delete_value_with("Node", NodeSpec::PLURAL, name, precondition, dry_run, ops).await?;
+    if !dry_run {
+        let state = if node.status.ready { "Ready" } else { "NotReady" };
+        let message = format!(
+            "an admin deleted the node ({state}); its token is revoked and its agent may not join again until \
+             `herd node readmit {name}`"
+        );
+        let type_ = if node.status.ready { EventType::Warning } else { EventType::Normal };
+        events.record(&node, type_, "NodeDeleted", message).await;
+    }
+    Ok(last)
+}
+
+/// Lets a deleted node's agent join again (`herd node readmit`).
+pub async fn readmit(auth: &Authenticator, events: &EventRecorder, name: &str) -> Result<(), ApiError> {
+    if !auth.readmit(name).await? {
+        return Err(ApiError::NotFound { kind: "DeletedNode".into(), name: name.into() });
+    }
+    let message = "an admin readmitted the node: its agent may join again".to_string();
+    events.record_about(node_named(name, None), EventType::Normal, "NodeReadmitted", message).await;
+    Ok(())
+}
+
 /// Registers a node and issues its node token; a name that has joined is
 /// refused (409, and a JoinRefused Event on it) unless the same agent run
 /// is retrying (`herd_core::join`).
@@ -51,11 +99,12 @@ pub async fn join(
     errors.into_result().map_err(|e| ApiError::invalid("Node", &name, e))?;
 
     let existing = objects.get::<NodeSpec>(&name).await?;
-    if let JoinVerdict::Refuse(why) = join_verdict(&name, existing.as_ref(), &request.report.agent_boot_id) {
-        if let Some(node) = &existing {
-            let message = format!("a join for this name was refused (address {:?}): {why}", request.report.address);
-            events.record(node, EventType::Warning, "JoinRefused", message).await;
-        }
+    let deleted = auth.deleted_node(&name).await?;
+    let joiner =
+        Joiner { boot_id: &request.report.agent_boot_id, previous_token: request.previous_node_token.as_deref() };
+    if let JoinVerdict::Refuse(why) = join_verdict(&name, existing.as_ref(), deleted.as_ref(), joiner) {
+        let message = format!("a join for this name was refused (address {:?}): {why}", request.report.address);
+        events.record_about(node_named(&name, existing.as_ref()), EventType::Warning, "JoinRefused", message).await;
         return Err(ApiError::Conflict(why));
     }
     let token = auth.issue_node_token(&name).await?;
@@ -65,9 +114,14 @@ pub async fn join(
             node_health::apply_heartbeat(&mut node.status, &request.report, now());
             match objects.create(node, true, false).await {
                 Ok(node) => {
-                    events
-                        .record(&node, EventType::Normal, "NodeRegistered", "the node joined the cluster".into())
-                        .await;
+                    let message = match &deleted {
+                        Some(d) => format!(
+                            "the node joined the cluster (a new host under the name of a node deleted at {})",
+                            d.deleted_at
+                        ),
+                        None => "the node joined the cluster".into(),
+                    };
+                    events.record(&node, EventType::Normal, "NodeRegistered", message).await;
                     node
                 }
                 // Joined concurrently by a retry of the same agent: fall through to a heartbeat.

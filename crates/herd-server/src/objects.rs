@@ -460,8 +460,6 @@ impl Objects {
         })
     }
 
-    /// Deletes an object, if its resourceVersion is `precondition` when one
-    /// is given; returns its last state.
     /// Deletes an object if it exists (deleting is repeatable); whether it did.
     pub async fn delete_if_present<S: Resource>(&self, name: &str) -> Result<bool, ObjectsError> {
         match self.delete_value(S::KIND, S::PLURAL, name, None, false).await {
@@ -471,6 +469,8 @@ impl Objects {
         }
     }
 
+    /// Deletes an object, if its resourceVersion is `precondition` when one
+    /// is given; returns its last state.
     pub async fn delete_value(
         &self,
         kind: &str,
@@ -478,6 +478,19 @@ impl Objects {
         name: &str,
         precondition: Option<Revision>,
         dry_run: bool,
+    ) -> Result<Value, ObjectsError> {
+        self.delete_value_with(kind, plural, name, precondition, dry_run, Vec::new()).await
+    }
+
+    /// [`Objects::delete_value`], with `ops` committed in the same transaction.
+    pub async fn delete_value_with(
+        &self,
+        kind: &str,
+        plural: &str,
+        name: &str,
+        precondition: Option<Revision>,
+        dry_run: bool,
+        ops: Vec<Op>,
     ) -> Result<Value, ObjectsError> {
         let key = object_key(plural, name);
         let to_api = |e| ObjectsError::from_store(kind, name, e);
@@ -494,7 +507,7 @@ impl Objects {
                 return Ok(last);
             }
             let delete = Op::Delete { key: key.clone() };
-            match self.commit((kind, name), &key, Some(expected), (None, Vec::new()), delete).await {
+            match self.commit((kind, name), &key, Some(expected), (None, ops.clone()), delete).await {
                 // Without a precondition, a write that landed meanwhile
                 // does not stop the delete: read it again.
                 Err(ObjectsError::Conflict { .. }) if precondition.is_none() && attempts < MODIFY_ATTEMPTS => {

@@ -115,6 +115,11 @@ pub enum Command {
         #[command(subcommand)]
         command: MemberCommand,
     },
+    /// Join tokens: create (with a lifetime), list and revoke them.
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
     /// The control plane: its leader and replicas.
     Cluster {
         #[command(subcommand)]
@@ -169,6 +174,32 @@ pub enum NodeCommand {
         #[arg(long, short, value_enum, default_value_t)]
         output: OutputFormat,
     },
+    /// Let the agent of a deleted node join again (deleting a node keeps its
+    /// agent out until then).
+    Readmit { name: String },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TokenCommand {
+    /// Create a join token; prints it (it is shown only once) and the
+    /// command that joins an agent with it.
+    Create {
+        /// How long it may be used, e.g. 1h or 7d [default: until deleted].
+        #[arg(long, value_parser = duration)]
+        ttl: Option<HumanDuration>,
+        /// What it is for, shown by `herd token list`.
+        #[arg(long, default_value = "")]
+        description: String,
+    },
+    /// The join tokens created with `herd token create`, expired ones
+    /// included (the server's own token is not listed).
+    List {
+        #[arg(long, short, value_enum, default_value_t)]
+        output: OutputFormat,
+    },
+    /// Revoke a join token by its id: no agent can join with it any more
+    /// (nodes that joined with it keep their own tokens).
+    Delete { id: String },
 }
 
 #[derive(Subcommand, Debug)]

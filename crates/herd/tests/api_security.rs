@@ -9,12 +9,13 @@ use herd_core::api::{AgentReport, JoinRequest, StatusReason};
 use herd_core::kinds::{NodeRole, NodeSpec};
 use serde_json::json;
 
-async fn join(server: &TestServer, name: &str) -> Client {
+pub async fn join(server: &TestServer, name: &str) -> Client {
     let joined = server
         .anonymous()
         .with_token(Some(JOIN_TOKEN.into()))
         .join(&JoinRequest {
             node_name: name.into(),
+            previous_node_token: None,
             report: AgentReport { agent_boot_id: format!("boot-{name}"), ..Default::default() },
         })
         .await
@@ -42,8 +43,11 @@ async fn requests_without_a_valid_token_get_401() {
     let join_only = server.anonymous().with_token(Some(JOIN_TOKEN.into()));
     assert_eq!(reason(join_only.list_values("nodes", "").await), StatusReason::Unauthorized);
     let bad_join = server.anonymous().with_token(Some("wrong".into()));
-    let request =
-        JoinRequest { node_name: "n9".into(), report: AgentReport { agent_boot_id: "b".into(), ..Default::default() } };
+    let request = JoinRequest {
+        node_name: "n9".into(),
+        previous_node_token: None,
+        report: AgentReport { agent_boot_id: "b".into(), ..Default::default() },
+    };
     assert_eq!(reason(bad_join.join(&request).await), StatusReason::Unauthorized);
     // Health, metrics and the OpenAPI document are public.
     assert_eq!(server.anonymous().get_text("/healthz").await.unwrap(), "ok");
@@ -190,6 +194,7 @@ async fn a_join_cannot_take_a_joined_name_and_the_real_node_keeps_its_token() {
     let real = join(&server, "node-3").await;
     let hijack = JoinRequest {
         node_name: "node-3".into(),
+        previous_node_token: None,
         report: AgentReport {
             agent_boot_id: "attacker".into(),
             address: Some("127.0.0.9:1".into()),
@@ -207,6 +212,7 @@ async fn a_join_cannot_take_a_joined_name_and_the_real_node_keeps_its_token() {
     // The same agent run retrying its join (its answer lost) is let in.
     let retry = JoinRequest {
         node_name: "node-3".into(),
+        previous_node_token: None,
         report: AgentReport { agent_boot_id: "boot-node-3".into(), ..Default::default() },
     };
     server.anonymous().with_token(Some(JOIN_TOKEN.into())).join(&retry).await.expect("a retry of the same run");

@@ -6,6 +6,7 @@ mod commands;
 mod meta;
 mod nodes;
 mod resources;
+mod tokens;
 mod watch;
 
 use std::sync::Arc;
@@ -129,6 +130,9 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/join", post(nodes::join))
         .route("/api/v1/nodes/{name}/heartbeat", post(nodes::heartbeat))
         .route("/api/v1/nodes/{name}/commands", get(nodes::commands))
+        .route("/api/v1/nodes/{name}/readmit", post(nodes::readmit))
+        .route(herd_core::api::JOIN_TOKENS_PATH, get(tokens::list).post(tokens::create))
+        .route("/api/v1/jointokens/{id}", axum::routing::delete(tokens::delete))
         .route("/api/v1/nodes/{node}/members/{member}/logs", get(agents::member_log))
         .route("/api/v1/nodes/{node}/volumes", get(agents::node_volumes))
         .route("/api/v1/commands/{name}/retry", post(commands::retry))

@@ -22,7 +22,10 @@ pub async fn join(
     headers: HeaderMap,
     ApiBody(body): ApiBody,
 ) -> Result<Json<JoinResponse>, ApiError> {
-    state.auth.check_join_token(bearer(&headers))?;
+    if let Err(error) = state.auth.check_join_token(bearer(&headers)).await {
+        crate::nodes::refused_join_token(&state.events, parse_body(&body, "Node", "").ok(), &error).await;
+        return Err(error);
+    }
     let request: JoinRequest = parse_body(&body, "Node", "")?;
     crate::nodes::join(&state.objects, &state.config, &state.auth, &state.events, request).await.map(Json)
 }
@@ -40,6 +43,17 @@ pub async fn commands(
         LabelSelector::parse(&format!("{NODE_LABEL}={name}")).map_err(|e| ApiError::BadRequest(e.to_string()))?;
     let kind = state.registry.get(CommandSpec::PLURAL)?.info();
     serve_list(state, kind, selector, query).await
+}
+
+/// `POST /api/v1/nodes/{name}/readmit`: lets a deleted node's agent join again.
+pub async fn readmit(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> Result<axum::http::StatusCode, ApiError> {
+    caller.may(Verb::Update, "nodes", Some(&name))?;
+    crate::nodes::readmit(&state.auth, &state.events, &name).await?;
+    Ok(axum::http::StatusCode::NO_CONTENT)
 }
 
 pub async fn heartbeat(

@@ -164,5 +164,11 @@ pub async fn delete(
         return Err(ApiError::Conflict(format!("{} {name:?} cannot be deleted: {why}", kind.kind)));
     }
     let precondition = query.resource_version.as_deref().map(parse_revision).transpose()?;
+    if kind.kind == "Node" {
+        let (auth, events) = (&state.auth, &state.events);
+        return Ok(Json(
+            crate::nodes::delete(&state.objects, auth, events, &name, precondition, query.dry_run()?).await?,
+        ));
+    }
     Ok(Json(state.objects.delete_value(kind.kind, kind.plural, &name, precondition, query.dry_run()?).await?))
 }

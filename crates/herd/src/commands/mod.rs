@@ -7,11 +7,12 @@ mod get;
 mod member;
 pub mod modes;
 mod node;
+mod token;
 
 use anyhow::Context;
 use clap::CommandFactory;
 
-use crate::cli::{Cli, ClusterCommand, Command, CommandAction, MemberCommand, NodeCommand};
+use crate::cli::{Cli, ClusterCommand, Command, CommandAction, MemberCommand, NodeCommand, TokenCommand};
 use crate::context;
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -72,6 +73,23 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Node { command: NodeCommand::Volumes { name, output } } => {
             node::volumes(&context::client(&conn)?, &name, output).await
+        }
+        Command::Node { command: NodeCommand::Readmit { name } } => {
+            context::client(&conn)?.readmit_node(&name).await?;
+            println!("node/{name} readmitted: its agent may join again");
+            Ok(())
+        }
+        Command::Token { command } => {
+            let client = context::client(&conn)?;
+            match command {
+                TokenCommand::Create { ttl, description } => token::create(&client, ttl, description).await,
+                TokenCommand::List { output } => token::list(&client, output).await,
+                TokenCommand::Delete { id } => {
+                    client.delete_join_token(&id).await?;
+                    println!("jointoken/{id} deleted");
+                    Ok(())
+                }
+            }
         }
         Command::Member { command: MemberCommand::Replace { name, yes } } => {
             member::replace(&context::client(&conn)?, &name, yes).await
