@@ -3,6 +3,9 @@
 //! A selector is a comma-separated list of requirements, all of which must
 //! hold: `app=web`, `app==web`, `tier!=db`, `env in (prod,staging)`,
 //! `env notin (dev)`, `critical` (key present), `!legacy` (key absent).
+//! Values are label values (empty, or as a key's name part); spaces around
+//! the parts are allowed. [`SELECTOR_PATTERN`] is the same grammar as a
+//! regular expression, for the API's schema.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -10,6 +13,25 @@ use std::fmt;
 use crate::validation::{FieldPath, ValidationErrors};
 
 pub type Labels = BTreeMap<String, String>;
+
+/// A label selector as [`LabelSelector::parse`] takes it (but for the 253
+/// characters a key's prefix may have), as an ECMA/Python regex.
+pub const SELECTOR_PATTERN: &str = concat!(
+    "^(?: *|",
+    " *(?:!",
+    " *(?:(?:[A-Za-z0-9](?:[-A-Za-z0-9_]{0,61}[A-Za-z0-9])?(?:\\.[A-Za-z0-9](?:[-A-Za-z0-9_]{0,61}[A-Za-z0-9])?)*/)?[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)",
+    "|(?:(?:[A-Za-z0-9](?:[-A-Za-z0-9_]{0,61}[A-Za-z0-9])?(?:\\.[A-Za-z0-9](?:[-A-Za-z0-9_]{0,61}[A-Za-z0-9])?)*/)?[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)",
+    "(?: *(?:==|=|!=) *(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?",
+    "| +(?:in|notin) +\\( *[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?(?: *, *[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)* *\\)",
+    ")?) *",
+    "(?:, *(?:!",
+    " *(?:(?:[A-Za-z0-9](?:[-A-Za-z0-9_]{0,61}[A-Za-z0-9])?(?:\\.[A-Za-z0-9](?:[-A-Za-z0-9_]{0,61}[A-Za-z0-9])?)*/)?[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)",
+    "|(?:(?:[A-Za-z0-9](?:[-A-Za-z0-9_]{0,61}[A-Za-z0-9])?(?:\\.[A-Za-z0-9](?:[-A-Za-z0-9_]{0,61}[A-Za-z0-9])?)*/)?[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)",
+    "(?: *(?:==|=|!=) *(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?",
+    "| +(?:in|notin) +\\( *[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?(?: *, *[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)* *\\)",
+    ")?) *)*",
+    ")$"
+);
 
 fn is_label_part(text: &str) -> bool {
     !text.is_empty()
@@ -99,11 +121,11 @@ impl LabelSelector {
     pub fn parse(text: &str) -> Result<Self, SelectorError> {
         let fail = |reason: String| SelectorError { selector: text.to_string(), reason };
         let mut requirements = Vec::new();
-        if text.trim().is_empty() {
+        if text.trim_matches(' ').is_empty() {
             return Ok(LabelSelector { requirements });
         }
         for clause in split_top_level(text).map_err(fail)? {
-            let clause = clause.trim();
+            let clause = clause.trim_matches(' ');
             if clause.is_empty() {
                 return Err(fail("empty requirement (two commas, or a trailing comma?)".into()));
             }
@@ -170,30 +192,39 @@ fn split_top_level(text: &str) -> Result<Vec<&str>, String> {
 }
 
 fn checked_key(key: &str) -> Result<String, String> {
+    let key = key.trim_matches(' ');
     let mut errors = ValidationErrors::new();
-    check_key(&FieldPath::root("labelSelector"), key.trim(), &mut errors);
-    if errors.is_empty() { Ok(key.trim().to_string()) } else { Err(errors.errors[0].reason.clone()) }
+    check_key(&FieldPath::root("labelSelector"), key, &mut errors);
+    if errors.is_empty() { Ok(key.to_string()) } else { Err(errors.errors[0].reason.clone()) }
+}
+
+fn checked_value(value: &str, may_be_empty: bool) -> Result<String, String> {
+    let value = value.trim_matches(' ');
+    if (value.is_empty() && may_be_empty) || is_label_part(value) {
+        Ok(value.to_string())
+    } else {
+        Err(format!(
+            "value {value:?} must be 1-63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
+        ))
+    }
 }
 
 fn parse_set(key: &str, rest: &str) -> Result<(String, BTreeSet<String>), String> {
-    let rest = rest.trim();
+    let rest = rest.trim_matches(' ');
     let inner = rest
         .strip_prefix('(')
         .and_then(|r| r.strip_suffix(')'))
         .ok_or_else(|| format!("values for {key:?} must be in parentheses, like (a,b)"))?;
-    let values: BTreeSet<String> = inner.split(',').map(|v| v.trim().to_string()).collect();
-    if values.iter().any(|v| v.is_empty()) {
-        return Err(format!("empty value in the set for {key:?}"));
-    }
+    let values = inner.split(',').map(|v| checked_value(v, false)).collect::<Result<BTreeSet<String>, _>>()?;
     Ok((checked_key(key)?, values))
 }
 
 fn parse_requirement(clause: &str) -> Result<Requirement, String> {
     if let Some((key, value)) = clause.split_once("!=") {
-        return Ok(Requirement::NotEquals(checked_key(key)?, value.trim().to_string()));
+        return Ok(Requirement::NotEquals(checked_key(key)?, checked_value(value, true)?));
     }
     if let Some((key, value)) = clause.split_once("==").or_else(|| clause.split_once('=')) {
-        return Ok(Requirement::Equals(checked_key(key)?, value.trim().to_string()));
+        return Ok(Requirement::Equals(checked_key(key)?, checked_value(value, true)?));
     }
     if let Some((key, rest)) = clause.split_once(" notin ") {
         let (key, values) = parse_set(key, rest)?;
@@ -273,6 +304,30 @@ mod tests {
             prop_assert!(selector.matches(&map));
             let reparsed = LabelSelector::parse(&selector.to_string()).unwrap();
             prop_assert_eq!(reparsed, selector);
+        }
+
+        /// The schema's pattern takes exactly what the parser takes.
+        #[test]
+        fn the_pattern_is_the_grammar(parts in proptest::collection::vec(
+            proptest::sample::select(vec![
+                "a", "Zz", "0", "-", "_", ".", "/", "=", "==", "!", "!=", " ", ",", "(", ")", " in ", " notin ", "in", "x.y/",
+            ]),
+            0..12,
+        )) {
+            let text: String = parts.concat();
+            let pattern = regex::Regex::new(SELECTOR_PATTERN).unwrap();
+            prop_assert_eq!(pattern.is_match(&text), LabelSelector::parse(&text).is_ok(), "{:?}", text);
+        }
+    }
+
+    #[test]
+    fn the_pattern_takes_the_documented_forms() {
+        let pattern = regex::Regex::new(SELECTOR_PATTERN).unwrap();
+        for ok in ["", "  ", "app=web", "app == web", "tier!=", "env in (prod, staging)", "a notin (b),!c", "x.y/z"] {
+            assert!(pattern.is_match(ok) && LabelSelector::parse(ok).is_ok(), "{ok:?}");
+        }
+        for bad in ["app=web,", "a=b c", "a\n", "env in a", "!a=b", "a=(b)"] {
+            assert!(!pattern.is_match(bad) && LabelSelector::parse(bad).is_err(), "{bad:?}");
         }
     }
 }

@@ -12,6 +12,7 @@ use crate::validation::{self, FieldPath, ValidationErrors};
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ObjectMeta {
+    #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"), length(min = 1, max = 253))]
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uid: Option<String>,

@@ -76,7 +76,7 @@ pub trait Resource: Data {
 /// An object of kind `S`: apiVersion, kind, metadata, spec and status.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, bound = "")]
-#[schemars(bound = "S: Resource")]
+#[schemars(bound = "S: Resource", rename = "Object_for_{S}")]
 pub struct Object<S: Resource> {
     #[serde(default = "default_api_version")]
     pub api_version: String,

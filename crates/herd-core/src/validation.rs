@@ -121,6 +121,24 @@ pub fn check_name(path: &FieldPath, name: &str, errors: &mut ValidationErrors) {
     }
 }
 
+/// The longest node name: it is also the `herd.io/node` label value of the
+/// node's Commands, and label values have at most 63 characters.
+pub const MAX_NODE_NAME_LENGTH: usize = 63;
+
+/// A node's name: an object name of at most [`MAX_NODE_NAME_LENGTH`].
+pub fn check_node_name(path: &FieldPath, name: &str, errors: &mut ValidationErrors) {
+    check_name(path, name, errors);
+    if name.len() > MAX_NODE_NAME_LENGTH {
+        errors.add(
+            path,
+            format!(
+                "a node name must be at most {MAX_NODE_NAME_LENGTH} characters (it labels the node's Commands), is {}",
+                name.len()
+            ),
+        );
+    }
+}
+
 /// Environment variables: each name a shell variable name.
 pub fn check_env(path: &FieldPath, env: &std::collections::BTreeMap<String, String>, errors: &mut ValidationErrors) {
     for key in env.keys() {

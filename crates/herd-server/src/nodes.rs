@@ -92,7 +92,7 @@ pub async fn join(
 ) -> Result<JoinResponse, ApiError> {
     let name = request.node_name.clone();
     let mut errors = ValidationErrors::new();
-    validation::check_name(&FieldPath::root("nodeName"), &name, &mut errors);
+    validation::check_node_name(&FieldPath::root("nodeName"), &name, &mut errors);
     if request.report.agent_boot_id.is_empty() {
         errors.add(&FieldPath::root("agentBootId"), "must not be empty");
     }

@@ -174,16 +174,32 @@ async fn openapi_and_metrics_describe_the_server() {
         "/api/v1/leases",
         "/api/v1/events",
         "/api/v1/join",
+        "/healthz",
+        "/metrics",
+        "/api/v1/cluster/status",
+        "/api/v1/nodes/{node}/members/{member}/logs",
+        "/api/v1/commands/{name}/retry",
+        "/api/v1/commands/{name}/abandon",
+        "/api/v1/nodes/{name}/commands",
+        "/api/v1/jointokens",
     ] {
         assert!(openapi["paths"][path].is_object(), "{path} missing from /openapi.json");
     }
+    // Parameters are typed as the server checks them.
+    let get_app = &openapi["paths"]["/api/v1/apps/{name}"]["get"];
+    assert_eq!(get_app["parameters"][0]["schema"]["maxLength"], 253, "{get_app}");
+    assert!(get_app["parameters"][0]["schema"]["pattern"].is_string(), "{get_app}");
+    let list = openapi["paths"]["/api/v1/apps"]["get"]["parameters"].as_array().unwrap();
+    let revision = list.iter().find(|p| p["name"] == "resourceVersion").unwrap();
+    assert_eq!(revision["schema"]["pattern"], "^[0-9]{1,18}$");
+    assert_eq!(openapi["paths"]["/healthz"]["get"]["security"], serde_json::json!([]), "public");
     assert!(openapi["paths"]["/api/v1/leases/{name}/status"].is_null(), "leases have no status subresource");
     assert!(openapi["components"]["schemas"].as_object().unwrap().keys().any(|k| k.contains("NodeSpec")));
 
     server.admin().list_values("nodes", "").await.unwrap();
     let metrics = server.anonymous().get_text("/metrics").await.unwrap();
     assert!(
-        metrics.contains("herd_http_requests_total{method=\"GET\",route=\"/api/v1/{plural}\",code=\"200\"} 1"),
+        metrics.contains("herd_http_requests_total{method=\"GET\",route=\"/api/v1/nodes\",code=\"200\"} 1"),
         "{metrics}"
     );
     assert!(metrics.contains("herd_store_commits_total{backend=\"sqlite\"}"), "{metrics}");

@@ -128,6 +128,12 @@ impl Resource for NodeSpec {
     const PLURAL: &'static str = "nodes";
     type Status = NodeStatus;
 
+    fn validate_name(name: &str, errors: &mut ValidationErrors) {
+        if name.len() > crate::validation::MAX_NODE_NAME_LENGTH {
+            crate::validation::check_node_name(&FieldPath::root("metadata").child("name"), name, errors);
+        }
+    }
+
     fn validate_spec(&self, path: &FieldPath, errors: &mut ValidationErrors) {
         if self.role == NodeRole::Candidate && !self.master_capable {
             errors.add(&path.child("role"), "a node that is not masterCapable cannot be a master candidate");

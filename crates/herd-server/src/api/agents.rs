@@ -15,7 +15,7 @@ use herd_core::kinds::command::volume_owner;
 use herd_core::kinds::{CommandSpec, NodeSpec};
 use serde::Deserialize;
 
-use super::{ApiQuery, AppState, Caller};
+use super::{ApiName, ApiQuery, AppState, Caller};
 use crate::error::ApiError;
 
 #[derive(Deserialize)]
@@ -24,14 +24,16 @@ pub struct LogQuery {
     bytes: Option<u64>,
 }
 
+/// The most of a log one request may ask for.
+pub const MAX_LOG_BYTES: u64 = 16 << 20;
+
 /// A client for `node`'s agent, for an admin.
 async fn agent_of(state: &AppState, caller: &Caller, node: &str) -> Result<PeerClient, ApiError> {
     caller.may(Verb::Get, "nodes", None)?;
     let node_object = state.objects.require::<NodeSpec>(node).await?;
-    let address = node_object
-        .status
-        .address
-        .ok_or_else(|| ApiError::Unavailable(format!("node {node}'s agent has not reported its address")))?;
+    let address = node_object.status.address.ok_or_else(|| {
+        ApiError::Conflict(format!("node {node}'s agent has not reported its address yet: nothing to ask"))
+    })?;
     let token = crate::auth::peer_token(state.objects.store()).await?;
     Ok(PeerClient::new(&address, &token))
 }
@@ -57,8 +59,14 @@ pub async fn member_log(
     ApiQuery(query): ApiQuery<LogQuery>,
 ) -> Result<Response, ApiError> {
     check_names(&[("node", &node), ("member", &member)])?;
-    let agent = agent_of(&state, &caller, &node).await?;
     let stream = query.stream.as_deref().unwrap_or("stdout");
+    if !matches!(stream, "stdout" | "stderr" | "setup") {
+        return Err(ApiError::BadRequest(format!("stream must be stdout, stderr or setup, is {stream:?}")));
+    }
+    if let Some(bytes) = query.bytes.filter(|b| *b > MAX_LOG_BYTES) {
+        return Err(ApiError::BadRequest(format!("bytes must be at most {MAX_LOG_BYTES}, is {bytes}")));
+    }
+    let agent = agent_of(&state, &caller, &node).await?;
     let text = match agent.member_log(&member, stream, query.bytes.unwrap_or(64 * 1024)).await {
         Ok(text) => text,
         // The agent's own word for a member it does not have.
@@ -73,7 +81,7 @@ pub async fn member_log(
 pub async fn node_volumes(
     State(state): State<AppState>,
     caller: Caller,
-    Path(node): Path<String>,
+    ApiName(node): ApiName,
 ) -> Result<Json<Vec<StoredVolume>>, ApiError> {
     let agent = agent_of(&state, &caller, &node).await?;
     let mut stored = agent.stored_volumes().await.map_err(asking(&node))?;

@@ -2,11 +2,11 @@
 //! ways out of a stuck Command (admins only).
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use herd_core::authz::Verb;
 use serde_json::Value;
 
-use super::{AppState, Caller};
+use super::{ApiName, ApiQuery, AppState, Caller};
 use crate::commands::{OperatorAction, operator_action};
 use crate::error::ApiError;
 
@@ -19,7 +19,7 @@ async fn act(state: AppState, caller: Caller, name: String, action: OperatorActi
 pub async fn retry(
     State(state): State<AppState>,
     caller: Caller,
-    Path(name): Path<String>,
+    ApiName(name): ApiName,
 ) -> Result<Json<Value>, ApiError> {
     act(state, caller, name, OperatorAction::Retry).await
 }
@@ -35,8 +35,8 @@ pub struct AbandonQuery {
 pub async fn abandon(
     State(state): State<AppState>,
     caller: Caller,
-    Path(name): Path<String>,
-    Query(query): Query<AbandonQuery>,
+    ApiName(name): ApiName,
+    ApiQuery(query): ApiQuery<AbandonQuery>,
 ) -> Result<Json<Value>, ApiError> {
     act(state, caller, name, OperatorAction::Abandon { keep_staging: query.keep_staging }).await
 }

@@ -6,6 +6,7 @@ mod commands;
 mod meta;
 mod nodes;
 mod resources;
+pub mod routes;
 mod tokens;
 mod watch;
 
@@ -19,7 +20,6 @@ use axum::http::request::Parts;
 use axum::http::{Method, StatusCode, Uri};
 use axum::middleware::{self, Next};
 use axum::response::Response;
-use axum::routing::{get, post, put};
 use herd_core::authz::{self, Principal, Target, Verb};
 use tokio_util::sync::CancellationToken;
 
@@ -97,6 +97,27 @@ async fn wrong_method(method: Method, uri: Uri) -> ApiError {
     ApiError::MethodNotAllowed(format!("{method} is not served at {}", uri.path()))
 }
 
+/// An object name from the path, checked as object names are
+/// (`herd_core::validation::check_name`): 400 naming it otherwise, before
+/// anything is looked up or forwarded.
+pub struct ApiName(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for ApiName {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let axum::extract::Path(name) = axum::extract::Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|rejection| ApiError::BadRequest(format!("the path: {}", rejection.body_text())))?;
+        let mut errors = herd_core::ValidationErrors::new();
+        herd_core::validation::check_name(&herd_core::FieldPath::root("name"), &name, &mut errors);
+        match errors.into_result() {
+            Ok(()) => Ok(ApiName(name)),
+            Err(errors) => Err(ApiError::BadRequest(format!("{name:?} in the path is not a name: {errors}"))),
+        }
+    }
+}
+
 /// Query parameters, with bad ones answered as a herd `Status` (400) that
 /// names the parameter, like every other error.
 pub struct ApiQuery<T>(pub T);
@@ -121,25 +142,14 @@ async fn record_metrics(State(state): State<AppState>, request: Request, next: N
     response
 }
 
+/// The router, built from the route table ([`routes::routes`]).
 pub fn router(state: AppState) -> Router {
-    Router::new()
-        .route("/healthz", get(meta::healthz))
-        .route("/metrics", get(meta::metrics))
-        .route("/openapi.json", get(meta::openapi))
-        .route(herd_core::api::CLUSTER_STATUS_PATH, get(meta::cluster_status))
-        .route("/api/v1/join", post(nodes::join))
-        .route("/api/v1/nodes/{name}/heartbeat", post(nodes::heartbeat))
-        .route("/api/v1/nodes/{name}/commands", get(nodes::commands))
-        .route("/api/v1/nodes/{name}/readmit", post(nodes::readmit))
-        .route(herd_core::api::JOIN_TOKENS_PATH, get(tokens::list).post(tokens::create))
-        .route("/api/v1/jointokens/{id}", axum::routing::delete(tokens::delete))
-        .route("/api/v1/nodes/{node}/members/{member}/logs", get(agents::member_log))
-        .route("/api/v1/nodes/{node}/volumes", get(agents::node_volumes))
-        .route("/api/v1/commands/{name}/retry", post(commands::retry))
-        .route("/api/v1/commands/{name}/abandon", post(commands::abandon))
-        .route("/api/v1/{plural}", get(resources::list_or_watch).post(resources::create))
-        .route("/api/v1/{plural}/{name}", get(resources::get).put(resources::replace).delete(resources::delete))
-        .route("/api/v1/{plural}/{name}/status", put(resources::replace_status))
+    let mut generator = routes::schema_generator();
+    let mut router = Router::new();
+    for route in routes::routes(&state.registry, &mut generator) {
+        router = router.route(&route.path, route.handler);
+    }
+    router
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         .route_layer(middleware::from_fn_with_state(state.clone(), record_metrics))

@@ -1,7 +1,7 @@
 //! `POST /api/v1/join` and `POST /api/v1/nodes/{name}/heartbeat`.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::HeaderMap;
 use herd_core::api::{AgentReport, HeartbeatResponse, JoinRequest, JoinResponse};
 use herd_core::authz::Verb;
@@ -10,10 +10,9 @@ use axum::response::Response;
 use herd_core::Resource;
 use herd_core::kinds::CommandSpec;
 use herd_core::kinds::command::NODE_LABEL;
-use herd_core::labels::LabelSelector;
 
 use super::resources::{ListQuery, parse_body, serve_list};
-use super::{ApiBody, ApiQuery, AppState, Caller};
+use super::{ApiBody, ApiName, ApiQuery, AppState, Caller};
 use crate::auth::bearer;
 use crate::error::ApiError;
 
@@ -35,12 +34,14 @@ pub async fn join(
 pub async fn commands(
     State(state): State<AppState>,
     caller: Caller,
-    Path(name): Path<String>,
+    ApiName(name): ApiName,
     ApiQuery(query): ApiQuery<ListQuery>,
 ) -> Result<Response, ApiError> {
     caller.may(Verb::ReadCommands, "nodes", Some(&name))?;
-    let selector =
-        LabelSelector::parse(&format!("{NODE_LABEL}={name}")).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    if name.len() > herd_core::validation::MAX_NODE_NAME_LENGTH {
+        return Err(ApiError::NotFound { kind: "Node".into(), name });
+    }
+    let selector = query.selector_and(&format!("{NODE_LABEL}={name}"))?;
     let kind = state.registry.get(CommandSpec::PLURAL)?.info();
     serve_list(state, kind, selector, query).await
 }
@@ -49,7 +50,7 @@ pub async fn commands(
 pub async fn readmit(
     State(state): State<AppState>,
     caller: Caller,
-    Path(name): Path<String>,
+    ApiName(name): ApiName,
 ) -> Result<axum::http::StatusCode, ApiError> {
     caller.may(Verb::Update, "nodes", Some(&name))?;
     crate::nodes::readmit(&state.auth, &state.events, &name).await?;
@@ -59,7 +60,7 @@ pub async fn readmit(
 pub async fn heartbeat(
     State(state): State<AppState>,
     caller: Caller,
-    Path(name): Path<String>,
+    ApiName(name): ApiName,
     ApiBody(body): ApiBody,
 ) -> Result<Json<HeartbeatResponse>, ApiError> {
     caller.may(Verb::Heartbeat, "nodes", Some(&name))?;

@@ -2,7 +2,7 @@
 //! replace status, delete.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
@@ -25,6 +25,36 @@ pub struct ListQuery {
     continue_token: Option<String>,
     watch: Option<bool>,
     resource_version: Option<String>,
+    timeout_seconds: Option<u64>,
+}
+
+/// The longest label selector (and continue token) taken.
+pub const MAX_SELECTOR_LENGTH: usize = 1024;
+/// The most items one list page may ask for.
+pub const MAX_LIMIT: usize = 100_000;
+/// The longest a watch may ask to last before it ends by itself.
+pub const MAX_WATCH_SECONDS: u64 = 3600;
+
+impl ListQuery {
+    pub(super) fn selector(&self) -> Result<LabelSelector, ApiError> {
+        self.selector_and("")
+    }
+
+    /// The selector asked for, with `requirement` added.
+    pub(super) fn selector_and(&self, requirement: &str) -> Result<LabelSelector, ApiError> {
+        let asked = self.label_selector.as_deref().unwrap_or("");
+        if asked.len() > MAX_SELECTOR_LENGTH {
+            let why = format!("labelSelector is {} bytes long, more than {MAX_SELECTOR_LENGTH}", asked.len());
+            return Err(ApiError::BadRequest(why));
+        }
+        LabelSelector::parse(asked).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        let text = match (asked.trim_matches(' ').is_empty(), requirement.is_empty()) {
+            (true, _) => requirement.to_string(),
+            (false, true) => asked.to_string(),
+            (false, false) => format!("{requirement},{asked}"),
+        };
+        LabelSelector::parse(&text).map_err(|e| ApiError::BadRequest(e.to_string()))
+    }
 }
 
 /// Lists, or watches, the objects of `kind` that `selector` picks.
@@ -34,14 +64,28 @@ pub(super) async fn serve_list(
     selector: LabelSelector,
     query: ListQuery,
 ) -> Result<Response, ApiError> {
+    let limit = query.limit.unwrap_or(0);
+    if limit > MAX_LIMIT {
+        return Err(ApiError::BadRequest(format!("limit must be at most {MAX_LIMIT}, is {limit}")));
+    }
+    if query.continue_token.as_ref().is_some_and(|t| t.len() > MAX_SELECTOR_LENGTH) {
+        return Err(ApiError::BadRequest(format!("continue must be at most {MAX_SELECTOR_LENGTH} bytes")));
+    }
+    let timeout = match query.timeout_seconds {
+        Some(secs @ 1..=MAX_WATCH_SECONDS) => Some(std::time::Duration::from_secs(secs)),
+        Some(other) => {
+            return Err(ApiError::BadRequest(format!("timeoutSeconds must be 1 to {MAX_WATCH_SECONDS}, is {other}")));
+        }
+        None => None,
+    };
     if query.watch.unwrap_or(false) {
         let from = query.resource_version.as_deref().map(parse_revision).transpose()?;
-        return super::watch::stream(state, kind, selector, from).await;
+        return super::watch::stream(state, kind, selector, from, timeout).await;
     }
-    let list = state
-        .objects
-        .list_values(kind.kind, kind.plural, &selector, query.limit.unwrap_or(0), query.continue_token)
-        .await?;
+    if let Some(revision) = &query.resource_version {
+        parse_revision(revision)?;
+    }
+    let list = state.objects.list_values(kind.kind, kind.plural, &selector, limit, query.continue_token).await?;
     Ok(Json(list).into_response())
 }
 
@@ -56,7 +100,7 @@ impl WriteQuery {
     fn dry_run(&self) -> Result<bool, ApiError> {
         match self.dry_run.as_deref() {
             None => Ok(false),
-            Some("All" | "all" | "true") => Ok(true),
+            Some("All") => Ok(true),
             Some(other) => Err(ApiError::BadRequest(format!("dryRun must be `All`, got {other:?}"))),
         }
     }
@@ -72,74 +116,60 @@ pub fn parse_body<T: DeserializeOwned>(body: &Bytes, kind: &str, name: &str) -> 
     herd_core::validation::from_json_slice(body).map_err(|e| ApiError::invalid(kind, name, e))
 }
 
+/// A resourceVersion: 1 to 18 decimal digits (`routes::revision_schema`).
 pub fn parse_revision(text: &str) -> Result<u64, ApiError> {
-    text.parse().map_err(|_| ApiError::BadRequest(format!("resourceVersion {text:?} is not a number")))
+    let digits = !text.is_empty() && text.len() <= 18 && text.bytes().all(|b| b.is_ascii_digit());
+    match text.parse() {
+        Ok(revision) if digits => Ok(revision),
+        _ => Err(ApiError::BadRequest(format!("resourceVersion {text:?} is not a number of at most 18 digits"))),
+    }
 }
 
 pub async fn list_or_watch(
     State(state): State<AppState>,
     caller: Caller,
-    Path(plural): Path<String>,
+    plural: &'static str,
     ApiQuery(query): ApiQuery<ListQuery>,
 ) -> Result<Response, ApiError> {
-    let kind = state.registry.get(&plural)?.info();
-    let selector = LabelSelector::parse(query.label_selector.as_deref().unwrap_or(""))
-        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
-    caller.may(if query.watch.unwrap_or(false) { Verb::Watch } else { Verb::List }, &plural, None)?;
+    let kind = state.registry.get(plural)?.info();
+    let selector = query.selector()?;
+    caller.may(if query.watch.unwrap_or(false) { Verb::Watch } else { Verb::List }, plural, None)?;
     serve_list(state, kind, selector, query).await
 }
 
 pub async fn get(
     State(state): State<AppState>,
     caller: Caller,
-    Path((plural, name)): Path<(String, String)>,
+    plural: &'static str,
+    name: String,
 ) -> Result<Json<Value>, ApiError> {
-    let kind = state.registry.get(&plural)?.info();
-    caller.may(Verb::Get, &plural, Some(&name))?;
+    let kind = state.registry.get(plural)?.info();
+    caller.may(Verb::Get, plural, Some(&name))?;
     Ok(Json(state.objects.get_value(kind.kind, kind.plural, &name).await?))
 }
 
 pub async fn create(
     State(state): State<AppState>,
     caller: Caller,
-    Path(plural): Path<String>,
+    plural: &'static str,
     ApiQuery(query): ApiQuery<WriteQuery>,
     ApiBody(body): ApiBody,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let ops = state.registry.get(&plural)?;
-    caller.may(Verb::Create, &plural, None)?;
+    let ops = state.registry.get(plural)?;
+    caller.may(Verb::Create, plural, None)?;
     let body = parse_body(&body, ops.info().kind, "")?;
     let created = ops.create(&state.objects, body, query.dry_run()?).await?;
     Ok((StatusCode::CREATED, Json(created)))
 }
 
+/// Replaces metadata and spec, or the status.
 pub async fn replace(
     State(state): State<AppState>,
     caller: Caller,
-    Path((plural, name)): Path<(String, String)>,
+    plural: &'static str,
+    name: String,
     ApiQuery(query): ApiQuery<WriteQuery>,
     ApiBody(body): ApiBody,
-) -> Result<Json<Value>, ApiError> {
-    replace_part(state, caller, &plural, &name, query, body, Part::Spec).await
-}
-
-pub async fn replace_status(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path((plural, name)): Path<(String, String)>,
-    ApiQuery(query): ApiQuery<WriteQuery>,
-    ApiBody(body): ApiBody,
-) -> Result<Json<Value>, ApiError> {
-    replace_part(state, caller, &plural, &name, query, body, Part::Status).await
-}
-
-async fn replace_part(
-    state: AppState,
-    caller: Caller,
-    plural: &str,
-    name: &str,
-    query: WriteQuery,
-    body: Bytes,
     part: Part,
 ) -> Result<Json<Value>, ApiError> {
     let ops = state.registry.get(plural)?;
@@ -147,19 +177,20 @@ async fn replace_part(
         Part::Spec => Verb::Update,
         Part::Status => Verb::UpdateStatus,
     };
-    caller.may(verb, plural, Some(name))?;
-    let body = parse_body(&body, ops.info().kind, name)?;
-    ops.replace(&state.objects, name, body, part, query.dry_run()?).await.map(Json)
+    caller.may(verb, plural, Some(&name))?;
+    let body = parse_body(&body, ops.info().kind, &name)?;
+    ops.replace(&state.objects, &name, body, part, query.dry_run()?).await.map(Json)
 }
 
 pub async fn delete(
     State(state): State<AppState>,
     caller: Caller,
-    Path((plural, name)): Path<(String, String)>,
+    plural: &'static str,
+    name: String,
     ApiQuery(query): ApiQuery<WriteQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let kind = state.registry.get(&plural)?.info();
-    caller.may(Verb::Delete, &plural, Some(&name))?;
+    let kind = state.registry.get(plural)?.info();
+    caller.may(Verb::Delete, plural, Some(&name))?;
     if let Some(why) = kind.delete_refusal {
         return Err(ApiError::Conflict(format!("{} {name:?} cannot be deleted: {why}", kind.kind)));
     }

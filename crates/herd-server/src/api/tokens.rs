@@ -55,6 +55,9 @@ pub async fn delete(
     Path(id): Path<String>,
 ) -> Result<Json<JoinTokenInfo>, ApiError> {
     caller.may(Verb::Delete, PLURAL, Some(&id))?;
+    if id.is_empty() || id.len() > 32 || !id.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()) {
+        return Err(ApiError::BadRequest(format!("{id:?} is not a join token id (1-32 lowercase letters and digits)")));
+    }
     let record = state.auth.delete_join_token(&id).await?;
     let message = format!("an admin deleted join token {id}: it can no longer be used to join");
     state.events.record_about(about(&id), EventType::Normal, "JoinTokenDeleted", message).await;

@@ -1,6 +1,6 @@
 //! Watch streams: JSON lines of `{"type": ..., "object": ...}`, keyed by
 //! store revision, with a BOOKMARK every few seconds carrying how far the
-//! watch got. With a label selector, objects entering the selection are
+//! watch got; `timeoutSeconds` ends it cleanly after that long. With a label selector, objects entering the selection are
 //! ADDED and objects leaving it DELETED (`herd_core::selection`). A watch from a compacted revision gets 410 Gone; compaction
 //! overtaking a running watch ends it with an ERROR line carrying 410.
 
@@ -46,6 +46,8 @@ struct WatchState {
     bookmarks: tokio::time::Interval,
     state: AppState,
     done: bool,
+    /// When the stream ends by itself (`timeoutSeconds`), if ever.
+    ends: Option<tokio::time::Instant>,
     _active: Active,
 }
 
@@ -67,8 +69,16 @@ impl WatchState {
 
     /// Waits for the next lines to send; false when the stream should end.
     async fn fill(&mut self) -> bool {
+        let ends = self.ends;
+        let timed_out = async move {
+            match ends {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             _ = self.state.shutdown.cancelled() => false,
+            _ = timed_out => false,
             _ = self.bookmarks.tick() => {
                 self.pending.push_back(self.bookmark());
                 true
@@ -129,6 +139,7 @@ pub async fn stream(
     kind: KindInfo,
     selector: LabelSelector,
     from: Option<u64>,
+    timeout: Option<Duration>,
 ) -> Result<Response, ApiError> {
     let from = from.unwrap_or_else(|| state.objects.store().head());
     let watcher = state
@@ -150,6 +161,7 @@ pub async fn stream(
         _active: Active(state.metrics.clone()),
         state,
         done: false,
+        ends: timeout.map(|t| tokio::time::Instant::now() + t),
     };
     let body = futures_util::stream::unfold(initial, |mut watch| async move {
         loop {

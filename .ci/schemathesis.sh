@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Fuzzes the API of a live `herd server` with schemathesis, every check on,
+# once with the admin token and once with a node token: any failure fails
+# CI. The exclusions, each with its reason, are in .ci/schemathesis.toml.
+# Needs target/debug/herd (the tests build it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+venv=${SCHEMATHESIS_VENV:-/tmp/herd-schemathesis-venv}
+if [ ! -x "$venv/bin/schemathesis" ]; then
+    echo "--- installing schemathesis into $venv"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q "schemathesis==4.32.5"
+fi
+
+work=$(mktemp -d)
+server_pid=
+cleanup() {
+    if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+admin=schemathesis-admin-token
+join=schemathesis-join-token
+HERD_ADMIN_TOKEN=$admin HERD_JOIN_TOKEN=$join target/debug/herd server \
+    --listen 127.0.0.1:0 --data-dir "$work/server" >"$work/server.out" 2>"$work/server.log" &
+server_pid=$!
+for _ in $(seq 1 100); do
+    grep -q "listening on" "$work/server.out" && break
+    sleep 0.1
+done
+url=$(grep -o 'http://[0-9.:]*' "$work/server.out" | head -n 1)
+[ -n "$url" ] || { cat "$work/server.log"; echo "the server did not start"; exit 1; }
+
+node_token=$(curl -sf -H "Authorization: Bearer $join" -H 'Content-Type: application/json' \
+    -d '{"nodeName": "fuzz-node", "agentBootId": "schemathesis"}' "$url/api/v1/join" \
+    | python3 -c 'import json, sys; print(json.load(sys.stdin)["nodeToken"])')
+
+# One worker: CPython 3.11's ast module is not safe with several threads,
+# and hypothesis parses lambdas while generating.
+status=0
+for identity in admin node; do
+    if [ "$identity" = admin ]; then token=$admin; else token=$node_token; fi
+    echo "--- schemathesis as $identity"
+    (cd .ci && "$venv/bin/schemathesis" run "$url/openapi.json" \
+        -H "Authorization: Bearer $token" \
+        --phases coverage,fuzzing --max-examples "${SCHEMATHESIS_EXAMPLES:-10}" --workers 1 \
+        --seed 1 --no-color) || status=1
+done
+exit $status
