@@ -7,7 +7,8 @@
 //! the Commands the leader issues to it, journaling each.
 //!
 //! Code map: [`credentials`] keeps the node token; [`fsutil`] writes files
-//! atomically; [`heartbeat`] is the join/heartbeat loop; [`endpoint`] is
+//! atomically; [`pid_lock`] keeps a second agent off the data dir, naming
+//! the first; [`heartbeat`] is the join/heartbeat loop; [`endpoint`] is
 //! the agent's own HTTP server; [`members`] runs and re-adopts member
 //! processes ([`procs`]: liveness and signals); [`command_watch`] feeds the
 //! node's Commands to the [`executor`], which journals ([`journal`]) and
@@ -22,6 +23,7 @@ pub mod fsutil;
 pub mod heartbeat;
 pub mod journal;
 pub mod members;
+pub mod pid_lock;
 pub mod procs;
 pub mod readiness;
 pub mod script;
@@ -29,7 +31,6 @@ pub mod setup;
 pub mod volumes;
 pub mod worker;
 
-use std::fs::File;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -63,8 +64,8 @@ pub struct AgentConfig {
 pub enum AgentError {
     #[error("data dir {path}: {source}")]
     DataDir { path: PathBuf, source: std::io::Error },
-    #[error("another agent is using data dir {0}")]
-    DataDirLocked(PathBuf),
+    #[error("another agent ({}) is using data dir {}", holder.map_or("pid unknown".to_string(), |p| format!("pid {p}")), path.display())]
+    DataDirLocked { path: PathBuf, holder: Option<u32> },
     #[error("listening on {addr}: {source}")]
     Listen { addr: SocketAddr, source: std::io::Error },
     #[error("this node has no token yet and no join token was given (--join-token)")]
@@ -93,17 +94,20 @@ fn host_boot_id() -> Option<String> {
     std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok().map(|s| s.trim().to_string())
 }
 
+/// The lock an agent holds on its data dir while it runs.
+pub fn lock_path(data_dir: &std::path::Path) -> PathBuf {
+    data_dir.join("agent.lock")
+}
+
 /// Runs the agent until `stop` fires.
 pub async fn run(config: AgentConfig, stop: CancellationToken) -> Result<(), AgentError> {
     let data_dir = config.data_dir.clone();
     std::fs::create_dir_all(&data_dir).map_err(|source| AgentError::DataDir { path: data_dir.clone(), source })?;
-    let lock = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(data_dir.join("agent.lock"))
-        .map_err(|source| AgentError::DataDir { path: data_dir.clone(), source })?;
-    lock.try_lock().map_err(|_| AgentError::DataDirLocked(data_dir.clone()))?;
+    // Taken before anything else: a second agent must not touch members.
+    let lock = pid_lock::PidLock::acquire(&lock_path(&data_dir)).map_err(|error| match error {
+        pid_lock::PidLockError::Busy { holder, .. } => AgentError::DataDirLocked { path: data_dir.clone(), holder },
+        pid_lock::PidLockError::Io { source, .. } => AgentError::DataDir { path: data_dir.clone(), source },
+    })?;
 
     let identity = Identity {
         node_name: config.node_name.clone(),

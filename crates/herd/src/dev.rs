@@ -1,10 +1,14 @@
 //! `herd dev`: a server on SQLite and a few real agent processes, in one
 //! command, for trying herd out. Ctrl-C stops everything it started; the
-//! data dir keeps the cluster for the next run.
+//! data dir keeps the cluster for the next run. A busy data dir (another
+//! `herd dev`, or an agent left running on a node's dir) is refused up
+//! front, naming the PID; an agent that dies is said and started again;
+//! a failed start stops what it started, members included.
 
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use herd_agent::pid_lock::{PidLock, PidLockError};
 use herd_client::Client;
 use herd_core::Timestamp;
 use herd_core::kinds::NodeSpec;
@@ -17,10 +21,47 @@ use crate::context::{ConfigFile, default_config_path, write_config};
 use crate::processes;
 use crate::tokens;
 
+/// One agent `herd dev` runs, and how often it had to be started again.
+struct DevAgent {
+    name: String,
+    args: Vec<String>,
+    child: Option<Child>,
+    restarts: Vec<tokio::time::Instant>,
+}
+
+/// An agent that exits more often than this within [`RESTART_WINDOW`] is
+/// left stopped: its log says why, and restarting it would hide that.
+const MAX_RESTARTS: usize = 5;
+const RESTART_WINDOW: Duration = Duration::from_secs(60);
+
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let dir = &args.data_dir;
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let dir = dir.canonicalize().with_context(|| format!("resolving {}", dir.display()))?;
+    // Refused up front, before a server or an agent starts: a second `herd
+    // dev` on the same data dir, or an agent left running on one of its nodes.
+    let _dev_lock = PidLock::acquire(&dir.join("dev.lock")).map_err(|error| match error {
+        PidLockError::Busy { holder, .. } => anyhow::anyhow!(
+            "another herd dev ({}) is using {}: stop it first (Ctrl-C in its terminal{})",
+            holder.map_or("pid unknown".into(), |pid| format!("pid {pid}")),
+            dir.display(),
+            holder.map_or(String::new(), |pid| format!(", or kill -INT {pid}"))
+        ),
+        other => anyhow::Error::new(other),
+    })?;
+    let agent_dir = |name: &str| dir.join("agents").join(name);
+    let names: Vec<String> = (1..=args.agents).map(|i| format!("node-{i}")).collect();
+    for name in &names {
+        if let Some(holder) = PidLock::holder(&herd_agent::lock_path(&agent_dir(name))) {
+            bail!(
+                "an agent ({}) is still running on {name}'s data dir {}, started outside this herd dev: \
+                 stop it first{}; nothing was started",
+                holder.map_or("pid unknown".into(), |pid| format!("pid {pid}")),
+                agent_dir(name).display(),
+                holder.map_or(String::new(), |pid| format!(" (kill {pid})"))
+            );
+        }
+    }
     let admin_token = tokens::load_or_generate(&dir.join("admin.token"))?;
     let join_token = tokens::load_or_generate(&dir.join("join.token"))?;
     let store_url = dir.join("server").join("herd.db").display().to_string();
@@ -38,54 +79,113 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     .context("starting the server")?;
     let url = format!("http://{}", server.addr());
 
-    let agents_started = Timestamp::from_system_time(std::time::SystemTime::now());
-    let mut agents = Vec::new();
-    for i in 1..=args.agents {
-        let name = format!("node-{i}");
-        let agent_args: Vec<String> = vec![
-            "agent".into(),
-            "--server".into(),
-            url.clone(),
-            "--data-dir".into(),
-            dir.join("agents").join(&name).display().to_string(),
-            "--name".into(),
-            name.clone(),
-        ];
-        let child = processes::spawn_self(&agent_args, &[("HERD_JOIN_TOKEN", &join_token)])
-            .with_context(|| format!("starting agent {name}"))?;
-        agents.push((name, child));
+    let mut agents: Vec<DevAgent> = names
+        .iter()
+        .map(|name| DevAgent {
+            name: name.clone(),
+            args: vec![
+                "agent".into(),
+                "--server".into(),
+                url.clone(),
+                "--data-dir".into(),
+                agent_dir(name).display().to_string(),
+                "--name".into(),
+                name.clone(),
+            ],
+            child: None,
+            restarts: Vec::new(),
+        })
+        .collect();
+    let outcome = run_cluster(&args, &url, &admin_token, &join_token, &dir, &mut agents).await;
+    println!("stopping {} agents, their members and the server", agents.len());
+    for agent in &mut agents {
+        if let Some(child) = &mut agent.child {
+            processes::stop(child, Duration::from_secs(5)).await;
+        }
     }
+    // Members outlive their agent by design; here they go too, as in a
+    // host shutdown, and the next `herd dev` starts them again. Also when
+    // the start failed: nothing `herd dev` started is left behind.
+    for agent in &agents {
+        herd_agent::members::stop_processes(&agent_dir(&agent.name)).await;
+    }
+    server.stop().await?;
+    outcome
+}
 
-    wait_for_agents(&url, &admin_token, &mut agents, agents_started).await?;
+/// Starts the agents, waits until they are Ready, says how to use the
+/// cluster, then keeps the agents running (an agent that exits is said and
+/// started again) until Ctrl-C.
+async fn run_cluster(
+    args: &DevArgs,
+    url: &str,
+    admin_token: &str,
+    join_token: &str,
+    dir: &std::path::Path,
+    agents: &mut [DevAgent],
+) -> anyhow::Result<()> {
+    let agents_started = Timestamp::from_system_time(std::time::SystemTime::now());
+    for agent in agents.iter_mut() {
+        let child = processes::spawn_self(&agent.args, &[("HERD_JOIN_TOKEN", join_token)])
+            .with_context(|| format!("starting agent {}", agent.name))?;
+        agent.child = Some(child);
+    }
+    wait_for_agents(url, admin_token, agents, agents_started).await?;
 
     let config_note = if args.no_config {
         String::from("(no CLI config written: --no-config)")
     } else {
         let path = default_config_path().context("no HOME to write the CLI config into; use --no-config")?;
-        write_config(&path, &ConfigFile { servers: vec![url.clone()], token: Some(admin_token.clone()) })?;
+        write_config(&path, &ConfigFile { servers: vec![url.to_string()], token: Some(admin_token.to_string()) })?;
         format!("CLI config written to {}", path.display())
     };
     println!("herd dev is running");
     println!("  server:      {url}");
     println!("  admin token: {admin_token}");
     println!("  data dir:    {}", dir.display());
-    println!("  agents:      {}", agents.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", "));
+    println!("  agents:      {}", agents.iter().map(|a| a.name.as_str()).collect::<Vec<_>>().join(", "));
     println!("  {config_note}");
     println!("  try:         herd get nodes");
     println!("  or point any shell at it: export HERD_SERVER={url} HERD_TOKEN={admin_token}");
     println!("Press Ctrl-C to stop.");
 
-    shutdown_signal().await;
-    println!("stopping {} agents, their members and the server", agents.len());
-    for (_, child) in &mut agents {
-        processes::stop(child, Duration::from_secs(5)).await;
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
+    let mut checks = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => return Ok(()),
+            _ = checks.tick() => {
+                for agent in agents.iter_mut() {
+                    supervise(agent, join_token)?;
+                }
+            }
+        }
     }
-    // Members outlive their agent by design; here they go too, as in a
-    // host shutdown, and the next `herd dev` starts them again.
-    for (name, _) in &agents {
-        herd_agent::members::stop_processes(&dir.join("agents").join(name)).await;
+}
+
+/// Reaps an agent that exited, says so, and starts it again, unless it
+/// keeps exiting.
+fn supervise(agent: &mut DevAgent, join_token: &str) -> anyhow::Result<()> {
+    let Some(child) = &mut agent.child else { return Ok(()) };
+    let Some(status) = child.try_wait()? else { return Ok(()) };
+    agent.child = None;
+    let now = tokio::time::Instant::now();
+    agent.restarts.retain(|at| now.duration_since(*at) < RESTART_WINDOW);
+    if agent.restarts.len() >= MAX_RESTARTS {
+        println!(
+            "agent {} exited ({status}), the {}th time within {}s: left stopped; its log is above",
+            agent.name,
+            MAX_RESTARTS + 1,
+            RESTART_WINDOW.as_secs()
+        );
+        return Ok(());
     }
-    server.stop().await?;
+    agent.restarts.push(now);
+    println!("agent {} exited ({status}); starting it again", agent.name);
+    let child = processes::spawn_self(&agent.args, &[("HERD_JOIN_TOKEN", join_token)])
+        .with_context(|| format!("starting agent {} again", agent.name))?;
+    agent.child = Some(child);
     Ok(())
 }
 
@@ -98,15 +198,15 @@ const AGENTS_READY_TIMEOUT: Duration = Duration::from_secs(30);
 async fn wait_for_agents(
     url: &str,
     admin_token: &str,
-    agents: &mut [(String, Child)],
+    agents: &mut [DevAgent],
     since: Timestamp,
 ) -> anyhow::Result<()> {
     let client = Client::new(vec![url.to_string()], Some(admin_token.to_string()));
     let deadline = tokio::time::Instant::now() + AGENTS_READY_TIMEOUT;
     loop {
-        for (name, child) in agents.iter_mut() {
-            if let Some(status) = child.try_wait()? {
-                bail!("agent {name} exited ({status}) before its node was Ready; its log is above");
+        for agent in agents.iter_mut() {
+            if let Some(status) = agent.child.as_mut().map(Child::try_wait).transpose()?.flatten() {
+                bail!("agent {} exited ({status}) before its node was Ready; its log is above", agent.name);
             }
         }
         let nodes = client.list::<NodeSpec>("").await.unwrap_or_default();
@@ -115,11 +215,11 @@ async fn wait_for_agents(
                 n.metadata.name == name && n.status.ready && n.status.last_heartbeat.is_some_and(|t| t >= since)
             })
         };
-        if agents.iter().all(|(name, _)| ready(name)) {
+        if agents.iter().all(|agent| ready(&agent.name)) {
             return Ok(());
         }
         if tokio::time::Instant::now() > deadline {
-            let waiting: Vec<_> = agents.iter().map(|(n, _)| n.as_str()).filter(|n| !ready(n)).collect();
+            let waiting: Vec<_> = agents.iter().map(|a| a.name.as_str()).filter(|n| !ready(n)).collect();
             bail!("agents {} did not become Ready within {}s", waiting.join(", "), AGENTS_READY_TIMEOUT.as_secs());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -96,3 +96,68 @@ fn dev_comes_up_with_three_ready_nodes_and_stops_on_ctrl_c() {
     dev.signal("TERM");
     assert!(dev.wait_exit(Duration::from_secs(15)).success());
 }
+
+/// The PID recorded in an agent's data dir lock.
+fn agent_pid(data: &Path, name: &str) -> u32 {
+    let text = std::fs::read_to_string(data.join("agents").join(name).join("agent.lock")).unwrap();
+    text.trim().parse().unwrap()
+}
+
+fn dev_output(home: &Path, data: &Path) -> std::process::Output {
+    let mut command = herd();
+    command.args(["dev", "--listen", "127.0.0.1:0", "--no-config", "--data-dir"]).arg(data);
+    command.env("HOME", home).env_remove("HERD_SERVER").env_remove("HERD_TOKEN").env_remove("HERD_CONFIG");
+    command.output().unwrap()
+}
+
+#[test]
+fn a_busy_data_dir_is_refused_naming_the_pid_and_a_dead_agent_is_started_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let (home, data) = (dir.path().join("home"), dir.path().join("dev"));
+    let (mut dev, url) = start_dev(&home, &data);
+    assert_eq!(ready_nodes(&home), 3);
+
+    // A second herd dev on the same data dir starts nothing and names the first.
+    let second = dev_output(&home, &data);
+    let said = String::from_utf8_lossy(&second.stderr);
+    assert!(!second.status.success());
+    assert!(said.contains(&format!("another herd dev (pid {})", dev.pid())), "{said}");
+    assert!(!said.contains("listening"), "no second server started: {said}");
+
+    // An agent killed under it is reaped, said, and started again.
+    let killed = agent_pid(&data, "node-2");
+    let before = boot_ids(&home);
+    Command::new("kill").args(["-9", &killed.to_string()]).status().unwrap();
+    dev.wait_for_line("agent node-2 exited", Duration::from_secs(10));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let restarted = agent_pid(&data, "node-2") != killed;
+        let boots = boot_ids(&home);
+        if restarted && ready_nodes(&home) == 3 && boots.iter().filter(|b| before.contains(b)).count() == 2 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "node-2's agent is back and Ready: {boots:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let zombie = std::fs::read_to_string(format!("/proc/{killed}/stat")).map(|s| s.contains(") Z ")).unwrap_or(false);
+    assert!(!zombie, "the killed agent was reaped");
+    dev.signal("INT");
+    assert!(dev.wait_exit(Duration::from_secs(15)).success());
+
+    // An agent left running on a node's data dir: refused up front, naming it.
+    let mut stray = common::start_agent(&url, &data.join("agents").join("node-2"), "node-2");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while agent_gone(&data, "node-2") {
+        assert!(Instant::now() < deadline, "the stray agent takes its data dir");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let refused = dev_output(&home, &data);
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success());
+    assert!(said.contains(&format!("an agent (pid {}) is still running on node-2's data dir", stray.pid())), "{said}");
+    assert!(!said.contains("listening"), "nothing was started: {said}");
+    for name in ["node-1", "node-3"] {
+        assert!(agent_gone(&data, name), "no agent started for {name}");
+    }
+    stray.kill9();
+}
