@@ -30,10 +30,12 @@ for _ in $(seq 1 100); do
     grep -q "listening on" "$work/server.out" && break
     sleep 0.1
 done
-url=$(grep -o 'http://[0-9.:]*' "$work/server.out" | head -n 1)
+url=$(grep -o 'https://[0-9.:]*' "$work/server.out" | head -n 1)
 [ -n "$url" ] || { cat "$work/server.log"; echo "the server did not start"; exit 1; }
+# TLS as deployed: only the cluster CA is trusted.
+ca="$work/server/ca.pem"
 
-node_token=$(curl -sf -H "Authorization: Bearer $join" -H 'Content-Type: application/json' \
+node_token=$(curl -sf --cacert "$ca" -H "Authorization: Bearer $join" -H 'Content-Type: application/json' \
     -d '{"nodeName": "fuzz-node", "agentBootId": "schemathesis"}' "$url/api/v1/join" \
     | python3 -c 'import json, sys; print(json.load(sys.stdin)["nodeToken"])')
 
@@ -44,7 +46,7 @@ for identity in admin node; do
     if [ "$identity" = admin ]; then token=$admin; else token=$node_token; fi
     echo "--- schemathesis as $identity"
     (cd .ci && "$venv/bin/schemathesis" run "$url/openapi.json" \
-        -H "Authorization: Bearer $token" \
+        -H "Authorization: Bearer $token" --tls-verify "$ca" \
         --phases coverage,fuzzing --max-examples "${SCHEMATHESIS_EXAMPLES:-10}" --workers 1 \
         --seed 1 --no-color) || status=1
 done

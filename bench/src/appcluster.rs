@@ -167,7 +167,8 @@ async fn main() -> anyhow::Result<()> {
     let herd = herd_binary()?;
     let dir = tempfile::tempdir()?;
     println!("appcluster benchmark: {agents} agents (2 s heartbeats), sizes {sizes:?}, {rounds} rounds each");
-    let (server, url) = start(&herd, &["server", "--listen", "127.0.0.1:0"], &dir.path().join("server"))?;
+    let (server, url) =
+        start(&herd, &["server", "--listen", "127.0.0.1:0", "--insecure-http"], &dir.path().join("server"))?;
     let mut children = Killed(vec![server]);
     let agent_dirs: Vec<PathBuf> = (1..=agents).map(|i| dir.path().join(format!("agent-{i}"))).collect();
     for (i, data) in agent_dirs.iter().enumerate() {

@@ -131,7 +131,7 @@ async fn main() -> anyhow::Result<()> {
     println!("copy benchmark: {mib} MiB in 64 MiB files, {rounds} rounds; cp and herd alternate");
     make_data(&volume, mib)?;
 
-    let (server, url) = start(&herd, &["server", "--listen", "127.0.0.1:0"], &server_dir)?;
+    let (server, url) = start(&herd, &["server", "--listen", "127.0.0.1:0", "--insecure-http"], &server_dir)?;
     let mut children = Killed(vec![server]);
     let agent = |name: &str, data: &Path| start(&herd, &["--server", &url, "agent", "--name", name], data);
     children.0.push(agent("source", &source_dir)?.0);

@@ -64,7 +64,16 @@ struct Cluster {
 impl Cluster {
     fn start_replica(&self, identity: &str) -> anyhow::Result<Replica> {
         let mut command = Command::new(&self.herd);
-        command.args(["server", "--listen", "127.0.0.1:0", "--identity", identity, "--fencing-probe", "100ms"]);
+        command.args([
+            "server",
+            "--listen",
+            "127.0.0.1:0",
+            "--insecure-http",
+            "--identity",
+            identity,
+            "--fencing-probe",
+            "100ms",
+        ]);
         command.arg("--data-dir").arg(&self.dir);
         if let Some(url) = &self.store_url {
             command.args(["--store", url]);

@@ -144,6 +144,8 @@ impl Heartbeat {
                         }
                     }
                     Err(error) if is_refusal(&error) => return Err(AgentError::JoinRefused(error)),
+                    // A wrong --ca-hash, or someone in between: never join there.
+                    Err(error @ ClientError::Untrusted { .. }) => return Err(AgentError::UntrustedServer(error)),
                     Err(error) => {
                         tracing::warn!(%error, "could not join yet; retrying");
                         if !sleep_until(started + backoff.step(), &stop).await {

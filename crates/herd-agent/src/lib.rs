@@ -56,6 +56,9 @@ pub struct AgentConfig {
     /// The program that runs detached copy workers (`<program> agent-worker <job>`):
     /// the `herd` binary.
     pub worker_program: PathBuf,
+    /// The cluster CAs the agent trusts, by hash (`--ca-hash`); empty: the
+    /// ones it kept in its data dir from an earlier start.
+    pub ca_hashes: Vec<herd_tls::CaHash>,
     /// Bytes per second a volume copy may pull at most (None: no limit).
     pub copy_bandwidth: Option<u64>,
 }
@@ -72,6 +75,10 @@ pub enum AgentError {
     NoJoinToken,
     #[error("the server refused to let this node join: {0}")]
     JoinRefused(ClientError),
+    #[error("{0}")]
+    UntrustedServer(ClientError),
+    #[error("{path}: {reason}")]
+    Trust { path: PathBuf, reason: String },
     #[error("{0}")]
     Credentials(#[from] credentials::CredentialsError),
     #[error("{0}")]
@@ -94,6 +101,38 @@ fn host_boot_id() -> Option<String> {
     std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok().map(|s| s.trim().to_string())
 }
 
+/// The client trusting the cluster CA: the hashes given, kept in the data
+/// dir for the next start, or the ones kept there before. Plain HTTP
+/// servers need none.
+fn trusting(client: Client, data_dir: &std::path::Path, given: &[herd_tls::CaHash]) -> Result<Client, AgentError> {
+    let path = data_dir.join("ca-hash");
+    let trust_error = |reason: String| AgentError::Trust { path: path.clone(), reason };
+    let hashes = if given.is_empty() {
+        match std::fs::read_to_string(&path) {
+            Ok(text) => text
+                .split_whitespace()
+                .map(|h| h.parse::<herd_tls::CaHash>().map_err(|e| trust_error(e.to_string())))
+                .collect::<Result<Vec<_>, _>>()?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(trust_error(e.to_string())),
+        }
+    } else {
+        let text: Vec<String> = given.iter().map(ToString::to_string).collect();
+        fsutil::write_atomic(&path, format!("{}\n", text.join("\n")).as_bytes(), 0o644)
+            .map_err(|e| trust_error(e.to_string()))?;
+        given.to_vec()
+    };
+    if hashes.is_empty() {
+        if client.servers().iter().any(|s| s.starts_with("https://")) {
+            return Err(trust_error(
+                "no cluster CA to trust: start the agent with --ca-hash sha256:... (the join command that `herd server` prints has it)".into(),
+            ));
+        }
+        return Ok(client);
+    }
+    client.with_trust(&herd_tls::Trust::Pinned(hashes)).map_err(AgentError::UntrustedServer)
+}
+
 /// The lock an agent holds on its data dir while it runs.
 pub fn lock_path(data_dir: &std::path::Path) -> PathBuf {
     data_dir.join("agent.lock")
@@ -109,6 +148,9 @@ pub async fn run(config: AgentConfig, stop: CancellationToken) -> Result<(), Age
         pid_lock::PidLockError::Io { source, .. } => AgentError::DataDir { path: data_dir.clone(), source },
     })?;
 
+    // Checked before any member is touched: an agent that cannot trust its
+    // server starts nothing.
+    let client = trusting(Client::new(config.servers.clone(), None), &data_dir, &config.ca_hashes)?;
     let identity = Identity {
         node_name: config.node_name.clone(),
         agent_boot_id: uuid::Uuid::now_v7().to_string(),
@@ -130,11 +172,12 @@ pub async fn run(config: AgentConfig, stop: CancellationToken) -> Result<(), Age
 
     // A heartbeat that takes longer than this is given up, and the next one
     // goes to the next server: a hung server must not silence the node.
-    let client = Client::new(config.servers.clone(), None).with_timeout(REQUEST_TIMEOUT);
+    let watch_client = client.clone();
+    let client = client.with_timeout(REQUEST_TIMEOUT);
     let store = credentials::CredentialStore::new(&data_dir);
     // The watch is long-lived: no request timeout on it.
     let watcher = tokio::spawn(command_watch::run(
-        Client::new(config.servers.clone(), None),
+        watch_client,
         store.clone(),
         identity.node_name.clone(),
         executor.clone(),

@@ -66,6 +66,32 @@ pub enum ClientError {
     AgentUnreachable { agent: String, reason: String },
     #[error("unexpected answer from {url}: {reason}")]
     Protocol { url: String, reason: String },
+    /// The server's certificate does not lead to the trusted cluster CA.
+    #[error("refusing the herd server at {server}: its certificate is not the cluster's ({reason})")]
+    Untrusted { server: String, reason: String },
+    #[error("TLS settings: {0}")]
+    Tls(String),
+}
+
+/// Whether a request failed because the server's certificate was refused.
+fn is_untrusted(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(cause) = source {
+        // An io::Error's source() skips the error it wraps: look inside.
+        let inner = cause
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .map(|e| e as &(dyn std::error::Error + 'static));
+        for candidate in [Some(cause), inner].into_iter().flatten() {
+            if let Some(tls) = candidate.downcast_ref::<rustls::Error>() {
+                return matches!(tls, rustls::Error::InvalidCertificate(_) | rustls::Error::General(_));
+            }
+        }
+        source = inner.unwrap_or(cause).source();
+    }
+    // Some layers keep only the message: rustls's own words for a refused certificate.
+    let text = error_chain(error);
+    text.contains("invalid peer certificate") || text.contains("not the pinned CA")
 }
 
 fn format_status(status: &Status) -> String {
@@ -115,18 +141,31 @@ impl WriteOptions {
 impl Client {
     /// A client for these server base URLs (`http://host:port`), tried in
     /// turn, presenting `token`.
+    /// `https://` servers are trusted only after [`Client::with_trust`].
     pub fn new(servers: Vec<String>, token: Option<String>) -> Client {
+        herd_tls::install_provider();
         let servers = servers.into_iter().map(|s| s.trim_end_matches('/').to_string()).collect();
         let http = reqwest::Client::builder().connect_timeout(CONNECT_TIMEOUT).build().unwrap_or_default();
         Client { servers: Arc::new(servers), current: Arc::default(), token, timeout: REQUEST_TIMEOUT, http }
     }
 
-    /// The same client with another per-request timeout (watches have none).
+    /// The same client trusting only the cluster CA for `https://` servers.
+    pub fn with_trust(&self, trust: &herd_tls::Trust) -> Result<Client, ClientError> {
+        let config = herd_tls::client_config(trust).map_err(|e| ClientError::Tls(e.to_string()))?;
+        let http = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .tls_backend_preconfigured(config)
+            .build()
+            .map_err(|e| ClientError::Tls(error_chain(&e)))?;
+        Ok(Client { http, ..self.clone() })
+    }
+
     /// The server URLs this client tries, in order.
     pub fn servers(&self) -> &[String] {
         &self.servers
     }
 
+    /// The same client with another per-request timeout (watches have none).
     pub fn with_timeout(&self, timeout: Duration) -> Client {
         Client { timeout, ..self.clone() }
     }
@@ -177,6 +216,9 @@ impl Client {
                 Ok(response) => {
                     self.current.store(index, Ordering::Relaxed);
                     return Ok(response);
+                }
+                Err(error) if is_untrusted(&error) => {
+                    return Err(ClientError::Untrusted { server: base.clone(), reason: error_chain(&error) });
                 }
                 Err(error) if error.is_connect() => last_reason = format!("{base}: {}", error_chain(&error)),
                 Err(error) => {

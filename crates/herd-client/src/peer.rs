@@ -20,6 +20,7 @@ impl PeerClient {
     /// `address` is `host:port` (as in a Node's status) or a base URL.
     pub fn new(address: &str, token: &str) -> PeerClient {
         let base = if address.contains("://") { address.to_string() } else { format!("http://{address}") };
+        herd_tls::install_provider();
         let http = reqwest::Client::builder().connect_timeout(Duration::from_secs(5)).build().unwrap_or_default();
         PeerClient { base: base.trim_end_matches('/').to_string(), token: token.to_string(), http }
     }

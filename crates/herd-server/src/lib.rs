@@ -27,6 +27,7 @@ pub mod openapi;
 pub mod reflector;
 pub mod registry;
 pub mod replicas;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -67,6 +68,8 @@ pub struct ServerConfig {
     /// Run the fencing probe while leading, writing at this interval
     /// (diagnostics: see `controllers::fencing_probe`).
     pub fencing_probe: Option<Duration>,
+    /// Serve plain HTTP instead of TLS (`--insecure-http`).
+    pub insecure_http: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -81,11 +84,18 @@ pub enum ServerError {
     Settings(ValidationErrors),
     #[error("serving HTTP: {0}")]
     Serve(std::io::Error),
+    #[error("the cluster CA: {0}")]
+    Ca(#[from] tls::CaError),
+    #[error("TLS: {0}")]
+    Tls(#[from] herd_tls::TlsError),
 }
 
 /// A running server.
 pub struct Server {
     addr: SocketAddr,
+    url: String,
+    /// The cluster CA's hash and certificate (None with plain HTTP).
+    ca: Option<(herd_tls::CaHash, String)>,
     shutdown: CancellationToken,
     task: JoinHandle<Result<(), ServerError>>,
 }
@@ -118,11 +128,19 @@ impl Server {
             shutdown.cancel();
             ServerError::Bind { addr: config.listen, source }
         })?;
-        let me = ReplicaIdentity {
-            name: config.identity.clone(),
-            url: config.advertise_url.clone().unwrap_or_else(|| format!("http://{addr}")),
-            lock_name: settings.lock_name.clone(),
+        let tls = if config.insecure_http {
+            tracing::warn!("serving plain HTTP (--insecure-http): tokens and data cross the network in the clear");
+            None
+        } else {
+            let ca = tls::cluster_ca(&store, &config.admin_token).await.inspect_err(|_| shutdown.cancel())?;
+            let names = tls::serving_names(addr, config.advertise_url.as_deref());
+            let identity = tls::serving_identity(&ca, &config.identity, &names)?;
+            Some((ca.hash(), ca.cert_pem().to_string(), herd_tls::server_config(&identity)?))
         };
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let url = config.advertise_url.clone().unwrap_or_else(|| format!("{scheme}://{addr}"));
+        let me =
+            ReplicaIdentity { name: config.identity.clone(), url: url.clone(), lock_name: settings.lock_name.clone() };
 
         let registry = Arc::new(Registry::standard());
         let metrics = Arc::<Metrics>::default();
@@ -159,10 +177,22 @@ impl Server {
         let record = replicas::keep_record(objects, me, leading, record_stop.clone()).await;
         let router = api::router(state).layer(tower_http::trace::TraceLayer::new_for_http());
         let stop = shutdown.clone();
+        let (ca, tls_config) = match tls {
+            Some((hash, pem, config)) => (Some((hash, pem)), Some(config)),
+            None => (None, None),
+        };
         let task = tokio::spawn(async move {
-            let served = axum::serve(axum::serve::ListenerExt::tap_io(listener, no_delay), router)
-                .with_graceful_shutdown(stop.cancelled_owned())
-                .await;
+            let served = match tls_config {
+                Some(tls_config) => {
+                    let listener =
+                        herd_tls::listener::TlsListener::new(listener, tls_config).map_err(ServerError::Serve)?;
+                    axum::serve(listener, router).with_graceful_shutdown(stop.cancelled_owned()).await
+                }
+                None => {
+                    let listener = axum::serve::ListenerExt::tap_io(listener, no_delay);
+                    axum::serve(listener, router).with_graceful_shutdown(stop.cancelled_owned()).await
+                }
+            };
             // The elector stops the leader-only work, then releases the
             // lease; the record then says this replica stopped.
             let _ = election.await;
@@ -171,11 +201,27 @@ impl Server {
             served.map_err(ServerError::Serve)
         });
         tracing::info!(%addr, backend = %config.store_url, identity = %config.identity, "herd server listening");
-        Ok(Server { addr, shutdown, task })
+        Ok(Server { addr, url, ca, shutdown, task })
     }
 
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Where this replica is reached (`https://...`, or `http://...` with
+    /// `insecure_http`).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The cluster CA's hash, what agents and the CLI pin (None with plain HTTP).
+    pub fn ca_hash(&self) -> Option<herd_tls::CaHash> {
+        self.ca.as_ref().map(|(hash, _)| *hash)
+    }
+
+    /// The cluster CA's certificate, PEM (None with plain HTTP).
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.ca.as_ref().map(|(_, pem)| pem.as_str())
     }
 
     /// Stops serving (open watches end), stops the controllers, waits.

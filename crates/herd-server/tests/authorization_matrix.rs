@@ -132,11 +132,15 @@ async fn every_route_answers_every_caller_as_the_matrix_says() {
         advertise_url: None,
         election: LeaderElectionOverrides::default(),
         fencing_probe: None,
+        insecure_http: false,
     })
     .await
     .unwrap();
-    let base = format!("http://{}", server.addr());
-    let http = reqwest::Client::new();
+    let base = server.url().to_string();
+    herd_tls::install_provider();
+    let trust = herd_tls::Trust::Pinned(vec![server.ca_hash().expect("a TLS server")]);
+    let http =
+        reqwest::Client::builder().tls_backend_preconfigured(herd_tls::client_config(&trust).unwrap()).build().unwrap();
     let node_a = join(&http, &base, "node-a").await;
     let node_b = join(&http, &base, "node-b").await;
     let tokens: [Option<&str>; 6] =

@@ -35,6 +35,14 @@ pub struct Connection {
     /// Config file [default: $XDG_CONFIG_HOME/herd/config.yaml or ~/.config/herd/config.yaml].
     #[arg(long, env = "HERD_CONFIG", global = true)]
     pub config: Option<PathBuf>,
+    /// Trust the cluster CA with this hash (`sha256:...`, printed by `herd
+    /// server`); several, comma-separated, while a CA is replaced. An
+    /// agent keeps it in its data dir after its first start.
+    #[arg(long, env = "HERD_CA_HASH", global = true, value_delimiter = ',')]
+    pub ca_hash: Vec<String>,
+    /// Trust the cluster CA in this PEM file (`ca.pem` in the server's data dir).
+    #[arg(long, env = "HERD_CA_FILE", global = true)]
+    pub ca_file: Option<PathBuf>,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum, Default)]
@@ -229,6 +237,10 @@ pub struct ServerArgs {
     /// [default: read from, or generated into, <data-dir>/admin.token]
     #[arg(long, env = "HERD_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
+    /// Serve plain HTTP instead of TLS: tokens and data cross the network
+    /// in the clear. Only for a network you trust completely.
+    #[arg(long)]
+    pub insecure_http: bool,
     /// [default: read from, or generated into, <data-dir>/join.token]
     #[arg(long, env = "HERD_JOIN_TOKEN", hide_env_values = true)]
     pub join_token: Option<String>,

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use herd_client::Client;
+use herd_tls::{CaHash, Trust};
 use serde::{Deserialize, Serialize};
 
 use crate::cli::Connection;
@@ -16,6 +17,9 @@ pub struct ConfigFile {
     pub servers: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
+    /// The cluster CA's certificate (PEM): the only CA trusted for `https://` servers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca: Option<String>,
 }
 
 pub fn default_config_path() -> Option<PathBuf> {
@@ -57,5 +61,25 @@ pub fn client(conn: &Connection) -> anyhow::Result<Client> {
     if servers.is_empty() {
         bail!("no server given: use --server URL, set HERD_SERVER, or run `herd dev`, which writes a config file");
     }
-    Ok(Client::new(servers, conn.token.clone().or(file.token)))
+    let client = Client::new(servers, conn.token.clone().or(file.token));
+    match trust(conn, file.ca)? {
+        Some(trust) => Ok(client.with_trust(&trust)?),
+        None => Ok(client),
+    }
+}
+
+/// Whom to trust: `--ca-hash`, then `--ca-file`, then the config file's CA.
+pub fn trust(conn: &Connection, config_ca: Option<String>) -> anyhow::Result<Option<Trust>> {
+    if !conn.ca_hash.is_empty() {
+        return Ok(Some(Trust::Pinned(ca_hashes(&conn.ca_hash)?)));
+    }
+    if let Some(path) = &conn.ca_file {
+        let pem = std::fs::read_to_string(path).with_context(|| format!("reading the CA file {}", path.display()))?;
+        return Ok(Some(Trust::Ca(pem)));
+    }
+    Ok(config_ca.map(Trust::Ca))
+}
+
+pub fn ca_hashes(texts: &[String]) -> anyhow::Result<Vec<CaHash>> {
+    texts.iter().map(|text| text.trim().parse::<CaHash>().map_err(|e| anyhow::anyhow!("--ca-hash: {e}"))).collect()
 }

@@ -21,6 +21,22 @@ use crate::context::{ConfigFile, default_config_path, write_config};
 use crate::processes;
 use crate::tokens;
 
+/// How the dev cluster is reached.
+struct Access {
+    url: String,
+    admin_token: String,
+    join_token: String,
+    ca_hash: herd_tls::CaHash,
+    ca_pem: String,
+}
+
+impl Access {
+    /// What an agent is started with: the join token and the CA to trust.
+    fn agent_env(&self) -> [(&'static str, String); 2] {
+        [("HERD_JOIN_TOKEN", self.join_token.clone()), ("HERD_CA_HASH", self.ca_hash.to_string())]
+    }
+}
+
 /// One agent `herd dev` runs, and how often it had to be started again.
 struct DevAgent {
     name: String,
@@ -74,10 +90,13 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         advertise_url: None,
         election: Default::default(),
         fencing_probe: None,
+        insecure_http: false,
     })
     .await
     .context("starting the server")?;
-    let url = format!("http://{}", server.addr());
+    let url = server.url().to_string();
+    let ca_hash = server.ca_hash().context("the dev server serves TLS")?;
+    let ca_pem = server.ca_pem().context("the dev server serves TLS")?.to_string();
 
     let mut agents: Vec<DevAgent> = names
         .iter()
@@ -96,7 +115,8 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             restarts: Vec::new(),
         })
         .collect();
-    let outcome = run_cluster(&args, &url, &admin_token, &join_token, &dir, &mut agents).await;
+    let access = Access { url, admin_token, join_token, ca_hash, ca_pem };
+    let outcome = run_cluster(&args, &access, &dir, &mut agents).await;
     println!("stopping {} agents, their members and the server", agents.len());
     for agent in &mut agents {
         if let Some(child) = &mut agent.child {
@@ -118,35 +138,45 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
 /// started again) until Ctrl-C.
 async fn run_cluster(
     args: &DevArgs,
-    url: &str,
-    admin_token: &str,
-    join_token: &str,
+    access: &Access,
     dir: &std::path::Path,
     agents: &mut [DevAgent],
 ) -> anyhow::Result<()> {
     let agents_started = Timestamp::from_system_time(std::time::SystemTime::now());
     for agent in agents.iter_mut() {
-        let child = processes::spawn_self(&agent.args, &[("HERD_JOIN_TOKEN", join_token)])
+        let child = processes::spawn_self(&agent.args, &access.agent_env())
             .with_context(|| format!("starting agent {}", agent.name))?;
         agent.child = Some(child);
     }
-    wait_for_agents(url, admin_token, agents, agents_started).await?;
+    let client = Client::new(vec![access.url.clone()], Some(access.admin_token.clone()))
+        .with_trust(&herd_tls::Trust::Ca(access.ca_pem.clone()))?;
+    wait_for_agents(&client, agents, agents_started).await?;
+    let (url, admin_token) = (&access.url, &access.admin_token);
 
     let config_note = if args.no_config {
         String::from("(no CLI config written: --no-config)")
     } else {
         let path = default_config_path().context("no HOME to write the CLI config into; use --no-config")?;
-        write_config(&path, &ConfigFile { servers: vec![url.to_string()], token: Some(admin_token.to_string()) })?;
+        let config = ConfigFile {
+            servers: vec![url.to_string()],
+            token: Some(admin_token.to_string()),
+            ca: Some(access.ca_pem.clone()),
+        };
+        write_config(&path, &config)?;
         format!("CLI config written to {}", path.display())
     };
     println!("herd dev is running");
     println!("  server:      {url}");
     println!("  admin token: {admin_token}");
+    println!("  cluster CA:  {}", access.ca_hash);
     println!("  data dir:    {}", dir.display());
     println!("  agents:      {}", agents.iter().map(|a| a.name.as_str()).collect::<Vec<_>>().join(", "));
     println!("  {config_note}");
     println!("  try:         herd get nodes");
-    println!("  or point any shell at it: export HERD_SERVER={url} HERD_TOKEN={admin_token}");
+    println!(
+        "  or point any shell at it: export HERD_SERVER={url} HERD_TOKEN={admin_token} HERD_CA_HASH={}",
+        access.ca_hash
+    );
     println!("Press Ctrl-C to stop.");
 
     let shutdown = shutdown_signal();
@@ -157,7 +187,7 @@ async fn run_cluster(
             _ = &mut shutdown => return Ok(()),
             _ = checks.tick() => {
                 for agent in agents.iter_mut() {
-                    supervise(agent, join_token)?;
+                    supervise(agent, access)?;
                 }
             }
         }
@@ -166,7 +196,7 @@ async fn run_cluster(
 
 /// Reaps an agent that exited, says so, and starts it again, unless it
 /// keeps exiting.
-fn supervise(agent: &mut DevAgent, join_token: &str) -> anyhow::Result<()> {
+fn supervise(agent: &mut DevAgent, access: &Access) -> anyhow::Result<()> {
     let Some(child) = &mut agent.child else { return Ok(()) };
     let Some(status) = child.try_wait()? else { return Ok(()) };
     agent.child = None;
@@ -183,7 +213,7 @@ fn supervise(agent: &mut DevAgent, join_token: &str) -> anyhow::Result<()> {
     }
     agent.restarts.push(now);
     println!("agent {} exited ({status}); starting it again", agent.name);
-    let child = processes::spawn_self(&agent.args, &[("HERD_JOIN_TOKEN", join_token)])
+    let child = processes::spawn_self(&agent.args, &access.agent_env())
         .with_context(|| format!("starting agent {} again", agent.name))?;
     agent.child = Some(child);
     Ok(())
@@ -195,13 +225,7 @@ const AGENTS_READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Waits until every agent's node is Ready with a heartbeat from after
 /// `since` (a node kept from an earlier run still says Ready before its
 /// new agent has spoken); fails at once, naming it, if an agent exits.
-async fn wait_for_agents(
-    url: &str,
-    admin_token: &str,
-    agents: &mut [DevAgent],
-    since: Timestamp,
-) -> anyhow::Result<()> {
-    let client = Client::new(vec![url.to_string()], Some(admin_token.to_string()));
+async fn wait_for_agents(client: &Client, agents: &mut [DevAgent], since: Timestamp) -> anyhow::Result<()> {
     let deadline = tokio::time::Instant::now() + AGENTS_READY_TIMEOUT;
     loop {
         for agent in agents.iter_mut() {

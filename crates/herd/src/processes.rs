@@ -8,10 +8,10 @@ use tokio::process::{Child, Command};
 
 /// Starts `herd <args>` as a child that receives SIGKILL if this process
 /// dies without stopping it.
-pub fn spawn_self(args: &[String], env: &[(&str, &str)]) -> std::io::Result<Child> {
+pub fn spawn_self(args: &[String], env: &[(&str, String)]) -> std::io::Result<Child> {
     let exe = std::env::current_exe()?;
     let mut command = Command::new(exe);
-    command.args(args).envs(env.iter().copied()).stdin(Stdio::null()).kill_on_drop(true);
+    command.args(args).envs(env.iter().map(|(k, v)| (*k, v.as_str()))).stdin(Stdio::null()).kill_on_drop(true);
     // SAFETY: prctl is async-signal-safe; the closure touches nothing else.
     unsafe {
         command.pre_exec(|| {

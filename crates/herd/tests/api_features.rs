@@ -211,7 +211,7 @@ async fn cli_apply_get_delete_and_exit_codes() {
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start(&dir.path().join("server"));
     let run = |args: &[&str]| {
-        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_herd"));
+        let mut command = common::herd();
         command
             .args(args)
             .env("HERD_SERVER", &server.url)
@@ -275,7 +275,7 @@ async fn every_example_applies_cleanly() {
         if !matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml" | "json")) {
             continue;
         }
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_herd"))
+        let out = common::herd()
             .args(["apply", "--dry-run", "-f"])
             .arg(&path)
             .env("HERD_SERVER", &server.url)

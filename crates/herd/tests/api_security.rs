@@ -115,7 +115,8 @@ async fn malformed_bodies_get_422_with_the_field_and_store_nothing() {
     }
 
     // Not JSON at all: a 400 saying where it breaks.
-    let raw = reqwest::Client::new()
+    let raw = server
+        .raw_http()
         .post(format!("{}/api/v1/nodes", server.url))
         .bearer_auth(common::ADMIN_TOKEN)
         .body("{not json")
@@ -130,7 +131,8 @@ async fn malformed_bodies_get_422_with_the_field_and_store_nothing() {
     );
 
     // A bad query parameter is a Status too, naming the parameter.
-    let raw = reqwest::Client::new()
+    let raw = server
+        .raw_http()
         .get(format!("{}/api/v1/nodes?limit=many", server.url))
         .bearer_auth(common::ADMIN_TOKEN)
         .send()
@@ -172,7 +174,8 @@ async fn a_stale_resource_version_gets_409_and_changes_nothing() {
         reason(admin.create(&herd_core::Object::new("n1", NodeSpec::default())).await),
         StatusReason::AlreadyExists
     );
-    let error = reqwest::Client::new()
+    let error = server
+        .raw_http()
         .delete(format!(
             "{}/api/v1/nodes/n1?resourceVersion={}",
             server.url,
@@ -284,7 +287,7 @@ async fn the_cluster_config_cannot_be_deleted_and_log_names_are_checked_before_f
 async fn every_error_is_a_status_body_and_a_body_that_is_not_json_is_a_400_saying_where() {
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start(dir.path());
-    let http = reqwest::Client::new();
+    let http = server.raw_http();
     let send = |request: reqwest::RequestBuilder| async move {
         let response = request.bearer_auth(common::ADMIN_TOKEN).send().await.unwrap();
         let code = response.status().as_u16();

@@ -142,7 +142,7 @@ async fn bad_commands_are_refused_and_change_nothing() {
         }],
         ..Default::default()
     };
-    let node = herd_client::Client::new(vec![server.url.clone()], Some(token));
+    let node = server.client_for(vec![server.url.clone()], Some(token));
     let error = node.heartbeat("intruder", &forged).await.unwrap_err();
     assert!(error.to_string().contains("command first is for node ghost; node intruder may not answer it"), "{error}");
     let after = admin.get::<CommandSpec>("first").await.unwrap();

@@ -61,7 +61,7 @@ fn dev_comes_up_with_three_ready_nodes_and_stops_on_ctrl_c() {
     let (home, data) = (dir.path().join("home"), dir.path().join("dev"));
     let started = Instant::now();
     let (mut dev, url) = start_dev(&home, &data);
-    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    assert!(url.starts_with("https://127.0.0.1:"), "{url}");
     let deadline = started + Duration::from_secs(15);
     while ready_nodes(&home) < 3 {
         assert!(

@@ -98,7 +98,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             cluster::status(&context::client(&conn)?, output).await
         }
         Command::Server(args) => modes::server(args).await,
-        Command::Agent(args) => modes::agent(args, conn.server).await,
+        Command::Agent(args) => modes::agent(args, conn).await,
         Command::Dev(args) => crate::dev::run(args).await,
         Command::AgentWorker { job } => {
             let code = herd_agent::worker::main(&job).await;

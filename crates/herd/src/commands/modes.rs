@@ -46,9 +46,20 @@ pub async fn server(args: ServerArgs) -> anyhow::Result<()> {
         advertise_url: args.advertise_url,
         election: args.election.overrides(),
         fencing_probe: args.fencing_probe.map(HumanDuration::get),
+        insecure_http: args.insecure_http,
     })
     .await?;
-    println!("herd server listening on http://{}", server.addr());
+    println!("herd server listening on {}", server.url());
+    if let (Some(hash), Some(pem)) = (server.ca_hash(), server.ca_pem()) {
+        let ca_file = args.data_dir.join("ca.pem");
+        herd_agent::fsutil::write_atomic(&ca_file, pem.as_bytes(), 0o644)
+            .with_context(|| format!("writing {}", ca_file.display()))?;
+        println!("cluster CA: {hash} (certificate in {})", ca_file.display());
+        println!(
+            "join an agent: herd agent --server {} --ca-hash {hash} --join-token <the join token> --name NODE",
+            server.url()
+        );
+    }
     let stop = server.shutdown_token();
     tokio::spawn(async move {
         shutdown_signal().await;
@@ -65,7 +76,8 @@ fn host_name() -> String {
         .unwrap_or_else(|_| "localhost".into())
 }
 
-pub async fn agent(args: AgentArgs, servers: Vec<String>) -> anyhow::Result<()> {
+pub async fn agent(args: AgentArgs, conn: crate::cli::Connection) -> anyhow::Result<()> {
+    let servers = conn.server.clone();
     if servers.is_empty() {
         anyhow::bail!("the agent needs --server URL (or HERD_SERVER): the server(s) to join");
     }
@@ -78,6 +90,7 @@ pub async fn agent(args: AgentArgs, servers: Vec<String>) -> anyhow::Result<()> 
         disconnect_grace: args.disconnect_grace.get(),
         worker_program: std::env::current_exe().context("finding the herd binary, to run copy workers")?,
         copy_bandwidth: args.copy_mib_per_sec.map(|mib| mib.saturating_mul(1 << 20)),
+        ca_hashes: crate::context::ca_hashes(&conn.ca_hash)?,
     };
     let stop = CancellationToken::new();
     let on_signal = stop.clone();

@@ -66,6 +66,9 @@ async fn nodes_on(n: usize, n1_apart: bool) -> Nodes {
                 let mut command = ns.command(std::path::Path::new(env!("CARGO_BIN_EXE_herd")));
                 command.args(["agent", "--server", &url, "--name", "n1"]).arg("--data-dir").arg(d);
                 command.env("HERD_JOIN_TOKEN", super::JOIN_TOKEN);
+                if let Some(hash) = &server.ca_hash {
+                    command.args(["--ca-hash", hash]);
+                }
                 Proc::spawn(command)
             }
             _ => start_agent(&server.url, d, &format!("n{}", i + 1)),

@@ -19,8 +19,29 @@ use herd_client::Client;
 pub const ADMIN_TOKEN: &str = "test-admin-token";
 pub const JOIN_TOKEN: &str = "test-join-token";
 
+/// The CA hashes of every server this test process started: `herd`
+/// commands (CLI and agents) trust all of them, as `--ca-hash` allows.
+static CA_HASHES: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+fn known_ca_hashes() -> String {
+    CA_HASHES.lock().map(|hashes| hashes.join(",")).unwrap_or_default()
+}
+
+/// The `herd` binary, trusting the CAs of the servers this process started.
 pub fn herd() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_herd"))
+    let mut command = herd_trusting_nothing();
+    let hashes = known_ca_hashes();
+    if !hashes.is_empty() {
+        command.env("HERD_CA_HASH", hashes);
+    }
+    command
+}
+
+/// The `herd` binary with no CA to trust but what the caller gives it.
+pub fn herd_trusting_nothing() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_herd"));
+    command.env_remove("HERD_CA_HASH").env_remove("HERD_CA_FILE");
+    command
 }
 
 /// A child process that is killed (SIGKILL) and reaped on drop.
@@ -97,6 +118,8 @@ pub struct TestServer {
     pub proc: Proc,
     pub url: String,
     pub data_dir: PathBuf,
+    /// The cluster CA's hash (None for a plain-HTTP server).
+    pub ca_hash: Option<String>,
 }
 
 impl TestServer {
@@ -148,23 +171,59 @@ impl TestServer {
     fn start_command(mut command: Command, data_dir: &Path, listen: &str, extra: &[&str]) -> TestServer {
         command.args(["server", "--listen", listen]).args(extra).arg("--data-dir").arg(data_dir);
         command.env("HERD_ADMIN_TOKEN", ADMIN_TOKEN).env("HERD_JOIN_TOKEN", JOIN_TOKEN).env_remove("HERD_STORE");
+        let insecure = extra.contains(&"--insecure-http");
         let mut proc = Proc::spawn(command);
         let line = proc.wait_for_line("listening on", Duration::from_secs(30));
         let url = line.rsplit(' ').next().unwrap().to_string();
-        TestServer { proc, url, data_dir: data_dir.to_path_buf() }
+        let ca_hash = (!insecure).then(|| {
+            let line = proc.wait_for_line("cluster CA: ", Duration::from_secs(5));
+            let hash = line.split_whitespace().nth(2).unwrap().to_string();
+            let mut known = CA_HASHES.lock().unwrap();
+            if !known.contains(&hash) {
+                known.push(hash.clone());
+            }
+            hash
+        });
+        TestServer { proc, url, data_dir: data_dir.to_path_buf(), ca_hash }
+    }
+
+    /// What a client of this server trusts.
+    pub fn trust(&self) -> Option<herd_tls::Trust> {
+        self.ca_hash.as_ref().map(|hash| herd_tls::Trust::Pinned(vec![hash.parse().unwrap()]))
+    }
+
+    /// A client of these servers (all of one cluster) trusting its CA.
+    pub fn client_for(&self, servers: Vec<String>, token: Option<String>) -> Client {
+        let client = Client::new(servers, token);
+        match self.trust() {
+            Some(trust) => client.with_trust(&trust).unwrap(),
+            None => client,
+        }
     }
 
     pub fn admin(&self) -> Client {
-        Client::new(vec![self.url.clone()], Some(ADMIN_TOKEN.into()))
+        self.client_for(vec![self.url.clone()], Some(ADMIN_TOKEN.into()))
     }
 
     pub fn anonymous(&self) -> Client {
-        Client::new(vec![self.url.clone()], None)
+        self.client_for(vec![self.url.clone()], None)
+    }
+
+    /// A raw HTTP client trusting this server's CA, for requests the typed
+    /// client would not send.
+    pub fn raw_http(&self) -> reqwest::Client {
+        herd_tls::install_provider();
+        let builder = reqwest::Client::builder();
+        let builder = match self.trust() {
+            Some(trust) => builder.tls_backend_preconfigured(herd_tls::client_config(&trust).unwrap()),
+            None => builder,
+        };
+        builder.build().unwrap()
     }
 
     /// The address part, to restart on the same port.
     pub fn listen_addr(&self) -> String {
-        self.url.trim_start_matches("http://").to_string()
+        self.url.trim_start_matches("https://").trim_start_matches("http://").to_string()
     }
 }
 

@@ -1,0 +1,114 @@
+//! The cluster CA: a self-signed certificate and its key, made once per
+//! cluster, and the serving certificates it signs. The CA's hash
+//! (`sha256:<hex>` of its certificate, as kubeadm's discovery hash) is what
+//! a joining agent and a CLI pin.
+
+use std::time::{Duration, SystemTime};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
+};
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
+
+use crate::TlsError;
+use crate::trust::CaHash;
+
+/// How long the CA is valid.
+const CA_LIFETIME: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+/// Certificates start this long before they are made, for clocks a little behind.
+const BACKDATE: Duration = Duration::from_secs(3600);
+
+/// The CA: its certificate, and the key that signs with it.
+pub struct ClusterCa {
+    cert_pem: String,
+    cert_der: CertificateDer<'static>,
+    key_pem: String,
+    issuer: Issuer<'static, KeyPair>,
+}
+
+/// A certificate chain (leaf, then the CA) and the leaf's private key, PEM.
+#[derive(Clone, Debug)]
+pub struct ServingIdentity {
+    pub chain_pem: String,
+    pub key_pem: String,
+}
+
+fn validity(params: &mut CertificateParams, now: SystemTime, lifetime: Duration) {
+    params.not_before = (now - BACKDATE).into();
+    params.not_after = (now + lifetime).into();
+}
+
+impl ClusterCa {
+    /// A new CA, valid for ten years from `now`.
+    pub fn generate(now: SystemTime) -> Result<ClusterCa, TlsError> {
+        let key = KeyPair::generate()?;
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params.distinguished_name.push(DnType::CommonName, "herd cluster CA");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages =
+            vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+        validity(&mut params, now, CA_LIFETIME);
+        let cert = params.self_signed(&key)?;
+        ClusterCa::from_pem(&cert.pem(), &key.serialize_pem())
+    }
+
+    /// The CA as kept: its certificate and its key, PEM.
+    pub fn from_pem(cert_pem: &str, key_pem: &str) -> Result<ClusterCa, TlsError> {
+        let cert_der = CertificateDer::from_pem_slice(cert_pem.as_bytes())
+            .map_err(|e| TlsError::Pem(format!("the CA certificate: {e}")))?;
+        let issuer = Issuer::from_ca_cert_pem(cert_pem, KeyPair::from_pem(key_pem)?)?;
+        Ok(ClusterCa { cert_pem: cert_pem.to_string(), cert_der, key_pem: key_pem.to_string(), issuer })
+    }
+
+    pub fn cert_pem(&self) -> &str {
+        &self.cert_pem
+    }
+
+    pub fn key_pem(&self) -> &str {
+        &self.key_pem
+    }
+
+    pub fn hash(&self) -> CaHash {
+        CaHash::of(&self.cert_der)
+    }
+
+    /// A serving certificate for `names` (DNS names or IP addresses), valid
+    /// for `lifetime`; it may also be shown as a client certificate.
+    pub fn issue(
+        &self,
+        common_name: &str,
+        names: &[String],
+        now: SystemTime,
+        lifetime: Duration,
+    ) -> Result<ServingIdentity, TlsError> {
+        let key = KeyPair::generate()?;
+        let mut params = CertificateParams::new(names.to_vec())?;
+        params.distinguished_name.push(DnType::CommonName, common_name);
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+        params.use_authority_key_identifier_extension = true;
+        validity(&mut params, now, lifetime);
+        let cert = params.signed_by(&key, &self.issuer)?;
+        Ok(ServingIdentity { chain_pem: format!("{}{}", cert.pem(), self.cert_pem), key_pem: key.serialize_pem() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ca_survives_its_pem_and_keeps_its_hash() {
+        let now = SystemTime::now();
+        let ca = ClusterCa::generate(now).unwrap();
+        let again = ClusterCa::from_pem(ca.cert_pem(), ca.key_pem()).unwrap();
+        assert_eq!(ca.hash(), again.hash());
+        assert!(ca.hash().to_string().starts_with("sha256:") && ca.hash().to_string().len() == 7 + 64);
+        let other = ClusterCa::generate(now).unwrap();
+        assert_ne!(ca.hash(), other.hash());
+        let served =
+            again.issue("server", &["127.0.0.1".into(), "localhost".into()], now, Duration::from_secs(60)).unwrap();
+        assert_eq!(served.chain_pem.matches("BEGIN CERTIFICATE").count(), 2, "leaf and CA");
+    }
+}

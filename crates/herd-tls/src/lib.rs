@@ -1,0 +1,27 @@
+//! herd's TLS: the cluster CA and the certificates it signs ([`ca`]), the
+//! rustls configurations that trust only that CA, pinned by its hash
+//! ([`trust`]), a TLS listener for axum ([`listener`]), and the sealing of
+//! the CA's key for the store ([`seal`]). rustls with the
+//! `ring` provider everywhere.
+
+pub mod ca;
+pub mod listener;
+pub mod seal;
+pub mod trust;
+
+pub use ca::{ClusterCa, ServingIdentity};
+pub use trust::{CaHash, Trust, client_config, install_provider, server_config};
+
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("certificate: {0}")]
+    Certificate(#[from] rcgen::Error),
+    #[error("TLS: {0}")]
+    Rustls(#[from] rustls::Error),
+    #[error("PEM: {0}")]
+    Pem(String),
+    #[error("{0}")]
+    Hash(String),
+    #[error("the sealed CA key: {0}")]
+    Seal(String),
+}

@@ -1,0 +1,135 @@
+//! TLS with a pinned cluster CA: the server serves only TLS unless told
+//! otherwise, agents and the CLI trust only the cluster's CA (by its hash or
+//! its certificate), and a wrong hash or a server with another CA (someone
+//! in between) is refused. Against real server and agent processes.
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::{ADMIN_TOKEN, JOIN_TOKEN, Proc, TestServer, eventually, herd_trusting_nothing};
+use herd_client::{Client, ClientError};
+use herd_core::kinds::NodeSpec;
+use herd_tls::{CaHash, Trust};
+
+fn agent(server_url: &str, data_dir: &Path, name: &str, ca_hash: Option<&str>) -> Proc {
+    let mut command = herd_trusting_nothing();
+    command.args(["agent", "--server", server_url, "--name", name]).arg("--data-dir").arg(data_dir);
+    if let Some(hash) = ca_hash {
+        command.args(["--ca-hash", hash]);
+    }
+    command.env("HERD_JOIN_TOKEN", JOIN_TOKEN);
+    Proc::spawn(command)
+}
+
+fn pem_hash(path: &Path) -> CaHash {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    CaHash::of(&CertificateDer::from_pem_file(path).unwrap())
+}
+
+#[tokio::test]
+async fn the_server_serves_tls_with_the_cluster_ca_and_plain_http_only_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(&dir.path().join("server"));
+    assert!(server.url.starts_with("https://127.0.0.1:"), "{}", server.url);
+    let ca_file = server.data_dir.join("ca.pem");
+    assert_eq!(
+        pem_hash(&ca_file).to_string(),
+        server.ca_hash.clone().unwrap(),
+        "ca.pem is the CA whose hash is printed"
+    );
+
+    // Trusting the CA's certificate works as well as pinning its hash.
+    let pem = std::fs::read_to_string(&ca_file).unwrap();
+    let by_certificate =
+        Client::new(vec![server.url.clone()], Some(ADMIN_TOKEN.into())).with_trust(&Trust::Ca(pem)).unwrap();
+    by_certificate.list::<NodeSpec>("").await.expect("the CA's certificate is trusted");
+    server.admin().list::<NodeSpec>("").await.expect("the CA's hash is trusted");
+    // A client that trusts no cluster CA is refused, and says why.
+    let untrusting = Client::new(vec![server.url.clone()], Some(ADMIN_TOKEN.into()));
+    let refused = untrusting.list::<NodeSpec>("").await.unwrap_err();
+    assert!(matches!(refused, ClientError::Untrusted { .. }), "{refused}");
+    // Plain HTTP to the TLS port gets nothing.
+    let plain = format!("http://{}", server.listen_addr());
+    assert!(Client::new(vec![plain], Some(ADMIN_TOKEN.into())).list::<NodeSpec>("").await.is_err());
+
+    // The CLI: --ca-file and --ca-hash work; nothing to trust fails, exit code 1.
+    let cli = |trust: &[&str]| {
+        herd_trusting_nothing()
+            .args(["--server", &server.url, "--token", ADMIN_TOKEN])
+            .args(trust)
+            .args(["get", "nodes"])
+            .output()
+            .unwrap()
+    };
+    assert!(cli(&["--ca-file", ca_file.to_str().unwrap()]).status.success());
+    assert!(cli(&["--ca-hash", server.ca_hash.as_deref().unwrap()]).status.success());
+    let untrusted = cli(&[]);
+    assert_eq!(untrusted.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&untrusted.stderr);
+    assert!(said.contains("its certificate is not the cluster's"), "{said}");
+
+    // --insecure-http: plain HTTP, no CA.
+    let plain_dir = tempfile::tempdir().unwrap();
+    let insecure = TestServer::start_replica(plain_dir.path(), "plain", None, &["--insecure-http"]);
+    assert!(insecure.url.starts_with("http://") && insecure.ca_hash.is_none(), "{}", insecure.url);
+    insecure.admin().list::<NodeSpec>("").await.expect("plain HTTP when asked for");
+    assert!(!plain_dir.path().join("ca.pem").exists());
+}
+
+#[tokio::test]
+async fn an_agent_refuses_a_wrong_ca_hash_and_a_server_in_between_and_keeps_the_right_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let real = TestServer::start(&dir.path().join("real"));
+    let impostor = TestServer::start(&dir.path().join("impostor"));
+    let (real_hash, impostor_hash) = (real.ca_hash.clone().unwrap(), impostor.ca_hash.clone().unwrap());
+    assert_ne!(real_hash, impostor_hash, "another server, another CA");
+
+    // A wrong hash: the agent refuses the real server and stops.
+    let mut wrong = agent(&real.url, &dir.path().join("wrong"), "node-w", Some(&impostor_hash));
+    assert!(!wrong.wait_exit(Duration::from_secs(20)).success(), "a wrong --ca-hash never joins");
+    assert!(real.admin().get::<NodeSpec>("node-w").await.unwrap_err().is_not_found());
+
+    // Someone in between (a TLS server on loopback with another CA): the
+    // agent that pins the real CA tells it nothing and stops.
+    let mut fooled = agent(&impostor.url, &dir.path().join("fooled"), "node-m", Some(&real_hash));
+    assert!(!fooled.wait_exit(Duration::from_secs(20)).success());
+    assert!(impostor.admin().list::<NodeSpec>("").await.unwrap().is_empty(), "the impostor learnt of no node");
+    // And the CLI with the real CA's certificate refuses the impostor.
+    let cli = herd_trusting_nothing()
+        .args(["--server", &impostor.url, "--token", ADMIN_TOKEN, "--ca-file"])
+        .arg(real.data_dir.join("ca.pem"))
+        .args(["get", "nodes"])
+        .output()
+        .unwrap();
+    assert!(!cli.status.success());
+    assert!(String::from_utf8_lossy(&cli.stderr).contains("not the cluster's"), "{cli:?}");
+
+    // With no hash and none kept, the agent says what it needs.
+    let mut blind = agent(&real.url, &dir.path().join("blind"), "node-b", None);
+    assert!(!blind.wait_exit(Duration::from_secs(20)).success());
+
+    // The right hash joins, and is kept: the restarted agent needs it no more.
+    let good_dir = dir.path().join("good");
+    let mut good = agent(&real.url, &good_dir, "node-g", Some(&real_hash));
+    let admin = real.admin();
+    let boot = eventually(Duration::from_secs(20), "node-g Ready", async || {
+        admin.get::<NodeSpec>("node-g").await.ok().filter(|n| n.status.ready).and_then(|n| n.status.agent_boot_id)
+    })
+    .await;
+    good.signal("TERM");
+    good.wait_exit(Duration::from_secs(10));
+    let _again = agent(&real.url, &good_dir, "node-g", None);
+    let started = Instant::now();
+    eventually(Duration::from_secs(20), "node-g back with a new boot id", async || {
+        admin
+            .get::<NodeSpec>("node-g")
+            .await
+            .ok()
+            .filter(|n| n.status.ready && n.status.agent_boot_id.as_ref() != Some(&boot))
+    })
+    .await;
+    assert!(started.elapsed() < Duration::from_secs(20));
+}
