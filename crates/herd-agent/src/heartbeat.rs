@@ -6,7 +6,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use herd_client::{Client, ClientError};
 use herd_core::api::{AgentReport, JoinRequest};
@@ -107,9 +107,11 @@ impl Heartbeat {
             members: Vec::new(),
             commands: Vec::new(),
             disk: None,
+            csr: None,
         };
         let name = identity.node_name.clone();
         let mut credentials = store.load(&name)?;
+        let mut certificate = crate::node_cert::NodeCertStore::open(&data_dir, &name)?;
         // The token the server stopped taking: shown when joining again, so
         // that the server knows a deleted node's agent.
         let mut previous_token: Option<String> = None;
@@ -120,6 +122,7 @@ impl Heartbeat {
         let mut unreachable_since: Option<(Instant, bool)> = None;
         while !stop.is_cancelled() {
             let started = Instant::now();
+            report.csr = certificate.request_if_due(SystemTime::now())?;
             let Some(creds) = credentials.clone() else {
                 let token = join_token.clone().ok_or(AgentError::NoJoinToken)?;
                 match client
@@ -132,6 +135,7 @@ impl Heartbeat {
                     .await
                 {
                     Ok(joined) => {
+                        certificate.answer(joined.certificate.as_ref(), SystemTime::now())?;
                         let creds = Credentials { node_name: name.clone(), node_token: joined.node_token };
                         store.save(&creds)?;
                         remember(&joined.peer_token);
@@ -167,6 +171,9 @@ impl Heartbeat {
                         failing = false;
                     }
                     unreachable_since = None;
+                    if report.csr.is_some() {
+                        certificate.answer(answer.certificate.as_ref(), SystemTime::now())?;
+                    }
                     executor.acknowledge(&answer.acknowledged);
                     remember(&answer.peer_token);
                     let period = answer.heartbeat_period.get();

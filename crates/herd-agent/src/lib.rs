@@ -6,7 +6,8 @@
 //! moving between several server URLs. It runs members, and carries out
 //! the Commands the leader issues to it, journaling each.
 //!
-//! Code map: [`credentials`] keeps the node token; [`fsutil`] writes files
+//! Code map: [`credentials`] keeps the node token; [`node_cert`] the
+//! node's certificate (its key made here, renewed before it expires); [`fsutil`] writes files
 //! atomically; [`pid_lock`] keeps a second agent off the data dir, naming
 //! the first; [`heartbeat`] is the join/heartbeat loop; [`endpoint`] is
 //! the agent's own HTTP server; [`members`] runs and re-adopts member
@@ -23,6 +24,7 @@ pub mod fsutil;
 pub mod heartbeat;
 pub mod journal;
 pub mod members;
+pub mod node_cert;
 pub mod pid_lock;
 pub mod procs;
 pub mod readiness;
@@ -81,6 +83,8 @@ pub enum AgentError {
     Trust { path: PathBuf, reason: String },
     #[error("{0}")]
     Credentials(#[from] credentials::CredentialsError),
+    #[error("{0}")]
+    NodeCert(#[from] node_cert::NodeCertError),
     #[error("{0}")]
     Members(#[from] members::MemberError),
     #[error("{0}")]

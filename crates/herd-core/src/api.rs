@@ -147,6 +147,20 @@ pub struct AgentReport {
     /// The space of the file system the agent's data dir is on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk: Option<DiskReport>,
+    /// A signing request (PEM) for a new certificate of the node's
+    /// identity, when it has none or its certificate is due for renewal.
+    /// The key stays on the host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub csr: Option<String>,
+}
+
+/// A certificate the cluster CA signed for a node: the chain (the node's
+/// certificate, then the CA), PEM, and when it expires.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeCertificate {
+    pub chain_pem: String,
+    pub expires: crate::time::Timestamp,
 }
 
 /// Free and total bytes of the agent's data dir file system.
@@ -240,6 +254,9 @@ pub struct JoinResponse {
     /// What agents show each other (and the server shows them) to read
     /// volumes from their endpoints.
     pub peer_token: String,
+    /// The node's certificate, when the join carried a signing request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificate: Option<NodeCertificate>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -251,6 +268,9 @@ pub struct HeartbeatResponse {
     /// Command attempts whose final state is recorded.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub acknowledged: Vec<CommandAck>,
+    /// A renewed certificate, when the heartbeat carried a signing request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificate: Option<NodeCertificate>,
 }
 
 pub const CLUSTER_STATUS_PATH: &str = "/api/v1/cluster/status";

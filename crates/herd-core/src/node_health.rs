@@ -117,6 +117,7 @@ mod tests {
             members: Vec::new(),
             commands: Vec::new(),
             disk: None,
+            csr: None,
         }
     }
 

@@ -70,7 +70,13 @@ pub struct ServerConfig {
     pub fencing_probe: Option<Duration>,
     /// Serve plain HTTP instead of TLS (`--insecure-http`).
     pub insecure_http: bool,
+    /// How long the certificates signed for nodes last; agents renew them
+    /// when two thirds have passed.
+    pub agent_cert_lifetime: Duration,
 }
+
+/// How long a node's certificate lasts unless told otherwise.
+pub const DEFAULT_AGENT_CERT_LIFETIME: Duration = Duration::from_secs(30 * 24 * 3600);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -135,9 +141,17 @@ impl Server {
             let ca = tls::cluster_ca(&store, &config.admin_token).await.inspect_err(|_| shutdown.cancel())?;
             let names = tls::serving_names(addr, config.advertise_url.as_deref());
             let identity = tls::serving_identity(&ca, &config.identity, &names)?;
-            Some((ca.hash(), ca.cert_pem().to_string(), herd_tls::server_config(&identity)?))
+            Some((ca, herd_tls::server_config(&identity)?))
         };
         let scheme = if tls.is_some() { "https" } else { "http" };
+        let ca_of_server = tls.as_ref().map(|(ca, _)| (ca.hash(), ca.cert_pem().to_string()));
+        let (node_certificates, tls_config) = match tls {
+            Some((ca, server_config)) => {
+                let signer = tls::NodeCertificates { ca, lifetime: config.agent_cert_lifetime };
+                (Some(Arc::new(signer)), Some(server_config))
+            }
+            None => (None, None),
+        };
         let url = config.advertise_url.clone().unwrap_or_else(|| format!("{scheme}://{addr}"));
         let me =
             ReplicaIdentity { name: config.identity.clone(), url: url.clone(), lock_name: settings.lock_name.clone() };
@@ -153,6 +167,7 @@ impl Server {
             metrics: metrics.clone(),
             events: EventRecorder::new(objects.clone(), "api"),
             leader_health: Arc::default(),
+            node_certificates,
             replica: Arc::new(me.clone()),
             replica_sightings: replicas::ReplicaSightings::start(objects.store().clone(), shutdown.clone()),
             shutdown: shutdown.clone(),
@@ -177,10 +192,7 @@ impl Server {
         let record = replicas::keep_record(objects, me, leading, record_stop.clone()).await;
         let router = api::router(state).layer(tower_http::trace::TraceLayer::new_for_http());
         let stop = shutdown.clone();
-        let (ca, tls_config) = match tls {
-            Some((hash, pem, config)) => (Some((hash, pem)), Some(config)),
-            None => (None, None),
-        };
+        let ca = ca_of_server;
         let task = tokio::spawn(async move {
             let served = match tls_config {
                 Some(tls_config) => {

@@ -88,6 +88,7 @@ pub async fn join(
     config: &Reflector<ClusterConfigSpec>,
     auth: &Authenticator,
     events: &EventRecorder,
+    certificates: Option<&crate::tls::NodeCertificates>,
     request: JoinRequest,
 ) -> Result<JoinResponse, ApiError> {
     let name = request.node_name.clone();
@@ -107,6 +108,8 @@ pub async fn join(
         events.record_about(node_named(&name, existing.as_ref()), EventType::Warning, "JoinRefused", message).await;
         return Err(ApiError::Conflict(why));
     }
+    // Signed before anything is written: a bad request changes nothing.
+    let certificate = certificates.map(|c| c.answer(&name, &request.report)).transpose()?.flatten();
     let token = auth.issue_node_token(&name).await?;
     let node = match existing {
         None => {
@@ -140,6 +143,7 @@ pub async fn join(
         node_token: token,
         heartbeat_period: config.heartbeat_period,
         peer_token: auth.peer_token().await?,
+        certificate,
     })
 }
 
@@ -173,6 +177,7 @@ pub async fn heartbeat(
     config: &Reflector<ClusterConfigSpec>,
     auth: &Authenticator,
     events: &EventRecorder,
+    certificates: Option<&crate::tls::NodeCertificates>,
     name: &str,
     report: AgentReport,
 ) -> Result<HeartbeatResponse, ApiError> {
@@ -180,11 +185,13 @@ pub async fn heartbeat(
     if let Some(refusal) = foreign {
         return Err(refusal);
     }
+    let certificate = certificates.map(|c| c.answer(name, &report)).transpose()?.flatten();
     heartbeat_node(objects, events, name, &report).await?;
     let acknowledged = crate::commands::record_reports(objects, events, name, &report.commands).await?;
     Ok(HeartbeatResponse {
         heartbeat_period: cluster_config(config).heartbeat_period,
         peer_token: auth.peer_token().await?,
         acknowledged,
+        certificate,
     })
 }

@@ -137,6 +137,36 @@ pub fn serving_identity(ca: &ClusterCa, identity: &str, names: &[String]) -> Res
     ca.issue(&format!("herd server {identity}"), names, SystemTime::now(), SERVING_LIFETIME)
 }
 
+/// Signs nodes' certificates with the cluster CA: at join, and on renewal
+/// through heartbeats.
+pub struct NodeCertificates {
+    pub ca: ClusterCa,
+    /// How long a node's certificate lasts (`--agent-cert-lifetime`).
+    pub lifetime: Duration,
+}
+
+impl NodeCertificates {
+    /// A certificate for `node` if `report` carries a signing request; 422
+    /// naming `csr` if the request is not one.
+    pub fn answer(
+        &self,
+        node: &str,
+        report: &herd_core::api::AgentReport,
+    ) -> Result<Option<herd_core::api::NodeCertificate>, crate::error::ApiError> {
+        let Some(request) = &report.csr else { return Ok(None) };
+        let endpoint = report.address.as_deref().and_then(|a| a.parse::<SocketAddr>().ok()).map(|a| a.ip());
+        let now = SystemTime::now();
+        let chain_pem = self.ca.sign_node(request, node, endpoint, now, self.lifetime).map_err(|e| {
+            let errors =
+                herd_core::ValidationErrors::single("csr", format!("not a signing request this CA can sign: {e}"));
+            crate::error::ApiError::invalid("Node", node, errors)
+        })?;
+        let expires = herd_core::Timestamp::from_system_time(now + self.lifetime);
+        tracing::info!(node, %expires, "signed a node certificate");
+        Ok(Some(herd_core::api::NodeCertificate { chain_pem, expires }))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -94,6 +94,48 @@ impl ClusterCa {
     }
 }
 
+/// The DNS name a node's certificate carries: its identity to peers.
+pub fn node_dns_name(node: &str) -> String {
+    format!("{node}.node.herd")
+}
+
+/// A fresh key for node `node`, and a signing request for it (PEM each).
+/// The key stays with the caller; only the request is sent.
+pub fn node_key_and_request(node: &str) -> Result<(String, String), TlsError> {
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(vec![node_dns_name(node)])?;
+    params.distinguished_name.push(DnType::CommonName, node);
+    let request = params.serialize_request(&key)?;
+    Ok((key.serialize_pem(), request.pem()?))
+}
+
+impl ClusterCa {
+    /// Signs a node's request: whatever it asks for, the certificate names
+    /// only `node` (`<node>.node.herd`) and its endpoint's address, for
+    /// `lifetime`. Returns the chain (leaf, then the CA), PEM.
+    pub fn sign_node(
+        &self,
+        request_pem: &str,
+        node: &str,
+        endpoint: Option<std::net::IpAddr>,
+        now: SystemTime,
+        lifetime: Duration,
+    ) -> Result<String, TlsError> {
+        let mut request = rcgen::CertificateSigningRequestParams::from_pem(request_pem)?;
+        let mut names = vec![node_dns_name(node)];
+        names.extend(endpoint.map(|ip| ip.to_string()));
+        let mut params = CertificateParams::new(names)?;
+        params.distinguished_name.push(DnType::CommonName, node);
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+        params.use_authority_key_identifier_extension = true;
+        validity(&mut params, now, lifetime);
+        request.params = params;
+        let cert = request.signed_by(&self.issuer)?;
+        Ok(format!("{}{}", cert.pem(), self.cert_pem))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -110,5 +152,20 @@ mod tests {
         let served =
             again.issue("server", &["127.0.0.1".into(), "localhost".into()], now, Duration::from_secs(60)).unwrap();
         assert_eq!(served.chain_pem.matches("BEGIN CERTIFICATE").count(), 2, "leaf and CA");
+    }
+
+    #[test]
+    fn a_node_request_is_signed_for_that_node_only_and_a_forged_one_is_refused() {
+        let now = SystemTime::now();
+        let ca = ClusterCa::generate(now).unwrap();
+        let (key, request) = node_key_and_request("node-1").unwrap();
+        assert!(key.contains("PRIVATE KEY") && !request.contains("PRIVATE KEY"));
+        let chain =
+            ca.sign_node(&request, "node-1", Some("127.0.0.7".parse().unwrap()), now, Duration::from_secs(60)).unwrap();
+        assert_eq!(chain.matches("BEGIN CERTIFICATE").count(), 2);
+        let mut damaged = request.clone();
+        let middle = damaged.len() / 2;
+        damaged.replace_range(middle..middle + 4, "AAAA");
+        assert!(ca.sign_node(&damaged, "node-1", None, now, Duration::from_secs(60)).is_err());
     }
 }

@@ -9,7 +9,7 @@ pub mod listener;
 pub mod seal;
 pub mod trust;
 
-pub use ca::{ClusterCa, ServingIdentity};
+pub use ca::{ClusterCa, ServingIdentity, node_dns_name, node_key_and_request};
 pub use trust::{CaHash, Trust, client_config, install_provider, server_config};
 
 #[derive(Debug, thiserror::Error)]

@@ -241,6 +241,10 @@ pub struct ServerArgs {
     /// in the clear. Only for a network you trust completely.
     #[arg(long)]
     pub insecure_http: bool,
+    /// How long the certificates signed for nodes last; agents renew them
+    /// when two thirds of it have passed.
+    #[arg(long, value_parser = duration, default_value = "30d")]
+    pub agent_cert_lifetime: HumanDuration,
     /// [default: read from, or generated into, <data-dir>/join.token]
     #[arg(long, env = "HERD_JOIN_TOKEN", hide_env_values = true)]
     pub join_token: Option<String>,

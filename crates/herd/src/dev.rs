@@ -91,6 +91,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         election: Default::default(),
         fencing_probe: None,
         insecure_http: false,
+        agent_cert_lifetime: herd_server::DEFAULT_AGENT_CERT_LIFETIME,
     })
     .await
     .context("starting the server")?;

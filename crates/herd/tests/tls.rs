@@ -133,3 +133,56 @@ async fn an_agent_refuses_a_wrong_ca_hash_and_a_server_in_between_and_keeps_the_
     .await;
     assert!(started.elapsed() < Duration::from_secs(20));
 }
+
+/// The node certificate an agent keeps: its chain, key and expiry.
+fn kept_certificate(agent_dir: &Path) -> Option<serde_json::Value> {
+    serde_json::from_slice(&std::fs::read(agent_dir.join("node-cert.json")).ok()?).ok()
+}
+
+/// Whether the cluster CA signed `chain_pem` for `name`.
+fn signed_for(ca_hash: &str, chain_pem: &str, name: &str) -> bool {
+    use rustls::client::danger::ServerCertVerifier;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+    let chain: Vec<CertificateDer> = CertificateDer::pem_slice_iter(chain_pem.as_bytes()).map(Result::unwrap).collect();
+    let ca = chain.iter().find(|c| CaHash::of(c).to_string() == ca_hash).expect("the chain carries the CA");
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.clone()).unwrap();
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(roots.into(), provider).build().unwrap();
+    let name = ServerName::try_from(name.to_string()).unwrap();
+    verifier.verify_server_cert(&chain[0], &[], &name, &[], UnixTime::now()).is_ok()
+}
+
+#[tokio::test]
+async fn an_agent_gets_a_certificate_for_its_identity_keeps_its_key_and_renews_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_replica(&dir.path().join("server"), "r1", None, &["--agent-cert-lifetime", "6s"]);
+    let hash = server.ca_hash.clone().unwrap();
+    let agent_dir = dir.path().join("agent");
+    let _agent = common::start_agent(&server.url, &agent_dir, "node-1");
+    let admin = server.admin();
+    eventually(Duration::from_secs(20), "node-1 Ready", async || {
+        admin.get::<NodeSpec>("node-1").await.ok().filter(|n| n.status.ready)
+    })
+    .await;
+    let first = eventually(Duration::from_secs(10), "a node certificate", async || kept_certificate(&agent_dir)).await;
+    let chain = first["chainPem"].as_str().unwrap();
+    assert!(signed_for(&hash, chain, "node-1.node.herd"), "the CA signed it for the node's identity");
+    assert!(!signed_for(&hash, chain, "node-2.node.herd"), "and for no other node");
+    // The key never left the host: the server's store holds no trace of it.
+    let key = first["keyPem"].as_str().unwrap();
+    let key_body: String = key.lines().filter(|l| !l.starts_with("-----")).collect();
+    let stored = std::fs::read(server.data_dir.join("herd.db")).unwrap();
+    let needle = &key_body.as_bytes()[..40];
+    assert!(!stored.windows(needle.len()).any(|w| w == needle), "the node's key is not in the server's store");
+
+    // Two thirds into its 6 s life, the agent asks again: a new key, a later expiry.
+    let renewed = eventually(Duration::from_secs(15), "a renewed certificate", async || {
+        kept_certificate(&agent_dir).filter(|c| c["expires"] != first["expires"])
+    })
+    .await;
+    assert_ne!(renewed["keyPem"], first["keyPem"], "a renewal makes a new key");
+    assert!(renewed["expires"].as_str().unwrap() > first["expires"].as_str().unwrap());
+    assert!(signed_for(&hash, renewed["chainPem"].as_str().unwrap(), "node-1.node.herd"));
+}

@@ -48,6 +48,8 @@ pub struct AppState {
     pub replica: Arc<crate::replicas::ReplicaIdentity>,
     /// When this replica saw the others' records change.
     pub replica_sightings: crate::replicas::ReplicaSightings,
+    /// Signs nodes' certificates (None with plain HTTP).
+    pub node_certificates: Option<Arc<crate::tls::NodeCertificates>>,
     /// Fires when the server shuts down; ends watch streams.
     pub shutdown: CancellationToken,
 }

@@ -26,7 +26,8 @@ pub async fn join(
         return Err(error);
     }
     let request: JoinRequest = parse_body(&body, "Node", "")?;
-    crate::nodes::join(&state.objects, &state.config, &state.auth, &state.events, request).await.map(Json)
+    let certificates = state.node_certificates.as_deref();
+    crate::nodes::join(&state.objects, &state.config, &state.auth, &state.events, certificates, request).await.map(Json)
 }
 
 /// `GET /api/v1/nodes/{name}/commands` (list, or watch with `watch=true`):
@@ -65,5 +66,8 @@ pub async fn heartbeat(
 ) -> Result<Json<HeartbeatResponse>, ApiError> {
     caller.may(Verb::Heartbeat, "nodes", Some(&name))?;
     let report: AgentReport = parse_body(&body, "Node", &name)?;
-    crate::nodes::heartbeat(&state.objects, &state.config, &state.auth, &state.events, &name, report).await.map(Json)
+    let certificates = state.node_certificates.as_deref();
+    crate::nodes::heartbeat(&state.objects, &state.config, &state.auth, &state.events, certificates, &name, report)
+        .await
+        .map(Json)
 }
