@@ -79,6 +79,15 @@ async fn join_tokens_expire_can_be_revoked_and_only_admins_make_them() {
     with(&server, JOIN_TOKEN).join(&join_request("n3", "b3")).await.expect("the server's own token");
     assert_eq!(admin.join_tokens().await.unwrap().items.len(), 1, "an expired token is listed until deleted");
 
+    // A join whose signing request is not one is refused naming it, and
+    // registers nothing.
+    let mut bad_csr = join_request("n4", "b4");
+    bad_csr.report.csr = Some("-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----\n".into());
+    let refused_csr = with(&server, JOIN_TOKEN).join(&bad_csr).await.unwrap_err();
+    assert_eq!(refused_csr.reason(), Some(StatusReason::Invalid), "{refused_csr}");
+    assert!(refused_csr.to_string().contains("csr"), "{refused_csr}");
+    assert!(admin.get::<NodeSpec>("n4").await.unwrap_err().is_not_found());
+
     // Every refusal and every token's life is an Event.
     let refused = events(&server, "JoinRefused", "n3").await;
     assert!(refused.iter().any(|e| e.spec.message.contains("expired at")), "{refused:?}");
