@@ -309,6 +309,26 @@ async fn every_error_is_a_status_body_and_a_body_that_is_not_json_is_a_400_sayin
     );
     let (code, message) = send(http.post(url("/api/v1/nodes")).body("{\"apiVersion\": 3}")).await;
     assert_eq!(code, 422, "JSON that is not a Node names the field: {message}");
+
+    // A request refused before its handler reads the body (a node may not
+    // write Commands) gets its answer over TLS, and the connection stays
+    // usable for the next ones (the server reads every body first).
+    let joined = server
+        .anonymous()
+        .with_token(Some(common::JOIN_TOKEN.into()))
+        .join(&JoinRequest {
+            node_name: "n-big".into(),
+            previous_node_token: None,
+            report: AgentReport { agent_boot_id: "b".into(), ..Default::default() },
+        })
+        .await
+        .unwrap();
+    let big = format!("{{\"padding\": \"{}\"}}", "x".repeat(1 << 20));
+    for _ in 0..3 {
+        let response =
+            http.put(url("/api/v1/commands/c1")).bearer_auth(&joined.node_token).body(big.clone()).send().await;
+        assert_eq!(response.expect("an answer, not a broken connection").status().as_u16(), 403);
+    }
 }
 
 /// A dry run shows what would be stored, with no identity that never existed.

@@ -135,6 +135,23 @@ impl<T: serde::de::DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Api
     }
 }
 
+/// The largest request body taken (what axum's body extractors allow).
+const MAX_BODY_BYTES: usize = 2 << 20;
+
+/// Reads every request's body before it is routed, so that a request
+/// refused before its handler reads the body (401, 403, 404) leaves the
+/// connection clean: over TLS, closing a connection with a body still
+/// coming in is a broken stream to the client, not a refusal.
+async fn read_body_first(request: Request, next: Next) -> Response {
+    let (parts, body) = request.into_parts();
+    match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
+        Ok(bytes) => next.run(Request::from_parts(parts, axum::body::Body::from(bytes))).await,
+        Err(_) => axum::response::IntoResponse::into_response(ApiError::PayloadTooLarge(format!(
+            "the body is too large, or broke off: at most {MAX_BODY_BYTES} bytes are taken"
+        ))),
+    }
+}
+
 async fn record_metrics(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let started = Instant::now();
     let method = request.method().to_string();
@@ -155,6 +172,7 @@ pub fn router(state: AppState) -> Router {
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         .route_layer(middleware::from_fn_with_state(state.clone(), record_metrics))
+        .layer(middleware::from_fn(read_body_first))
         .with_state(state)
 }
 
