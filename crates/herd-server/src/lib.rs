@@ -100,8 +100,8 @@ pub enum ServerError {
 pub struct Server {
     addr: SocketAddr,
     url: String,
-    /// The cluster CA's hash and certificate (None with plain HTTP).
-    ca: Option<(herd_tls::CaHash, String)>,
+    /// The cluster CA, signing nodes' certificates (None with plain HTTP).
+    certificates: Option<Arc<tls::NodeCertificates>>,
     shutdown: CancellationToken,
     task: JoinHandle<Result<(), ServerError>>,
 }
@@ -134,24 +134,17 @@ impl Server {
             shutdown.cancel();
             ServerError::Bind { addr: config.listen, source }
         })?;
-        let tls = if config.insecure_http {
+        let (node_certificates, tls_config) = if config.insecure_http {
             tracing::warn!("serving plain HTTP (--insecure-http): tokens and data cross the network in the clear");
-            None
+            (None, None)
         } else {
             let ca = tls::cluster_ca(&store, &config.admin_token).await.inspect_err(|_| shutdown.cancel())?;
             let names = tls::serving_names(addr, config.advertise_url.as_deref());
-            let identity = tls::serving_identity(&ca, &config.identity, &names)?;
-            Some((ca, herd_tls::server_config(&identity)?))
+            let server_config = herd_tls::server_config(&tls::serving_identity(&ca, &config.identity, &names)?)?;
+            let signer = tls::NodeCertificates { ca, lifetime: config.agent_cert_lifetime };
+            (Some(Arc::new(signer)), Some(server_config))
         };
-        let scheme = if tls.is_some() { "https" } else { "http" };
-        let ca_of_server = tls.as_ref().map(|(ca, _)| (ca.hash(), ca.cert_pem().to_string()));
-        let (node_certificates, tls_config) = match tls {
-            Some((ca, server_config)) => {
-                let signer = tls::NodeCertificates { ca, lifetime: config.agent_cert_lifetime };
-                (Some(Arc::new(signer)), Some(server_config))
-            }
-            None => (None, None),
-        };
+        let scheme = if tls_config.is_some() { "https" } else { "http" };
         let url = config.advertise_url.clone().unwrap_or_else(|| format!("{scheme}://{addr}"));
         let me =
             ReplicaIdentity { name: config.identity.clone(), url: url.clone(), lock_name: settings.lock_name.clone() };
@@ -167,7 +160,7 @@ impl Server {
             metrics: metrics.clone(),
             events: EventRecorder::new(objects.clone(), "api"),
             leader_health: Arc::default(),
-            node_certificates,
+            node_certificates: node_certificates.clone(),
             replica: Arc::new(me.clone()),
             replica_sightings: replicas::ReplicaSightings::start(objects.store().clone(), shutdown.clone()),
             shutdown: shutdown.clone(),
@@ -192,7 +185,6 @@ impl Server {
         let record = replicas::keep_record(objects, me, leading, record_stop.clone()).await;
         let router = api::router(state).layer(tower_http::trace::TraceLayer::new_for_http());
         let stop = shutdown.clone();
-        let ca = ca_of_server;
         let task = tokio::spawn(async move {
             let served = match tls_config {
                 Some(tls_config) => {
@@ -213,7 +205,7 @@ impl Server {
             served.map_err(ServerError::Serve)
         });
         tracing::info!(%addr, backend = %config.store_url, identity = %config.identity, "herd server listening");
-        Ok(Server { addr, url, ca, shutdown, task })
+        Ok(Server { addr, url, certificates: node_certificates, shutdown, task })
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -228,12 +220,12 @@ impl Server {
 
     /// The cluster CA's hash, what agents and the CLI pin (None with plain HTTP).
     pub fn ca_hash(&self) -> Option<herd_tls::CaHash> {
-        self.ca.as_ref().map(|(hash, _)| *hash)
+        self.certificates.as_ref().map(|c| c.ca.hash())
     }
 
     /// The cluster CA's certificate, PEM (None with plain HTTP).
     pub fn ca_pem(&self) -> Option<&str> {
-        self.ca.as_ref().map(|(_, pem)| pem.as_str())
+        self.certificates.as_ref().map(|c| c.ca.cert_pem())
     }
 
     /// Stops serving (open watches end), stops the controllers, waits.

@@ -96,7 +96,8 @@ pub fn client_config(trust: &Trust) -> Result<ClientConfig, TlsError> {
             if hash.is_empty() {
                 return Err(TlsError::Hash("no CA hash to pin".into()));
             }
-            builder.dangerous().with_custom_certificate_verifier(Arc::new(PinnedCa(hash.clone()))).with_no_client_auth()
+            let verifier = PinnedCa { hashes: hash.clone(), provider: provider() };
+            builder.dangerous().with_custom_certificate_verifier(Arc::new(verifier)).with_no_client_auth()
         }
     };
     Ok(config)
@@ -105,7 +106,10 @@ pub fn client_config(trust: &Trust) -> Result<ClientConfig, TlsError> {
 /// Accepts a server whose chain carries a CA with a pinned hash and whose
 /// certificate that CA signed for the name asked for.
 #[derive(Debug)]
-struct PinnedCa(Vec<CaHash>);
+struct PinnedCa {
+    hashes: Vec<CaHash>,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+}
 
 impl ServerCertVerifier for PinnedCa {
     fn verify_server_cert(
@@ -116,10 +120,10 @@ impl ServerCertVerifier for PinnedCa {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        let Some(ca) = intermediates.iter().find(|cert| self.0.contains(&CaHash::of(cert))) else {
+        let Some(ca) = intermediates.iter().find(|cert| self.hashes.contains(&CaHash::of(cert))) else {
             let shown =
                 intermediates.last().map_or("no CA".to_string(), |cert| format!("a CA with hash {}", CaHash::of(cert)));
-            let pinned: Vec<String> = self.0.iter().map(CaHash::to_string).collect();
+            let pinned: Vec<String> = self.hashes.iter().map(CaHash::to_string).collect();
             return Err(rustls::Error::General(format!(
                 "the server showed {shown}, not the pinned CA {}: refusing it (a wrong --ca-hash, or someone in between)",
                 pinned.join(" or ")
@@ -127,7 +131,7 @@ impl ServerCertVerifier for PinnedCa {
         };
         let mut roots = RootCertStore::empty();
         roots.add(ca.clone().into_owned())?;
-        let verifier = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider())
+        let verifier = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), self.provider.clone())
             .build()
             .map_err(|e| rustls::Error::General(e.to_string()))?;
         verifier.verify_server_cert(end_entity, &[], server_name, ocsp_response, now)
@@ -139,8 +143,7 @@ impl ServerCertVerifier for PinnedCa {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        let algorithms = provider().signature_verification_algorithms;
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &algorithms)
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
     }
 
     fn verify_tls13_signature(
@@ -149,12 +152,11 @@ impl ServerCertVerifier for PinnedCa {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        let algorithms = provider().signature_verification_algorithms;
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &algorithms)
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        provider().signature_verification_algorithms.supported_schemes()
+        self.provider.signature_verification_algorithms.supported_schemes()
     }
 }
 
