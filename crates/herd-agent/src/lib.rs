@@ -161,6 +161,11 @@ pub async fn run(config: AgentConfig, stop: CancellationToken) -> Result<(), Age
         host_boot_id: host_boot_id(),
     };
     let members = members::Members::open(&data_dir, stop.clone()).await?;
+    // Workers killed with the host left their staging locks behind.
+    let stale = worker::remove_stale_locks(&members.incoming_dir());
+    if stale > 0 {
+        tracing::info!(count = stale, "removed staging locks no copy holds");
+    }
     let peer_token = endpoint::load_peer_token(&data_dir);
     let endpoint =
         endpoint::serve(config.listen, identity.clone(), members.clone(), peer_token.clone(), stop.clone()).await?;

@@ -184,7 +184,12 @@ impl Members {
     /// Where a copy of a volume is staged until it is verified (kept
     /// across attempts, so that a copy resumes).
     pub fn staging_dir(&self, member: &str, volume: &str) -> PathBuf {
-        self.data_dir.join("volumes").join(".incoming").join(member).join(volume)
+        self.incoming_dir().join(member).join(volume)
+    }
+
+    /// Where every copy is staged, one directory per member.
+    pub fn incoming_dir(&self) -> PathBuf {
+        self.data_dir.join("volumes").join(".incoming")
     }
 
     /// Every volume and partial copy in the data dir, with whether this

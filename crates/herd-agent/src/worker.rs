@@ -277,6 +277,34 @@ pub fn remove_staging(staging: &Path) -> std::io::Result<u64> {
     Ok(bytes)
 }
 
+/// Removes the lock files under `incoming` that guard no staging area and
+/// that no worker holds: a worker that died between installing its copy
+/// and removing its lock, or before it staged anything, leaves one behind.
+/// A lock beside a staging area stays (a later copy resumes from it).
+/// Returns how many went.
+pub fn remove_stale_locks(incoming: &Path) -> usize {
+    use std::os::unix::fs::MetadataExt;
+    let files_in = |dir: &Path| std::fs::read_dir(dir).into_iter().flatten().flatten().map(|e| e.path());
+    let mut removed = 0;
+    for member in files_in(incoming).filter(|p| p.is_dir()) {
+        for lock in files_in(&member).filter(|p| p.extension().is_some_and(|e| e == "lock")) {
+            let staging = lock.with_extension("");
+            // Opened without create: a lock removed meanwhile is not made again.
+            let Ok(file) = std::fs::File::open(&lock) else { continue };
+            if staging.exists() || file.try_lock().is_err() {
+                continue;
+            }
+            // Held now, so no worker stages meanwhile; still the same file?
+            let same = file.metadata().ok().map(|m| (m.dev(), m.ino()))
+                == std::fs::metadata(&lock).ok().map(|m| (m.dev(), m.ino()));
+            if same && !staging.exists() && std::fs::remove_file(&lock).is_ok() {
+                removed += 1;
+            }
+        }
+    }
+    removed
+}
+
 /// `<staging>.lock`, beside the staging area.
 fn lock_path(staging: &Path) -> Option<PathBuf> {
     let mut name = staging.file_name()?.to_os_string();
@@ -491,5 +519,23 @@ mod tests {
         assert!(third.path.exists());
         third.release_and_remove();
         assert!(!dir.path().join("m1/data.v2.lock").exists(), "an installed copy leaves no lock file");
+    }
+
+    #[tokio::test]
+    async fn a_lock_that_guards_nothing_is_removed_unless_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let (orphan, resumable, held) =
+            (dir.path().join("m1/data"), dir.path().join("m2/data"), dir.path().join("m3/data"));
+        // A worker died after installing m1's copy; m2's copy is partial.
+        drop(lock_staging(&orphan).await.unwrap());
+        drop(lock_staging(&resumable).await.unwrap());
+        std::fs::create_dir_all(&resumable).unwrap();
+        let holder = lock_staging(&held).await.unwrap();
+        assert_eq!(remove_stale_locks(dir.path()), 1);
+        assert!(!dir.path().join("m1/data.lock").exists(), "the orphaned lock goes");
+        assert!(dir.path().join("m2/data.lock").exists(), "a partial copy keeps its lock");
+        assert!(dir.path().join("m3/data.lock").exists(), "a held lock stays");
+        holder.release_and_remove();
+        assert_eq!(remove_stale_locks(&dir.path().join("missing")), 0);
     }
 }

@@ -448,6 +448,8 @@ impl Executor {
             })),
         );
         let status = child.wait().await.map_err(|e| format!("waiting for the copy worker: {e}"))?;
+        // A worker of an earlier attempt that was killed may have left its lock.
+        crate::worker::remove_stale_locks(&self.members.incoming_dir());
         crate::worker::read_result(&result).ok_or_else(|| format!("the copy worker ended ({status}) without a result"))
     }
 
