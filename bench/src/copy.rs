@@ -100,6 +100,7 @@ fn journal_transitions(dir: &Path, count: u64) -> anyhow::Result<(Duration, Dura
         answer: None,
         worker: None,
         peers: Default::default(),
+        grants: Vec::new(),
         progress: Default::default(),
     };
     let bytes = serde_json::to_vec_pretty(&entry)?;

@@ -1,19 +1,23 @@
-//! The agent's own HTTP endpoint: who it is (`/healthz`, open), and its
-//! volumes, for peer agents copying them and for the server finding out
-//! what exists (peer token required): a volume's manifest, and its files,
-//! streamed from any offset (`Range: bytes=N-`) so that a copy resumes.
+//! The agent's own endpoint, over TLS with the node's certificate: who it
+//! is (`/healthz`, open), and, for a caller whose certificate names the
+//! holder of a grant for that one action ([`crate::peer_access`]), its
+//! volumes (a manifest, and files streamed from any offset, `Range:
+//! bytes=N-`, so that a copy resumes), its members' logs, and the steps of
+//! a migration (stop, start, forget a member).
 
 use std::net::SocketAddr;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use axum::Json;
 use axum::Router;
 use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::extract::connect_info::Connected;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::serve::ListenerExt;
+use axum::serve::IncomingStream;
 use herd_core::ValidationErrors;
 use herd_core::validation::{FieldPath, check_name};
 use serde::Deserialize;
@@ -21,37 +25,31 @@ use serde_json::json;
 use tokio::io::AsyncSeekExt;
 use tokio_util::sync::CancellationToken;
 
+use herd_core::grant::{Access, Holder};
+use herd_tls::listener::TlsListener;
+
 use crate::members::Members;
+use crate::peer_access::PeerAccess;
 use crate::volumes;
 use crate::{AgentError, Identity};
 
-/// The cluster's peer token, once a server handed it over.
-pub type PeerToken = Arc<RwLock<Option<String>>>;
+/// Who called, as the certificate it showed names it (None: it showed
+/// none of the cluster's).
+#[derive(Clone)]
+struct Caller(Option<Holder>);
 
-/// The peer token kept in the data dir (so that a restarted agent can copy
-/// before its first heartbeat), or none yet.
-pub fn load_peer_token(data_dir: &std::path::Path) -> PeerToken {
-    let token = std::fs::read_to_string(data_dir.join("peer-token")).ok().map(|t| t.trim().to_string());
-    Arc::new(RwLock::new(token.filter(|t| !t.is_empty())))
-}
-
-/// Keeps `token` as the peer token, in memory and in the data dir.
-pub fn remember_peer_token(peer_token: &PeerToken, data_dir: &std::path::Path, token: &str) {
-    let Ok(mut current) = peer_token.write() else { return };
-    if current.as_deref() == Some(token) {
-        return;
+impl Connected<IncomingStream<'_, TlsListener>> for Caller {
+    fn connect_info(stream: IncomingStream<'_, TlsListener>) -> Caller {
+        let certificates = stream.io().get_ref().1.peer_certificates();
+        Caller(certificates.and_then(|chain| chain.first()).and_then(herd_tls::peer::holder_of))
     }
-    if let Err(error) = crate::fsutil::write_atomic(&data_dir.join("peer-token"), token.as_bytes(), 0o600) {
-        tracing::warn!(%error, "could not keep the peer token in the data dir");
-    }
-    *current = Some(token.to_string());
 }
 
 #[derive(Clone)]
 struct EndpointState {
     identity: Identity,
     members: Members,
-    peer_token: PeerToken,
+    access: PeerAccess,
     /// Hashes of volume files already read (a copy reads the source's
     /// manifest twice).
     hashes: Arc<volumes::HashCache>,
@@ -73,19 +71,9 @@ impl IntoResponse for Refusal {
 }
 
 impl EndpointState {
-    fn authorize(&self, headers: &HeaderMap) -> Result<(), Refusal> {
-        let expected = self.peer_token.read().ok().and_then(|t| t.clone());
-        let Some(expected) = expected else {
-            return Err(Refusal(StatusCode::SERVICE_UNAVAILABLE, "this agent has no peer token yet".into()));
-        };
-        let given =
-            headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
-        // Compared as blake3 hashes: in constant time.
-        if given.map(|g| blake3::hash(g.as_bytes())) == Some(blake3::hash(expected.as_bytes())) {
-            Ok(())
-        } else {
-            Err(Refusal(StatusCode::UNAUTHORIZED, "the peer token is missing or wrong".into()))
-        }
+    /// Whether the caller holds a grant for `asked` (see [`PeerAccess::allow`]).
+    fn allow(&self, headers: &HeaderMap, caller: &Caller, asked: Access) -> Result<(), Refusal> {
+        self.access.allow(headers, caller.0.as_ref(), asked).map_err(|(status, why)| Refusal(status, why))
     }
 
     /// Names that cannot leave the data dir: `(field, name)` pairs.
@@ -97,9 +85,9 @@ impl EndpointState {
         errors.into_result().map_err(|errors| Refusal(StatusCode::BAD_REQUEST, errors.to_string()))
     }
 
-    /// A request about one member: the peer token, and a member name.
-    fn member_request(&self, headers: &HeaderMap, member: &str) -> Result<(), Refusal> {
-        self.authorize(headers)?;
+    /// A request about one member: its grant, and a member name.
+    fn member_request(&self, headers: &HeaderMap, caller: &Caller, asked: Access, member: &str) -> Result<(), Refusal> {
+        self.allow(headers, caller, asked)?;
         Self::check_names(&[("member", member)])
     }
 
@@ -119,10 +107,11 @@ impl EndpointState {
 
 async fn manifest(
     State(state): State<EndpointState>,
+    ConnectInfo(caller): ConnectInfo<Caller>,
     headers: HeaderMap,
     Path((member, volume)): Path<(String, String)>,
 ) -> Result<Response, Refusal> {
-    state.authorize(&headers)?;
+    state.allow(&headers, &caller, Access::ReadVolume { member: member.clone(), volume: volume.clone() })?;
     let dir = state.volume_dir(&member, &volume)?;
     let hashes = state.hashes.clone();
     let manifest = tokio::task::spawn_blocking(move || volumes::manifest_cached(&dir, &hashes))
@@ -133,8 +122,12 @@ async fn manifest(
 }
 
 /// Every volume and partial copy this node holds.
-async fn stored_volumes(State(state): State<EndpointState>, headers: HeaderMap) -> Result<Response, Refusal> {
-    state.authorize(&headers)?;
+async fn stored_volumes(
+    State(state): State<EndpointState>,
+    ConnectInfo(caller): ConnectInfo<Caller>,
+    headers: HeaderMap,
+) -> Result<Response, Refusal> {
+    state.allow(&headers, &caller, Access::ListVolumes)?;
     let members = state.members.clone();
     let found = tokio::task::spawn_blocking(move || members.stored_volumes())
         .await
@@ -146,10 +139,11 @@ async fn stored_volumes(State(state): State<EndpointState>, headers: HeaderMap) 
 /// How many bytes a copy in progress has staged for the volume.
 async fn staged(
     State(state): State<EndpointState>,
+    ConnectInfo(caller): ConnectInfo<Caller>,
     headers: HeaderMap,
     Path((member, volume)): Path<(String, String)>,
 ) -> Result<Response, Refusal> {
-    state.authorize(&headers)?;
+    state.allow(&headers, &caller, Access::ReadVolume { member: member.clone(), volume: volume.clone() })?;
     EndpointState::check_names(&[("member", &member), ("volume", &volume)])?;
     let dir = state.members.staging_dir(&member, &volume);
     if !dir.is_dir() {
@@ -165,10 +159,11 @@ async fn staged(
 /// Stops a member (a migration's first step, asked by its target).
 async fn stop_member(
     State(state): State<EndpointState>,
+    ConnectInfo(caller): ConnectInfo<Caller>,
     headers: HeaderMap,
     Path(member): Path<String>,
 ) -> Result<Response, Refusal> {
-    state.member_request(&headers, &member)?;
+    state.member_request(&headers, &caller, Access::StopMember { member: member.clone() }, &member)?;
     if state.members.record(&member).is_none() {
         return Err(Refusal(StatusCode::NOT_FOUND, format!("member {member} is not on {}", state.identity.node_name)));
     }
@@ -180,10 +175,11 @@ async fn stop_member(
 /// migration's way back: the member runs where it was).
 async fn start_member(
     State(state): State<EndpointState>,
+    ConnectInfo(caller): ConnectInfo<Caller>,
     headers: HeaderMap,
     Path(member): Path<String>,
 ) -> Result<Response, Refusal> {
-    state.member_request(&headers, &member)?;
+    state.member_request(&headers, &caller, Access::StartMember { member: member.clone() }, &member)?;
     let Some(record) = state.members.record(&member) else {
         return Err(Refusal(StatusCode::NOT_FOUND, format!("member {member} is not on {}", state.identity.node_name)));
     };
@@ -202,11 +198,12 @@ struct LogQuery {
 /// The end of a member's log file.
 async fn member_log(
     State(state): State<EndpointState>,
+    ConnectInfo(caller): ConnectInfo<Caller>,
     headers: HeaderMap,
     Path(member): Path<String>,
     Query(query): Query<LogQuery>,
 ) -> Result<Response, Refusal> {
-    state.member_request(&headers, &member)?;
+    state.member_request(&headers, &caller, Access::ReadLogs { member: member.clone() }, &member)?;
     let stream = query.stream.as_deref().unwrap_or("stdout");
     if stream == "setup" {
         let output = state.members.record(&member).and_then(|record| crate::setup::output(&state.members, &record));
@@ -242,10 +239,11 @@ async fn member_log(
 /// Forgets a member that moved away (a migration's last step).
 async fn forget_member(
     State(state): State<EndpointState>,
+    ConnectInfo(caller): ConnectInfo<Caller>,
     headers: HeaderMap,
     Path(member): Path<String>,
 ) -> Result<Response, Refusal> {
-    state.member_request(&headers, &member)?;
+    state.member_request(&headers, &caller, Access::ForgetMember { member: member.clone() }, &member)?;
     state.members.forget(&member).await.map_err(Refusal::internal)?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
@@ -257,11 +255,12 @@ struct FileQuery {
 
 async fn file(
     State(state): State<EndpointState>,
+    ConnectInfo(caller): ConnectInfo<Caller>,
     headers: HeaderMap,
     Path((member, volume)): Path<(String, String)>,
     Query(query): Query<FileQuery>,
 ) -> Result<Response, Refusal> {
-    state.authorize(&headers)?;
+    state.allow(&headers, &caller, Access::ReadVolume { member: member.clone(), volume: volume.clone() })?;
     let dir = state.volume_dir(&member, &volume)?;
     let path = volumes::inside(&dir, &query.path)
         .ok_or_else(|| Refusal(StatusCode::BAD_REQUEST, format!("path {:?} would leave the volume", query.path)))?;
@@ -322,13 +321,15 @@ pub async fn serve(
     listen: SocketAddr,
     identity: Identity,
     members: Members,
-    peer_token: PeerToken,
+    access: PeerAccess,
     stop: CancellationToken,
 ) -> Result<SocketAddr, AgentError> {
     let listener =
         tokio::net::TcpListener::bind(listen).await.map_err(|source| AgentError::Listen { addr: listen, source })?;
     let addr = listener.local_addr().map_err(|source| AgentError::Listen { addr: listen, source })?;
-    let state = EndpointState { identity, members, peer_token, hashes: Arc::default() };
+    let listener = TlsListener::changing(listener, access.tls_config())
+        .map_err(|source| AgentError::Listen { addr: listen, source })?;
+    let state = EndpointState { identity, members, access, hashes: Arc::default() };
     let router = Router::new()
         .route(
             "/healthz",
@@ -346,19 +347,10 @@ pub async fn serve(
         .route("/volumes/{member}/{volume}/staged", get(staged))
         .with_state(state);
     tokio::spawn(async move {
-        if let Err(error) =
-            axum::serve(listener.tap_io(no_delay), router).with_graceful_shutdown(stop.cancelled_owned()).await
-        {
+        let service = router.into_make_service_with_connect_info::<Caller>();
+        if let Err(error) = axum::serve(listener, service).with_graceful_shutdown(stop.cancelled_owned()).await {
             tracing::error!(%error, "agent endpoint failed");
         }
     });
     Ok(addr)
-}
-
-/// Sends small responses at once: without it, a response written in two
-/// parts waits for the peer's delayed acknowledgement (40 ms on Linux).
-fn no_delay(stream: &mut tokio::net::TcpStream) {
-    if let Err(error) = stream.set_nodelay(true) {
-        tracing::debug!(%error, "could not set TCP_NODELAY");
-    }
 }

@@ -14,9 +14,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::credentials::{CredentialStore, Credentials};
-use crate::endpoint::{PeerToken, remember_peer_token};
 use crate::executor::Executor;
 use crate::members::Members;
+use crate::peer_access::PeerAccess;
 use crate::{AgentError, Identity};
 
 const FIRST_RETRY: Duration = Duration::from_millis(250);
@@ -76,9 +76,10 @@ pub struct Heartbeat {
     pub endpoint: SocketAddr,
     pub members: Members,
     pub executor: Arc<Executor>,
-    /// Set from every answer of the server.
-    pub peer_token: PeerToken,
-    /// Where the peer token is kept.
+    /// Its grant key is set from every answer of the server, its
+    /// certificate from each new one; its refusals go with each heartbeat.
+    pub access: PeerAccess,
+    /// Where the node certificate is kept.
     pub data_dir: std::path::PathBuf,
     /// After the server has been unreachable this long, the disconnect hooks run.
     pub disconnect_grace: Duration,
@@ -94,20 +95,16 @@ impl Heartbeat {
             endpoint,
             members,
             executor,
-            peer_token,
+            access,
             data_dir,
             disconnect_grace,
         } = self;
-        let remember = |token: &str| remember_peer_token(&peer_token, &data_dir, token);
         let mut report = AgentReport {
             agent_boot_id: identity.agent_boot_id.clone(),
             host_boot_id: identity.host_boot_id.clone(),
             address: Some(endpoint.to_string()),
             agent_version: Some(env!("CARGO_PKG_VERSION").to_string()),
-            members: Vec::new(),
-            commands: Vec::new(),
-            disk: None,
-            csr: None,
+            ..AgentReport::default()
         };
         let name = identity.node_name.clone();
         let mut credentials = store.load(&name)?;
@@ -136,9 +133,10 @@ impl Heartbeat {
                 {
                     Ok(joined) => {
                         certificate.answer(joined.certificate.as_ref(), SystemTime::now())?;
+                        access.use_identity(certificate.identity());
                         let creds = Credentials { node_name: name.clone(), node_token: joined.node_token };
                         store.save(&creds)?;
-                        remember(&joined.peer_token);
+                        access.remember_grant_key(&joined.grant_key);
                         credentials = Some(creds);
                         let period = joined.heartbeat_period.get();
                         backoff.reset();
@@ -164,6 +162,10 @@ impl Heartbeat {
             report.disk = crate::fsutil::disk_space(&data_dir)
                 .map(|(free_bytes, total_bytes)| herd_core::api::DiskReport { free_bytes, total_bytes })
                 .ok();
+            // Kept until a heartbeat carries them (the newest, if many).
+            report.peer_refusals.extend(access.take_refusals());
+            let excess = report.peer_refusals.len().saturating_sub(crate::peer_access::KEPT_REFUSALS);
+            report.peer_refusals.drain(..excess);
             match client.with_token(Some(creds.node_token.clone())).heartbeat(&name, &report).await {
                 Ok(answer) => {
                     if failing {
@@ -171,11 +173,13 @@ impl Heartbeat {
                         failing = false;
                     }
                     unreachable_since = None;
+                    report.peer_refusals.clear();
                     if report.csr.is_some() {
                         certificate.answer(answer.certificate.as_ref(), SystemTime::now())?;
+                        access.use_identity(certificate.identity());
                     }
                     executor.acknowledge(&answer.acknowledged);
-                    remember(&answer.peer_token);
+                    access.remember_grant_key(&answer.grant_key);
                     let period = answer.heartbeat_period.get();
                     backoff.reset();
                     if !sleep_or_report(started + period, &executor, &members, &stop).await {

@@ -58,6 +58,9 @@ pub struct Entry {
     /// The agent endpoints of the other nodes the action involves.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub peers: BTreeMap<String, String>,
+    /// The grants the leader signed for what the action needs from them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub grants: Vec<String>,
     /// How far the work got (for example the bytes copied), shown to the operator.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub progress: BTreeMap<String, String>,
@@ -191,6 +194,7 @@ mod tests {
             answer: None,
             worker: None,
             peers: BTreeMap::new(),
+            grants: Vec::new(),
             progress: BTreeMap::new(),
         }
     }

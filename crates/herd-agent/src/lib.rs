@@ -25,6 +25,7 @@ pub mod heartbeat;
 pub mod journal;
 pub mod members;
 pub mod node_cert;
+pub mod peer_access;
 pub mod pid_lock;
 pub mod procs;
 pub mod readiness;
@@ -166,13 +167,14 @@ pub async fn run(config: AgentConfig, stop: CancellationToken) -> Result<(), Age
     if stale > 0 {
         tracing::info!(count = stale, "removed staging locks no copy holds");
     }
-    let peer_token = endpoint::load_peer_token(&data_dir);
+    let node_identity = node_cert::NodeCertStore::open(&data_dir, &identity.node_name)?.identity();
+    let access = peer_access::PeerAccess::open(&data_dir, &identity.node_name, node_identity);
     let endpoint =
-        endpoint::serve(config.listen, identity.clone(), members.clone(), peer_token.clone(), stop.clone()).await?;
+        endpoint::serve(config.listen, identity.clone(), members.clone(), access.clone(), stop.clone()).await?;
     tracing::info!(node = %identity.node_name, boot_id = %identity.agent_boot_id, address = %endpoint, "herd agent started");
     let workers = executor::Workers {
         program: config.worker_program.clone(),
-        peer_token: peer_token.clone(),
+        access: access.clone(),
         bandwidth: config.copy_bandwidth,
         node: identity.node_name.clone(),
     };
@@ -200,7 +202,7 @@ pub async fn run(config: AgentConfig, stop: CancellationToken) -> Result<(), Age
         endpoint,
         members,
         executor: executor.clone(),
-        peer_token,
+        access,
         data_dir: data_dir.clone(),
         disconnect_grace: config.disconnect_grace,
     };

@@ -56,6 +56,12 @@ impl NodeCertStore {
         Ok(NodeCertStore { path, node: node.to_string(), kept, pending: None, declined: false })
     }
 
+    /// The certificate kept and its key, if there is one.
+    pub fn identity(&self) -> Option<herd_tls::ServingIdentity> {
+        let kept = self.kept.as_ref()?;
+        Some(herd_tls::ServingIdentity { chain_pem: kept.chain_pem.clone(), key_pem: kept.key_pem.clone() })
+    }
+
     /// When the certificate kept expires, if there is one.
     pub fn expires(&self) -> Option<Timestamp> {
         self.kept.as_ref().map(|kept| kept.expires)

@@ -18,6 +18,7 @@ use futures_util::StreamExt;
 use herd_client::PeerClient;
 use herd_core::api::{ManifestFile, VolumeManifest};
 use herd_core::kinds::Answer;
+use herd_tls::ServingIdentity;
 use serde::{Deserialize, Serialize};
 
 use herd_core::units::human_bytes;
@@ -29,9 +30,15 @@ use crate::volumes;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CopyJob {
-    /// The source agent's endpoint (`host:port`).
+    /// The source agent's endpoint (`host:port`) and its node.
     pub source: String,
-    pub peer_token: String,
+    pub source_node: String,
+    /// The grants to read the volume there.
+    pub grants: Vec<String>,
+    /// This node's certificate and key (PEM), shown to the source; the
+    /// job file has the key file's mode.
+    pub certificate_chain: String,
+    pub certificate_key: String,
     pub member: String,
     pub volume: String,
     pub staging: PathBuf,
@@ -164,7 +171,9 @@ async fn copy(job: &CopyJob) -> Result<Answer, CopyFailure> {
     // One copy of a volume at a time: a worker of an earlier attempt that
     // still runs finishes first.
     let lock = lock_staging(&job.staging).await?;
-    let source = PeerClient::new(&job.source, &job.peer_token);
+    let identity = ServingIdentity { chain_pem: job.certificate_chain.clone(), key_pem: job.certificate_key.clone() };
+    let source = PeerClient::new(&job.source, &job.source_node, &identity, &job.grants)
+        .map_err(|e| CopyFailure::Local(format!("talking to {}: {e}", job.source_node)))?;
     let manifest = source
         .manifest(member, volume)
         .await

@@ -1,28 +1,62 @@
-//! Talking to an agent's own endpoint with the cluster's peer token: a
-//! volume's manifest, and its files from any offset.
+//! Talking to another node's agent endpoint over TLS, showing this side's
+//! certificate and, with each request, the grant for that one action: a
+//! volume's manifest and its files from any offset, a member's log, and
+//! the steps of a migration.
 
 use std::time::Duration;
 
 use herd_core::api::{
     StoredVolume, VOLUMES_PATH, VolumeManifest, member_path, volume_file_path, volume_path, volume_staged_path,
 };
+use herd_core::grant::Access;
+use herd_tls::ServingIdentity;
+use herd_tls::grant::{GRANT_HEADER, read_unverified};
 
 use crate::ClientError;
 
 #[derive(Clone)]
 pub struct PeerClient {
     base: String,
-    token: String,
+    /// The grants this caller holds for that node, by the action each names.
+    grants: Vec<(Access, String)>,
     http: reqwest::Client,
 }
 
 impl PeerClient {
-    /// `address` is `host:port` (as in a Node's status) or a base URL.
-    pub fn new(address: &str, token: &str) -> PeerClient {
-        let base = if address.contains("://") { address.to_string() } else { format!("http://{address}") };
+    /// A client for the agent of `node` at `address` (`host:port`, as in
+    /// a Node's status), which must show `node`'s certificate; `identity`
+    /// is this side's (its chain ends with the cluster CA). `grants` are
+    /// signed grants; each request shows the one for its action.
+    pub fn new(
+        address: &str,
+        node: &str,
+        identity: &ServingIdentity,
+        grants: &[String],
+    ) -> Result<PeerClient, ClientError> {
         herd_tls::install_provider();
-        let http = reqwest::Client::builder().connect_timeout(Duration::from_secs(5)).build().unwrap_or_default();
-        PeerClient { base: base.trim_end_matches('/').to_string(), token: token.to_string(), http }
+        let config = herd_tls::peer::client_config(identity, node).map_err(|e| ClientError::Tls(e.to_string()))?;
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .tls_backend_preconfigured(config)
+            .build()
+            .map_err(|e| ClientError::Tls(crate::error_chain(&e)))?;
+        let grants =
+            grants.iter().filter_map(|signed| Some((read_unverified(signed)?.access, signed.clone()))).collect();
+        let base = format!("https://{}", address.trim_end_matches('/'));
+        Ok(PeerClient { base, grants, http })
+    }
+
+    /// The request, with the grant for `access` when this caller has one
+    /// (without, the agent refuses it and says so).
+    fn granted(&self, request: reqwest::RequestBuilder, access: Access) -> reqwest::RequestBuilder {
+        match self.grants.iter().find(|(granted, _)| *granted == access) {
+            Some((_, signed)) => request.header(GRANT_HEADER, signed),
+            None => request,
+        }
+    }
+
+    fn read_volume(member: &str, volume: &str) -> Access {
+        Access::ReadVolume { member: member.into(), volume: volume.into() }
     }
 
     fn unreachable(&self, error: reqwest::Error) -> ClientError {
@@ -42,7 +76,8 @@ impl PeerClient {
     /// The volume's manifest; None when the agent does not have it.
     pub async fn manifest(&self, member: &str, volume: &str) -> Result<Option<VolumeManifest>, ClientError> {
         let url = format!("{}{}", self.base, volume_path(member, volume));
-        let response = self.http.get(&url).bearer_auth(&self.token).timeout(Duration::from_secs(120)).send().await;
+        let request = self.granted(self.http.get(&url), Self::read_volume(member, volume));
+        let response = request.timeout(Duration::from_secs(120)).send().await;
         let response = response.map_err(|e| self.unreachable(e))?;
         if response.status() == reqwest::StatusCode::NOT_FOUND {
             return Ok(None);
@@ -55,7 +90,8 @@ impl PeerClient {
     /// Every volume and partial copy that agent holds.
     pub async fn stored_volumes(&self) -> Result<Vec<StoredVolume>, ClientError> {
         let url = format!("{}{VOLUMES_PATH}", self.base);
-        let response = self.http.get(&url).bearer_auth(&self.token).send().await.map_err(|e| self.unreachable(e))?;
+        let request = self.granted(self.http.get(&url), Access::ListVolumes);
+        let response = request.send().await.map_err(|e| self.unreachable(e))?;
         let body = self.checked(response).await?.bytes().await.map_err(|e| self.unreachable(e))?;
         serde_json::from_slice(&body).map_err(|e| ClientError::Protocol { url, reason: e.to_string() })
     }
@@ -64,7 +100,8 @@ impl PeerClient {
     /// no copy staged).
     pub async fn staged(&self, member: &str, volume: &str) -> Result<Option<u64>, ClientError> {
         let url = format!("{}{}", self.base, volume_staged_path(member, volume));
-        let response = self.http.get(&url).bearer_auth(&self.token).send().await.map_err(|e| self.unreachable(e))?;
+        let request = self.granted(self.http.get(&url), Self::read_volume(member, volume));
+        let response = request.send().await.map_err(|e| self.unreachable(e))?;
         if response.status() == reqwest::StatusCode::NOT_FOUND {
             return Ok(None);
         }
@@ -78,22 +115,23 @@ impl PeerClient {
     pub async fn member_log(&self, member: &str, stream: &str, bytes: u64) -> Result<String, ClientError> {
         let url = format!("{}{}/logs", self.base, member_path(member));
         let query = [("stream", stream.to_string()), ("bytes", bytes.to_string())];
-        let response =
-            self.http.get(&url).bearer_auth(&self.token).query(&query).send().await.map_err(|e| self.unreachable(e))?;
+        let request = self.granted(self.http.get(&url), Access::ReadLogs { member: member.into() });
+        let response = request.query(&query).send().await.map_err(|e| self.unreachable(e))?;
         self.checked(response).await?.text().await.map_err(|e| self.unreachable(e))
     }
 
     /// Stops a member on that agent (nothing when it is not there).
     pub async fn stop_member(&self, member: &str) -> Result<(), ClientError> {
         let url = format!("{}{}/stop", self.base, member_path(member));
-        self.done_unless_missing(self.http.post(&url)).await
+        self.done_unless_missing(self.granted(self.http.post(&url), Access::StopMember { member: member.into() })).await
     }
 
     /// Starts a member that agent knows again, with its recorded run;
     /// returns its new instance id.
     pub async fn start_member(&self, member: &str) -> Result<String, ClientError> {
         let url = format!("{}{}/start", self.base, member_path(member));
-        let response = self.http.post(&url).bearer_auth(&self.token).send().await.map_err(|e| self.unreachable(e))?;
+        let request = self.granted(self.http.post(&url), Access::StartMember { member: member.into() });
+        let response = request.send().await.map_err(|e| self.unreachable(e))?;
         let body = self.checked(response).await?.bytes().await.map_err(|e| self.unreachable(e))?;
         let value: serde_json::Value =
             serde_json::from_slice(&body).map_err(|e| ClientError::Protocol { url, reason: e.to_string() })?;
@@ -104,13 +142,14 @@ impl PeerClient {
     /// removed (nothing when it is not there).
     pub async fn forget_member(&self, member: &str) -> Result<(), ClientError> {
         let url = format!("{}{}", self.base, member_path(member));
-        self.done_unless_missing(self.http.delete(&url)).await
+        self.done_unless_missing(self.granted(self.http.delete(&url), Access::ForgetMember { member: member.into() }))
+            .await
     }
 
     /// Sends a request whose work is done when the member is not there
     /// (404), so that repeating it is harmless.
     async fn done_unless_missing(&self, request: reqwest::RequestBuilder) -> Result<(), ClientError> {
-        let response = request.bearer_auth(&self.token).send().await.map_err(|e| self.unreachable(e))?;
+        let response = request.send().await.map_err(|e| self.unreachable(e))?;
         if response.status() != reqwest::StatusCode::NOT_FOUND {
             self.checked(response).await?;
         }
@@ -126,7 +165,7 @@ impl PeerClient {
         from: u64,
     ) -> Result<reqwest::Response, ClientError> {
         let url = format!("{}{}", self.base, volume_file_path(member, volume));
-        let request = self.http.get(&url).bearer_auth(&self.token).query(&[("path", path)]);
+        let request = self.granted(self.http.get(&url), Self::read_volume(member, volume)).query(&[("path", path)]);
         let request = if from > 0 { request.header(reqwest::header::RANGE, format!("bytes={from}-")) } else { request };
         let response = request.send().await.map_err(|e| self.unreachable(e))?;
         self.checked(response).await

@@ -152,6 +152,21 @@ pub struct AgentReport {
     /// The key stays on the host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub csr: Option<String>,
+    /// Requests the agent's endpoint refused since the last heartbeat
+    /// (each becomes an Event on the node).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub peer_refusals: Vec<PeerRefusal>,
+}
+
+/// A request to an agent's endpoint that it refused: who asked (as its
+/// certificate names it), what, and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PeerRefusal {
+    pub caller: String,
+    pub asked: String,
+    pub reason: String,
+    pub at: crate::time::Timestamp,
 }
 
 /// A certificate the cluster CA signed for a node: the chain (the node's
@@ -251,9 +266,9 @@ pub struct JoinResponse {
     /// The node's own credential; the join token is not needed again.
     pub node_token: String,
     pub heartbeat_period: HumanDuration,
-    /// What agents show each other (and the server shows them) to read
-    /// volumes from their endpoints.
-    pub peer_token: String,
+    /// The public key grants are signed with (Ed25519, base64url): the
+    /// agent's endpoint serves only requests that show a grant it verifies.
+    pub grant_key: String,
     /// The node's certificate, when the join carried a signing request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub certificate: Option<NodeCertificate>,
@@ -264,7 +279,8 @@ pub struct JoinResponse {
 pub struct HeartbeatResponse {
     /// The period the agent should use from now on (ClusterConfig).
     pub heartbeat_period: HumanDuration,
-    pub peer_token: String,
+    /// The public key grants are signed with (as in [`JoinResponse`]).
+    pub grant_key: String,
     /// Command attempts whose final state is recorded.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub acknowledged: Vec<CommandAck>,

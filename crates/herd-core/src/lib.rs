@@ -10,6 +10,7 @@ pub mod api;
 pub mod authz;
 pub mod configmeta;
 pub mod election;
+pub mod grant;
 pub mod join;
 pub mod journal;
 pub mod kinds;

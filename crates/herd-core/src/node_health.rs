@@ -116,8 +116,7 @@ mod tests {
             agent_version: None,
             members: Vec::new(),
             commands: Vec::new(),
-            disk: None,
-            csr: None,
+            ..AgentReport::default()
         }
     }
 

@@ -1,15 +1,15 @@
-//! Bearer tokens: who is calling.
+//! Bearer tokens: who is calling the API.
 //!
-//! Three kinds of token for the API, and one between agents. The admin token may do everything. A join token
+//! Three kinds of token. The admin token may do everything. A join token
 //! may only register a node (`POST /api/v1/join`), which hands the node its
 //! own node token. Join tokens are the server's own (given or kept in its
 //! data dir, never expiring) and those an admin creates with a lifetime
-//! (`herd token create`, kept as hashes under `/secrets/jointokens/`). A node token (`herdnode.<node>.<secret>`) identifies that
-//! node; what it may do is decided by `herd_core::authz`. Only blake3 hashes
-//! of tokens are kept: node token hashes in the store, so every server
-//! replica knows them. The peer token is one cluster-wide secret, kept in
-//! the store as it is (agents need it back): agents show it to each other
-//! to read volumes, and the server shows it to ask agents what exists.
+//! (`herd token create`, kept as hashes under `/secrets/jointokens/`). A
+//! node token (`herdnode.<node>.<secret>`) identifies that node; what it
+//! may do is decided by `herd_core::authz`. Only blake3 hashes of tokens
+//! are kept: node token hashes in the store, so every server replica knows
+//! them. Agents do not use tokens with each other: they show certificates
+//! and grants (`crate::peers`).
 
 use axum::http::HeaderMap;
 use herd_core::authz::Principal;
@@ -22,7 +22,6 @@ use crate::error::ApiError;
 use crate::objects::now;
 
 const NODE_TOKEN_PREFIX: &str = "herdnode.";
-const PEER_TOKEN_KEY: &str = "/secrets/peer-token";
 
 const JOIN_TOKENS_PREFIX: &str = "/secrets/jointokens/";
 const DELETED_NODES_PREFIX: &str = "/secrets/deletednodes/";
@@ -53,28 +52,6 @@ struct StoredToken {
     issued: herd_core::Timestamp,
 }
 
-/// The cluster's peer token, created by the first replica that needs it
-/// (read first: creating is a write, and this is asked for often).
-pub async fn peer_token(store: &Store) -> Result<String, ApiError> {
-    let read = async || {
-        let value = store.get(PEER_TOKEN_KEY).await?.map(|kv| kv.value);
-        value
-            .map(|v| String::from_utf8(v).map_err(|_| ApiError::Internal("the stored peer token is not text".into())))
-            .transpose()
-    };
-    if let Some(token) = read().await? {
-        return Ok(token);
-    }
-    let fresh = generate_secret();
-    match store.create(PEER_TOKEN_KEY, fresh.clone()).await {
-        Ok(_) => Ok(fresh),
-        Err(herd_store::StoreError::AlreadyExists(_)) => {
-            read().await?.ok_or_else(|| ApiError::Internal("the peer token vanished".into()))
-        }
-        Err(other) => Err(other.into()),
-    }
-}
-
 /// A fresh random secret: two v4 UUIDs, 244 random bits.
 pub fn generate_secret() -> String {
     format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple())
@@ -89,7 +66,6 @@ pub struct Authenticator {
     store: Store,
     admin: blake3::Hash,
     join: blake3::Hash,
-    peer: tokio::sync::OnceCell<String>,
 }
 
 fn hash(token: &str) -> blake3::Hash {
@@ -98,7 +74,7 @@ fn hash(token: &str) -> blake3::Hash {
 
 impl Authenticator {
     pub fn new(store: Store, admin_token: &str, join_token: &str) -> Self {
-        Authenticator { store, admin: hash(admin_token), join: hash(join_token), peer: Default::default() }
+        Authenticator { store, admin: hash(admin_token), join: hash(join_token) }
     }
 
     /// Who presents this token; 401 if nobody.
@@ -213,11 +189,6 @@ impl Authenticator {
         }
         self.store.txn(Txn::new().delete(key)).await?;
         Ok(true)
-    }
-
-    /// The cluster's peer token (see [`peer_token`]), read once.
-    pub async fn peer_token(&self) -> Result<String, ApiError> {
-        self.peer.get_or_try_init(|| peer_token(&self.store)).await.cloned()
     }
 
     /// Issues a new token for `node`, replacing any earlier one.

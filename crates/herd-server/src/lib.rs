@@ -24,6 +24,7 @@ pub mod metrics;
 pub mod nodes;
 pub mod objects;
 pub mod openapi;
+pub mod peers;
 pub mod reflector;
 pub mod registry;
 pub mod replicas;
@@ -100,7 +101,8 @@ pub enum ServerError {
 pub struct Server {
     addr: SocketAddr,
     url: String,
-    /// The cluster CA, signing nodes' certificates (None with plain HTTP).
+    /// The cluster CA, as clients pin it (None with plain HTTP, whose
+    /// clients pin nothing).
     certificates: Option<Arc<tls::NodeCertificates>>,
     shutdown: CancellationToken,
     task: JoinHandle<Result<(), ServerError>>,
@@ -134,16 +136,20 @@ impl Server {
             shutdown.cancel();
             ServerError::Bind { addr: config.listen, source }
         })?;
-        let (node_certificates, tls_config) = if config.insecure_http {
+        // The CA is made even for plain HTTP: agents talk to each other
+        // over TLS with the certificates it signs, whatever the API does.
+        let ca = tls::cluster_ca(&store, &config.admin_token).await.inspect_err(|_| shutdown.cancel())?;
+        let tls_config = if config.insecure_http {
             tracing::warn!("serving plain HTTP (--insecure-http): tokens and data cross the network in the clear");
-            (None, None)
+            None
         } else {
-            let ca = tls::cluster_ca(&store, &config.admin_token).await.inspect_err(|_| shutdown.cancel())?;
             let names = tls::serving_names(addr, config.advertise_url.as_deref());
-            let server_config = herd_tls::server_config(&tls::serving_identity(&ca, &config.identity, &names)?)?;
-            let signer = tls::NodeCertificates { ca, lifetime: config.agent_cert_lifetime };
-            (Some(Arc::new(signer)), Some(server_config))
+            Some(herd_tls::server_config(&tls::serving_identity(&ca, &config.identity, &names)?)?)
         };
+        let peers = Arc::new(peers::PeerAuthority::new(&ca, &config.admin_token)?);
+        let node_certificates =
+            Arc::new(tls::NodeCertificates { ca, lifetime: config.agent_cert_lifetime, grant_key: peers.grant_key() });
+        let certificates = (!config.insecure_http).then(|| node_certificates.clone());
         let scheme = if tls_config.is_some() { "https" } else { "http" };
         let url = config.advertise_url.clone().unwrap_or_else(|| format!("{scheme}://{addr}"));
         let me =
@@ -160,7 +166,8 @@ impl Server {
             metrics: metrics.clone(),
             events: EventRecorder::new(objects.clone(), "api"),
             leader_health: Arc::default(),
-            node_certificates: node_certificates.clone(),
+            node_certificates,
+            peers: peers.clone(),
             replica: Arc::new(me.clone()),
             replica_sightings: replicas::ReplicaSightings::start(objects.store().clone(), shutdown.clone()),
             shutdown: shutdown.clone(),
@@ -175,7 +182,14 @@ impl Server {
             overrides: config.election.clone(),
             health: state.leader_health.clone(),
             metrics: metrics.clone(),
-            work: leader_work(objects.clone(), cluster_config, metrics, config.identity.clone(), config.fencing_probe),
+            work: leader_work(
+                objects.clone(),
+                cluster_config,
+                metrics,
+                peers,
+                config.identity.clone(),
+                config.fencing_probe,
+            ),
         };
         let leading = elector.health.leading();
         let election = elector.start(shutdown.clone());
@@ -205,7 +219,7 @@ impl Server {
             served.map_err(ServerError::Serve)
         });
         tracing::info!(%addr, backend = %config.store_url, identity = %config.identity, "herd server listening");
-        Ok(Server { addr, url, certificates: node_certificates, shutdown, task })
+        Ok(Server { addr, url, certificates, shutdown, task })
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -253,13 +267,15 @@ fn leader_work(
     objects: Objects,
     config: Reflector<ClusterConfigSpec>,
     metrics: Arc<Metrics>,
+    peers: Arc<peers::PeerAuthority>,
     identity: String,
     fencing_probe: Option<Duration>,
 ) -> LeaderWork {
     Box::new(move |stop, fence| {
         let term = fence.term;
         let fenced = objects.fenced(fence, metrics.clone());
-        let mut work = controllers::start(fenced.clone(), term, config.clone(), metrics.clone(), stop.clone());
+        let mut work =
+            controllers::start(fenced.clone(), term, config.clone(), metrics.clone(), peers.clone(), stop.clone());
         if let Some(every) = fencing_probe {
             work.spawn(controllers::fencing_probe::run(fenced, identity.clone(), term, every, stop));
         }

@@ -88,7 +88,7 @@ pub async fn join(
     config: &Reflector<ClusterConfigSpec>,
     auth: &Authenticator,
     events: &EventRecorder,
-    certificates: Option<&crate::tls::NodeCertificates>,
+    certificates: &crate::tls::NodeCertificates,
     request: JoinRequest,
 ) -> Result<JoinResponse, ApiError> {
     let name = request.node_name.clone();
@@ -109,7 +109,7 @@ pub async fn join(
         return Err(ApiError::Conflict(why));
     }
     // Signed before anything is written: a bad request changes nothing.
-    let certificate = certificates.map(|c| c.answer(&name, &request.report)).transpose()?.flatten();
+    let certificate = certificates.answer(&name, &request.report)?;
     let token = auth.issue_node_token(&name).await?;
     let node = match existing {
         None => {
@@ -142,7 +142,7 @@ pub async fn join(
         node_name: name,
         node_token: token,
         heartbeat_period: config.heartbeat_period,
-        peer_token: auth.peer_token().await?,
+        grant_key: certificates.grant_key.clone(),
         certificate,
     })
 }
@@ -175,9 +175,8 @@ async fn heartbeat_node(
 pub async fn heartbeat(
     objects: &Objects,
     config: &Reflector<ClusterConfigSpec>,
-    auth: &Authenticator,
     events: &EventRecorder,
-    certificates: Option<&crate::tls::NodeCertificates>,
+    certificates: &crate::tls::NodeCertificates,
     name: &str,
     report: AgentReport,
 ) -> Result<HeartbeatResponse, ApiError> {
@@ -185,12 +184,17 @@ pub async fn heartbeat(
     if let Some(refusal) = foreign {
         return Err(refusal);
     }
-    let certificate = certificates.map(|c| c.answer(name, &report)).transpose()?.flatten();
-    heartbeat_node(objects, events, name, &report).await?;
+    let certificate = certificates.answer(name, &report)?;
+    let node = heartbeat_node(objects, events, name, &report).await?;
+    for refusal in &report.peer_refusals {
+        // Without the time: the same refusal again counts up one Event.
+        let message = format!("the agent refused {} to {}: {}", refusal.caller, refusal.asked, refusal.reason);
+        events.record(&node, EventType::Warning, "PeerAccessRefused", message).await;
+    }
     let acknowledged = crate::commands::record_reports(objects, events, name, &report.commands).await?;
     Ok(HeartbeatResponse {
         heartbeat_period: cluster_config(config).heartbeat_period,
-        peer_token: auth.peer_token().await?,
+        grant_key: certificates.grant_key.clone(),
         acknowledged,
         certificate,
     })

@@ -138,11 +138,13 @@ pub fn serving_identity(ca: &ClusterCa, identity: &str, names: &[String]) -> Res
 }
 
 /// Signs nodes' certificates with the cluster CA: at join, and on renewal
-/// through heartbeats.
+/// through heartbeats; each answer also carries the key grants are
+/// verified with.
 pub struct NodeCertificates {
     pub ca: ClusterCa,
     /// How long a node's certificate lasts (`--agent-cert-lifetime`).
     pub lifetime: Duration,
+    pub grant_key: String,
 }
 
 impl NodeCertificates {

@@ -1,11 +1,14 @@
 //! herd's TLS: the cluster CA and the certificates it signs ([`ca`]), the
 //! rustls configurations that trust only that CA, pinned by its hash
-//! ([`trust`]), a TLS listener for axum ([`listener`]), and the sealing of
-//! the CA's key for the store ([`seal`]). rustls with the
-//! `ring` provider everywhere.
+//! ([`trust`]), TLS between agents and from the server to agents, each
+//! side showing its certificate ([`peer`]), a TLS listener for axum
+//! ([`listener`]), the sealing of the CA's key for the store ([`seal`]),
+//! and signed grants ([`grant`]). rustls and ring everywhere.
 
 pub mod ca;
+pub mod grant;
 pub mod listener;
+pub mod peer;
 pub mod seal;
 pub mod trust;
 
@@ -24,4 +27,6 @@ pub enum TlsError {
     Hash(String),
     #[error("the sealed CA key: {0}")]
     Seal(String),
+    #[error("grant: {0}")]
+    Grant(String),
 }

@@ -1,13 +1,16 @@
 //! A TLS listener for `axum::serve`: TCP connections are accepted and their
 //! handshakes run concurrently (a slow or failing client holds up no one),
-//! and only finished TLS streams are handed to the server.
+//! and only finished TLS streams are handed to the server. Its
+//! configuration may come later and change (an agent's endpoint binds
+//! before its certificate arrives, and renews it): until there is one,
+//! connections are closed at once.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
@@ -22,8 +25,16 @@ pub struct TlsListener {
 
 impl TlsListener {
     pub fn new(tcp: TcpListener, config: rustls::ServerConfig) -> std::io::Result<TlsListener> {
+        let (_, current) = watch::channel(Some(Arc::new(config)));
+        TlsListener::changing(tcp, current)
+    }
+
+    /// Serves with the configuration `current` holds at each connection.
+    pub fn changing(
+        tcp: TcpListener,
+        current: watch::Receiver<Option<Arc<rustls::ServerConfig>>>,
+    ) -> std::io::Result<TlsListener> {
         let local = tcp.local_addr()?;
-        let acceptor = TlsAcceptor::from(Arc::new(config));
         let (send, ready) = mpsc::channel(64);
         let accepting = tokio::spawn(async move {
             loop {
@@ -36,7 +47,11 @@ impl TlsListener {
                     }
                 };
                 let _ = stream.set_nodelay(true);
-                let (acceptor, send) = (acceptor.clone(), send.clone());
+                let Some(config) = current.borrow().clone() else {
+                    tracing::debug!(%peer, "no certificate to serve yet: connection closed");
+                    continue;
+                };
+                let (acceptor, send) = (TlsAcceptor::from(config), send.clone());
                 tokio::spawn(async move {
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                         Ok(Ok(tls)) => {

@@ -20,7 +20,7 @@ pub fn install_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+pub(crate) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
@@ -96,22 +96,50 @@ pub fn client_config(trust: &Trust) -> Result<ClientConfig, TlsError> {
             if hash.is_empty() {
                 return Err(TlsError::Hash("no CA hash to pin".into()));
             }
-            let verifier = PinnedCa { hashes: hash.clone(), provider: provider() };
+            let verifier = CaVerifier::pinned(hash.clone());
             builder.dangerous().with_custom_certificate_verifier(Arc::new(verifier)).with_no_client_auth()
         }
     };
     Ok(config)
 }
 
-/// Accepts a server whose chain carries a CA with a pinned hash and whose
-/// certificate that CA signed for the name asked for.
+/// Which CA a verifier trusts.
 #[derive(Debug)]
-struct PinnedCa {
-    hashes: Vec<CaHash>,
+enum WhichCa {
+    /// Any in the server's chain with one of these hashes.
+    Pinned(Vec<CaHash>),
+    /// This one.
+    Known(Arc<WebPkiServerVerifier>),
+}
+
+/// Accepts a server whose certificate the trusted CA signed for the name
+/// asked, or for `expected` whatever was dialled (an agent is known by its
+/// node's name, not its address).
+#[derive(Debug)]
+pub(crate) struct CaVerifier {
+    which: WhichCa,
+    /// The certificate's name, and the node it stands for (for the error).
+    expected: Option<(ServerName<'static>, String)>,
     provider: Arc<rustls::crypto::CryptoProvider>,
 }
 
-impl ServerCertVerifier for PinnedCa {
+impl CaVerifier {
+    /// Trusts only `roots`, and only a certificate for node `node`.
+    pub(crate) fn for_node(roots: Arc<RootCertStore>, node: &str) -> Result<CaVerifier, TlsError> {
+        let name = ServerName::try_from(crate::node_dns_name(node))
+            .map_err(|e| TlsError::Pem(format!("node name {node:?}: {e}")))?;
+        let known = WebPkiServerVerifier::builder_with_provider(roots, provider())
+            .build()
+            .map_err(|e| TlsError::Pem(format!("the CA: {e}")))?;
+        Ok(CaVerifier { which: WhichCa::Known(known), expected: Some((name, node.into())), provider: provider() })
+    }
+
+    fn pinned(hashes: Vec<CaHash>) -> CaVerifier {
+        CaVerifier { which: WhichCa::Pinned(hashes), expected: None, provider: provider() }
+    }
+}
+
+impl ServerCertVerifier for CaVerifier {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -120,21 +148,34 @@ impl ServerCertVerifier for PinnedCa {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        let Some(ca) = intermediates.iter().find(|cert| self.hashes.contains(&CaHash::of(cert))) else {
-            let shown =
-                intermediates.last().map_or("no CA".to_string(), |cert| format!("a CA with hash {}", CaHash::of(cert)));
-            let pinned: Vec<String> = self.hashes.iter().map(CaHash::to_string).collect();
-            return Err(rustls::Error::General(format!(
-                "the server showed {shown}, not the pinned CA {}: refusing it (a wrong --ca-hash, or someone in between)",
-                pinned.join(" or ")
-            )));
+        let name = self.expected.as_ref().map_or(server_name, |(name, _)| name);
+        let verified = match &self.which {
+            WhichCa::Known(verifier) => {
+                verifier.verify_server_cert(end_entity, intermediates, name, ocsp_response, now)
+            }
+            WhichCa::Pinned(hashes) => {
+                let Some(ca) = intermediates.iter().find(|cert| hashes.contains(&CaHash::of(cert))) else {
+                    let shown = intermediates
+                        .last()
+                        .map_or("no CA".to_string(), |cert| format!("a CA with hash {}", CaHash::of(cert)));
+                    let pinned: Vec<String> = hashes.iter().map(CaHash::to_string).collect();
+                    return Err(rustls::Error::General(format!(
+                        "the server showed {shown}, not the pinned CA {}: refusing it (a wrong --ca-hash, or someone in between)",
+                        pinned.join(" or ")
+                    )));
+                };
+                let mut roots = RootCertStore::empty();
+                roots.add(ca.clone().into_owned())?;
+                let verifier = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), self.provider.clone())
+                    .build()
+                    .map_err(|e| rustls::Error::General(e.to_string()))?;
+                verifier.verify_server_cert(end_entity, &[], name, ocsp_response, now)
+            }
         };
-        let mut roots = RootCertStore::empty();
-        roots.add(ca.clone().into_owned())?;
-        let verifier = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), self.provider.clone())
-            .build()
-            .map_err(|e| rustls::Error::General(e.to_string()))?;
-        verifier.verify_server_cert(end_entity, &[], server_name, ocsp_response, now)
+        verified.map_err(|error| match &self.expected {
+            Some((_, node)) => rustls::Error::General(format!("the agent reached is not node {node}'s: {error}")),
+            None => error,
+        })
     }
 
     fn verify_tls12_signature(

@@ -31,8 +31,7 @@ impl Executor {
         from_node: &str,
         run: &MemberRun,
     ) -> Result<Answer, Failure> {
-        let (address, token) = self.peer(entry, from_node)?;
-        let source = PeerClient::new(&address, &token);
+        let source = self.peer_client(entry, from_node)?;
 
         source.stop_member(member).await.map_err(|e| format!("stopping {member} on {from_node}: {e}"))?;
         match self.move_here(entry, &source, member, from_node, run).await {

@@ -20,10 +20,13 @@ use herd_core::kinds::{Action, AgentState, Answer, Command, ManagementState};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::endpoint::PeerToken;
+use herd_client::PeerClient;
+use herd_tls::ServingIdentity;
+
 use crate::fsutil::write_atomic;
 use crate::journal::{Entry, Journal, JournalError, WorkerRef};
 use crate::members::{MemberRecord, Members};
+use crate::peer_access::PeerAccess;
 use crate::worker::CopyJob;
 use crate::{procs, script, setup};
 
@@ -50,8 +53,9 @@ pub type DisconnectHook = Arc<dyn Fn() + Send + Sync>;
 pub struct Workers {
     /// `<program> agent-worker <job>`: the herd binary.
     pub program: PathBuf,
-    /// Handed to copy workers for reading from peer agents.
-    pub peer_token: PeerToken,
+    /// This node's certificate, shown to peer agents (and handed to copy
+    /// workers for that).
+    pub access: PeerAccess,
     /// A copy's bandwidth limit in bytes per second (None: none).
     pub bandwidth: Option<u64>,
     /// This node's name, for the workers' messages.
@@ -231,6 +235,7 @@ impl Executor {
             answer: None,
             worker: None,
             peers: issued.peers.clone(),
+            grants: issued.grants.clone(),
             progress: BTreeMap::new(),
         };
         let stale = self.observe_term(issued.term);
@@ -380,17 +385,26 @@ impl Executor {
         self.advance(&mut entry, state, Some(answer));
     }
 
-    /// The agent endpoint of `node` (as the leader issued it) and the peer
-    /// token to show it.
-    fn peer(&self, entry: &Entry, node: &str) -> Result<(String, String), Failure> {
+    /// The agent endpoint of `node` (as the leader issued it) and this
+    /// node's certificate to show it.
+    fn peer(&self, entry: &Entry, node: &str) -> Result<(String, ServingIdentity), Failure> {
         let address = entry
             .peers
             .get(node)
             .cloned()
             .ok_or(format!("node {node} has no agent endpoint on record (has its agent ever reported?)"))?;
-        let token =
-            self.workers.peer_token.read().ok().and_then(|t| t.clone()).ok_or("this agent has no peer token yet")?;
-        Ok((address, token))
+        let identity = self
+            .workers
+            .access
+            .identity()
+            .ok_or("this node has no certificate yet to show other agents (its next heartbeat asks for one)")?;
+        Ok((address, identity))
+    }
+
+    /// A client for `node`'s agent with the grants of this attempt.
+    fn peer_client(&self, entry: &Entry, node: &str) -> Result<PeerClient, Failure> {
+        let (address, identity) = self.peer(entry, node)?;
+        PeerClient::new(&address, node, &identity, &entry.grants).map_err(|e| format!("talking to {node}: {e}"))
     }
 
     fn worker_file(&self, entry: &Entry, suffix: &str) -> PathBuf {
@@ -407,12 +421,15 @@ impl Executor {
         from_node: &str,
     ) -> Result<Answer, Failure> {
         let (member, volume) = (member.to_string(), volume.to_string());
-        let (source, peer_token) = self.peer(entry, from_node)?;
+        let (source, identity) = self.peer(entry, from_node)?;
         let result = self.worker_file(entry, "result.json");
         let _ = std::fs::remove_file(&result);
         let job = CopyJob {
             source,
-            peer_token,
+            source_node: from_node.to_string(),
+            grants: entry.grants.clone(),
+            certificate_chain: identity.chain_pem,
+            certificate_key: identity.key_pem,
             staging: self.members.staging_dir(&member, &volume),
             destination: self.members.volume_dir(&member, &volume),
             member,
@@ -634,7 +651,7 @@ mod tests {
         let mut command = Command::new(name, CommandSpec { node: "n1".into(), timeout: None, action });
         command.metadata.uid = Some(format!("uid-{name}"));
         command.status = CommandStatus {
-            issued: Some(Issue { term, attempt: 1, at: now(), peers: BTreeMap::new() }),
+            issued: Some(Issue { term, attempt: 1, at: now(), peers: BTreeMap::new(), grants: Vec::new() }),
             ..Default::default()
         };
         command
@@ -654,7 +671,7 @@ mod tests {
     fn no_workers() -> Workers {
         Workers {
             program: PathBuf::from("/nonexistent/herd"),
-            peer_token: PeerToken::default(),
+            access: PeerAccess::open(Path::new("/nonexistent"), "n1", None),
             bandwidth: None,
             node: "n1".into(),
         }

@@ -394,6 +394,10 @@ pub struct Issue {
     /// The agent endpoints of the other nodes the action involves.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub peers: BTreeMap<String, String>,
+    /// Signed grants for what the action needs from those agents, one per
+    /// action (see `herd_core::grant`), valid while the attempt may run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub grants: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -441,9 +445,9 @@ pub struct AbandonRequest {
 
 impl CommandStatus {
     /// Hands the Command to its agent as a new attempt.
-    pub fn issue(&mut self, term: u64, peers: BTreeMap<String, String>, now: Timestamp) {
+    pub fn issue(&mut self, term: u64, peers: BTreeMap<String, String>, grants: Vec<String>, now: Timestamp) {
         self.attempts += 1;
-        self.issued = Some(Issue { term, attempt: self.attempts, at: now, peers });
+        self.issued = Some(Issue { term, attempt: self.attempts, at: now, peers, grants });
         self.state_by_management = ManagementState::Created;
         self.state_by_agent = None;
         self.answer = None;
@@ -685,7 +689,7 @@ mod tests {
         let now = Timestamp::parse("2026-11-29T10:00:00Z").unwrap();
         let mut status = CommandStatus::default();
         assert!(status.operator_retry(now).unwrap_err().contains("not been issued"));
-        status.issue(1, BTreeMap::new(), now);
+        status.issue(1, BTreeMap::new(), Vec::new(), now);
         status.record_agent_report(AgentState::Processing, None, now);
         assert!(status.operator_retry(now).unwrap_err().contains("working on it"));
         status.operator_abandon(true, false, now).unwrap();
@@ -705,7 +709,7 @@ mod tests {
             (status.state_by_management, status.issued.clone(), status.retry_count),
             (ManagementState::Created, None, 1)
         );
-        status.issue(1, BTreeMap::new(), now);
+        status.issue(1, BTreeMap::new(), Vec::new(), now);
         assert_eq!(status.issued.as_ref().unwrap().attempt, 2);
         status.record_agent_report(AgentState::Completed, None, now);
         assert!(status.operator_retry(now).unwrap_err().contains("completed"));
@@ -715,18 +719,18 @@ mod tests {
     fn abandoning_a_command_whose_host_is_down_or_that_is_not_running_is_immediate() {
         let now = Timestamp::parse("2026-11-29T10:00:00Z").unwrap();
         let mut status = CommandStatus::default();
-        status.issue(1, BTreeMap::new(), now);
+        status.issue(1, BTreeMap::new(), Vec::new(), now);
         status.record_agent_report(AgentState::ProcessingInBackend, None, now);
         status.operator_abandon(false, true, now).unwrap();
         assert_eq!(status.state_by_management, ManagementState::Abandoned);
         assert_eq!(status.abandon, Some(AbandonRequest { attempt: 1, keep_staging: true }), "ended on its return");
         let mut waiting = CommandStatus::default();
-        waiting.issue(1, BTreeMap::new(), now);
+        waiting.issue(1, BTreeMap::new(), Vec::new(), now);
         waiting.operator_abandon(true, false, now).unwrap();
         assert_eq!((waiting.state_by_management, waiting.abandon.clone()), (ManagementState::Abandoned, None));
         // A copy that completed before the abandon reached its agent completed.
         let mut late = CommandStatus::default();
-        late.issue(1, BTreeMap::new(), now);
+        late.issue(1, BTreeMap::new(), Vec::new(), now);
         late.record_agent_report(AgentState::Processing, None, now);
         late.operator_abandon(true, false, now).unwrap();
         late.record_agent_report(AgentState::Completed, None, now);

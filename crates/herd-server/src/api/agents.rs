@@ -1,5 +1,5 @@
 //! What the server fetches from a node's agent for the operator (admins
-//! only; the server shows the agent the peer token):
+//! only; the server shows the agent a grant for that one read):
 //! `GET /api/v1/nodes/{node}/members/{member}/logs`, a member's log, and
 //! `GET /api/v1/nodes/{node}/volumes`, its volumes and partial copies, each
 //! with what owns it.
@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use herd_client::PeerClient;
 use herd_core::api::StoredVolume;
 use herd_core::authz::Verb;
+use herd_core::grant::Access;
 use herd_core::kinds::command::volume_owner;
 use herd_core::kinds::{CommandSpec, NodeSpec};
 use serde::Deserialize;
@@ -28,14 +29,14 @@ pub struct LogQuery {
 pub const MAX_LOG_BYTES: u64 = 16 << 20;
 
 /// A client for `node`'s agent, for an admin.
-async fn agent_of(state: &AppState, caller: &Caller, node: &str) -> Result<PeerClient, ApiError> {
+async fn agent_of(state: &AppState, caller: &Caller, node: &str, read: Access) -> Result<PeerClient, ApiError> {
     caller.may(Verb::Get, "nodes", None)?;
     let node_object = state.objects.require::<NodeSpec>(node).await?;
     let address = node_object.status.address.ok_or_else(|| {
         ApiError::Conflict(format!("node {node}'s agent has not reported its address yet: nothing to ask"))
     })?;
-    let token = crate::auth::peer_token(state.objects.store()).await?;
-    Ok(PeerClient::new(&address, &token))
+    let purpose = format!("{read} for {}", caller.0);
+    state.peers.agent(node, &address, vec![read], &purpose).map_err(asking(node))
 }
 
 fn asking(node: &str) -> impl Fn(herd_client::ClientError) -> ApiError + '_ {
@@ -66,7 +67,7 @@ pub async fn member_log(
     if let Some(bytes) = query.bytes.filter(|b| *b > MAX_LOG_BYTES) {
         return Err(ApiError::BadRequest(format!("bytes must be at most {MAX_LOG_BYTES}, is {bytes}")));
     }
-    let agent = agent_of(&state, &caller, &node).await?;
+    let agent = agent_of(&state, &caller, &node, Access::ReadLogs { member: member.clone() }).await?;
     let text = match agent.member_log(&member, stream, query.bytes.unwrap_or(64 * 1024)).await {
         Ok(text) => text,
         // The agent's own word for a member it does not have.
@@ -83,7 +84,7 @@ pub async fn node_volumes(
     caller: Caller,
     ApiName(node): ApiName,
 ) -> Result<Json<Vec<StoredVolume>>, ApiError> {
-    let agent = agent_of(&state, &caller, &node).await?;
+    let agent = agent_of(&state, &caller, &node, Access::ListVolumes).await?;
     let mut stored = agent.stored_volumes().await.map_err(asking(&node))?;
     let (commands, _) = state.objects.list::<CommandSpec>().await?;
     for entry in &mut stored {

@@ -48,8 +48,10 @@ pub struct AppState {
     pub replica: Arc<crate::replicas::ReplicaIdentity>,
     /// When this replica saw the others' records change.
     pub replica_sightings: crate::replicas::ReplicaSightings,
-    /// Signs nodes' certificates (None with plain HTTP).
-    pub node_certificates: Option<Arc<crate::tls::NodeCertificates>>,
+    /// Signs nodes' certificates.
+    pub node_certificates: Arc<crate::tls::NodeCertificates>,
+    /// Grants and the server's certificate for calling agents.
+    pub peers: Arc<crate::peers::PeerAuthority>,
     /// Fires when the server shuts down; ends watch streams.
     pub shutdown: CancellationToken,
 }

@@ -26,7 +26,7 @@ pub async fn join(
         return Err(error);
     }
     let request: JoinRequest = parse_body(&body, "Node", "")?;
-    let certificates = state.node_certificates.as_deref();
+    let certificates = &state.node_certificates;
     crate::nodes::join(&state.objects, &state.config, &state.auth, &state.events, certificates, request).await.map(Json)
 }
 
@@ -66,8 +66,6 @@ pub async fn heartbeat(
 ) -> Result<Json<HeartbeatResponse>, ApiError> {
     caller.may(Verb::Heartbeat, "nodes", Some(&name))?;
     let report: AgentReport = parse_body(&body, "Node", &name)?;
-    let certificates = state.node_certificates.as_deref();
-    crate::nodes::heartbeat(&state.objects, &state.config, &state.auth, &state.events, certificates, &name, report)
-        .await
-        .map(Json)
+    let certificates = &state.node_certificates;
+    crate::nodes::heartbeat(&state.objects, &state.config, &state.events, certificates, &name, report).await.map(Json)
 }

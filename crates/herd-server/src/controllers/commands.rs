@@ -9,9 +9,13 @@
 //! a new leader gives every Command the full grace again.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
-use herd_client::{ClientError, PeerClient};
+use herd_client::ClientError;
+use herd_core::grant::Access;
+
+use crate::peers::PeerAuthority;
 use herd_core::kinds::{Action, Answer, ClusterConfigSpec, Command, CommandSpec, EventType, ManagementState, NodeSpec};
 use herd_core::reconcile::{CommandView, CopyVerdict, DestinationLook, Step, copy_verdict, decide};
 use tokio::time::Instant;
@@ -58,6 +62,8 @@ pub struct CommandController {
     pub nodes: Reflector<NodeSpec>,
     pub config: Reflector<ClusterConfigSpec>,
     pub events: EventRecorder,
+    /// Signs the grants of the Commands issued, and looks at agents.
+    pub peers: Arc<PeerAuthority>,
     /// Looked at by copies side by side, hence the lock.
     sightings: std::sync::Mutex<Sightings>,
 }
@@ -97,8 +103,9 @@ impl CommandController {
         nodes: Reflector<NodeSpec>,
         config: Reflector<ClusterConfigSpec>,
         events: EventRecorder,
+        peers: Arc<PeerAuthority>,
     ) -> Self {
-        CommandController { objects, term, commands, nodes, config, events, sightings: Default::default() }
+        CommandController { objects, term, commands, nodes, config, events, peers, sightings: Default::default() }
     }
 
     async fn look_at_logged(&self, command: &Command) {
@@ -168,7 +175,8 @@ impl CommandController {
                 if c.status.issued.is_some() || c.status.state_by_management != ManagementState::Created {
                     return Ok(false);
                 }
-                c.status.issue(term, peers.clone(), now());
+                let grants = self.peers.command_grants(c, c.status.attempts + 1, SystemTime::now());
+                c.status.issue(term, peers.clone(), grants, now());
                 Ok(true)
             })
             .await?;
@@ -335,16 +343,16 @@ impl CommandController {
         member: &str,
         volume: &str,
     ) -> Result<(CopyVerdict, String), LookError> {
-        let token = crate::auth::peer_token(self.objects.store())
-            .await
-            .map_err(|e| LookError { unreachable: false, message: e.to_string() })?;
         let agent = |node: &str| {
             let address = self
                 .nodes
                 .get(node)
                 .and_then(|n| n.status.address)
                 .ok_or(LookError { unreachable: false, message: format!("node {node} has no agent endpoint") })?;
-            Ok::<_, LookError>(PeerClient::new(&address, &token))
+            let read = vec![Access::ReadVolume { member: member.into(), volume: volume.into() }];
+            self.peers
+                .agent(node, &address, read, "looking at a copy")
+                .map_err(|e| LookError { unreachable: false, message: format!("asking {node}: {e}") })
         };
         let asking = |node: &str| {
             let node = node.to_string();

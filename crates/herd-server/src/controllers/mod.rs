@@ -30,6 +30,7 @@ pub fn start(
     term: u64,
     config: Reflector<ClusterConfigSpec>,
     metrics: Arc<Metrics>,
+    peers: Arc<crate::peers::PeerAuthority>,
     stop: CancellationToken,
 ) -> JoinSet<()> {
     let mut set = JoinSet::new();
@@ -65,6 +66,7 @@ pub fn start(
         nodes.clone(),
         config.clone(),
         EventRecorder::new(objects.clone(), "commands"),
+        peers,
     );
     set.spawn(runtime::run(command_controller, wake_on_commands, stop.clone()));
     set.spawn(compactor::run(objects.store().clone(), stop.clone()));

@@ -1,0 +1,140 @@
+//! Who may do what on this agent's endpoint, and who this agent is to
+//! other agents. Owns the key grants are verified with (from the server's
+//! answers, kept in `<data dir>/grant-key` so that a restarted agent
+//! serves before its first heartbeat), the endpoint's TLS configuration
+//! (made from the node certificate once there is one, changed when it is
+//! renewed), and the requests refused since the last heartbeat (each
+//! becomes an Event on this node).
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+
+use axum::http::{HeaderMap, StatusCode};
+use herd_core::Timestamp;
+use herd_core::api::PeerRefusal;
+use herd_core::grant::{Access, Holder, Refusal, check};
+use herd_tls::ServingIdentity;
+use herd_tls::grant::{GRANT_HEADER, GrantVerifier};
+use tokio::sync::watch;
+
+fn now() -> Timestamp {
+    Timestamp::from_system_time(std::time::SystemTime::now())
+}
+
+/// The most refusals kept for the next heartbeat (the newest win).
+pub const KEPT_REFUSALS: usize = 64;
+
+#[derive(Clone)]
+pub struct PeerAccess(Arc<Inner>);
+
+struct Inner {
+    node: String,
+    key_file: PathBuf,
+    verifier: RwLock<Option<GrantVerifier>>,
+    identity: RwLock<Option<ServingIdentity>>,
+    tls: watch::Sender<Option<Arc<rustls::ServerConfig>>>,
+    refusals: Mutex<Vec<PeerRefusal>>,
+}
+
+impl PeerAccess {
+    /// The access of node `node`, with the grant key and certificate kept
+    /// in `data_dir` (either may not be there yet).
+    pub fn open(data_dir: &Path, node: &str, identity: Option<ServingIdentity>) -> PeerAccess {
+        let key_file = data_dir.join("grant-key");
+        let verifier =
+            std::fs::read_to_string(&key_file).ok().and_then(|key| GrantVerifier::from_public_key(&key).ok());
+        let (tls, _) = watch::channel(None);
+        let access = PeerAccess(Arc::new(Inner {
+            node: node.to_string(),
+            key_file,
+            verifier: RwLock::new(verifier),
+            identity: RwLock::new(None),
+            tls,
+            refusals: Mutex::new(Vec::new()),
+        }));
+        access.use_identity(identity);
+        access
+    }
+
+    /// Keeps the grant key the server sent, in memory and in the data dir.
+    pub fn remember_grant_key(&self, key: &str) {
+        let verifier = match GrantVerifier::from_public_key(key) {
+            Ok(verifier) => verifier,
+            Err(error) => return tracing::warn!(%error, "the server sent a grant key that is not one"),
+        };
+        let Ok(mut current) = self.0.verifier.write() else { return };
+        if current.as_ref() == Some(&verifier) {
+            return;
+        }
+        if let Err(error) = crate::fsutil::write_atomic(&self.0.key_file, key.as_bytes(), 0o644) {
+            tracing::warn!(%error, "could not keep the grant key in the data dir");
+        }
+        *current = Some(verifier);
+    }
+
+    /// Serves and calls with `identity` (the node's certificate) from now on.
+    pub fn use_identity(&self, identity: Option<ServingIdentity>) {
+        let Some(identity) = identity else { return };
+        match herd_tls::peer::server_config(&identity) {
+            Ok(config) => {
+                self.0.tls.send_replace(Some(Arc::new(config)));
+            }
+            Err(error) => return tracing::error!(%error, "the node certificate cannot serve the endpoint"),
+        }
+        if let Ok(mut current) = self.0.identity.write() {
+            *current = Some(identity);
+        }
+    }
+
+    /// The node's certificate, to show other agents.
+    pub fn identity(&self) -> Option<ServingIdentity> {
+        self.0.identity.read().ok().and_then(|identity| identity.clone())
+    }
+
+    /// The endpoint's TLS configuration as it changes.
+    pub fn tls_config(&self) -> watch::Receiver<Option<Arc<rustls::ServerConfig>>> {
+        self.0.tls.subscribe()
+    }
+
+    /// Whether `caller` may do `asked`: the grant in the request's header,
+    /// signed by the server, for this caller, node and action, not expired.
+    /// A refusal is answered 403 and kept for the next heartbeat.
+    pub fn allow(
+        &self,
+        headers: &HeaderMap,
+        caller: Option<&Holder>,
+        asked: Access,
+    ) -> Result<(), (StatusCode, String)> {
+        let verifier = self.0.verifier.read().ok().and_then(|v| v.clone());
+        let Some(verifier) = verifier else {
+            return Err((StatusCode::SERVICE_UNAVAILABLE, "this agent has no grant key from the server yet".into()));
+        };
+        let shown = headers.get(GRANT_HEADER).and_then(|v| v.to_str().ok());
+        let checked = shown
+            .ok_or(Refusal::Missing)
+            .and_then(|signed| verifier.verify(signed).map_err(|e| Refusal::Invalid(e.to_string())))
+            .and_then(|grant| check(&grant, caller, &self.0.node, &asked, now()));
+        checked.map_err(|refusal| {
+            let caller = caller.map_or("a caller without a cluster certificate".to_string(), Holder::to_string);
+            let reason = refusal.to_string();
+            tracing::warn!(%caller, asked = %asked, %reason, "refused a peer request");
+            if let Ok(mut kept) = self.0.refusals.lock() {
+                if kept.len() >= KEPT_REFUSALS {
+                    kept.remove(0);
+                }
+                kept.push(PeerRefusal {
+                    caller: caller.clone(),
+                    asked: asked.to_string(),
+                    reason: reason.clone(),
+                    at: now(),
+                });
+            }
+            (StatusCode::FORBIDDEN, format!("{caller} may not {asked} on node {}: {reason}", self.0.node))
+        })
+    }
+
+    /// The refusals since the last call, for a heartbeat.
+    pub fn take_refusals(&self) -> Vec<PeerRefusal> {
+        self.0.refusals.lock().map(|mut kept| std::mem::take(&mut *kept)).unwrap_or_default()
+    }
+}

@@ -1,0 +1,108 @@
+//! The server's part in agent-to-agent access: it signs the grants of the
+//! Commands it issues (one per action the target needs from the source:
+//! read volume V of member M, stop, start or forget member M, valid while
+//! the attempt may run) and of its own requests to agents (a log, the
+//! volumes, a look at a copy: valid for a couple of minutes), and calls
+//! agents with its own certificate (`server.herd`, made by each replica
+//! from the shared CA at start). The signing key is derived from the
+//! admin token, as the CA key's seal is: replicas sign alike.
+
+use std::time::{Duration, SystemTime};
+
+use herd_client::{ClientError, PeerClient};
+use herd_core::Timestamp;
+use herd_core::grant::{Access, Grant, Holder};
+use herd_core::kinds::{Action, Command};
+use herd_tls::grant::GrantSigner;
+use herd_tls::peer::SERVER_DNS_NAME;
+use herd_tls::{ClusterCa, ServingIdentity, TlsError};
+
+/// How long the server's own certificate lasts (made again at each start).
+const IDENTITY_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
+/// How long a grant for the server's own request lasts.
+const OWN_GRANT_LIFETIME: Duration = Duration::from_secs(120);
+/// A Command's grants outlast its attempt's deadline by this much, for
+/// clocks a little apart.
+const CLOCK_SLACK: Duration = Duration::from_secs(60);
+
+pub struct PeerAuthority {
+    signer: GrantSigner,
+    identity: ServingIdentity,
+}
+
+impl PeerAuthority {
+    pub fn new(ca: &ClusterCa, admin_token: &str) -> Result<PeerAuthority, TlsError> {
+        let identity = ca.issue("herd server", &[SERVER_DNS_NAME.into()], SystemTime::now(), IDENTITY_LIFETIME)?;
+        Ok(PeerAuthority { signer: GrantSigner::derive(admin_token)?, identity })
+    }
+
+    /// The public key agents verify grants with.
+    pub fn grant_key(&self) -> String {
+        self.signer.public_key()
+    }
+
+    /// The grants `command`'s node needs from other agents for one attempt
+    /// issued at `now`.
+    pub fn command_grants(&self, command: &Command, attempt: u32, now: SystemTime) -> Vec<String> {
+        let (from_node, accesses) = match &command.spec.action {
+            Action::CopyVolume { member, volume, from_node } => {
+                (from_node, vec![Access::ReadVolume { member: member.clone(), volume: volume.clone() }])
+            }
+            Action::MigrateMember { member, from_node, run } => {
+                let mut accesses: Vec<Access> = run
+                    .volumes
+                    .iter()
+                    .filter(|v| v.persistent)
+                    .map(|v| Access::ReadVolume { member: member.clone(), volume: v.name.clone() })
+                    .collect();
+                accesses.extend([
+                    Access::StopMember { member: member.clone() },
+                    Access::StartMember { member: member.clone() },
+                    Access::ForgetMember { member: member.clone() },
+                ]);
+                (from_node, accesses)
+            }
+            _ => return Vec::new(),
+        };
+        let expires = now + command.spec.timeout() + CLOCK_SLACK;
+        let purpose = format!("command {} attempt {attempt}", command.metadata.name);
+        let holder = Holder::Node(command.spec.node.clone());
+        self.sign_all(holder, from_node, accesses, expires, &purpose)
+    }
+
+    fn sign_all(
+        &self,
+        holder: Holder,
+        node: &str,
+        accesses: Vec<Access>,
+        expires: SystemTime,
+        purpose: &str,
+    ) -> Vec<String> {
+        let expires = Timestamp::from_system_time(expires);
+        accesses
+            .into_iter()
+            .map(|access| {
+                self.signer.sign(&Grant {
+                    holder: holder.clone(),
+                    node: node.to_string(),
+                    access,
+                    expires,
+                    purpose: purpose.to_string(),
+                })
+            })
+            .collect()
+    }
+
+    /// A client for `node`'s agent at `address`, granted `accesses` for a
+    /// couple of minutes, for the server's own request (`purpose`).
+    pub fn agent(
+        &self,
+        node: &str,
+        address: &str,
+        accesses: Vec<Access>,
+        purpose: &str,
+    ) -> Result<PeerClient, ClientError> {
+        let grants = self.sign_all(Holder::Server, node, accesses, SystemTime::now() + OWN_GRANT_LIFETIME, purpose);
+        PeerClient::new(address, node, &self.identity, &grants)
+    }
+}
