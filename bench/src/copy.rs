@@ -1,6 +1,7 @@
 //! CopyVolume throughput between two agents on this machine, beside `cp`
 //! of the same data on the same disk (followed by a sync, as the copy
-//! fsyncs every file), as a ratio; and the cost of one journal state
+//! fsyncs every file), as a ratio, with the CPU each side of the copy
+//! used (both ends share this host's cores); and the cost of one journal state
 //! transition (an atomic rewrite: temp file, fsync, rename, fsync of the
 //! directory) beside a plain write and fsync of the same bytes.
 //!
@@ -82,6 +83,17 @@ async fn herd_copy(admin: &Client, volume: &str, round: u64) -> anyhow::Result<D
     Ok(started.elapsed())
 }
 
+/// CPU time used by process `pid` ("self" for this one) and its children
+/// it has waited for (a copy worker is the target agent's; `cp` and `sync`
+/// are this process's), from `/proc/<pid>/stat` (USER_HZ ticks).
+fn cpu_of(pid: &str) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    // Fields 14-17 of the file: utime, stime, cutime, cstime.
+    let ticks: u64 = after_name.split_whitespace().skip(11).take(4).filter_map(|t| t.parse::<u64>().ok()).sum();
+    Duration::from_millis(ticks * 10)
+}
+
 fn journal_transitions(dir: &Path, count: u64) -> anyhow::Result<(Duration, Duration)> {
     use herd_agent::journal::{Entry, Journal};
     let journal = Journal::open(dir)?;
@@ -144,13 +156,20 @@ async fn main() -> anyhow::Result<()> {
     })
     .await?;
 
+    let (source_pid, target_pid) = (children.0[1].id().to_string(), children.0[2].id().to_string());
     let (mut cp, mut copy) = (Vec::new(), Vec::new());
+    let (mut cp_cpu, mut source_cpu, mut target_cpu) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..rounds {
+        let before = cpu_of("self");
         cp.push(cp_and_sync(&volume, &dir.path().join("cp-copy"))?);
+        cp_cpu.push(cpu_of("self").saturating_sub(before));
         // Each round copies into a fresh volume: the previous copy goes.
         let _ = std::fs::remove_dir_all(target_dir.join("volumes/m/data"));
         settle()?;
+        let before = (cpu_of(&source_pid), cpu_of(&target_pid));
         copy.push(herd_copy(&admin, "data", round).await?);
+        source_cpu.push(cpu_of(&source_pid).saturating_sub(before.0));
+        target_cpu.push(cpu_of(&target_pid).saturating_sub(before.1));
     }
     // The same Command around a copy of one small file: what it costs
     // besides moving the bytes.
@@ -198,6 +217,17 @@ async fn main() -> anyhow::Result<()> {
         paired[0],
         paired[paired.len() - 1],
         rate(&copy_median) / rate(&cp_median)
+    );
+
+    // On one host both ends share the cores; on two, each pays its side.
+    let (cp_cpu, source_cpu, target_cpu) = (median(&mut cp_cpu), median(&mut source_cpu), median(&mut target_cpu));
+    println!(
+        "CPU per copy (median): cp + sync {:.2} s; CopyVolume: serving agent {:.2} s, receiving agent and worker {:.2} s \
+         (the busier side alone moves {:.0} MiB per CPU-second)",
+        cp_cpu.as_secs_f64(),
+        source_cpu.as_secs_f64(),
+        target_cpu.as_secs_f64(),
+        mib as f64 / source_cpu.max(target_cpu).as_secs_f64().max(1e-3)
     );
 
     let count = env_u64("BENCH_TRANSITIONS", 200);

@@ -383,9 +383,8 @@ async fn fetch(
     let (chunks, mut received) = tokio::sync::mpsc::channel::<bytes::Bytes>(64);
     let failed_write = local_io(job, "writing", target);
     let writer = tokio::task::spawn_blocking(move || {
-        // Chunks as large as the buffer (most are: a few hundred KiB) are
-        // written straight from the network's buffer; small ones are
-        // gathered first.
+        // Chunks come gathered (see below), larger than this buffer: they
+        // are written straight from memory.
         let mut file = std::io::BufWriter::with_capacity(64 << 10, file);
         let mut written = 0u64;
         let mut flushing = 0u64;
@@ -405,19 +404,42 @@ async fn fetch(
         file.get_ref().sync_data().map_err(&failed_write)?;
         Ok::<_, CopyFailure>((written, hasher))
     });
+    // Over TLS a chunk is one record (16 KiB): handing each to the writer
+    // would wake its thread 65,000 times a GiB. They are gathered into
+    // pieces of GATHERED bytes first (one copy, which the writer's buffer
+    // no longer makes).
     let mut body = response.bytes_stream();
+    let mut gathered = bytes::BytesMut::new();
     while let Some(chunk) = body.next().await {
         let chunk = chunk.map_err(|e| CopyFailure::Source(format!("fetching {path}: {e}")))?;
-        let length = chunk.len() as u64;
-        if chunks.send(chunk).await.is_err() {
+        pace.after(chunk.len() as u64).await;
+        let piece = if gathered.is_empty() && chunk.len() >= GATHERED {
+            chunk
+        } else {
+            if gathered.capacity() == 0 {
+                gathered.reserve(2 * GATHERED);
+            }
+            gathered.extend_from_slice(&chunk);
+            if gathered.len() < GATHERED {
+                continue;
+            }
+            gathered.split().freeze()
+        };
+        if chunks.send(piece).await.is_err() {
             break;
         }
-        pace.after(length).await;
+    }
+    if !gathered.is_empty() {
+        let _ = chunks.send(gathered.freeze()).await;
     }
     drop(chunks);
     let (fetched, hasher) = writer.await.map_err(|e| format!("writing {}: {e}", target.display()))??;
     Ok((fetched, from + fetched, hasher.finalize().to_hex().to_string()))
 }
+
+/// The size of the pieces received chunks are gathered into before they
+/// are written and hashed.
+const GATHERED: usize = 512 << 10;
 
 /// Written bytes after which the disk is asked to start writing them.
 const WRITEBACK_WINDOW: u64 = 8 << 20;
