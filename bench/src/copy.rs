@@ -13,6 +13,7 @@
 //! cached by the source agent, as a reconciler's second look does).
 
 mod processes;
+mod tls_reference;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -157,12 +158,16 @@ async fn main() -> anyhow::Result<()> {
     .await?;
 
     let (source_pid, target_pid) = (children.0[1].id().to_string(), children.0[2].id().to_string());
-    let (mut cp, mut copy) = (Vec::new(), Vec::new());
+    let reference = tls_reference::TlsReference::start(&volume, &dir.path().join("tls-reference"))?;
+    let (mut cp, mut copy, mut over_tls) = (Vec::new(), Vec::new(), Vec::new());
     let (mut cp_cpu, mut source_cpu, mut target_cpu) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..rounds {
         let before = cpu_of("self");
         cp.push(cp_and_sync(&volume, &dir.path().join("cp-copy"))?);
         cp_cpu.push(cpu_of("self").saturating_sub(before));
+        if let Some(reference) = &reference {
+            over_tls.push(reference.fetch_and_sync(&dir.path().join("tls-copy"))?);
+        }
         // Each round copies into a fresh volume: the previous copy goes.
         let _ = std::fs::remove_dir_all(target_dir.join("volumes/m/data"));
         settle()?;
@@ -194,6 +199,7 @@ async fn main() -> anyhow::Result<()> {
     let paired_median = paired[paired.len() / 2];
     let rounds_shown = |v: &[Duration]| v.iter().map(|d| format!("{:.2}", d.as_secs_f64())).collect::<Vec<_>>();
     let (cp_rounds, copy_rounds) = (rounds_shown(&cp), rounds_shown(&copy));
+    let copy_by_round = copy.clone();
     let (cp_median, copy_median) = (median(&mut cp), median(&mut copy));
     println!(
         "cp + sync:   median {:>7.2} s  {:>7.1} MiB/s   (rounds in order: {:?})",
@@ -219,6 +225,29 @@ async fn main() -> anyhow::Result<()> {
         rate(&copy_median) / rate(&cp_median)
     );
 
+    // The fair baseline: the same bytes over TLS on loopback by standard
+    // tools, paired with the CopyVolume of the same round.
+    if !over_tls.is_empty() {
+        let mut paired: Vec<f64> =
+            over_tls.iter().zip(&copy_by_round).map(|(t, h)| t.as_secs_f64() / h.as_secs_f64()).collect();
+        paired.sort_by(f64::total_cmp);
+        let shown = rounds_shown(&over_tls);
+        let tls_median = median(&mut over_tls);
+        println!(
+            "curl from openssl s_server over TLS + sync: median {:>7.2} s  {:>7.1} MiB/s   (rounds in order: {shown:?})",
+            tls_median.as_secs_f64(),
+            rate(&tls_median)
+        );
+        println!(
+            "ratio (CopyVolume / the TLS baseline): median of the rounds' ratios {:.2} (the rounds' {:.2}-{:.2}), ratio of the medians {:.2}",
+            paired[paired.len() / 2],
+            paired[0],
+            paired[paired.len() - 1],
+            rate(&copy_median) / rate(&tls_median)
+        );
+    } else {
+        println!("no TLS baseline: openssl or curl is missing");
+    }
     // On one host both ends share the cores; on two, each pays its side.
     let (cp_cpu, source_cpu, target_cpu) = (median(&mut cp_cpu), median(&mut source_cpu), median(&mut target_cpu));
     println!(
