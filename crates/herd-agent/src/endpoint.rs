@@ -19,14 +19,13 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::serve::IncomingStream;
 use herd_core::ValidationErrors;
+use herd_core::grant::{Access, Holder};
 use herd_core::validation::{FieldPath, check_name};
+use herd_tls::listener::TlsListener;
 use serde::Deserialize;
 use serde_json::json;
 use tokio::io::AsyncSeekExt;
 use tokio_util::sync::CancellationToken;
-
-use herd_core::grant::{Access, Holder};
-use herd_tls::listener::TlsListener;
 
 use crate::members::Members;
 use crate::peer_access::PeerAccess;
@@ -111,7 +110,7 @@ async fn manifest(
     headers: HeaderMap,
     Path((member, volume)): Path<(String, String)>,
 ) -> Result<Response, Refusal> {
-    state.allow(&headers, &caller, Access::ReadVolume { member: member.clone(), volume: volume.clone() })?;
+    state.allow(&headers, &caller, Access::read_volume(&member, &volume))?;
     let dir = state.volume_dir(&member, &volume)?;
     let hashes = state.hashes.clone();
     let manifest = tokio::task::spawn_blocking(move || volumes::manifest_cached(&dir, &hashes))
@@ -143,7 +142,7 @@ async fn staged(
     headers: HeaderMap,
     Path((member, volume)): Path<(String, String)>,
 ) -> Result<Response, Refusal> {
-    state.allow(&headers, &caller, Access::ReadVolume { member: member.clone(), volume: volume.clone() })?;
+    state.allow(&headers, &caller, Access::read_volume(&member, &volume))?;
     EndpointState::check_names(&[("member", &member), ("volume", &volume)])?;
     let dir = state.members.staging_dir(&member, &volume);
     if !dir.is_dir() {
@@ -260,7 +259,7 @@ async fn file(
     Path((member, volume)): Path<(String, String)>,
     Query(query): Query<FileQuery>,
 ) -> Result<Response, Refusal> {
-    state.allow(&headers, &caller, Access::ReadVolume { member: member.clone(), volume: volume.clone() })?;
+    state.allow(&headers, &caller, Access::read_volume(&member, &volume))?;
     let dir = state.volume_dir(&member, &volume)?;
     let path = volumes::inside(&dir, &query.path)
         .ok_or_else(|| Refusal(StatusCode::BAD_REQUEST, format!("path {:?} would leave the volume", query.path)))?;

@@ -55,10 +55,6 @@ impl PeerClient {
         }
     }
 
-    fn read_volume(member: &str, volume: &str) -> Access {
-        Access::ReadVolume { member: member.into(), volume: volume.into() }
-    }
-
     fn unreachable(&self, error: reqwest::Error) -> ClientError {
         ClientError::AgentUnreachable { agent: self.base.clone(), reason: crate::error_chain(&error) }
     }
@@ -76,7 +72,7 @@ impl PeerClient {
     /// The volume's manifest; None when the agent does not have it.
     pub async fn manifest(&self, member: &str, volume: &str) -> Result<Option<VolumeManifest>, ClientError> {
         let url = format!("{}{}", self.base, volume_path(member, volume));
-        let request = self.granted(self.http.get(&url), Self::read_volume(member, volume));
+        let request = self.granted(self.http.get(&url), Access::read_volume(member, volume));
         let response = request.timeout(Duration::from_secs(120)).send().await;
         let response = response.map_err(|e| self.unreachable(e))?;
         if response.status() == reqwest::StatusCode::NOT_FOUND {
@@ -100,7 +96,7 @@ impl PeerClient {
     /// no copy staged).
     pub async fn staged(&self, member: &str, volume: &str) -> Result<Option<u64>, ClientError> {
         let url = format!("{}{}", self.base, volume_staged_path(member, volume));
-        let request = self.granted(self.http.get(&url), Self::read_volume(member, volume));
+        let request = self.granted(self.http.get(&url), Access::read_volume(member, volume));
         let response = request.send().await.map_err(|e| self.unreachable(e))?;
         if response.status() == reqwest::StatusCode::NOT_FOUND {
             return Ok(None);
@@ -165,7 +161,7 @@ impl PeerClient {
         from: u64,
     ) -> Result<reqwest::Response, ClientError> {
         let url = format!("{}{}", self.base, volume_file_path(member, volume));
-        let request = self.granted(self.http.get(&url), Self::read_volume(member, volume)).query(&[("path", path)]);
+        let request = self.granted(self.http.get(&url), Access::read_volume(member, volume)).query(&[("path", path)]);
         let request = if from > 0 { request.header(reqwest::header::RANGE, format!("bytes={from}-")) } else { request };
         let response = request.send().await.map_err(|e| self.unreachable(e))?;
         self.checked(response).await

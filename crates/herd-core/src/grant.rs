@@ -49,6 +49,12 @@ pub enum Access {
     ForgetMember { member: String },
 }
 
+impl Access {
+    pub fn read_volume(member: &str, volume: &str) -> Access {
+        Access::ReadVolume { member: member.into(), volume: volume.into() }
+    }
+}
+
 impl std::fmt::Display for Access {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

@@ -45,16 +45,10 @@ impl PeerAuthority {
     /// issued at `now`.
     pub fn command_grants(&self, command: &Command, attempt: u32, now: SystemTime) -> Vec<String> {
         let (from_node, accesses) = match &command.spec.action {
-            Action::CopyVolume { member, volume, from_node } => {
-                (from_node, vec![Access::ReadVolume { member: member.clone(), volume: volume.clone() }])
-            }
+            Action::CopyVolume { member, volume, from_node } => (from_node, vec![Access::read_volume(member, volume)]),
             Action::MigrateMember { member, from_node, run } => {
-                let mut accesses: Vec<Access> = run
-                    .volumes
-                    .iter()
-                    .filter(|v| v.persistent)
-                    .map(|v| Access::ReadVolume { member: member.clone(), volume: v.name.clone() })
-                    .collect();
+                let mut accesses: Vec<Access> =
+                    run.volumes.iter().filter(|v| v.persistent).map(|v| Access::read_volume(member, &v.name)).collect();
                 accesses.extend([
                     Access::StopMember { member: member.clone() },
                     Access::StartMember { member: member.clone() },

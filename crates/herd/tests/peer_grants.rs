@@ -80,7 +80,7 @@ async fn a_node_reads_and_stops_nothing_on_another_without_a_grant_for_exactly_t
     std::fs::write(n1_dir.join("volumes/m1/data/secret"), "n1's data").unwrap();
 
     let n2 = identity_of(&n2_dir);
-    let read = Access::ReadVolume { member: "m1".into(), volume: "data".into() };
+    let read = Access::read_volume("m1", "data");
     let stop = Access::StopMember { member: "m1".into() };
     let signer = GrantSigner::derive(ADMIN_TOKEN).unwrap();
     let hour = Duration::from_secs(3600);

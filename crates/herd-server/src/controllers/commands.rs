@@ -349,7 +349,7 @@ impl CommandController {
                 .get(node)
                 .and_then(|n| n.status.address)
                 .ok_or(LookError { unreachable: false, message: format!("node {node} has no agent endpoint") })?;
-            let read = vec![Access::ReadVolume { member: member.into(), volume: volume.into() }];
+            let read = vec![Access::read_volume(member, volume)];
             self.peers
                 .agent(node, &address, read, "looking at a copy")
                 .map_err(|e| LookError { unreachable: false, message: format!("asking {node}: {e}") })
