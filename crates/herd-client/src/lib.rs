@@ -443,6 +443,16 @@ impl Client {
         self.call(Method::DELETE, &format!("{JOIN_TOKENS_PATH}/{id}"), &[], None).await
     }
 
+    /// `herd node modify`: one change to a node's role or master capability.
+    pub async fn change_node_role(
+        &self,
+        node: &str,
+        request: &herd_core::api::NodeRoleRequest,
+    ) -> Result<herd_core::api::NodeRoleResponse, ClientError> {
+        let path = format!("{}/role", object_path("nodes", node));
+        self.call(Method::POST, &path, &[], Some(&to_value(request)?)).await
+    }
+
     /// `herd node readmit`: a deleted node's agent may join again.
     pub async fn readmit_node(&self, node: &str) -> Result<(), ClientError> {
         let path = format!("{}/readmit", object_path("nodes", node));

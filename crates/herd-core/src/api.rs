@@ -479,3 +479,35 @@ impl From<&crate::join::JoinTokenRecord> for JoinTokenInfo {
         }
     }
 }
+
+/// `POST /api/v1/nodes/{name}/role`: one change to a node's role or its
+/// master capability, under the rules of `herd_core::roles`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NodeRoleRequest {
+    /// The new role (one of role and masterCapable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<crate::kinds::NodeRole>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub master_capable: Option<bool>,
+    /// When the change would leave the candidate pool short, promote
+    /// another eligible node in the same change instead of refusing.
+    #[serde(default)]
+    pub auto_promote: bool,
+}
+
+/// What a role change did: every node it changed, with why.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeRoleResponse {
+    pub changed: Vec<NodeRoleChanged>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeRoleChanged {
+    pub name: String,
+    pub role: crate::kinds::NodeRole,
+    pub master_capable: bool,
+    pub why: String,
+}

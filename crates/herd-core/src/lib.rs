@@ -26,6 +26,7 @@ pub mod placement;
 pub mod reconcile;
 pub mod resource;
 pub mod role_sync;
+pub mod roles;
 pub mod selection;
 pub mod setup_status;
 pub mod time;

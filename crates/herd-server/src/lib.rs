@@ -21,6 +21,7 @@ pub mod elector;
 pub mod error;
 pub mod events;
 pub mod metrics;
+pub mod node_roles;
 pub mod nodes;
 pub mod objects;
 pub mod openapi;

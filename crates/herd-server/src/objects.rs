@@ -365,6 +365,45 @@ impl Objects {
         self.write(prepared, false, (None, ops)).await
     }
 
+    /// Replaces the metadata and spec of several objects of one kind in one
+    /// transaction, each as read (its resourceVersion) and changed: all
+    /// are written, or none (a Conflict naming the first that moved).
+    pub async fn update_together<S: Resource>(&self, changed: Vec<(Object<S>, Object<S>)>) -> Result<(), ObjectsError> {
+        let mut txn = Txn::new();
+        let mut keys = Vec::new();
+        for (old, new) in changed {
+            let name = new.metadata.name.clone();
+            let prepared =
+                lifecycle::prepare_update(&old, new).map_err(|e| ObjectsError::invalid(S::KIND, &name, e))?;
+            let key = object_key(S::PLURAL, &name);
+            let revision = prepared.expected_revision.unwrap_or(0);
+            txn = txn
+                .when(Compare::ModRevision { key: key.clone(), revision })
+                .put(key.clone(), encode(&prepared.object));
+            keys.push((key, name, revision));
+        }
+        if let Some((fence, _)) = &self.fence {
+            txn = txn.when(Compare::ModRevision { key: fence.key.clone(), revision: fence.revision });
+        }
+        match self.store.txn(txn).await.map_err(|e| ObjectsError::from_store(S::KIND, "", e))? {
+            TxnOutcome::Committed { .. } => Ok(()),
+            TxnOutcome::CompareFailed { key: failed, actual, .. } => {
+                match keys.into_iter().find(|(k, ..)| *k == failed) {
+                    Some((_, name, expected)) => {
+                        Err(ObjectsError::Conflict { kind: S::KIND.into(), name, expected, actual })
+                    }
+                    None => {
+                        let term = self.fence.as_ref().map_or(0, |(fence, metrics)| {
+                            metrics.fenced_writes.fetch_add(1, Ordering::Relaxed);
+                            fence.term
+                        });
+                        Err(ObjectsError::Fenced { term, kind: S::KIND.into(), name: String::new() })
+                    }
+                }
+            }
+        }
+    }
+
     /// Replaces the status (everything else is kept).
     pub async fn update_status<S: Resource>(
         &self,

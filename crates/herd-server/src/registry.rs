@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::marker::PhantomData;
 
 use async_trait::async_trait;
+use futures_util::future::BoxFuture;
 use herd_core::kinds::{
     AppClusterSpec, AppSpec, ClusterConfigSpec, CommandSpec, EventSpec, LeaseSpec, MemberSpec, NodeSpec, ReplicaSpec,
 };
@@ -120,18 +121,23 @@ impl KindOps for CommandKind {
     }
 }
 
-/// AppClusters are admitted on change: a spec change waits for a
-/// reconcile pass over the previous one and for pending notifies.
-struct AppClusterKind;
+/// Checks a spec replace against the rest of the store before it is
+/// written (async: it reads other objects).
+type Admit<S> = for<'a> fn(&'a Objects, &'a Object<S>) -> BoxFuture<'a, Result<(), ApiError>>;
+
+/// A kind whose spec replaces are admitted first: AppClusters (a spec
+/// change waits for a reconcile pass over the previous one and for
+/// pending notifies) and Nodes (a role change meets the pool's rules).
+struct AdmittedOnReplace<S: Resource>(Admit<S>);
 
 #[async_trait]
-impl KindOps for AppClusterKind {
+impl<S: Resource> KindOps for AdmittedOnReplace<S> {
     fn info(&self) -> KindInfo {
-        Typed::<AppClusterSpec>(PhantomData).info()
+        Typed::<S>(PhantomData).info()
     }
 
     async fn create(&self, objects: &Objects, body: Value, dry_run: bool) -> Result<Value, ApiError> {
-        Typed::<AppClusterSpec>(PhantomData).create(objects, body, dry_run).await
+        Typed::<S>(PhantomData).create(objects, body, dry_run).await
     }
 
     async fn replace(
@@ -143,14 +149,14 @@ impl KindOps for AppClusterKind {
         dry_run: bool,
     ) -> Result<Value, ApiError> {
         if part == Part::Spec {
-            let object = parse::<AppClusterSpec>(body.clone(), Some(name))?;
-            crate::app_clusters::admit_replace(objects, &object).await?;
+            let object = parse::<S>(body.clone(), Some(name))?;
+            (self.0)(objects, &object).await?;
         }
-        Typed::<AppClusterSpec>(PhantomData).replace(objects, name, body, part, dry_run).await
+        Typed::<S>(PhantomData).replace(objects, name, body, part, dry_run).await
     }
 
     fn schema(&self, generator: &mut SchemaGenerator) -> Schema {
-        Typed::<AppClusterSpec>(PhantomData).schema(generator)
+        Typed::<S>(PhantomData).schema(generator)
     }
 }
 
@@ -162,13 +168,16 @@ pub struct Registry {
 impl Registry {
     pub fn standard() -> Self {
         let mut registry = Registry { kinds: BTreeMap::new() };
-        registry.add::<NodeSpec>();
+        let admit_node: Admit<NodeSpec> = |objects, node| Box::pin(crate::node_roles::admit_replace(objects, node));
+        registry.kinds.insert(NodeSpec::PLURAL, Box::new(AdmittedOnReplace(admit_node)));
         registry.add::<ClusterConfigSpec>();
         registry.add::<LeaseSpec>();
         registry.add::<EventSpec>();
         registry.add::<ReplicaSpec>();
         registry.add::<AppSpec>();
-        registry.kinds.insert(AppClusterSpec::PLURAL, Box::new(AppClusterKind));
+        let admit_cluster: Admit<AppClusterSpec> =
+            |objects, cluster| Box::pin(crate::app_clusters::admit_replace(objects, cluster));
+        registry.kinds.insert(AppClusterSpec::PLURAL, Box::new(AdmittedOnReplace(admit_cluster)));
         registry.add::<MemberSpec>();
         registry.kinds.insert(CommandSpec::PLURAL, Box::new(CommandKind));
         registry

@@ -31,6 +31,7 @@ POST   /api/v1/join                                 401  401  401  P    401  401
 POST   /api/v1/nodes/{name}/heartbeat               P    P    403  401  401  401
 GET    /api/v1/nodes/{name}/commands                P    P    403  401  401  401
 POST   /api/v1/nodes/{name}/readmit                 P    403  403  401  401  401
+POST   /api/v1/nodes/{name}/role                    P    403  403  401  401  401
 GET    /api/v1/nodes/{node}/members/{member}/logs   P    403  403  401  401  401
 GET    /api/v1/nodes/{node}/volumes                 P    403  403  401  401  401
 POST   /api/v1/commands/{name}/retry                P    403  403  401  401  401

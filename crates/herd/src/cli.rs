@@ -173,6 +173,26 @@ pub enum MemberCommand {
     },
 }
 
+/// A node's role, as `herd node modify --role` takes it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum RoleArg {
+    Candidate,
+    Regular,
+    Drained,
+    Offline,
+}
+
+impl From<RoleArg> for herd_core::kinds::NodeRole {
+    fn from(role: RoleArg) -> Self {
+        match role {
+            RoleArg::Candidate => Self::Candidate,
+            RoleArg::Regular => Self::Regular,
+            RoleArg::Drained => Self::Drained,
+            RoleArg::Offline => Self::Offline,
+        }
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum NodeCommand {
     /// The node's volumes and partial copies, with what owns each (a member,
@@ -185,6 +205,24 @@ pub enum NodeCommand {
     /// Let the agent of a deleted node join again (deleting a node keeps its
     /// agent out until then).
     Readmit { name: String },
+    /// Change a node's role or its master capability, one at a time, under
+    /// the candidate pool's rules (the reason is printed when refused).
+    #[command(group = clap::ArgGroup::new("change").required(true).args(["role", "master_capable"]))]
+    Modify {
+        name: String,
+        /// The new role: candidate (holds the configuration, may run a
+        /// server), regular, drained (no new members) or offline (never
+        /// contacted; only a node that hosts no members).
+        #[arg(long, value_enum)]
+        role: Option<RoleArg>,
+        /// Whether the node may ever be a candidate (false demotes one).
+        #[arg(long, value_name = "BOOL")]
+        master_capable: Option<bool>,
+        /// When the change would leave the candidate pool short, promote
+        /// another eligible node in the same change instead of refusing.
+        #[arg(long)]
+        auto_promote: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]

@@ -4,7 +4,9 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use herd_core::api::{AgentReport, HeartbeatResponse, JoinRequest, JoinResponse};
+use herd_core::api::{NodeRoleChanged, NodeRoleRequest, NodeRoleResponse};
 use herd_core::authz::Verb;
+use herd_core::roles::RoleChange;
 
 use axum::response::Response;
 use herd_core::Resource;
@@ -45,6 +47,34 @@ pub async fn commands(
     let selector = query.selector_and(&format!("{NODE_LABEL}={name}"))?;
     let kind = state.registry.get(CommandSpec::PLURAL)?.info();
     serve_list(state, kind, selector, query).await
+}
+
+/// `POST /api/v1/nodes/{name}/role`: one change to a node's role or
+/// master capability (`crate::node_roles`).
+pub async fn change_role(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiName(name): ApiName,
+    ApiBody(body): ApiBody,
+) -> Result<Json<NodeRoleResponse>, ApiError> {
+    caller.may(Verb::Update, "nodes", Some(&name))?;
+    let request: NodeRoleRequest = parse_body(&body, "Node", &name)?;
+    let change = match (request.role, request.master_capable) {
+        (Some(role), None) => RoleChange::Role(role),
+        (None, Some(capable)) => RoleChange::MasterCapable(capable),
+        _ => {
+            let errors = herd_core::ValidationErrors::single("role", "give exactly one of role and masterCapable");
+            return Err(ApiError::invalid("Node", &name, errors));
+        }
+    };
+    let pool = crate::nodes::cluster_config(&state.config).candidate_pool_size as usize;
+    let updates =
+        crate::node_roles::change(&state.objects, &state.events, pool, &name, change, request.auto_promote).await?;
+    let changed = updates
+        .into_iter()
+        .map(|u| NodeRoleChanged { name: u.name, role: u.role, master_capable: u.master_capable, why: u.why })
+        .collect();
+    Ok(Json(NodeRoleResponse { changed }))
 }
 
 /// `POST /api/v1/nodes/{name}/readmit`: lets a deleted node's agent join again.

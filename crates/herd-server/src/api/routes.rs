@@ -360,6 +360,16 @@ fn fixed_routes(generator: &mut SchemaGenerator) -> Vec<Route> {
         },
         Route {
             method: Method::POST,
+            path: "/api/v1/nodes/{name}/role".into(),
+            summary: "Change a node's role or master capability under the pool's rules (409 with the reason)".into(),
+            access: Access::Admin,
+            params: vec![node()],
+            body: Some(schema_of::<herd_core::api::NodeRoleRequest>(generator)),
+            answer: Answer::Json(200, schema_of::<herd_core::api::NodeRoleResponse>(generator)),
+            handler: post(nodes::change_role),
+        },
+        Route {
+            method: Method::POST,
             path: "/api/v1/nodes/{name}/readmit".into(),
             summary: "Let the agent of a deleted node join again (404 if nothing is kept out)".into(),
             access: Access::Admin,

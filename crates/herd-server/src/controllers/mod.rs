@@ -5,6 +5,7 @@
 //! outlives it. Their writes go through the leadership's fence.
 
 pub mod app_clusters;
+pub mod candidate_pool;
 pub mod commands;
 pub mod compactor;
 pub mod event_ttl;
@@ -71,6 +72,13 @@ pub fn start(
     set.spawn(runtime::run(command_controller, wake_on_commands, stop.clone()));
     set.spawn(compactor::run(objects.store().clone(), stop.clone()));
     set.spawn(event_ttl::run(objects.clone(), stop.clone()));
+    let pool = candidate_pool::CandidatePool::new(
+        objects.clone(),
+        nodes.clone(),
+        config.clone(),
+        EventRecorder::new(objects.clone(), "candidate-pool"),
+    );
+    set.spawn(runtime::run(pool, vec![nodes.changes(), config.changes()], stop.clone()));
     let node_lifecycle = node_lifecycle::NodeLifecycle::new(objects, nodes, config, events, metrics);
     set.spawn(runtime::run(node_lifecycle, Vec::new(), stop));
     set

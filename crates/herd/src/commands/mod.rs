@@ -74,6 +74,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Node { command: NodeCommand::Volumes { name, output } } => {
             node::volumes(&context::client(&conn)?, &name, output).await
         }
+        Command::Node { command: NodeCommand::Modify { name, role, master_capable, auto_promote } } => {
+            node::modify(&context::client(&conn)?, &name, role.map(Into::into), master_capable, auto_promote).await
+        }
         Command::Node { command: NodeCommand::Readmit { name } } => {
             context::client(&conn)?.readmit_node(&name).await?;
             println!("node/{name} readmitted: its agent may join again");

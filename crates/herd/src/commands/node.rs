@@ -1,14 +1,37 @@
 //! `herd node volumes NAME`: what a node's data dir holds (volumes and
 //! partial copies), each with what owns it, so that space left behind by
-//! failed or abandoned copies can be found and removed.
+//! failed or abandoned copies can be found and removed; and `herd node
+//! modify NAME --role R`: a role change under the pool's rules.
 
 use comfy_table::{Table, presets};
 use herd_client::Client;
-use herd_core::api::{StoredKind, StoredVolume};
+use herd_core::api::{NodeRoleRequest, StoredKind, StoredVolume};
+use herd_core::kinds::NodeRole;
 use herd_core::units::human_bytes;
 
 use crate::cli::OutputFormat;
 use crate::output;
+
+pub async fn modify(
+    client: &Client,
+    node: &str,
+    role: Option<NodeRole>,
+    master_capable: Option<bool>,
+    auto_promote: bool,
+) -> anyhow::Result<()> {
+    let request = NodeRoleRequest { role, master_capable, auto_promote };
+    let answer = client.change_node_role(node, &request).await?;
+    if answer.changed.is_empty() {
+        println!("node/{node} unchanged");
+    }
+    for changed in &answer.changed {
+        let role = serde_json::to_value(changed.role)?;
+        let role = role.as_str().unwrap_or_default();
+        let capable = if changed.master_capable { "" } else { ", not master capable" };
+        println!("node/{} {role}{capable} ({})", changed.name, changed.why);
+    }
+    Ok(())
+}
 
 pub async fn volumes(client: &Client, node: &str, format: OutputFormat) -> anyhow::Result<()> {
     let stored = client.node_volumes(node).await?;

@@ -1,0 +1,62 @@
+//! The candidate-pool keeper (leader only): promotes eligible nodes while
+//! the pool has fewer candidates than min(candidatePoolSize, eligible
+//! nodes), after a demotion, a drained or offline node, a new node, or a
+//! larger pool size (`herd_core::roles::fill_pool`, spreading over zones).
+//! A pool above its size only warns, once per size: nobody is demoted.
+
+use std::time::Duration;
+
+use herd_core::kinds::{ClusterConfigSpec, NodeRole, NodeSpec};
+
+use crate::controllers::runtime::{Controller, Next};
+use crate::events::EventRecorder;
+use crate::nodes::cluster_config;
+use crate::objects::{Objects, ObjectsError};
+use crate::reflector::Reflector;
+
+/// How often the pool is looked at when nothing wakes the keeper sooner.
+const PASS_INTERVAL: Duration = Duration::from_secs(5);
+
+pub struct CandidatePool {
+    pub objects: Objects,
+    pub nodes: Reflector<NodeSpec>,
+    pub config: Reflector<ClusterConfigSpec>,
+    pub events: EventRecorder,
+    /// The pool size last warned about being exceeded.
+    warned_above: Option<usize>,
+}
+
+impl CandidatePool {
+    pub fn new(
+        objects: Objects,
+        nodes: Reflector<NodeSpec>,
+        config: Reflector<ClusterConfigSpec>,
+        events: EventRecorder,
+    ) -> Self {
+        CandidatePool { objects, nodes, config, events, warned_above: None }
+    }
+}
+
+impl Controller for CandidatePool {
+    const NAME: &'static str = "candidate-pool";
+
+    async fn synced(&self) {
+        self.nodes.synced().await;
+        self.config.synced().await;
+    }
+
+    async fn reconcile(&mut self) -> Result<Next, ObjectsError> {
+        let pool = cluster_config(&self.config).candidate_pool_size as usize;
+        let candidates = self.nodes.list().iter().filter(|n| n.spec.role == NodeRole::Candidate).count();
+        if candidates > pool && self.warned_above != Some(pool) {
+            tracing::warn!(
+                candidates,
+                pool,
+                "more master candidates than the pool size; none is demoted (demote by hand)"
+            );
+            self.warned_above = Some(pool);
+        }
+        crate::node_roles::keep_pool_full(&self.objects, &self.events, pool).await?;
+        Ok(Next::Requeue(PASS_INTERVAL))
+    }
+}

@@ -1,0 +1,139 @@
+//! Node roles through the CLI against a real server (seed 003, Ganeti's
+//! rules): the leader fills the candidate pool; a demotion from a full pool
+//! is refused with the reason unless `--auto-promote` promotes another node
+//! in the same change (Ganeti issue 163); a larger pool promotes one more;
+//! a node that is not master capable is never promoted (Ganeti issue
+//! 1682); offline is refused while a node hosts members, naming them;
+//! `herd apply` meets the same rules; only Ready nodes are promoted; every
+//! change is an Event.
+
+mod common;
+
+use std::process::Output;
+use std::time::Duration;
+
+use common::{ADMIN_TOKEN, TestServer, eventually};
+use herd_client::Client;
+use herd_core::Object;
+use herd_core::api::MemberReport;
+use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
+use herd_core::kinds::{ClusterConfigSpec, EventSpec, NodeRole, NodeSpec};
+
+fn herd(server: &TestServer, dir: &std::path::Path, args: &[&str]) -> Output {
+    let mut command = common::herd();
+    command
+        .args(args)
+        .env("HERD_SERVER", &server.url)
+        .env("HERD_TOKEN", ADMIN_TOKEN)
+        .env("HERD_CONFIG", dir.join("none.yaml"));
+    command.output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+async fn roles(admin: &Client) -> Vec<(String, NodeRole)> {
+    let nodes = admin.list::<NodeSpec>("").await.unwrap();
+    nodes.into_iter().map(|n| (n.metadata.name, n.spec.role)).collect()
+}
+
+async fn candidates(admin: &Client) -> Vec<String> {
+    roles(admin).await.into_iter().filter(|(_, r)| *r == NodeRole::Candidate).map(|(n, _)| n).collect()
+}
+
+async fn set_pool(admin: &Client, size: u32) {
+    let mut config = admin.get::<ClusterConfigSpec>(CLUSTER_CONFIG_NAME).await.unwrap();
+    config.spec.candidate_pool_size = size;
+    admin.update(&config).await.unwrap();
+}
+
+async fn wait_for_candidates(admin: &Client, expected: &[&str]) {
+    let what = format!("candidates {expected:?}");
+    eventually(Duration::from_secs(20), &what, || async { (candidates(admin).await == expected).then_some(()) }).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_pool_is_kept_full_and_demotions_follow_ganetis_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(&dir.path().join("server"));
+    let admin = server.admin();
+    // Nodes without agents here: Ready by hand, and kept so.
+    let mut config = admin.get::<ClusterConfigSpec>(CLUSTER_CONFIG_NAME).await.unwrap();
+    config.spec.node_grace_period = herd_core::HumanDuration::from_secs(3600);
+    admin.update(&config).await.unwrap();
+    set_pool(&admin, 3).await;
+    for i in 1..=6 {
+        let mut node = admin.create(&Object::new(format!("n{i}"), NodeSpec::default())).await.unwrap();
+        node.status.ready = i != 6;
+        admin.update_status(&node).await.unwrap();
+    }
+    // The leader promotes the first three eligible Ready nodes, and no more.
+    wait_for_candidates(&admin, &["n1", "n2", "n3"]).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(candidates(&admin).await, ["n1", "n2", "n3"]);
+
+    // Ganeti 163: setting a candidate offline when the pool is exactly full.
+    let refused = herd(&server, dir.path(), &["node", "modify", "n2", "--role", "offline"]);
+    assert_eq!(refused.status.code(), Some(4), "{}", text(&refused.stderr));
+    let why = text(&refused.stderr);
+    assert!(why.contains("would leave 2 candidates where 3 are wanted") && why.contains("--auto-promote"), "{why}");
+    assert_eq!(candidates(&admin).await, ["n1", "n2", "n3"], "a refusal changes nothing");
+    let done = herd(&server, dir.path(), &["node", "modify", "n2", "--role", "offline", "--auto-promote"]);
+    assert!(done.status.success(), "{}", text(&done.stderr));
+    let said = text(&done.stdout);
+    assert!(said.contains("node/n2 offline (asked)"), "{said}");
+    assert!(said.contains("node/n4 candidate (promoted in place of n2"), "{said}");
+    assert_eq!(candidates(&admin).await, ["n1", "n3", "n4"], "both in one change");
+
+    // A larger pool: one more is promoted.
+    set_pool(&admin, 4).await;
+    wait_for_candidates(&admin, &["n1", "n3", "n4", "n5"]).await;
+
+    // Ganeti 1682: a node that is not master capable is never promoted.
+    let out = herd(&server, dir.path(), &["node", "modify", "n5", "--master-capable", "false"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("node/n5 regular, not master capable"), "{}", text(&out.stdout));
+    set_pool(&admin, 5).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(candidates(&admin).await, ["n1", "n3", "n4"], "n5 is not capable, n2 is offline, n6 not Ready");
+    let out = herd(&server, dir.path(), &["node", "modify", "n5", "--role", "candidate"]);
+    assert_eq!(out.status.code(), Some(4));
+    assert!(text(&out.stderr).contains("not master capable"), "{}", text(&out.stderr));
+
+    // Offline is refused while the node hosts members, naming them.
+    let mut n5 = admin.get::<NodeSpec>("n5").await.unwrap();
+    n5.status.members = vec![MemberReport { name: "web-1".into(), wanted: true, running: true, ..Default::default() }];
+    admin.update_status(&n5).await.unwrap();
+    let out = herd(&server, dir.path(), &["node", "modify", "n5", "--role", "offline"]);
+    assert_eq!(out.status.code(), Some(4));
+    assert!(text(&out.stderr).contains("still hosts members (web-1)"), "{}", text(&out.stderr));
+    // Drained works with members; one change at a time; nothing to do is said.
+    let out = herd(&server, dir.path(), &["node", "modify", "n5", "--role", "drained"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = herd(&server, dir.path(), &["node", "modify", "n5", "--role", "drained"]);
+    assert_eq!(text(&out.stdout), "node/n5 unchanged\n");
+    let out = herd(&server, dir.path(), &["node", "modify", "n5"]);
+    assert_eq!(out.status.code(), Some(2), "a role or a capability is required");
+
+    // `herd apply` meets the same rules: demoting n1 to regular leaves the
+    // pool short (all three eligible nodes are wanted).
+    let manifest = dir.path().join("n1.yaml");
+    std::fs::write(&manifest, "kind: Node\nmetadata:\n  name: n1\nspec:\n  role: regular\n").unwrap();
+    let out = herd(&server, dir.path(), &["apply", "-f", manifest.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out.stdout));
+    assert!(text(&out.stderr).contains("would leave 2 candidates where 3 are wanted"), "{}", text(&out.stderr));
+
+    // Each change is an Event on its node, saying why.
+    let events = admin.list::<EventSpec>("").await.unwrap();
+    let on = |node: &str| -> Vec<String> {
+        events
+            .iter()
+            .filter(|e| e.spec.reason == "NodeRoleChanged" && e.spec.involved_object.name == node)
+            .map(|e| e.spec.message.clone())
+            .collect()
+    };
+    assert!(on("n4").iter().any(|m| m.contains("regular -> candidate: promoted in place of n2")), "{:?}", on("n4"));
+    assert!(on("n2").iter().any(|m| m.contains("candidate -> offline: asked")), "{:?}", on("n2"));
+    assert!(on("n1").iter().any(|m| m.contains("promoted: the pool had")), "{:?}", on("n1"));
+}
