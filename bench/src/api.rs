@@ -34,6 +34,7 @@ async fn server(dir: &std::path::Path, insecure_http: bool) -> anyhow::Result<(S
         election: LeaderElectionOverrides::default(),
         fencing_probe: None,
         insecure_http,
+        node: None,
         agent_cert_lifetime: herd_server::DEFAULT_AGENT_CERT_LIFETIME,
     })
     .await?;

@@ -214,19 +214,20 @@ pub fn promotions(nodes: &[NodeFacts], count: usize) -> Vec<String> {
 }
 
 /// What the leader does to keep the pool full: the promotions needed now
-/// (never a demotion: a pool above its size only warns).
-pub fn fill_pool(nodes: &[NodeFacts], pool_size: usize) -> Vec<NodeUpdate> {
+/// (never a demotion: a pool above its size only warns). The master's
+/// node, when it is eligible, is promoted first, even beyond the pool.
+pub fn fill_pool(nodes: &[NodeFacts], pool_size: usize, master: Option<&str>) -> Vec<NodeUpdate> {
     let candidates = nodes.iter().filter(|n| n.role == NodeRole::Candidate).count();
+    let promote = |name: String, why: String| NodeUpdate { name, role: NodeRole::Candidate, master_capable: true, why };
+    if let Some(node) = nodes.iter().find(|n| Some(n.name.as_str()) == master)
+        && node.eligible()
+        && node.role != NodeRole::Candidate
+    {
+        return vec![promote(node.name.clone(), "promoted: it is the master's node".into())];
+    }
     let short = wanted_candidates(nodes, pool_size).saturating_sub(candidates);
-    promotions(nodes, short)
-        .into_iter()
-        .map(|name| NodeUpdate {
-            master_capable: true,
-            why: format!("promoted: the pool had {candidates} candidates of {pool_size} wanted"),
-            role: NodeRole::Candidate,
-            name,
-        })
-        .collect()
+    let why = format!("promoted: the pool had {candidates} candidates of {pool_size} wanted");
+    promotions(nodes, short).into_iter().map(|name| promote(name, why.clone())).collect()
 }
 
 #[cfg(test)]
@@ -349,7 +350,7 @@ mod tests {
         assert_eq!(updates[1].name, "n5");
         // Nor does the pool keeper pick it.
         nodes[1].role = NodeRole::Regular;
-        let filled = fill_pool(&nodes, 3);
+        let filled = fill_pool(&nodes, 3, None);
         assert_eq!(filled.iter().map(|u| u.name.as_str()).collect::<Vec<_>>(), ["n2"]);
         // Capability taken from a candidate demotes it, under the pool rule.
         let refused = change(&five(), "n2", RoleChange::MasterCapable(false), false).unwrap_err();
@@ -367,7 +368,7 @@ mod tests {
         let alone = change(&nodes, "n2", RoleChange::Role(NodeRole::Drained), false).unwrap();
         assert_eq!(alone.len(), 1, "{alone:?}");
         nodes[1].role = NodeRole::Regular;
-        assert!(fill_pool(&nodes, 3).iter().all(|u| u.name == "n2"));
+        assert!(fill_pool(&nodes, 3, None).iter().all(|u| u.name == "n2"));
     }
 
     #[test]
@@ -376,12 +377,16 @@ mod tests {
         for (n, zone) in nodes.iter_mut().zip(["a", "a", "a", "b", "b", "c"]) {
             n.zone = Some(zone.into());
         }
-        let filled: Vec<String> = fill_pool(&nodes, 3).into_iter().map(|u| u.name).collect();
+        let filled: Vec<String> = fill_pool(&nodes, 3, None).into_iter().map(|u| u.name).collect();
         assert_eq!(filled, ["n1", "n4", "n6"], "one per zone first");
         for n in &mut nodes {
             n.role = NodeRole::Candidate;
         }
-        assert!(fill_pool(&nodes, 3).is_empty(), "six candidates for a pool of 3: nobody is demoted");
+        assert!(fill_pool(&nodes, 3, None).is_empty(), "six candidates for a pool of 3: nobody is demoted");
+        // The master's node is a candidate even beyond the pool.
+        nodes[5].role = NodeRole::Regular;
+        let master: Vec<String> = fill_pool(&nodes, 3, Some("n6")).into_iter().map(|u| u.name).collect();
+        assert_eq!(master, ["n6"]);
     }
 
     fn roles() -> impl Strategy<Value = NodeRole> {

@@ -15,7 +15,8 @@ use std::time::Duration;
 use herd_core::Object;
 use herd_core::election::{self, Candidate, Decision, Now, Observed};
 use herd_core::kinds::{
-    ClusterConfigSpec, EventType, LeaderElectionOverrides, LeaderElectionSettings, Lease, LeaseSpec,
+    ClusterConfigSpec, EventType, LeaderElectionOverrides, LeaderElectionSettings, Lease, LeaseSpec, Node, NodeRole,
+    NodeSpec,
 };
 use herd_store::Op;
 use tokio::task::JoinSet;
@@ -92,6 +93,10 @@ pub struct Elector {
     pub config: Reflector<ClusterConfigSpec>,
     pub events: EventRecorder,
     pub identity: String,
+    /// The node this replica runs on; it campaigns only while that node is
+    /// a master candidate (or while no node is one, to bootstrap).
+    pub node: Option<String>,
+    pub nodes: Reflector<NodeSpec>,
     /// The settings as validated at start: the lock name and the switches
     /// are read from here only.
     pub settings: LeaderElectionSettings,
@@ -136,6 +141,13 @@ impl Elector {
                 _ = async { self.leases.synced().await; self.config.synced().await } => {}
             }
         }
+        // Which nodes are candidates must be known before deciding to campaign.
+        if self.node.is_some() {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = self.nodes.synced() => {}
+            }
+        }
         let mut settings = self.settings.clone();
         let mut refused = None;
         while !stop.is_cancelled() {
@@ -159,6 +171,16 @@ impl Elector {
                 Now { monotonic: mono(), wall: now() },
                 settings.lease_duration.get(),
             );
+            // Taking the lease is for candidates' replicas; one that leads
+            // keeps it (only a failover moves the master).
+            let acquiring = matches!(decision, Decision::Create(_) | Decision::Write { acquiring: true, .. });
+            if acquiring && running.is_none() && !self.may_campaign() {
+                tokio::select! {
+                    _ = stop.cancelled() => {}
+                    _ = tokio::time::sleep(settings.retry_period.get()) => {}
+                }
+                continue;
+            }
             // A write that hangs must not keep a leader from noticing that
             // its renew deadline passed.
             let written = match tokio::time::timeout(settings.retry_period.get(), self.write(&decision)).await {
@@ -217,6 +239,20 @@ impl Elector {
             }
             self.stepped_down("shutting down").await;
         }
+    }
+
+    /// Whether this replica may take the lease: it names no node, its node
+    /// is a master candidate, or no node is one yet (someone must lead to
+    /// promote the first).
+    fn may_campaign(&self) -> bool {
+        let Some(node) = &self.node else { return true };
+        let nodes = self.nodes.list();
+        let candidate = |n: &Node| n.spec.role == NodeRole::Candidate;
+        let allowed = nodes.iter().any(|n| n.metadata.name == *node && candidate(n)) || !nodes.iter().any(candidate);
+        if !allowed {
+            tracing::debug!(node = %node, "not campaigning: this replica's node is not a master candidate");
+        }
+        allowed
     }
 
     /// The settings for this round: the durations from the ClusterConfig

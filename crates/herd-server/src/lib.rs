@@ -75,6 +75,10 @@ pub struct ServerConfig {
     /// How long the certificates signed for nodes last; agents renew them
     /// when two thirds have passed.
     pub agent_cert_lifetime: Duration,
+    /// The node this replica runs on (`--node`): it campaigns only while
+    /// that node is a master candidate (or while there is none at all, to
+    /// bootstrap), and its node is the master's while it leads.
+    pub node: Option<String>,
 }
 
 /// How long a node's certificate lasts unless told otherwise.
@@ -153,8 +157,12 @@ impl Server {
         let certificates = (!config.insecure_http).then(|| node_certificates.clone());
         let scheme = if tls_config.is_some() { "https" } else { "http" };
         let url = config.advertise_url.clone().unwrap_or_else(|| format!("{scheme}://{addr}"));
-        let me =
-            ReplicaIdentity { name: config.identity.clone(), url: url.clone(), lock_name: settings.lock_name.clone() };
+        let me = ReplicaIdentity {
+            name: config.identity.clone(),
+            url: url.clone(),
+            node: config.node.clone(),
+            lock_name: settings.lock_name.clone(),
+        };
 
         let registry = Arc::new(Registry::standard());
         let metrics = Arc::<Metrics>::default();
@@ -179,6 +187,8 @@ impl Server {
             config: cluster_config.clone(),
             events: EventRecorder::new(objects.clone(), "leader-election"),
             identity: config.identity.clone(),
+            node: config.node.clone(),
+            nodes: Reflector::start(objects.store().clone(), shutdown.clone()),
             settings,
             overrides: config.election.clone(),
             health: state.leader_health.clone(),
@@ -188,6 +198,7 @@ impl Server {
                 cluster_config,
                 metrics,
                 peers,
+                config.node.clone(),
                 config.identity.clone(),
                 config.fencing_probe,
             ),
@@ -269,14 +280,21 @@ fn leader_work(
     config: Reflector<ClusterConfigSpec>,
     metrics: Arc<Metrics>,
     peers: Arc<peers::PeerAuthority>,
+    node: Option<String>,
     identity: String,
     fencing_probe: Option<Duration>,
 ) -> LeaderWork {
     Box::new(move |stop, fence| {
         let term = fence.term;
         let fenced = objects.fenced(fence, metrics.clone());
-        let mut work =
-            controllers::start(fenced.clone(), term, config.clone(), metrics.clone(), peers.clone(), stop.clone());
+        let mut work = controllers::start(
+            fenced.clone(),
+            term,
+            config.clone(),
+            metrics.clone(),
+            (peers.clone(), node.clone()),
+            stop.clone(),
+        );
         if let Some(every) = fencing_probe {
             work.spawn(controllers::fencing_probe::run(fenced, identity.clone(), term, every, stop));
         }

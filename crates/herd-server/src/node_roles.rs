@@ -28,9 +28,10 @@ fn role_word(role: NodeRole) -> &'static str {
     }
 }
 
-/// Every node, and what each knows about its role and the members it
-/// hosts (placed there, or reported running there by its agent).
-async fn read(objects: &Objects) -> Result<(Vec<Node>, Vec<NodeFacts>), ObjectsError> {
+/// Every node, what each knows about its role and the members it hosts
+/// (placed there, or reported running there by its agent), and the
+/// master's node.
+async fn read(objects: &Objects) -> Result<(Vec<Node>, Vec<NodeFacts>, Option<String>), ObjectsError> {
     let (nodes, _) = objects.list::<NodeSpec>().await?;
     let (members, _) = objects.list::<MemberSpec>().await?;
     let mut hosted: BTreeMap<&str, Vec<String>> = BTreeMap::new();
@@ -49,7 +50,8 @@ async fn read(objects: &Objects) -> Result<(Vec<Node>, Vec<NodeFacts>), ObjectsE
         .iter()
         .map(|n| NodeFacts::of(n, hosted.get(n.metadata.name.as_str()).cloned().unwrap_or_default()))
         .collect();
-    Ok((nodes, facts))
+    let master = nodes.iter().find(|n| n.status.master).map(|n| n.metadata.name.clone());
+    Ok((nodes, facts, master))
 }
 
 /// Writes `updates` together; Ok(false) when a node changed since `nodes`
@@ -92,12 +94,14 @@ pub async fn change(
     auto_promote: bool,
 ) -> Result<Vec<NodeUpdate>, ApiError> {
     for _ in 0..ATTEMPTS {
-        let (nodes, facts) = read(objects).await?;
-        // The master's node is known once server replicas belong to nodes.
-        let updates = decide(&facts, None, name, change, pool_size, auto_promote).map_err(|refusal| match refusal {
-            RoleRefusal::NoSuchNode(name) => ApiError::NotFound { kind: "Node".into(), name },
-            other => ApiError::Conflict(other.to_string()),
-        })?;
+        let (nodes, facts, master) = read(objects).await?;
+        let updates =
+            decide(&facts, master.as_deref(), name, change, pool_size, auto_promote).map_err(
+                |refusal| match refusal {
+                    RoleRefusal::NoSuchNode(name) => ApiError::NotFound { kind: "Node".into(), name },
+                    other => ApiError::Conflict(other.to_string()),
+                },
+            )?;
         if updates.is_empty() || write(objects, &nodes, &updates).await? {
             tell(events, &nodes, &updates).await;
             return Ok(updates);
@@ -131,9 +135,9 @@ pub async fn admit_replace(objects: &Objects, new: &Node) -> Result<(), ApiError
         .get::<ClusterConfigSpec>(CLUSTER_CONFIG_NAME)
         .await?
         .map_or(ClusterConfigSpec::default().candidate_pool_size, |c| c.spec.candidate_pool_size);
-    let (_, facts) = read(objects).await?;
+    let (_, facts, master) = read(objects).await?;
     // Without auto-promotion only this node changes: the write itself does it.
-    decide(&facts, None, &new.metadata.name, change, pool as usize, false)
+    decide(&facts, master.as_deref(), &new.metadata.name, change, pool as usize, false)
         .map(|_| ())
         .map_err(|refusal| ApiError::Conflict(format!("{refusal}; or use `herd node modify`")))
 }
@@ -145,8 +149,8 @@ pub async fn keep_pool_full(
     pool_size: usize,
 ) -> Result<Vec<NodeUpdate>, ObjectsError> {
     for _ in 0..ATTEMPTS {
-        let (nodes, facts) = read(objects).await?;
-        let updates = fill_pool(&facts, pool_size);
+        let (nodes, facts, master) = read(objects).await?;
+        let updates = fill_pool(&facts, pool_size, master.as_deref());
         if updates.is_empty() || write(objects, &nodes, &updates).await? {
             tell(events, &nodes, &updates).await;
             return Ok(updates);

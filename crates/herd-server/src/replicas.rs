@@ -30,6 +30,7 @@ use crate::reflector::Reflector;
 pub struct ReplicaIdentity {
     pub name: String,
     pub url: String,
+    pub node: Option<String>,
     /// The leader Lease's name.
     pub lock_name: String,
 }
@@ -77,13 +78,14 @@ async fn refresh(
         leading,
     };
     let Some(mut record) = objects.get::<ReplicaSpec>(&me.name).await? else {
-        let mut record = Replica::new(&me.name, ReplicaSpec { url: me.url.clone() });
+        let mut record = Replica::new(&me.name, ReplicaSpec { url: me.url.clone(), node: me.node.clone() });
         record.status = status;
         objects.create(record, true, false).await?;
         return Ok(());
     };
-    if record.spec.url != me.url {
+    if record.spec.url != me.url || record.spec.node != me.node {
         record.spec.url = me.url.clone();
+        record.spec.node = me.node.clone();
         record = objects.update(record, false).await?;
     }
     record.status = status;

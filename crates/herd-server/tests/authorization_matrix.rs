@@ -134,6 +134,7 @@ async fn every_route_answers_every_caller_as_the_matrix_says() {
         election: LeaderElectionOverrides::default(),
         fencing_probe: None,
         insecure_http: false,
+        node: None,
         agent_cert_lifetime: herd_server::DEFAULT_AGENT_CERT_LIFETIME,
     })
     .await

@@ -279,6 +279,11 @@ pub struct ServerArgs {
     /// in the clear. Only for a network you trust completely.
     #[arg(long)]
     pub insecure_http: bool,
+    /// The node this replica runs on: it campaigns for the lease only
+    /// while that node is a master candidate, and that node is the
+    /// master's while it leads.
+    #[arg(long, value_name = "NAME")]
+    pub node: Option<String>,
     /// How long the certificates signed for nodes last; agents renew them
     /// when two thirds of it have passed.
     #[arg(long, value_parser = duration, default_value = "30d")]

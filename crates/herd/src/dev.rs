@@ -91,6 +91,8 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         election: Default::default(),
         fencing_probe: None,
         insecure_http: false,
+        // The server runs on node-1, the first node's host.
+        node: Some("node-1".into()),
         agent_cert_lifetime: herd_server::DEFAULT_AGENT_CERT_LIFETIME,
     })
     .await

@@ -60,8 +60,9 @@ fn columns(kind: &str) -> Vec<Column> {
                 }
             }),
             col("ROLE", |v| {
-                let r = text(v, "/spec/role");
-                if r.is_empty() { "regular".into() } else { r }
+                let role = text(v, "/spec/role");
+                let role = if role.is_empty() { "regular".into() } else { role };
+                if v.pointer("/status/master") == Some(&Value::Bool(true)) { format!("{role},master") } else { role }
             }),
             col("ADDRESS", |v| text(v, "/status/address")),
             age,

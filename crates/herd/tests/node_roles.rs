@@ -17,7 +17,7 @@ use herd_client::Client;
 use herd_core::Object;
 use herd_core::api::MemberReport;
 use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
-use herd_core::kinds::{ClusterConfigSpec, EventSpec, NodeRole, NodeSpec};
+use herd_core::kinds::{ClusterConfigSpec, EventSpec, LeaseSpec, NodeRole, NodeSpec};
 
 fn herd(server: &TestServer, dir: &std::path::Path, args: &[&str]) -> Output {
     let mut command = common::herd();
@@ -136,4 +136,64 @@ async fn the_pool_is_kept_full_and_demotions_follow_ganetis_rules() {
     assert!(on("n4").iter().any(|m| m.contains("regular -> candidate: promoted in place of n2")), "{:?}", on("n4"));
     assert!(on("n2").iter().any(|m| m.contains("candidate -> offline: asked")), "{:?}", on("n2"));
     assert!(on("n1").iter().any(|m| m.contains("promoted: the pool had")), "{:?}", on("n1"));
+}
+
+/// The lease holder, as a replica's API shows it.
+async fn holder(client: &Client) -> String {
+    client.get::<LeaseSpec>("herd-leader").await.map(|l| l.spec.holder_identity).unwrap_or_default()
+}
+
+/// Server replicas belong to nodes (`herd server --node`): only a master
+/// candidate's replica campaigns (the first one bootstraps, when no node
+/// is a candidate yet); the leader's node is the master's, shown by `herd
+/// get nodes`, and keeps its role.
+#[tokio::test(flavor = "multi_thread")]
+async fn only_a_candidates_replica_campaigns_and_the_masters_node_keeps_its_role() {
+    const SHORT: [&str; 6] = ["--lease-duration", "3s", "--renew-deadline", "2s", "--retry-period", "500ms"];
+    let dir = tempfile::tempdir().unwrap();
+    let on = |node: &'static str| SHORT.iter().copied().chain(["--node", node]).collect::<Vec<_>>();
+    let mut r1 = TestServer::start_replica(dir.path(), "r1", None, &on("n1"));
+    let admin = r1.admin();
+    eventually(Duration::from_secs(20), "r1 bootstraps: no node is a candidate yet", || async {
+        (holder(&admin).await == "r1").then_some(())
+    })
+    .await;
+    let mut config = admin.get::<ClusterConfigSpec>(CLUSTER_CONFIG_NAME).await.unwrap();
+    config.spec.node_grace_period = herd_core::HumanDuration::from_secs(3600);
+    admin.update(&config).await.unwrap();
+    for (name, capable) in [("n1", true), ("n2", false)] {
+        let spec = NodeSpec { master_capable: capable, ..NodeSpec::default() };
+        let mut node = admin.create(&Object::new(name, spec)).await.unwrap();
+        node.status.ready = true;
+        admin.update_status(&node).await.unwrap();
+    }
+    eventually(Duration::from_secs(20), "n1 is the master's node, a candidate", || async {
+        let n1 = admin.get::<NodeSpec>("n1").await.ok()?;
+        (n1.spec.role == NodeRole::Candidate && n1.status.master).then_some(())
+    })
+    .await;
+    let table = text(&herd(&r1, dir.path(), &["get", "nodes"]).stdout);
+    assert!(table.lines().any(|l| l.starts_with("n1") && l.contains("candidate,master")), "{table}");
+    let refused = herd(&r1, dir.path(), &["node", "modify", "n1", "--role", "drained"]);
+    assert_eq!(refused.status.code(), Some(4));
+    assert!(text(&refused.stderr).contains("is the master's node"), "{}", text(&refused.stderr));
+
+    // r2 runs on n2, a regular node: with r1 gone it does not take the lease.
+    let r2 = TestServer::start_replica(dir.path(), "r2", None, &on("n2"));
+    r1.proc.signal("TERM");
+    r1.proc.wait_exit(Duration::from_secs(20));
+    let admin = r2.admin();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_ne!(holder(&admin).await, "r2", "a regular node's replica took the lease");
+    // Once n2 is a candidate, its replica campaigns and leads.
+    for change in [["--master-capable", "true"], ["--role", "candidate"]] {
+        let out = herd(&r2, dir.path(), &[&["node", "modify", "n2"][..], &change[..]].concat());
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
+    eventually(Duration::from_secs(20), "r2 leads, and n2 is the master's node", || async {
+        let n2 = admin.get::<NodeSpec>("n2").await.ok()?;
+        let n1 = admin.get::<NodeSpec>("n1").await.ok()?;
+        (holder(&admin).await == "r2" && n2.status.master && !n1.status.master).then_some(())
+    })
+    .await;
 }

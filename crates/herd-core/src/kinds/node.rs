@@ -94,6 +94,10 @@ pub struct NodeStatus {
     pub config_serial: u64,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// Its server replica leads: this is the master's node (set by the
+    /// leader; only a failover moves it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub master: bool,
     /// The members the agent runs, as of its last heartbeat.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub members: Vec<crate::api::MemberReport>,

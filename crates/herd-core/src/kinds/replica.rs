@@ -21,6 +21,10 @@ pub const REPLICA_REFRESH: Duration = Duration::from_secs(5);
 pub struct ReplicaSpec {
     /// Where this replica serves the API.
     pub url: String,
+    /// The node it runs on (`herd server --node`): it campaigns only while
+    /// that node is a master candidate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -133,7 +137,7 @@ mod tests {
 
     #[test]
     fn the_url_must_be_http() {
-        let replica = Replica::new("r1", ReplicaSpec { url: "127.0.0.1:7700".into() });
+        let replica = Replica::new("r1", ReplicaSpec { url: "127.0.0.1:7700".into(), node: None });
         assert_eq!(replica.validate().unwrap_err().errors[0].field, "spec.url");
     }
 }

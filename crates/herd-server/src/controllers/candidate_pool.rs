@@ -3,6 +3,9 @@
 //! nodes), after a demotion, a drained or offline node, a new node, or a
 //! larger pool size (`herd_core::roles::fill_pool`, spreading over zones).
 //! A pool above its size only warns, once per size: nobody is demoted.
+//! It also says which node is the master's: this leader's own node
+//! (`herd server --node`) gets `status.master`, every other loses it, and
+//! that node is promoted first (the master's node is always a candidate).
 
 use std::time::Duration;
 
@@ -11,7 +14,7 @@ use herd_core::kinds::{ClusterConfigSpec, NodeRole, NodeSpec};
 use crate::controllers::runtime::{Controller, Next};
 use crate::events::EventRecorder;
 use crate::nodes::cluster_config;
-use crate::objects::{Objects, ObjectsError};
+use crate::objects::{Objects, ObjectsError, Part};
 use crate::reflector::Reflector;
 
 /// How often the pool is looked at when nothing wakes the keeper sooner.
@@ -24,6 +27,8 @@ pub struct CandidatePool {
     pub events: EventRecorder,
     /// The pool size last warned about being exceeded.
     warned_above: Option<usize>,
+    /// This leader's node, the master's.
+    master_node: Option<String>,
 }
 
 impl CandidatePool {
@@ -32,8 +37,27 @@ impl CandidatePool {
         nodes: Reflector<NodeSpec>,
         config: Reflector<ClusterConfigSpec>,
         events: EventRecorder,
+        master_node: Option<String>,
     ) -> Self {
-        CandidatePool { objects, nodes, config, events, warned_above: None }
+        CandidatePool { objects, nodes, config, events, warned_above: None, master_node }
+    }
+
+    /// Sets `status.master` on this leader's node and clears it elsewhere.
+    async fn mark_master(&self) -> Result<(), ObjectsError> {
+        for node in self.nodes.list() {
+            let master = self.master_node.as_deref() == Some(node.metadata.name.as_str());
+            if node.status.master == master {
+                continue;
+            }
+            self.objects
+                .modify::<NodeSpec, ObjectsError>(&node.metadata.name, Part::Status, |n| {
+                    let changed = n.status.master != master;
+                    n.status.master = master;
+                    Ok(changed)
+                })
+                .await?;
+        }
+        Ok(())
     }
 }
 
@@ -56,6 +80,7 @@ impl Controller for CandidatePool {
             );
             self.warned_above = Some(pool);
         }
+        self.mark_master().await?;
         crate::node_roles::keep_pool_full(&self.objects, &self.events, pool).await?;
         Ok(Next::Requeue(PASS_INTERVAL))
     }

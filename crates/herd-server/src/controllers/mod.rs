@@ -31,7 +31,7 @@ pub fn start(
     term: u64,
     config: Reflector<ClusterConfigSpec>,
     metrics: Arc<Metrics>,
-    peers: Arc<crate::peers::PeerAuthority>,
+    (peers, master_node): (Arc<crate::peers::PeerAuthority>, Option<String>),
     stop: CancellationToken,
 ) -> JoinSet<()> {
     let mut set = JoinSet::new();
@@ -77,6 +77,7 @@ pub fn start(
         nodes.clone(),
         config.clone(),
         EventRecorder::new(objects.clone(), "candidate-pool"),
+        master_node,
     );
     set.spawn(runtime::run(pool, vec![nodes.changes(), config.changes()], stop.clone()));
     let node_lifecycle = node_lifecycle::NodeLifecycle::new(objects, nodes, config, events, metrics);

@@ -47,6 +47,7 @@ pub async fn server(args: ServerArgs) -> anyhow::Result<()> {
         election: args.election.overrides(),
         fencing_probe: args.fencing_probe.map(HumanDuration::get),
         insecure_http: args.insecure_http,
+        node: args.node.clone(),
         agent_cert_lifetime: args.agent_cert_lifetime.get(),
     })
     .await?;
