@@ -32,6 +32,7 @@ pub mod setup_status;
 pub mod time;
 pub mod units;
 pub mod validation;
+pub mod verify;
 
 pub use meta::ObjectMeta;
 pub use resource::{Object, Resource};

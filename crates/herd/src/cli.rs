@@ -250,6 +250,13 @@ pub enum TokenCommand {
 
 #[derive(Subcommand, Debug)]
 pub enum ClusterCommand {
+    /// Check the nodes' roles, as gnt-cluster verify: the master's node not
+    /// a candidate, too few candidates, candidates down, unreachable nodes,
+    /// offline nodes listed apart. Exit code 0 clean, 1 warnings, 2 errors.
+    Verify {
+        #[arg(long, short, value_enum, default_value_t)]
+        output: OutputFormat,
+    },
     /// Who leads, since when, how many times the lease changed hands, and
     /// what each replica is doing (Leading, Standby, Unresponsive, Gone, Stopped).
     Status {

@@ -48,6 +48,19 @@ async fn set_pool(admin: &Client, size: u32) {
     admin.update(&config).await.unwrap();
 }
 
+/// Sets a node's readiness as its agent's heartbeats would (retried: the
+/// leader writes its status too).
+async fn set_ready(admin: &Client, name: &str, ready: bool) {
+    for _ in 0..20 {
+        let mut node = admin.get::<NodeSpec>(name).await.unwrap();
+        node.status.ready = ready;
+        if admin.update_status(&node).await.is_ok() {
+            return;
+        }
+    }
+    panic!("could not set {name}'s readiness");
+}
+
 async fn wait_for_candidates(admin: &Client, expected: &[&str]) {
     let what = format!("candidates {expected:?}");
     eventually(Duration::from_secs(20), &what, || async { (candidates(admin).await == expected).then_some(()) }).await;
@@ -64,9 +77,8 @@ async fn the_pool_is_kept_full_and_demotions_follow_ganetis_rules() {
     admin.update(&config).await.unwrap();
     set_pool(&admin, 3).await;
     for i in 1..=6 {
-        let mut node = admin.create(&Object::new(format!("n{i}"), NodeSpec::default())).await.unwrap();
-        node.status.ready = i != 6;
-        admin.update_status(&node).await.unwrap();
+        admin.create(&Object::new(format!("n{i}"), NodeSpec::default())).await.unwrap();
+        set_ready(&admin, &format!("n{i}"), i != 6).await;
     }
     // The leader promotes the first three eligible Ready nodes, and no more.
     wait_for_candidates(&admin, &["n1", "n2", "n3"]).await;
@@ -124,6 +136,24 @@ async fn the_pool_is_kept_full_and_demotions_follow_ganetis_rules() {
     assert_eq!(out.status.code(), Some(4), "{}", text(&out.stdout));
     assert!(text(&out.stderr).contains("would leave 2 candidates where 3 are wanted"), "{}", text(&out.stderr));
 
+    // cluster verify: the leader runs on no node (a warning), n6 is not
+    // Ready (a warning), n2 is offline (listed apart); then a candidate
+    // down, and too few candidates (errors).
+    let out = herd(&server, dir.path(), &["cluster", "verify"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    let said = text(&out.stdout);
+    assert!(said.contains("WARNING: node n6 is unreachable (NotReady)") && said.contains("offline, not checked: n2"), "{said}");
+    // Every candidate's agent gone (as the node lifecycle marks them).
+    for name in ["n1", "n3", "n4"] {
+        set_ready(&admin, name, false).await;
+    }
+    let out = herd(&server, dir.path(), &["cluster", "verify", "-o", "json"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let messages: Vec<&str> = report["findings"].as_array().unwrap().iter().filter_map(|f| f["message"].as_str()).collect();
+    assert!(messages.iter().any(|m| m.contains("master candidate n3 is unreachable")), "{messages:?}");
+    assert!(messages.iter().any(|m| m.contains("every master candidate is down (n1, n3, n4)")), "{messages:?}");
+
     // Each change is an Event on its node, saying why.
     let events = admin.list::<EventSpec>("").await.unwrap();
     let on = |node: &str| -> Vec<String> {
@@ -163,9 +193,8 @@ async fn only_a_candidates_replica_campaigns_and_the_masters_node_keeps_its_role
     admin.update(&config).await.unwrap();
     for (name, capable) in [("n1", true), ("n2", false)] {
         let spec = NodeSpec { master_capable: capable, ..NodeSpec::default() };
-        let mut node = admin.create(&Object::new(name, spec)).await.unwrap();
-        node.status.ready = true;
-        admin.update_status(&node).await.unwrap();
+        admin.create(&Object::new(name, spec)).await.unwrap();
+        set_ready(&admin, name, true).await;
     }
     eventually(Duration::from_secs(20), "n1 is the master's node, a candidate", || async {
         let n1 = admin.get::<NodeSpec>("n1").await.ok()?;

@@ -1,4 +1,6 @@
-//! `herd cluster status`: who leads, since when, and every replica on record.
+//! `herd cluster status`: who leads, since when, and every replica on
+//! record; `herd cluster verify`: what is wrong with the nodes' roles
+//! (`herd_core::verify`).
 
 use std::time::SystemTime;
 
@@ -6,6 +8,9 @@ use comfy_table::{Table, presets};
 use herd_client::Client;
 use herd_core::Timestamp;
 use herd_core::api::ClusterStatus;
+use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
+use herd_core::kinds::{ClusterConfigSpec, NodeSpec};
+use herd_core::verify::Severity;
 
 use crate::cli::OutputFormat;
 use crate::output::{self, short_duration};
@@ -21,6 +26,35 @@ pub async fn status(client: &Client, format: OutputFormat) -> anyhow::Result<()>
             output::print("ClusterStatus", &serde_json::to_value(&status)?, &[], format)
         }
     }
+}
+
+/// Prints the findings; returns the exit code (0 clean, 1 warnings, 2 errors).
+pub async fn verify(client: &Client, format: OutputFormat) -> anyhow::Result<i32> {
+    let nodes = client.list::<NodeSpec>("").await?;
+    let config = client.get::<ClusterConfigSpec>(CLUSTER_CONFIG_NAME).await?;
+    let report = herd_core::verify::verify(&nodes, config.spec.candidate_pool_size as usize);
+    match format {
+        OutputFormat::Table | OutputFormat::Wide => {
+            for finding in &report.findings {
+                let severity = match finding.severity {
+                    Severity::Warning => "WARNING",
+                    Severity::Error => "ERROR",
+                };
+                println!("{severity}: {}", finding.message);
+            }
+            println!(
+                "{} of {} master candidates wanted (pool size {}); offline, not checked: {}",
+                report.candidates,
+                report.wanted_candidates,
+                report.pool_size,
+                if report.offline.is_empty() { "none".to_string() } else { report.offline.join(", ") }
+            );
+        }
+        OutputFormat::Json | OutputFormat::Yaml => {
+            output::print("ClusterVerify", &serde_json::to_value(&report)?, &[], format)?;
+        }
+    }
+    Ok(report.exit_code())
 }
 
 fn ago(time: Option<Timestamp>, now: Timestamp) -> String {

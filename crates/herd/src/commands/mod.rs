@@ -97,6 +97,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Member { command: MemberCommand::Replace { name, yes } } => {
             member::replace(&context::client(&conn)?, &name, yes).await
         }
+        Command::Cluster { command: ClusterCommand::Verify { output } } => {
+            let code = cluster::verify(&context::client(&conn)?, output).await?;
+            if code != 0 {
+                std::process::exit(code);
+            }
+            Ok(())
+        }
         Command::Cluster { command: ClusterCommand::Status { output } } => {
             cluster::status(&context::client(&conn)?, output).await
         }
