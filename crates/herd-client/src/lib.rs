@@ -71,6 +71,11 @@ pub enum ClientError {
     Untrusted { server: String, reason: String },
     #[error("TLS settings: {0}")]
     Tls(String),
+    /// The node is offline: herd never contacts it (not even to try).
+    #[error(
+        "node {node} is offline: herd does not contact an offline node (`herd node modify {node} --role regular` brings it back)"
+    )]
+    Offline { node: String },
 }
 
 /// Whether a request failed because the server's certificate was refused.

@@ -84,7 +84,10 @@ pub fn verify(nodes: &[Node], pool_size: usize) -> Report {
         say(
             Severity::Warning,
             None,
-            format!("{} master candidates, more than the pool size {pool_size} (none is demoted by itself)", candidates.len()),
+            format!(
+                "{} master candidates, more than the pool size {pool_size} (none is demoted by itself)",
+                candidates.len()
+            ),
         );
     }
     let down: Vec<&str> = candidates.iter().filter(|n| !n.status.ready).map(|n| n.metadata.name.as_str()).collect();
@@ -104,8 +107,7 @@ pub fn verify(nodes: &[Node], pool_size: usize) -> Report {
         };
         say(Severity::Warning, Some(name), message);
     }
-    let offline =
-        nodes.iter().filter(|n| n.spec.role == NodeRole::Offline).map(|n| n.metadata.name.clone()).collect();
+    let offline = nodes.iter().filter(|n| n.spec.role == NodeRole::Offline).map(|n| n.metadata.name.clone()).collect();
     Report { findings, offline, candidates: candidates.len(), wanted_candidates: wanted, pool_size }
 }
 
@@ -164,6 +166,11 @@ mod tests {
         let report = verify(&nodes, 2);
         assert!(report.findings.iter().any(|f| f.message.starts_with("no node is the master's")));
         assert_eq!(report.exit_code(), 1);
-        assert!(verify(&healthy(), 1).findings.iter().any(|f| f.severity == Severity::Warning && f.message.contains("more than the pool size")));
+        assert!(
+            verify(&healthy(), 1)
+                .findings
+                .iter()
+                .any(|f| f.severity == Severity::Warning && f.message.contains("more than the pool size"))
+        );
     }
 }

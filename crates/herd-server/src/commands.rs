@@ -3,7 +3,7 @@
 //! off the same member or volume.
 
 use herd_core::api::{CommandAck, CommandReport};
-use herd_core::kinds::{Command, CommandSpec, EventType, ManagementState, NodeSpec};
+use herd_core::kinds::{Command, CommandSpec, EventType, ManagementState, NodeRole, NodeSpec};
 
 use crate::error::ApiError;
 use crate::events::EventRecorder;
@@ -105,6 +105,13 @@ const ADMIT_ATTEMPTS: usize = 8;
 /// it would hold is held by an unsettled Command (the 409 names it). The
 /// check and the create are one transaction, through [`HOLDS_GUARD`].
 pub async fn create(objects: &Objects, command: Command, dry_run: bool) -> Result<Command, ObjectsError> {
+    for node in command.spec.nodes() {
+        if objects.get::<NodeSpec>(node).await?.is_some_and(|n| n.spec.role == NodeRole::Offline) {
+            return Err(ObjectsError::Held(format!(
+                "node {node} is offline: no Command involves an offline node (`herd node modify {node} --role regular` first)"
+            )));
+        }
+    }
     for _ in 0..ADMIT_ATTEMPTS {
         let revision = objects.store().get(HOLDS_GUARD).await?.map(|kv| kv.mod_revision);
         let (others, _) = objects.list::<CommandSpec>().await?;

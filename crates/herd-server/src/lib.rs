@@ -151,7 +151,8 @@ impl Server {
             let names = tls::serving_names(addr, config.advertise_url.as_deref());
             Some(herd_tls::server_config(&tls::serving_identity(&ca, &config.identity, &names)?)?)
         };
-        let peers = Arc::new(peers::PeerAuthority::new(&ca, &config.admin_token)?);
+        let metrics = Arc::<Metrics>::default();
+        let peers = Arc::new(peers::PeerAuthority::new(&ca, &config.admin_token, metrics.clone())?);
         let node_certificates =
             Arc::new(tls::NodeCertificates { ca, lifetime: config.agent_cert_lifetime, grant_key: peers.grant_key() });
         let certificates = (!config.insecure_http).then(|| node_certificates.clone());
@@ -165,7 +166,6 @@ impl Server {
         };
 
         let registry = Arc::new(Registry::standard());
-        let metrics = Arc::<Metrics>::default();
         let state = AppState {
             objects: objects.clone(),
             config: cluster_config.clone(),

@@ -23,6 +23,8 @@ pub struct Metrics {
     leadership: Mutex<Leadership>,
     /// Leader-only writes refused because this replica's leadership had ended.
     pub fenced_writes: AtomicU64,
+    /// Calls to offline nodes' agents refused without connecting.
+    pub offline_calls_refused: AtomicU64,
     pub nodes_ready: AtomicI64,
     pub nodes_not_ready: AtomicI64,
 }
@@ -143,6 +145,11 @@ impl Metrics {
             out,
             "# HELP herd_fenced_writes_total Leader-only writes refused because this replica no longer led.\n# TYPE herd_fenced_writes_total counter\nherd_fenced_writes_total {}",
             self.fenced_writes.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP herd_offline_calls_refused_total Calls to an offline node's agent refused without connecting.\n# TYPE herd_offline_calls_refused_total counter\nherd_offline_calls_refused_total {}",
+            self.offline_calls_refused.load(Ordering::Relaxed)
         );
         let _ = writeln!(
             out,

@@ -5,17 +5,22 @@
 //! volumes, a look at a copy: valid for a couple of minutes), and calls
 //! agents with its own certificate (`server.herd`, made by each replica
 //! from the shared CA at start). The signing key is derived from the
-//! admin token, as the CA key's seal is: replicas sign alike.
+//! admin token, as the CA key's seal is: replicas sign alike. An offline
+//! node is never called: the refusal is immediate and counted.
 
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 
 use herd_client::{ClientError, PeerClient};
 use herd_core::Timestamp;
 use herd_core::grant::{Access, Grant, Holder};
-use herd_core::kinds::{Action, Command};
+use herd_core::kinds::{Action, Command, Node, NodeRole};
 use herd_tls::grant::GrantSigner;
 use herd_tls::peer::SERVER_DNS_NAME;
 use herd_tls::{ClusterCa, ServingIdentity, TlsError};
+
+use crate::metrics::Metrics;
 
 /// How long the server's own certificate lasts (made again at each start).
 const IDENTITY_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
@@ -28,12 +33,13 @@ const CLOCK_SLACK: Duration = Duration::from_secs(60);
 pub struct PeerAuthority {
     signer: GrantSigner,
     identity: ServingIdentity,
+    metrics: Arc<Metrics>,
 }
 
 impl PeerAuthority {
-    pub fn new(ca: &ClusterCa, admin_token: &str) -> Result<PeerAuthority, TlsError> {
+    pub fn new(ca: &ClusterCa, admin_token: &str, metrics: Arc<Metrics>) -> Result<PeerAuthority, TlsError> {
         let identity = ca.issue("herd server", &[SERVER_DNS_NAME.into()], SystemTime::now(), IDENTITY_LIFETIME)?;
-        Ok(PeerAuthority { signer: GrantSigner::derive(admin_token)?, identity })
+        Ok(PeerAuthority { signer: GrantSigner::derive(admin_token)?, identity, metrics })
     }
 
     /// The public key agents verify grants with.
@@ -87,16 +93,20 @@ impl PeerAuthority {
             .collect()
     }
 
-    /// A client for `node`'s agent at `address`, granted `accesses` for a
-    /// couple of minutes, for the server's own request (`purpose`).
-    pub fn agent(
-        &self,
-        node: &str,
-        address: &str,
-        accesses: Vec<Access>,
-        purpose: &str,
-    ) -> Result<PeerClient, ClientError> {
-        let grants = self.sign_all(Holder::Server, node, accesses, SystemTime::now() + OWN_GRANT_LIFETIME, purpose);
-        PeerClient::new(address, node, &self.identity, &grants)
+    /// A client for `node`'s agent, granted `accesses` for a couple of
+    /// minutes, for the server's own request (`purpose`). An offline node
+    /// is never contacted: `ClientError::Offline` at once, counted.
+    pub fn agent(&self, node: &Node, accesses: Vec<Access>, purpose: &str) -> Result<PeerClient, ClientError> {
+        let name = &node.metadata.name;
+        if node.spec.role == NodeRole::Offline {
+            self.metrics.offline_calls_refused.fetch_add(1, Ordering::Relaxed);
+            return Err(ClientError::Offline { node: name.clone() });
+        }
+        let address = node.status.address.as_deref().ok_or_else(|| ClientError::AgentUnreachable {
+            agent: name.clone(),
+            reason: "its agent has not reported its address yet".into(),
+        })?;
+        let grants = self.sign_all(Holder::Server, name, accesses, SystemTime::now() + OWN_GRANT_LIFETIME, purpose);
+        PeerClient::new(address, name, &self.identity, &grants)
     }
 }

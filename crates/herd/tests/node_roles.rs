@@ -142,7 +142,10 @@ async fn the_pool_is_kept_full_and_demotions_follow_ganetis_rules() {
     let out = herd(&server, dir.path(), &["cluster", "verify"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
     let said = text(&out.stdout);
-    assert!(said.contains("WARNING: node n6 is unreachable (NotReady)") && said.contains("offline, not checked: n2"), "{said}");
+    assert!(
+        said.contains("WARNING: node n6 is unreachable (NotReady)") && said.contains("offline, not checked: n2"),
+        "{said}"
+    );
     // Every candidate's agent gone (as the node lifecycle marks them).
     for name in ["n1", "n3", "n4"] {
         set_ready(&admin, name, false).await;
@@ -150,7 +153,8 @@ async fn the_pool_is_kept_full_and_demotions_follow_ganetis_rules() {
     let out = herd(&server, dir.path(), &["cluster", "verify", "-o", "json"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let messages: Vec<&str> = report["findings"].as_array().unwrap().iter().filter_map(|f| f["message"].as_str()).collect();
+    let messages: Vec<&str> =
+        report["findings"].as_array().unwrap().iter().filter_map(|f| f["message"].as_str()).collect();
     assert!(messages.iter().any(|m| m.contains("master candidate n3 is unreachable")), "{messages:?}");
     assert!(messages.iter().any(|m| m.contains("every master candidate is down (n1, n3, n4)")), "{messages:?}");
 
@@ -225,4 +229,64 @@ async fn only_a_candidates_replica_campaigns_and_the_masters_node_keeps_its_role
         (holder(&admin).await == "r2" && n2.status.master && !n1.status.master).then_some(())
     })
     .await;
+}
+
+/// An offline node is never contacted: its agent's address (a listener
+/// here that counts connections) receives none while the server is asked
+/// for its logs and volumes, and Commands for it or from it are refused at
+/// once; an unsettled Command left on it is given up; the refusals are
+/// counted in /metrics.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_offline_node_is_never_contacted_and_calls_to_it_fail_at_once() {
+    use herd_core::kinds::{Action, CommandSpec, ManagementState};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(&dir.path().join("server"));
+    let admin = server.admin();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let connections = Arc::new(AtomicUsize::new(0));
+    let counted = connections.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            counted.fetch_add(1, Ordering::SeqCst);
+            drop(stream);
+        }
+    });
+    let mut n3 =
+        admin.create(&Object::new("n3", NodeSpec { master_capable: false, ..NodeSpec::default() })).await.unwrap();
+    n3.status.address = Some(address);
+    admin.update_status(&n3).await.unwrap();
+    let stop = Action::StopMember { member: "web-1".into() };
+    let spec = CommandSpec { node: "n3".into(), timeout: None, action: stop.clone() };
+    admin.create(&Object::new("left-over", spec)).await.unwrap();
+    let out = herd(&server, dir.path(), &["node", "modify", "n3", "--role", "offline"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    let started = std::time::Instant::now();
+    let out = herd(&server, dir.path(), &["logs", "n3/web-1"]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("node n3 is offline"), "{}", text(&out.stderr));
+    let volumes = admin.node_volumes("n3").await.unwrap_err().to_string();
+    assert!(volumes.contains("node n3 is offline"), "{volumes}");
+    assert!(started.elapsed() < Duration::from_secs(5), "at once, not after a timeout: {:?}", started.elapsed());
+    let spec = CommandSpec { node: "n3".into(), timeout: None, action: stop };
+    let refused = admin.create(&Object::new("to-n3", spec)).await.unwrap_err().to_string();
+    assert!(refused.contains("node n3 is offline"), "{refused}");
+    let copy = Action::CopyVolume { member: "web-1".into(), volume: "data".into(), from_node: "n3".into() };
+    let spec = CommandSpec { node: "n1".into(), timeout: None, action: copy };
+    let refused = admin.create(&Object::new("from-n3", spec)).await.unwrap_err().to_string();
+    assert!(refused.contains("node n3 is offline"), "{refused}");
+    let given_up = eventually(Duration::from_secs(20), "the left-over Command given up", || async {
+        let command = admin.get::<CommandSpec>("left-over").await.ok()?;
+        (command.status.state_by_management == ManagementState::ReconcileSkipped).then_some(command)
+    })
+    .await;
+    assert!(given_up.status.reason.contains("node n3 is offline"), "{}", given_up.status.reason);
+    let metrics = admin.get_text("/metrics").await.unwrap();
+    assert!(metrics.contains("herd_offline_calls_refused_total 2"), "{metrics}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(connections.load(Ordering::SeqCst), 0, "the offline node's address was connected to");
 }

@@ -621,6 +621,16 @@ impl CommandSpec {
     pub fn timeout(&self) -> Duration {
         self.timeout.map_or_else(|| self.action.default_timeout(), HumanDuration::get)
     }
+
+    /// Every node the Command involves: its own, and the source of a copy
+    /// or migration.
+    pub fn nodes(&self) -> Vec<&str> {
+        let mut nodes = vec![self.node.as_str()];
+        if let Action::CopyVolume { from_node, .. } | Action::MigrateMember { from_node, .. } = &self.action {
+            nodes.push(from_node);
+        }
+        nodes
+    }
 }
 
 #[cfg(test)]

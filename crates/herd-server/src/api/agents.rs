@@ -32,15 +32,20 @@ pub const MAX_LOG_BYTES: u64 = 16 << 20;
 async fn agent_of(state: &AppState, caller: &Caller, node: &str, read: Access) -> Result<PeerClient, ApiError> {
     caller.may(Verb::Get, "nodes", None)?;
     let node_object = state.objects.require::<NodeSpec>(node).await?;
-    let address = node_object.status.address.ok_or_else(|| {
-        ApiError::Conflict(format!("node {node}'s agent has not reported its address yet: nothing to ask"))
-    })?;
+    if node_object.status.address.is_none() {
+        return Err(ApiError::Conflict(format!(
+            "node {node}'s agent has not reported its address yet: nothing to ask"
+        )));
+    }
     let purpose = format!("{read} for {}", caller.0);
-    state.peers.agent(node, &address, vec![read], &purpose).map_err(asking(node))
+    state.peers.agent(&node_object, vec![read], &purpose).map_err(asking(node))
 }
 
 fn asking(node: &str) -> impl Fn(herd_client::ClientError) -> ApiError + '_ {
-    move |e| ApiError::Unavailable(format!("asking node {node}'s agent: {e}"))
+    move |e| match e {
+        offline @ herd_client::ClientError::Offline { .. } => ApiError::Conflict(offline.to_string()),
+        other => ApiError::Unavailable(format!("asking node {node}'s agent: {other}")),
+    }
 }
 
 /// Node and member names from the path are object names: checked before

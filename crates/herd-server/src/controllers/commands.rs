@@ -118,6 +118,18 @@ impl CommandController {
         if command.status.state_by_management.is_settled() {
             return Ok(());
         }
+        // A node set offline after the Command was made: never contacted.
+        let offline = command
+            .spec
+            .nodes()
+            .into_iter()
+            .find(|node| self.nodes.get(node).is_some_and(|n| n.spec.role == herd_core::kinds::NodeRole::Offline));
+        if let Some(node) = offline {
+            let why = format!("node {node} is offline: herd does not contact it, so the Command is given up");
+            return self
+                .mark(command, ManagementState::ReconcileSkipped, &why, EventType::Warning, "CommandGivenUp")
+                .await;
+        }
         if command.status.issued.is_none() && command.status.state_by_management == ManagementState::Created {
             return self.issue(command).await;
         }
@@ -344,15 +356,14 @@ impl CommandController {
         volume: &str,
     ) -> Result<(CopyVerdict, String), LookError> {
         let agent = |node: &str| {
-            let address = self
+            let node = self
                 .nodes
                 .get(node)
-                .and_then(|n| n.status.address)
-                .ok_or(LookError { unreachable: false, message: format!("node {node} has no agent endpoint") })?;
+                .ok_or(LookError { unreachable: false, message: format!("node {node} does not exist") })?;
             let read = vec![Access::read_volume(member, volume)];
             self.peers
-                .agent(node, &address, read, "looking at a copy")
-                .map_err(|e| LookError { unreachable: false, message: format!("asking {node}: {e}") })
+                .agent(&node, read, "looking at a copy")
+                .map_err(|e| LookError { unreachable: false, message: format!("asking {}: {e}", node.metadata.name) })
         };
         let asking = |node: &str| {
             let node = node.to_string();
