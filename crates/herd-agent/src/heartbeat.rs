@@ -109,6 +109,7 @@ impl Heartbeat {
         let name = identity.node_name.clone();
         let mut credentials = store.load(&name)?;
         let mut certificate = crate::node_cert::NodeCertStore::open(&data_dir, &name)?;
+        let mut copies = crate::configuration::ConfigCopies::open(&data_dir);
         // The token the server stopped taking: shown when joining again, so
         // that the server knows a deleted node's agent.
         let mut previous_token: Option<String> = None;
@@ -162,6 +163,7 @@ impl Heartbeat {
             report.disk = crate::fsutil::disk_space(&data_dir)
                 .map(|(free_bytes, total_bytes)| herd_core::api::DiskReport { free_bytes, total_bytes })
                 .ok();
+            report.config_serial = copies.serial();
             // Kept until a heartbeat carries them (the newest, if many).
             report.peer_refusals.extend(access.take_refusals());
             let excess = report.peer_refusals.len().saturating_sub(crate::peer_access::KEPT_REFUSALS);
@@ -180,6 +182,7 @@ impl Heartbeat {
                     }
                     executor.acknowledge(&answer.acknowledged);
                     access.remember_grant_key(&answer.grant_key);
+                    copies.take(&answer);
                     let period = answer.heartbeat_period.get();
                     backoff.reset();
                     if !sleep_or_report(started + period, &executor, &members, &stop).await {

@@ -17,6 +17,7 @@
 //! copy worker).
 
 pub mod command_watch;
+pub mod configuration;
 pub mod credentials;
 pub mod endpoint;
 pub mod executor;

@@ -152,6 +152,10 @@ pub struct AgentReport {
     /// The key stays on the host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub csr: Option<String>,
+    /// The serial of the configuration copy it keeps (a master candidate's
+    /// agent); None when it keeps none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_serial: Option<u64>,
     /// Requests the agent's endpoint refused since the last heartbeat
     /// (each becomes an Event on the node).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -287,6 +291,15 @@ pub struct HeartbeatResponse {
     /// A renewed certificate, when the heartbeat carried a signing request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub certificate: Option<NodeCertificate>,
+    /// The small facts every node keeps (Ganeti's ssconf).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssconf: Option<crate::configuration::Ssconf>,
+    /// The configuration, for a master candidate whose copy is older.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub configuration: Option<crate::configuration::Configuration>,
+    /// The node is no master candidate: it deletes its copy.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub drop_configuration: bool,
 }
 
 pub const CLUSTER_STATUS_PATH: &str = "/api/v1/cluster/status";

@@ -9,6 +9,7 @@ pub mod admission;
 pub mod api;
 pub mod authz;
 pub mod configmeta;
+pub mod configuration;
 pub mod election;
 pub mod grant;
 pub mod join;

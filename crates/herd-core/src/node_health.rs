@@ -50,6 +50,7 @@ pub fn apply_heartbeat(status: &mut NodeStatus, report: &AgentReport, now: Times
         status.agent_version = report.agent_version.clone();
     }
     status.members = report.members.clone();
+    status.config_serial = report.config_serial.unwrap_or(0);
     status.set_condition(READY, ConditionStatus::True, "AgentHeartbeat", "the agent is sending heartbeats", now);
     if let Some(disk) = report.disk {
         let (state, reason, message) = disk_pressure(disk);

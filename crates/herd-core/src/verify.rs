@@ -3,7 +3,9 @@
 //! apart. Errors: no master, the master's node not a candidate, fewer
 //! candidates than wanted, every candidate down (the configuration lives
 //! on candidates). Warnings: a candidate down, a node not Ready, more
-//! candidates than the pool size, a leader that runs on no node.
+//! candidates than the pool size, a leader that runs on no node, a
+//! candidate whose configuration copy lags (by how much), a copy on a
+//! node that is no candidate.
 
 use serde::Serialize;
 
@@ -107,6 +109,22 @@ pub fn verify(nodes: &[Node], pool_size: usize) -> Report {
         };
         say(Severity::Warning, Some(name), message);
     }
+    // The newest serial any node holds stands for the cluster's.
+    let newest = nodes.iter().map(|n| n.status.config_serial).max().unwrap_or(0);
+    for node in nodes.iter().filter(|n| n.status.ready) {
+        let (name, held) = (&node.metadata.name, node.status.config_serial);
+        if node.spec.role == NodeRole::Candidate && held < newest {
+            let message = format!(
+                "master candidate {name}'s configuration copy lags by {} (serial {held}, newest {newest})",
+                newest - held
+            );
+            say(Severity::Warning, Some(name), message);
+        }
+        if node.spec.role != NodeRole::Candidate && held > 0 {
+            let message = format!("node {name} keeps a configuration copy (serial {held}) but is no master candidate");
+            say(Severity::Warning, Some(name), message);
+        }
+    }
     let offline = nodes.iter().filter(|n| n.spec.role == NodeRole::Offline).map(|n| n.metadata.name.clone()).collect();
     Report { findings, offline, candidates: candidates.len(), wanted_candidates: wanted, pool_size }
 }
@@ -163,6 +181,16 @@ mod tests {
 
         let mut nodes = healthy();
         nodes[0].status.master = false;
+        let mut copies = healthy();
+        copies[0].status.config_serial = 7;
+        copies[1].status.config_serial = 5;
+        copies[2].status.config_serial = 7;
+        let messages: Vec<String> = verify(&copies, 2).findings.into_iter().map(|f| f.message).collect();
+        assert!(
+            messages.iter().any(|m| m.contains("n2's configuration copy lags by 2 (serial 5, newest 7)")),
+            "{messages:?}"
+        );
+        assert!(messages.iter().any(|m| m.contains("node n3 keeps a configuration copy (serial 7)")), "{messages:?}");
         let report = verify(&nodes, 2);
         assert!(report.findings.iter().any(|f| f.message.starts_with("no node is the master's")));
         assert_eq!(report.exit_code(), 1);

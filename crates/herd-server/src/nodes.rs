@@ -1,9 +1,10 @@
 //! Nodes joining and heartbeating: the server side of the agent protocol.
 
 use herd_core::api::{AgentReport, HeartbeatResponse, JoinRequest, JoinResponse};
+use herd_core::configuration::{Configuration, Ssconf};
 use herd_core::join::{JoinVerdict, Joiner, join_verdict};
 use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
-use herd_core::kinds::{ClusterConfigSpec, EventType, InvolvedObject, Node, NodeSpec};
+use herd_core::kinds::{ClusterConfigSpec, EventType, InvolvedObject, Node, NodeRole, NodeSpec, ReplicaSpec};
 use herd_core::node_health::{self, HeartbeatEffects};
 use herd_core::validation::{self, FieldPath};
 use herd_core::{Object, Resource, ValidationErrors};
@@ -192,10 +193,43 @@ pub async fn heartbeat(
         events.record(&node, EventType::Warning, "PeerAccessRefused", message).await;
     }
     let acknowledged = crate::commands::record_reports(objects, events, name, &report.commands).await?;
+    let (ssconf, configuration, drop_configuration) = configuration_for(objects, &node, &report).await?;
     Ok(HeartbeatResponse {
         heartbeat_period: cluster_config(config).heartbeat_period,
         grant_key: certificates.grant_key.clone(),
         acknowledged,
         certificate,
+        ssconf,
+        configuration,
+        drop_configuration,
     })
+}
+
+/// What a heartbeat answer carries of the configuration: the small facts
+/// for every node, the document for a master candidate whose copy is older
+/// (read only then: it may be large), and to a node that is no candidate
+/// but keeps a copy, that it must drop it.
+async fn configuration_for(
+    objects: &Objects,
+    node: &Node,
+    report: &AgentReport,
+) -> Result<(Option<Ssconf>, Option<Configuration>, bool), ApiError> {
+    use crate::controllers::configuration::{DOCUMENT_KEY, SERIAL_KEY};
+    let store = objects.store();
+    let Some(serial) = store.get(SERIAL_KEY).await? else { return Ok((None, None, false)) };
+    let serial: serde_json::Value = serde_json::from_slice(&serial.value)
+        .map_err(|e| ApiError::Internal(format!("{SERIAL_KEY} is damaged: {e}")))?;
+    let serial = serial["serial"].as_u64().unwrap_or(0);
+    let (replicas, _) = objects.list::<ReplicaSpec>().await?;
+    let master_urls = replicas.into_iter().filter(|r| r.status.leading).map(|r| r.spec.url).collect();
+    let ssconf = Ssconf { serial, master_urls };
+    let candidate = node.spec.role == NodeRole::Candidate;
+    let configuration = match store.get(DOCUMENT_KEY).await? {
+        Some(document) if candidate && report.config_serial.is_none_or(|held| held < serial) => Some(
+            serde_json::from_slice(&document.value)
+                .map_err(|e| ApiError::Internal(format!("{DOCUMENT_KEY} is damaged: {e}")))?,
+        ),
+        _ => None,
+    };
+    Ok((Some(ssconf), configuration, !candidate && report.config_serial.is_some()))
 }

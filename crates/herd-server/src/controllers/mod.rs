@@ -8,6 +8,7 @@ pub mod app_clusters;
 pub mod candidate_pool;
 pub mod commands;
 pub mod compactor;
+pub mod configuration;
 pub mod event_ttl;
 pub mod fencing_probe;
 pub mod node_lifecycle;
@@ -39,6 +40,7 @@ pub fn start(
     let nodes = Reflector::<NodeSpec>::start(objects.store().clone(), stop.clone());
     let commands = Reflector::start(objects.store().clone(), stop.clone());
     let wake_on_commands = vec![commands.changes()];
+    let wake_keeper = vec![nodes.changes(), config.changes(), commands.changes()];
     let caches = app_clusters::Caches {
         apps: Reflector::start(objects.store().clone(), stop.clone()),
         clusters: Reflector::start(objects.store().clone(), stop.clone()),
@@ -80,6 +82,8 @@ pub fn start(
         master_node,
     );
     set.spawn(runtime::run(pool, vec![nodes.changes(), config.changes()], stop.clone()));
+    let keeper = configuration::ConfigurationKeeper::new(objects.clone());
+    set.spawn(runtime::run(keeper, wake_keeper, stop.clone()));
     let node_lifecycle = node_lifecycle::NodeLifecycle::new(objects, nodes, config, events, metrics);
     set.spawn(runtime::run(node_lifecycle, Vec::new(), stop));
     set
