@@ -1,5 +1,9 @@
-//! Store write throughput and latency, beside a baseline of plain SQL
-//! inserts on the same database with the same durability settings.
+//! Store write throughput and latency, beside two baselines on the same
+//! database with the same durability settings: plain SQL inserts (one row,
+//! its own commit), and the same work one revisioned write must do,
+//! written by hand (in one transaction: the next revision under the
+//! writers' lock, the key row, the event row, and on PostgreSQL the
+//! notification), each write its own commit.
 //!
 //! `cargo run --release -p herd-bench --bin store`
 //! PostgreSQL runs too when HERD_BENCH_POSTGRES_URL (or
@@ -133,61 +137,107 @@ fn header(backend: &str) {
     );
 }
 
-fn store_op(store: &Store, scenario: &'static str) -> WriteOp {
+fn store_op(store: &Store, scenario: String) -> WriteOp {
     let store = store.clone();
     op(move |w, i| {
-        let store = store.clone();
-        async move {
-            store.create(&format!("/bench/{scenario}/{w:03}/{i:08}"), value(i)).await.map(|_| ()).map_err(Into::into)
-        }
+        let (store, key) = (store.clone(), format!("/bench/{scenario}/{w:03}/{i:08}"));
+        async move { store.create(&key, value(i)).await.map(|_| ()).map_err(Into::into) }
     })
 }
 
-/// Runs both scenarios for one backend, given its baseline operations.
-async fn scenarios(plan: &Plan, store: &Store, seq_base: WriteOp, con_base: WriteOp) -> anyhow::Result<()> {
-    let (seq_store, seq_baseline) = compare(plan, 1, plan.sequential, &store_op(store, "seq"), &seq_base).await?;
-    row("sequential single writes", &seq_store, &seq_baseline);
-    let (con_store, con_baseline) =
-        compare(plan, plan.writers, plan.per_writer, &store_op(store, "con"), &con_base).await?;
-    row(&format!("concurrent ({} writers)", plan.writers), &con_store, &con_baseline);
-    println!(
-        "  store concurrent vs store sequential throughput: {:.1}x",
-        con_store.ops_per_sec() / seq_store.ops_per_sec()
-    );
+/// A baseline: its name, and its operation for a scenario's keys.
+type Baseline = (&'static str, Box<dyn Fn(String) -> WriteOp>);
+
+/// Runs both scenarios for one backend against each baseline (the store
+/// writes keys of its own for each, so that every write is a create).
+async fn scenarios(plan: &Plan, store: &Store, baselines: Vec<Baseline>) -> anyhow::Result<()> {
+    for (n, (name, baseline)) in baselines.into_iter().enumerate() {
+        println!("  against {name}:");
+        let (seq, con) = (format!("seq{n}"), format!("con{n}"));
+        let (seq_store, seq_base) =
+            compare(plan, 1, plan.sequential, &store_op(store, seq.clone()), &baseline(seq)).await?;
+        row("sequential single writes", &seq_store, &seq_base);
+        let (con_store, con_base) =
+            compare(plan, plan.writers, plan.per_writer, &store_op(store, con.clone()), &baseline(con)).await?;
+        row(&format!("concurrent ({} writers)", plan.writers), &con_store, &con_base);
+        println!(
+            "  store concurrent vs store sequential throughput: {:.1}x",
+            con_store.ops_per_sec() / seq_store.ops_per_sec()
+        );
+    }
     Ok(())
+}
+
+/// Runs `work` on a SQLite connection to `path` kept by this blocking
+/// thread (each writer commits on its own connection, as an application
+/// without group commit would).
+async fn on_sqlite<T: Send + 'static>(
+    path: Arc<std::path::PathBuf>,
+    work: impl FnOnce(&mut rusqlite::Connection) -> anyhow::Result<T> + Send + 'static,
+) -> anyhow::Result<T> {
+    tokio::task::spawn_blocking(move || {
+        thread_local!(static CONN: std::cell::RefCell<Option<rusqlite::Connection>> = const { std::cell::RefCell::new(None) });
+        CONN.with(|cell| {
+            let mut cell = cell.borrow_mut();
+            if cell.as_ref().is_none_or(|c| c.path() != path.to_str()) {
+                *cell = Some(herd_store::sqlite::open_connection(&path)?);
+            }
+            work(cell.as_mut().context("connection")?)
+        })
+    })
+    .await?
 }
 
 async fn bench_sqlite(plan: &Plan) -> anyhow::Result<()> {
     let dir = tempfile::tempdir_in(std::env::current_dir()?)?;
     let store = Store::open(dir.path().join("store.db").to_str().context("path")?).await?;
     let base_path = Arc::new(dir.path().join("baseline.db"));
-    herd_store::sqlite::open_connection(&base_path)?
-        .execute_batch("CREATE TABLE t (key TEXT PRIMARY KEY, value BLOB NOT NULL)")?;
+    herd_store::sqlite::open_connection(&base_path)?.execute_batch(
+        "CREATE TABLE t (key TEXT PRIMARY KEY, value BLOB NOT NULL);
+         CREATE TABLE kv (key TEXT PRIMARY KEY, value BLOB NOT NULL, create_revision INTEGER NOT NULL, mod_revision INTEGER NOT NULL) WITHOUT ROWID;
+         CREATE TABLE events (revision INTEGER PRIMARY KEY, key TEXT NOT NULL, deleted INTEGER NOT NULL, value BLOB NOT NULL, create_revision INTEGER NOT NULL);",
+    )?;
     header("SQLite (WAL, synchronous=FULL)");
-    // Baseline: each writer has its own connection and commits each insert
-    // itself, as an application without group commit would.
-    let insert = |scenario: &'static str| {
-        let path = base_path.clone();
-        op(move |w, i| {
+    let path = base_path.clone();
+    let plain: Baseline = (
+        "plain inserts",
+        Box::new(move |scenario| {
             let path = path.clone();
-            async move {
-                tokio::task::spawn_blocking(move || {
-                    thread_local!(static CONN: std::cell::RefCell<Option<rusqlite::Connection>> = const { std::cell::RefCell::new(None) });
-                    CONN.with(|cell| {
-                        let mut cell = cell.borrow_mut();
-                        if cell.is_none() {
-                            *cell = Some(herd_store::sqlite::open_connection(&path)?);
-                        }
-                        let conn = cell.as_ref().context("connection")?;
-                        conn.execute("INSERT INTO t (key, value) VALUES (?1, ?2)", rusqlite::params![format!("/bench/{scenario}/{w:03}/{i:08}"), value(i)])?;
-                        anyhow::Ok(())
-                    })
+            op(move |w, i| {
+                let key = format!("/bench/{scenario}/{w:03}/{i:08}");
+                on_sqlite(path.clone(), move |conn| {
+                    conn.execute("INSERT INTO t (key, value) VALUES (?1, ?2)", rusqlite::params![key, value(i)])?;
+                    Ok(())
                 })
-                .await?
-            }
-        })
-    };
-    scenarios(plan, &store, insert("seq"), insert("con")).await
+            })
+        }),
+    );
+    let path = base_path.clone();
+    let same_work: Baseline = (
+        "the same work by hand (revision, key row, event row, one transaction)",
+        Box::new(move |scenario| {
+            let path = path.clone();
+            op(move |w, i| {
+                let key = format!("/bench/{scenario}/{w:03}/{i:08}");
+                on_sqlite(path.clone(), move |conn| {
+                    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+                    let revision: i64 =
+                        tx.query_row("SELECT COALESCE(MAX(revision), 0) + 1 FROM events", [], |r| r.get(0))?;
+                    tx.execute(
+                        "INSERT INTO kv (key, value, create_revision, mod_revision) VALUES (?1, ?2, ?3, ?3)",
+                        rusqlite::params![key, value(i), revision],
+                    )?;
+                    tx.execute(
+                    "INSERT INTO events (revision, key, deleted, value, create_revision) VALUES (?1, ?2, 0, ?3, ?1)",
+                    rusqlite::params![revision, key, value(i)],
+                )?;
+                    tx.commit()?;
+                    Ok(())
+                })
+            })
+        }),
+    );
+    scenarios(plan, &store, vec![plain, same_work]).await
 }
 
 async fn pg_client(url: &str) -> anyhow::Result<tokio_postgres::Client> {
@@ -196,12 +246,32 @@ async fn pg_client(url: &str) -> anyhow::Result<tokio_postgres::Client> {
     Ok(client)
 }
 
+/// What one revisioned write does, as one statement (one round trip, one
+/// implicit transaction): the writers' lock, the next revision, the key
+/// row (refused if it exists: a create), the event row, the notification.
+const SAME_WORK_FUNCTION: &str = "
+CREATE FUNCTION same_work(k text, v bytea) RETURNS bigint LANGUAGE plpgsql AS $fn$
+DECLARE head bigint;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext(current_schema()));
+    SELECT COALESCE(max(revision), 0) + 1 INTO head FROM events;
+    INSERT INTO kv (key, value, create_revision, mod_revision) VALUES (k, v, head, head);
+    INSERT INTO events (revision, key, deleted, value, create_revision) VALUES (head, k, false, v, head);
+    PERFORM pg_notify('bench_' || current_schema(), head::text);
+    RETURN head;
+END
+$fn$;";
+
 async fn bench_postgres(plan: &Plan, base_url: &str) -> anyhow::Result<()> {
     let schema = format!("herd_bench_{}", uuid::Uuid::now_v7().simple());
     let admin = pg_client(base_url).await?;
     admin
         .batch_execute(&format!(
-            "CREATE SCHEMA {schema}; CREATE TABLE {schema}.t (key TEXT COLLATE \"C\" PRIMARY KEY, value BYTEA NOT NULL)"
+            "CREATE SCHEMA {schema}; SET search_path = {schema};
+             CREATE TABLE t (key TEXT COLLATE \"C\" PRIMARY KEY, value BYTEA NOT NULL);
+             CREATE TABLE kv (key TEXT COLLATE \"C\" PRIMARY KEY, value BYTEA NOT NULL, create_revision BIGINT NOT NULL, mod_revision BIGINT NOT NULL);
+             CREATE TABLE events (revision BIGINT PRIMARY KEY, key TEXT COLLATE \"C\" NOT NULL, deleted BOOLEAN NOT NULL, value BYTEA NOT NULL, create_revision BIGINT NOT NULL);
+             {SAME_WORK_FUNCTION}"
         ))
         .await?;
     let separator = if base_url.contains('?') { '&' } else { '?' };
@@ -209,25 +279,34 @@ async fn bench_postgres(plan: &Plan, base_url: &str) -> anyhow::Result<()> {
     let result = async {
         let store = Store::open(&url).await?;
         header("PostgreSQL (synchronous_commit as configured)");
-        // Baseline: one connection per writer, each insert its own commit.
+        // One connection per writer, each write its own commit.
         let mut clients = Vec::new();
         for _ in 0..plan.writers.max(1) {
             let client = pg_client(&url).await?;
-            let statement = client.prepare("INSERT INTO t (key, value) VALUES ($1, $2)").await?;
-            clients.push(Arc::new((client, statement)));
+            let insert = client.prepare("INSERT INTO t (key, value) VALUES ($1, $2)").await?;
+            let same_work = client.prepare("SELECT same_work($1, $2)").await?;
+            clients.push(Arc::new((client, insert, same_work)));
         }
         let clients = Arc::new(clients);
-        let insert = |scenario: &'static str| {
+        let baseline = |same: bool| {
             let clients = clients.clone();
-            op(move |w, i| {
-                let entry = clients[w].clone();
-                async move {
-                    entry.0.execute(&entry.1, &[&format!("/bench/{scenario}/{w:03}/{i:08}"), &value(i)]).await?;
-                    anyhow::Ok(())
-                }
-            })
+            Box::new(move |scenario: String| {
+                let clients = clients.clone();
+                op(move |w, i| {
+                    let (entry, key) = (clients[w].clone(), format!("/bench/{scenario}/{w:03}/{i:08}"));
+                    async move {
+                        let statement = if same { &entry.2 } else { &entry.1 };
+                        entry.0.execute(statement, &[&key, &value(i)]).await?;
+                        anyhow::Ok(())
+                    }
+                })
+            }) as Box<dyn Fn(String) -> WriteOp>
         };
-        scenarios(plan, &store, insert("seq"), insert("con")).await
+        let baselines: Vec<Baseline> = vec![
+            ("plain inserts", baseline(false)),
+            ("the same work by hand (lock, revision, key row, event row, notify, one statement)", baseline(true)),
+        ];
+        scenarios(plan, &store, baselines).await
     }
     .await;
     admin.batch_execute(&format!("SET client_min_messages = warning; DROP SCHEMA {schema} CASCADE")).await?;
