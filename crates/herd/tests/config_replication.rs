@@ -3,7 +3,8 @@
 //! serial (in their data dirs) and the regular node only the small facts;
 //! a change raises the serial everywhere; a demoted node deletes its copy
 //! and the node promoted in its place gets one; a candidate whose agent was
-//! down while the configuration changed catches up when it comes back.
+//! down while the configuration changed is reported by `herd cluster
+//! verify` and catches up when it comes back.
 
 mod common;
 
@@ -62,6 +63,7 @@ async fn only_candidates_keep_the_configuration_and_it_follows_every_change() {
     change_config(&admin, |c| {
         c.candidate_pool_size = 2;
         c.heartbeat_period = herd_core::HumanDuration(Duration::from_millis(300));
+        c.node_grace_period = herd_core::HumanDuration(Duration::from_secs(2));
     })
     .await;
     let dirs: Vec<(&str, PathBuf)> = ["n1", "n2", "n3"].iter().map(|n| (*n, dir.path().join(n))).collect();
@@ -105,6 +107,20 @@ async fn only_candidates_keep_the_configuration_and_it_follows_every_change() {
     })
     .await;
     assert_eq!(copy_of(&dirs[0].1).map(|c| c.serial), Some(third), "n1 was down: its copy is the old one");
+    // `herd cluster verify` says so once the node is marked NotReady.
+    let verify = eventually(Duration::from_secs(20), "verify reports the candidate down", || async {
+        let out = common::herd()
+            .args(["cluster", "verify"])
+            .env("HERD_SERVER", &server.url)
+            .env("HERD_TOKEN", common::ADMIN_TOKEN)
+            .env("HERD_CONFIG", dir.path().join("none.yaml"))
+            .output()
+            .ok()?;
+        let said = String::from_utf8_lossy(&out.stdout).into_owned();
+        said.contains("master candidate n1 is unreachable").then_some((out.status.code(), said))
+    })
+    .await;
+    assert_eq!(verify.0, Some(1), "a warning: {}", verify.1);
     agents[0] = start_agent(&server.url, &dirs[0].1, "n1");
     settled(&admin, &dirs, &["n1", "n3"], third).await;
 }

@@ -170,6 +170,16 @@ async fn the_pool_is_kept_full_and_demotions_follow_ganetis_rules() {
     assert!(on("n4").iter().any(|m| m.contains("regular -> candidate: promoted in place of n2")), "{:?}", on("n4"));
     assert!(on("n2").iter().any(|m| m.contains("candidate -> offline: asked")), "{:?}", on("n2"));
     assert!(on("n1").iter().any(|m| m.contains("promoted: the pool had")), "{:?}", on("n1"));
+
+    // Lowering the pool only warns: nobody is demoted.
+    set_pool(&admin, 1).await;
+    let warned = eventually(Duration::from_secs(20), "the pool-above-size warning", || async {
+        let events = admin.list::<EventSpec>("").await.ok()?;
+        events.into_iter().find(|e| e.spec.reason == "CandidatePoolAboveSize").map(|e| e.spec.message)
+    })
+    .await;
+    assert!(warned.contains("more than candidatePoolSize 1: none is demoted"), "{warned}");
+    assert_eq!(candidates(&admin).await, ["n1", "n3", "n4"]);
 }
 
 /// The lease holder, as a replica's API shows it.

@@ -2,14 +2,16 @@
 //! the pool has fewer candidates than min(candidatePoolSize, eligible
 //! nodes), after a demotion, a drained or offline node, a new node, or a
 //! larger pool size (`herd_core::roles::fill_pool`, spreading over zones).
-//! A pool above its size only warns, once per size: nobody is demoted.
+//! A pool above its size only warns (an Event on the ClusterConfig), once
+//! per size: nobody is demoted.
 //! It also says which node is the master's: this leader's own node
 //! (`herd server --node`) gets `status.master`, every other loses it, and
 //! that node is promoted first (the master's node is always a candidate).
 
 use std::time::Duration;
 
-use herd_core::kinds::{ClusterConfigSpec, NodeRole, NodeSpec};
+use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
+use herd_core::kinds::{ClusterConfigSpec, EventType, NodeRole, NodeSpec};
 
 use crate::controllers::runtime::{Controller, Next};
 use crate::events::EventRecorder;
@@ -73,11 +75,13 @@ impl Controller for CandidatePool {
         let pool = cluster_config(&self.config).candidate_pool_size as usize;
         let candidates = self.nodes.list().iter().filter(|n| n.spec.role == NodeRole::Candidate).count();
         if candidates > pool && self.warned_above != Some(pool) {
-            tracing::warn!(
-                candidates,
-                pool,
-                "more master candidates than the pool size; none is demoted (demote by hand)"
+            let message = format!(
+                "{candidates} master candidates, more than candidatePoolSize {pool}: none is demoted by itself (`herd node modify NAME --role regular`)"
             );
+            tracing::warn!(candidates, pool, "{message}");
+            if let Some(config) = self.config.get(CLUSTER_CONFIG_NAME) {
+                self.events.record(&config, EventType::Warning, "CandidatePoolAboveSize", message).await;
+            }
             self.warned_above = Some(pool);
         }
         self.mark_master().await?;
