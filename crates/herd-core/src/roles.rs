@@ -80,7 +80,7 @@ pub enum RoleRefusal {
     #[error("node {0} does not exist")]
     NoSuchNode(String),
     #[error(
-        "node {0} is the master's node: its role changes only by a failover (`herd cluster master-failover` on another candidate)"
+        "node {0} is the master's node: its role changes only once another candidate's server replica leads (a failover)"
     )]
     MastersNode(String),
     #[error("node {node} still hosts members ({}): move or delete them before setting it offline", members.join(", "))]
@@ -89,12 +89,28 @@ pub enum RoleRefusal {
     NotMasterCapable(String),
     #[error("node {node} is {role}: make it regular before promoting it")]
     NotEligible { node: String, role: String },
-    #[error(
-        "demoting node {node} would leave {left} candidates where {wanted} are wanted (pool size {pool}, {eligible} eligible Ready nodes): \
-         add --auto-promote to promote another node in the same change{}",
-        if *promotable == 0 { " (but no eligible Ready node is left to promote)" } else { "" }
-    )]
+    #[error("{}", pool_would_shrink(node, *left, *wanted, *pool, *eligible, *promotable))]
     PoolWouldShrink { node: String, left: usize, wanted: usize, pool: usize, eligible: usize, promotable: usize },
+}
+
+fn pool_would_shrink(
+    node: &str,
+    left: usize,
+    wanted: usize,
+    pool: usize,
+    eligible: usize,
+    promotable: usize,
+) -> String {
+    let why = format!(
+        "demoting node {node} would leave {left} candidates where {wanted} are wanted (pool size {pool}, {eligible} eligible Ready nodes)"
+    );
+    if promotable == 0 {
+        format!(
+            "{why}, and no other eligible Ready node could take its place: lower candidatePoolSize, or take away its master capability (--master-capable false)"
+        )
+    } else {
+        format!("{why}: add --auto-promote to promote another node in the same change")
+    }
 }
 
 /// Candidates wanted: min(pool size, eligible nodes), where an eligible
@@ -339,6 +355,12 @@ mod tests {
         let nodes: Vec<NodeFacts> = (1..=3).map(|i| node(&format!("n{i}"), NodeRole::Candidate)).collect();
         let updates = decide(&nodes, Some("n1"), "n3", RoleChange::Role(NodeRole::Drained), 3, false).unwrap();
         assert_eq!(updates.len(), 1);
+        // Made regular it stays eligible, so the pool still wants it, and
+        // no one could replace it: the refusal says what would help.
+        let refused = decide(&nodes, Some("n1"), "n3", RoleChange::Role(NodeRole::Regular), 3, true).unwrap_err();
+        let why = refused.to_string();
+        assert!(why.contains("no other eligible Ready node") && why.contains("lower candidatePoolSize"), "{why}");
+        assert!(!why.contains("--auto-promote"), "{why}");
     }
 
     #[test]
