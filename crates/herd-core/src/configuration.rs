@@ -7,6 +7,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::kinds::ManagementState;
+
 /// The kinds (plurals) whose objects make up the configuration.
 pub const CONFIGURATION_KINDS: [&str; 5] = ["nodes", "clusterconfigs", "apps", "appclusters", "commands"];
 
@@ -34,8 +36,8 @@ pub struct Ssconf {
 pub fn intent_of(object: &Value) -> Option<Value> {
     let kind = object.get("kind")?.as_str()?;
     if kind == "Command" {
-        let state = object.pointer("/status/stateByManagement").and_then(Value::as_str).unwrap_or("CREATED");
-        if matches!(state, "COMPLETED" | "FAILED" | "RECONCILED" | "RECONCILE_SKIPPED" | "ABANDONED") {
+        let state = object.pointer("/status/stateByManagement").cloned().unwrap_or_default();
+        if serde_json::from_value::<ManagementState>(state).is_ok_and(ManagementState::is_settled) {
             return None;
         }
     }

@@ -197,8 +197,7 @@ impl Server {
                 objects.clone(),
                 cluster_config,
                 metrics,
-                peers,
-                config.node.clone(),
+                controllers::LeaderSelf { peers, node: config.node.clone(), url: url.clone() },
                 config.identity.clone(),
                 config.fencing_probe,
             ),
@@ -279,22 +278,15 @@ fn leader_work(
     objects: Objects,
     config: Reflector<ClusterConfigSpec>,
     metrics: Arc<Metrics>,
-    peers: Arc<peers::PeerAuthority>,
-    node: Option<String>,
+    leader: controllers::LeaderSelf,
     identity: String,
     fencing_probe: Option<Duration>,
 ) -> LeaderWork {
     Box::new(move |stop, fence| {
         let term = fence.term;
         let fenced = objects.fenced(fence, metrics.clone());
-        let mut work = controllers::start(
-            fenced.clone(),
-            term,
-            config.clone(),
-            metrics.clone(),
-            (peers.clone(), node.clone()),
-            stop.clone(),
-        );
+        let mut work =
+            controllers::start(fenced.clone(), term, config.clone(), metrics.clone(), leader.clone(), stop.clone());
         if let Some(every) = fencing_probe {
             work.spawn(controllers::fencing_probe::run(fenced, identity.clone(), term, every, stop));
         }

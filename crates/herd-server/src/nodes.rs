@@ -4,7 +4,7 @@ use herd_core::api::{AgentReport, HeartbeatResponse, JoinRequest, JoinResponse};
 use herd_core::configuration::{Configuration, Ssconf};
 use herd_core::join::{JoinVerdict, Joiner, join_verdict};
 use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
-use herd_core::kinds::{ClusterConfigSpec, EventType, InvolvedObject, Node, NodeRole, NodeSpec, ReplicaSpec};
+use herd_core::kinds::{ClusterConfigSpec, EventType, InvolvedObject, Node, NodeRole, NodeSpec};
 use herd_core::node_health::{self, HeartbeatEffects};
 use herd_core::validation::{self, FieldPath};
 use herd_core::{Object, Resource, ValidationErrors};
@@ -214,15 +214,12 @@ async fn configuration_for(
     node: &Node,
     report: &AgentReport,
 ) -> Result<(Option<Ssconf>, Option<Configuration>, bool), ApiError> {
-    use crate::controllers::configuration::{DOCUMENT_KEY, SERIAL_KEY};
+    use crate::controllers::configuration::{DOCUMENT_KEY, FACTS_KEY};
     let store = objects.store();
-    let Some(serial) = store.get(SERIAL_KEY).await? else { return Ok((None, None, false)) };
-    let serial: serde_json::Value = serde_json::from_slice(&serial.value)
-        .map_err(|e| ApiError::Internal(format!("{SERIAL_KEY} is damaged: {e}")))?;
-    let serial = serial["serial"].as_u64().unwrap_or(0);
-    let (replicas, _) = objects.list::<ReplicaSpec>().await?;
-    let master_urls = replicas.into_iter().filter(|r| r.status.leading).map(|r| r.spec.url).collect();
-    let ssconf = Ssconf { serial, master_urls };
+    let Some(facts) = store.get(FACTS_KEY).await? else { return Ok((None, None, false)) };
+    let ssconf: Ssconf =
+        serde_json::from_slice(&facts.value).map_err(|e| ApiError::Internal(format!("{FACTS_KEY} is damaged: {e}")))?;
+    let serial = ssconf.serial;
     let candidate = node.spec.role == NodeRole::Candidate;
     let configuration = match store.get(DOCUMENT_KEY).await? {
         Some(document) if candidate && report.config_serial.is_none_or(|held| held < serial) => Some(

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
 use herd_core::kinds::{ClusterConfigSpec, EventType, NodeRole, NodeSpec};
+use herd_core::roles::{NodeFacts, fill_pool};
 
 use crate::controllers::runtime::{Controller, Next};
 use crate::events::EventRecorder;
@@ -85,7 +86,14 @@ impl Controller for CandidatePool {
             self.warned_above = Some(pool);
         }
         self.mark_master().await?;
-        crate::node_roles::keep_pool_full(&self.objects, &self.events, pool).await?;
+        // Woken by every heartbeat: decided from the cache first, and the
+        // store read (every node and member) only when someone is due.
+        let nodes = self.nodes.list();
+        let facts: Vec<NodeFacts> = nodes.iter().map(|n| NodeFacts::of(n, Vec::new())).collect();
+        let master = nodes.iter().find(|n| n.status.master).map(|n| n.metadata.name.as_str());
+        if !fill_pool(&facts, pool, master).is_empty() {
+            crate::node_roles::keep_pool_full(&self.objects, &self.events, pool).await?;
+        }
         Ok(Next::Requeue(PASS_INTERVAL))
     }
 }

@@ -1,14 +1,17 @@
 //! The configuration keeper (leader only): after any change to an intent
 //! object it makes the configuration again (`herd_core::configuration`)
-//! and, when it differs, stores it with the next serial (`/config/document`,
-//! and the small `/config/serial` that every heartbeat reads). Heartbeat
-//! answers then carry the facts to every node and the document to the
-//! master candidates whose copy is older (`crate::nodes`): a change costs
-//! O(candidates) documents, not O(nodes).
+//! and, when it differs, stores it with the next serial (`/config/document`),
+//! and the small facts every heartbeat reads (`/config/facts`: the serial
+//! and this leader's URL, written again when a new leader takes over).
+//! Heartbeat answers then carry the facts to every node and the document
+//! to the master candidates whose copy is older (`crate::nodes`): a change
+//! costs O(candidates) documents, not O(nodes). It wakes on ClusterConfig
+//! and Command changes and every two seconds, not on every heartbeat's
+//! status write.
 
 use std::time::Duration;
 
-use herd_core::configuration::{CONFIGURATION_KINDS, Configuration, intent_of, next};
+use herd_core::configuration::{CONFIGURATION_KINDS, Configuration, Ssconf, intent_of, next};
 use herd_store::ListOptions;
 use serde_json::Value;
 
@@ -16,21 +19,28 @@ use crate::controllers::runtime::{Controller, Next};
 use crate::objects::{Objects, ObjectsError, collection_prefix};
 
 pub const DOCUMENT_KEY: &str = "/config/document";
-pub const SERIAL_KEY: &str = "/config/serial";
+pub const FACTS_KEY: &str = "/config/facts";
 
 /// How often the configuration is made again when nothing wakes the keeper.
 const PASS_INTERVAL: Duration = Duration::from_secs(2);
 
 pub struct ConfigurationKeeper {
     pub objects: Objects,
-    /// The configuration last stored (read from the store at the first pass).
+    /// Where this leader serves, for the facts.
+    master_url: String,
+    /// The configuration and facts last stored (read at the first pass).
     current: Option<Configuration>,
+    facts: Option<Ssconf>,
     loaded: bool,
 }
 
+fn json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, ObjectsError> {
+    serde_json::to_vec(value).map_err(|e| ObjectsError::BadRequest(e.to_string()))
+}
+
 impl ConfigurationKeeper {
-    pub fn new(objects: Objects) -> Self {
-        ConfigurationKeeper { objects, current: None, loaded: false }
+    pub fn new(objects: Objects, master_url: String) -> Self {
+        ConfigurationKeeper { objects, master_url, current: None, facts: None, loaded: false }
     }
 
     async fn intent(&self) -> Result<Vec<Value>, ObjectsError> {
@@ -53,23 +63,25 @@ impl Controller for ConfigurationKeeper {
     async fn synced(&self) {}
 
     async fn reconcile(&mut self) -> Result<Next, ObjectsError> {
+        let store = self.objects.store().clone();
         if !self.loaded {
-            let stored = self.objects.store().get(DOCUMENT_KEY).await?;
-            self.current = stored.and_then(|kv| serde_json::from_slice(&kv.value).ok());
+            let read = async |key: &str| store.get(key).await.map(|kv| kv.map(|kv| kv.value));
+            self.current = read(DOCUMENT_KEY).await?.and_then(|v| serde_json::from_slice(&v).ok());
+            self.facts = read(FACTS_KEY).await?.and_then(|v| serde_json::from_slice(&v).ok());
             self.loaded = true;
         }
         let made = next(self.current.as_ref(), self.intent().await?);
-        if self.current.as_ref().is_some_and(|c| c.serial == made.serial) {
-            return Ok(Next::Requeue(PASS_INTERVAL));
-        }
-        let store = self.objects.store();
         let revision = async |key: &str| store.get(key).await.map(|kv| kv.map(|kv| kv.mod_revision));
-        let document = serde_json::to_vec(&made).map_err(|e| ObjectsError::BadRequest(e.to_string()))?;
-        self.objects.put_key(DOCUMENT_KEY, revision(DOCUMENT_KEY).await?, document).await?;
-        let serial = serde_json::to_vec(&serde_json::json!({ "serial": made.serial, "digest": made.digest }))
-            .map_err(|e| ObjectsError::BadRequest(e.to_string()))?;
-        self.objects.put_key(SERIAL_KEY, revision(SERIAL_KEY).await?, serial).await?;
-        tracing::info!(serial = made.serial, objects = made.objects.len(), "the configuration changed");
+        if self.current.as_ref().is_none_or(|c| c.serial != made.serial) {
+            self.objects.put_key(DOCUMENT_KEY, revision(DOCUMENT_KEY).await?, json(&made)?).await?;
+            tracing::info!(serial = made.serial, objects = made.objects.len(), "the configuration changed");
+        }
+        // A new leader names itself even when the configuration is the same.
+        let facts = Ssconf { serial: made.serial, master_urls: vec![self.master_url.clone()] };
+        if self.facts.as_ref() != Some(&facts) {
+            self.objects.put_key(FACTS_KEY, revision(FACTS_KEY).await?, json(&facts)?).await?;
+            self.facts = Some(facts);
+        }
         self.current = Some(made);
         Ok(Next::Requeue(PASS_INTERVAL))
     }

@@ -25,6 +25,16 @@ use crate::objects::Objects;
 use crate::reflector::Reflector;
 use herd_core::kinds::{ClusterConfigSpec, NodeSpec};
 
+/// What the leader-only work knows of the replica running it.
+#[derive(Clone)]
+pub struct LeaderSelf {
+    pub peers: Arc<crate::peers::PeerAuthority>,
+    /// The node it runs on: the master's while it leads.
+    pub node: Option<String>,
+    /// Where it serves: the master's URL in the facts every node keeps.
+    pub url: String,
+}
+
 /// Starts every controller for the leadership of `term`; they stop when
 /// `stop` is cancelled.
 pub fn start(
@@ -32,7 +42,7 @@ pub fn start(
     term: u64,
     config: Reflector<ClusterConfigSpec>,
     metrics: Arc<Metrics>,
-    (peers, master_node): (Arc<crate::peers::PeerAuthority>, Option<String>),
+    leader: LeaderSelf,
     stop: CancellationToken,
 ) -> JoinSet<()> {
     let mut set = JoinSet::new();
@@ -40,7 +50,8 @@ pub fn start(
     let nodes = Reflector::<NodeSpec>::start(objects.store().clone(), stop.clone());
     let commands = Reflector::start(objects.store().clone(), stop.clone());
     let wake_on_commands = vec![commands.changes()];
-    let wake_keeper = vec![nodes.changes(), config.changes(), commands.changes()];
+    // Not on node changes: every heartbeat is one (node specs are seen at the next pass).
+    let wake_keeper = vec![config.changes(), commands.changes()];
     let caches = app_clusters::Caches {
         apps: Reflector::start(objects.store().clone(), stop.clone()),
         clusters: Reflector::start(objects.store().clone(), stop.clone()),
@@ -69,7 +80,7 @@ pub fn start(
         nodes.clone(),
         config.clone(),
         EventRecorder::new(objects.clone(), "commands"),
-        peers,
+        leader.peers,
     );
     set.spawn(runtime::run(command_controller, wake_on_commands, stop.clone()));
     set.spawn(compactor::run(objects.store().clone(), stop.clone()));
@@ -79,10 +90,10 @@ pub fn start(
         nodes.clone(),
         config.clone(),
         EventRecorder::new(objects.clone(), "candidate-pool"),
-        master_node,
+        leader.node,
     );
     set.spawn(runtime::run(pool, vec![nodes.changes(), config.changes()], stop.clone()));
-    let keeper = configuration::ConfigurationKeeper::new(objects.clone());
+    let keeper = configuration::ConfigurationKeeper::new(objects.clone(), leader.url);
     set.spawn(runtime::run(keeper, wake_keeper, stop.clone()));
     let node_lifecycle = node_lifecycle::NodeLifecycle::new(objects, nodes, config, events, metrics);
     set.spawn(runtime::run(node_lifecycle, Vec::new(), stop));
