@@ -22,7 +22,7 @@ use herd_core::kinds::app_cluster::{AppCluster, cluster_status};
 use herd_core::kinds::cluster_config::AppClusterSettings;
 use herd_core::kinds::{
     Action, AppClusterSpec, AppSpec, ClusterConfigSpec, Command, CommandSpec, EventType, Member, MemberSpec,
-    MemberState, Node, NodeSpec,
+    MemberState, MemberStatus, Node, NodeSpec,
 };
 use herd_core::member_check::{Restart, Seen, check_member};
 use herd_core::member_sync::{MemberFacts, Step, command_due, member_sync};
@@ -132,6 +132,10 @@ struct Pass<'a> {
     busy: BTreeSet<String>,
     /// Members whose RemoveMember succeeded.
     removed: BTreeSet<String>,
+    /// Each member's status as stored (as read, or as this pass wrote it).
+    stored: BTreeMap<String, MemberStatus>,
+    /// Members whose copy proved stale: nothing more is done for them.
+    unwritten: BTreeSet<String>,
     /// How long this leader has seen each NotReady node so.
     not_ready: &'a BTreeMap<String, Duration>,
 }
@@ -154,7 +158,7 @@ impl AppClusterController {
         let nodes = self.nodes.list();
         let all_members = self.members.list();
         let members: Vec<Member> = all_members.iter().filter(|m| owned_by(m, cluster)).cloned().collect();
-        let before: BTreeMap<String, Member> = members.iter().map(|m| (m.metadata.name.clone(), m.clone())).collect();
+        let stored = members.iter().map(|m| (m.metadata.name.clone(), m.status.clone())).collect();
         let settings = cluster_config(&self.config).app_clusters;
         let mut pass = Pass {
             cluster,
@@ -165,6 +169,8 @@ impl AppClusterController {
             members,
             busy: BTreeSet::new(),
             removed: BTreeSet::new(),
+            stored,
+            unwritten: BTreeSet::new(),
             not_ready,
         };
         let consumed = self.read_commands(&mut pass);
@@ -182,19 +188,10 @@ impl AppClusterController {
             });
         // A member whose cached copy was stale is done again by the next
         // pass (its cache catching up wakes it); the others' go in.
-        let mut unwritten = BTreeSet::new();
-        for member in &pass.members {
-            let unchanged = before.get(&member.metadata.name).is_some_and(|b| b.status == member.status);
-            if !unchanged && member.metadata.resource_version.is_some() {
-                match self.objects.update_status(member.clone(), false).await {
-                    Ok(_) => {}
-                    Err(ObjectsError::Conflict { .. }) => {
-                        unwritten.insert(member.metadata.name.clone());
-                    }
-                    Err(error) => return Err(error),
-                }
-            }
+        for i in 0..pass.members.len() {
+            self.write_status(&mut pass, i).await?;
         }
+        let unwritten = pass.unwritten;
         in_flight |= !unwritten.is_empty();
         // Outcomes are deleted only once the statuses that recorded them are written.
         for (member, command) in consumed {
@@ -486,6 +483,31 @@ impl AppClusterController {
         self.create_command(pass, i, purpose, action, &extra).await
     }
 
+    /// Writes member `i`'s status if this pass changed it; false when its
+    /// copy proved stale (it is then left to the next pass).
+    async fn write_status(&self, pass: &mut Pass<'_>, i: usize) -> Result<bool, ObjectsError> {
+        let member = &pass.members[i];
+        let name = &member.metadata.name;
+        if pass.unwritten.contains(name) {
+            return Ok(false);
+        }
+        if pass.stored.get(name) == Some(&member.status) || member.metadata.resource_version.is_none() {
+            return Ok(true);
+        }
+        match self.objects.update_status(member.clone(), false).await {
+            Ok(written) => {
+                pass.stored.insert(name.clone(), written.status);
+                pass.members[i].metadata.resource_version = written.metadata.resource_version;
+                Ok(true)
+            }
+            Err(ObjectsError::Conflict { .. }) => {
+                pass.unwritten.insert(name.clone());
+                Ok(false)
+            }
+            Err(error) => Err(error),
+        }
+    }
+
     async fn create_command(
         &self,
         pass: &mut Pass<'_>,
@@ -494,6 +516,11 @@ impl AppClusterController {
         action: Action,
         extra: &[(&str, String)],
     ) -> Result<(), ObjectsError> {
+        // The status a Command is issued from is stored first: its outcome
+        // is read against that status, and a stale copy issues nothing.
+        if !self.write_status(pass, i).await? {
+            return Ok(());
+        }
         let member = &pass.members[i];
         // A NotReady node takes no Command; it is given its members' once back.
         let node_ready = |name: &String| pass.nodes.iter().any(|n| &n.metadata.name == name && n.status.ready);
