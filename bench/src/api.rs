@@ -36,6 +36,7 @@ async fn server(dir: &std::path::Path, insecure_http: bool) -> anyhow::Result<(S
         insecure_http,
         node: None,
         agent_cert_lifetime: herd_server::DEFAULT_AGENT_CERT_LIFETIME,
+        restore: None,
     })
     .await?;
     let client = Client::new(vec![server.url().to_string()], Some(ADMIN.into()));

@@ -3,7 +3,10 @@
 //! holder of a grant for that one action ([`crate::peer_access`]), its
 //! volumes (a manifest, and files streamed from any offset, `Range:
 //! bytes=N-`, so that a copy resumes), its members' logs, and the steps of
-//! a migration (stop, start, forget a member).
+//! a migration (stop, start, forget a member). For a master failover: the
+//! master it follows (any certificate of the cluster may ask), its
+//! configuration copy, and the announcement of a new master (each with a
+//! grant).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -19,6 +22,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::serve::IncomingStream;
 use herd_core::ValidationErrors;
+use herd_core::failover::{Announcement, MasterView};
 use herd_core::grant::{Access, Holder};
 use herd_core::validation::{FieldPath, check_name};
 use herd_tls::listener::TlsListener;
@@ -27,6 +31,7 @@ use serde_json::json;
 use tokio::io::AsyncSeekExt;
 use tokio_util::sync::CancellationToken;
 
+use crate::configuration::ConfigCopies;
 use crate::members::Members;
 use crate::peer_access::PeerAccess;
 use crate::volumes;
@@ -48,6 +53,7 @@ impl Connected<IncomingStream<'_, TlsListener>> for Caller {
 struct EndpointState {
     identity: Identity,
     members: Members,
+    copies: ConfigCopies,
     access: PeerAccess,
     /// Hashes of volume files already read (a copy reads the source's
     /// manifest twice).
@@ -315,11 +321,44 @@ fn read_chunks(mut file: std::fs::File, from: u64) -> tokio::sync::mpsc::Receive
     received
 }
 
+async fn master_view(
+    State(state): State<EndpointState>,
+    ConnectInfo(caller): ConnectInfo<Caller>,
+) -> Result<Json<MasterView>, Refusal> {
+    if caller.0.is_none() {
+        return Err(Refusal(StatusCode::FORBIDDEN, "show a certificate of the cluster".into()));
+    }
+    Ok(Json(state.copies.view(&state.identity.node_name)))
+}
+
+async fn configuration_copy(
+    State(state): State<EndpointState>,
+    ConnectInfo(caller): ConnectInfo<Caller>,
+    headers: HeaderMap,
+) -> Result<Response, Refusal> {
+    state.allow(&headers, &caller, Access::ReadConfiguration)?;
+    let document = state.copies.document().ok_or_else(|| {
+        Refusal(StatusCode::NOT_FOUND, format!("node {} holds no configuration copy", state.identity.node_name))
+    })?;
+    Ok(([(header::CONTENT_TYPE, "application/json")], document).into_response())
+}
+
+async fn announce_master(
+    State(state): State<EndpointState>,
+    ConnectInfo(caller): ConnectInfo<Caller>,
+    headers: HeaderMap,
+    Json(announcement): Json<Announcement>,
+) -> Result<Json<MasterView>, Refusal> {
+    state.allow(&headers, &caller, Access::AdoptMaster { term: announcement.term })?;
+    state.copies.adopt(&announcement).map_err(|why| Refusal(StatusCode::CONFLICT, why))?;
+    Ok(Json(state.copies.view(&state.identity.node_name)))
+}
+
 /// Starts serving; returns the address actually bound.
 pub async fn serve(
     listen: SocketAddr,
     identity: Identity,
-    members: Members,
+    (members, copies): (Members, ConfigCopies),
     access: PeerAccess,
     stop: CancellationToken,
 ) -> Result<SocketAddr, AgentError> {
@@ -328,7 +367,7 @@ pub async fn serve(
     let addr = listener.local_addr().map_err(|source| AgentError::Listen { addr: listen, source })?;
     let listener = TlsListener::changing(listener, access.tls_config())
         .map_err(|source| AgentError::Listen { addr: listen, source })?;
-    let state = EndpointState { identity, members, access, hashes: Arc::default() };
+    let state = EndpointState { identity, members, copies, access, hashes: Arc::default() };
     let router = Router::new()
         .route(
             "/healthz",
@@ -336,6 +375,8 @@ pub async fn serve(
                 Json(json!({ "nodeName": state.identity.node_name, "agentBootId": state.identity.agent_boot_id }))
             }),
         )
+        .route(herd_core::api::MASTER_PATH, get(master_view).post(announce_master))
+        .route(herd_core::api::CONFIGURATION_PATH, get(configuration_copy))
         .route("/members/{member}", axum::routing::delete(forget_member))
         .route("/members/{member}/stop", axum::routing::post(stop_member))
         .route("/members/{member}/start", axum::routing::post(start_member))

@@ -13,6 +13,7 @@ use herd_core::api::{AgentReport, JoinRequest};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::configuration::{ConfigCopies, Taken};
 use crate::credentials::{CredentialStore, Credentials};
 use crate::executor::Executor;
 use crate::members::Members;
@@ -83,6 +84,10 @@ pub struct Heartbeat {
     pub data_dir: std::path::PathBuf,
     /// After the server has been unreachable this long, the disconnect hooks run.
     pub disconnect_grace: Duration,
+    /// The configuration copies and the master this node follows.
+    pub copies: ConfigCopies,
+    /// The servers the agent was started with (tried after the masters).
+    pub servers: Vec<String>,
 }
 
 impl Heartbeat {
@@ -98,6 +103,8 @@ impl Heartbeat {
             access,
             data_dir,
             disconnect_grace,
+            copies,
+            servers,
         } = self;
         let mut report = AgentReport {
             agent_boot_id: identity.agent_boot_id.clone(),
@@ -109,7 +116,6 @@ impl Heartbeat {
         let name = identity.node_name.clone();
         let mut credentials = store.load(&name)?;
         let mut certificate = crate::node_cert::NodeCertStore::open(&data_dir, &name)?;
-        let mut copies = crate::configuration::ConfigCopies::open(&data_dir);
         // The token the server stopped taking: shown when joining again, so
         // that the server knows a deleted node's agent.
         let mut previous_token: Option<String> = None;
@@ -120,6 +126,9 @@ impl Heartbeat {
         let mut unreachable_since: Option<(Instant, bool)> = None;
         while !stop.is_cancelled() {
             let started = Instant::now();
+            if let Some(masters) = copies.take_new_masters() {
+                client.set_servers(crate::follow_first(masters, &servers));
+            }
             report.csr = certificate.request_if_due(SystemTime::now())?;
             let Some(creds) = credentials.clone() else {
                 let token = join_token.clone().ok_or(AgentError::NoJoinToken)?;
@@ -170,6 +179,22 @@ impl Heartbeat {
             report.peer_refusals.drain(..excess);
             match client.with_token(Some(creds.node_token.clone())).heartbeat(&name, &report).await {
                 Ok(answer) => {
+                    if let Taken::Superseded { theirs, ours } = copies.take(&answer) {
+                        // A master a failover superseded: nothing it says counts.
+                        if !failing {
+                            tracing::warn!(
+                                theirs,
+                                ours,
+                                "this server leads an older term than the master this node follows; trying the next"
+                            );
+                            failing = true;
+                        }
+                        client.skip_current();
+                        if !sleep_until(started + backoff.step(), &stop).await {
+                            break;
+                        }
+                        continue;
+                    }
                     if failing {
                         tracing::info!("heartbeats go through again");
                         failing = false;
@@ -182,7 +207,6 @@ impl Heartbeat {
                     }
                     executor.acknowledge(&answer.acknowledged);
                     access.remember_grant_key(&answer.grant_key);
-                    copies.take(&answer);
                     let period = answer.heartbeat_period.get();
                     backoff.reset();
                     if !sleep_or_report(started + period, &executor, &members, &stop).await {

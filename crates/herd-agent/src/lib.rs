@@ -139,6 +139,18 @@ fn trusting(client: Client, data_dir: &std::path::Path, given: &[herd_tls::CaHas
     client.with_trust(&herd_tls::Trust::Pinned(hashes)).map_err(AgentError::UntrustedServer)
 }
 
+/// The servers to try: the masters this node was last told of first, then
+/// the ones it was started with.
+pub fn follow_first(masters: Vec<String>, given: &[String]) -> Vec<String> {
+    let mut servers = masters;
+    for server in given {
+        if !servers.contains(server) {
+            servers.push(server.clone());
+        }
+    }
+    servers
+}
+
 /// The lock an agent holds on its data dir while it runs.
 pub fn lock_path(data_dir: &std::path::Path) -> PathBuf {
     data_dir.join("agent.lock")
@@ -156,7 +168,9 @@ pub async fn run(config: AgentConfig, stop: CancellationToken) -> Result<(), Age
 
     // Checked before any member is touched: an agent that cannot trust its
     // server starts nothing.
-    let client = trusting(Client::new(config.servers.clone(), None), &data_dir, &config.ca_hashes)?;
+    let copies = configuration::ConfigCopies::open(&data_dir);
+    let servers = follow_first(copies.master_urls(), &config.servers);
+    let client = trusting(Client::new(servers.clone(), None), &data_dir, &config.ca_hashes)?;
     let identity = Identity {
         node_name: config.node_name.clone(),
         agent_boot_id: uuid::Uuid::now_v7().to_string(),
@@ -170,8 +184,14 @@ pub async fn run(config: AgentConfig, stop: CancellationToken) -> Result<(), Age
     }
     let node_identity = node_cert::NodeCertStore::open(&data_dir, &identity.node_name)?.identity();
     let access = peer_access::PeerAccess::open(&data_dir, &identity.node_name, node_identity);
-    let endpoint =
-        endpoint::serve(config.listen, identity.clone(), members.clone(), access.clone(), stop.clone()).await?;
+    let endpoint = endpoint::serve(
+        config.listen,
+        identity.clone(),
+        (members.clone(), copies.clone()),
+        access.clone(),
+        stop.clone(),
+    )
+    .await?;
     tracing::info!(node = %identity.node_name, boot_id = %identity.agent_boot_id, address = %endpoint, "herd agent started");
     let workers = executor::Workers {
         program: config.worker_program.clone(),
@@ -206,6 +226,8 @@ pub async fn run(config: AgentConfig, stop: CancellationToken) -> Result<(), Age
         access,
         data_dir: data_dir.clone(),
         disconnect_grace: config.disconnect_grace,
+        copies,
+        servers: config.servers.clone(),
     };
     let beating = heartbeat.run(stop.clone()).await;
     stop.cancel();

@@ -124,7 +124,9 @@ impl ClientError {
 /// A handle on the API. Cheap to clone.
 #[derive(Clone)]
 pub struct Client {
-    servers: Arc<Vec<String>>,
+    /// Shared by every client made from this one: [`Client::set_servers`]
+    /// moves them all.
+    servers: Arc<std::sync::RwLock<Vec<String>>>,
     current: Arc<AtomicUsize>,
     token: Option<String>,
     timeout: Duration,
@@ -151,7 +153,8 @@ impl Client {
         herd_tls::install_provider();
         let servers = servers.into_iter().map(|s| s.trim_end_matches('/').to_string()).collect();
         let http = reqwest::Client::builder().connect_timeout(CONNECT_TIMEOUT).build().unwrap_or_default();
-        Client { servers: Arc::new(servers), current: Arc::default(), token, timeout: REQUEST_TIMEOUT, http }
+        let servers = Arc::new(std::sync::RwLock::new(servers));
+        Client { servers, current: Arc::default(), token, timeout: REQUEST_TIMEOUT, http }
     }
 
     /// The same client trusting only the cluster CA for `https://` servers.
@@ -166,8 +169,22 @@ impl Client {
     }
 
     /// The server URLs this client tries, in order.
-    pub fn servers(&self) -> &[String] {
-        &self.servers
+    pub fn servers(&self) -> Vec<String> {
+        self.servers.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
+
+    /// Tries these servers from now on, the first one first (this client
+    /// and every one made from it).
+    pub fn set_servers(&self, servers: Vec<String>) {
+        let servers = servers.into_iter().map(|s| s.trim_end_matches('/').to_string()).collect();
+        *self.servers.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = servers;
+        self.current.store(0, Ordering::Relaxed);
+    }
+
+    /// Moves on to the next server (the current one answered, but is of no use).
+    pub fn skip_current(&self) {
+        let count = self.servers().len().max(1);
+        let _ = self.current.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |i| Some((i + 1) % count));
     }
 
     /// The same client with another per-request timeout (watches have none).
@@ -191,12 +208,13 @@ impl Client {
         timeout: Option<Duration>,
         resend: Resend,
     ) -> Result<reqwest::Response, ClientError> {
-        let count = self.servers.len().max(1);
+        let servers = self.servers();
+        let count = servers.len().max(1);
         let start = self.current.load(Ordering::Relaxed);
         let mut last_reason = "no server configured".to_string();
         for attempt in 0..count {
             let index = (start + attempt) % count;
-            let Some(base) = self.servers.get(index) else { break };
+            let Some(base) = servers.get(index) else { break };
             let mut request = self.http.request(method.clone(), format!("{base}{path}"));
             if let Some(timeout) = timeout {
                 request = request.timeout(timeout);
@@ -240,7 +258,7 @@ impl Client {
                 }
             }
         }
-        Err(ClientError::Unreachable { servers: self.servers.join(", "), reason: last_reason })
+        Err(ClientError::Unreachable { servers: servers.join(", "), reason: last_reason })
     }
 
     async fn call<T: DeserializeOwned>(

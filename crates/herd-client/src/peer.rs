@@ -6,8 +6,11 @@
 use std::time::Duration;
 
 use herd_core::api::{
-    StoredVolume, VOLUMES_PATH, VolumeManifest, member_path, volume_file_path, volume_path, volume_staged_path,
+    CONFIGURATION_PATH, MASTER_PATH, StoredVolume, VOLUMES_PATH, VolumeManifest, member_path, volume_file_path,
+    volume_path, volume_staged_path,
 };
+use herd_core::configuration::Configuration;
+use herd_core::failover::{Announcement, MasterView};
 use herd_core::grant::Access;
 use herd_tls::ServingIdentity;
 use herd_tls::grant::{GRANT_HEADER, read_unverified};
@@ -114,6 +117,34 @@ impl PeerClient {
         let request = self.granted(self.http.get(&url), Access::ReadLogs { member: member.into() });
         let response = request.query(&query).send().await.map_err(|e| self.unreachable(e))?;
         self.checked(response).await?.text().await.map_err(|e| self.unreachable(e))
+    }
+
+    /// Which master that agent follows and whether it reaches it (any
+    /// certificate of the cluster may ask; no grant).
+    pub async fn master_view(&self) -> Result<MasterView, ClientError> {
+        let url = format!("{}{MASTER_PATH}", self.base);
+        let response = self.http.get(&url).timeout(Duration::from_secs(3)).send().await;
+        let body = self.checked(response.map_err(|e| self.unreachable(e))?).await?;
+        let body = body.bytes().await.map_err(|e| self.unreachable(e))?;
+        serde_json::from_slice(&body).map_err(|e| ClientError::Protocol { url, reason: e.to_string() })
+    }
+
+    /// That master candidate's configuration copy.
+    pub async fn configuration(&self) -> Result<Configuration, ClientError> {
+        let url = format!("{}{CONFIGURATION_PATH}", self.base);
+        let request = self.granted(self.http.get(&url), Access::ReadConfiguration);
+        let response = request.timeout(Duration::from_secs(60)).send().await.map_err(|e| self.unreachable(e))?;
+        let body = self.checked(response).await?.bytes().await.map_err(|e| self.unreachable(e))?;
+        serde_json::from_slice(&body).map_err(|e| ClientError::Protocol { url, reason: e.to_string() })
+    }
+
+    /// Tells that agent to follow the master of `announcement`.
+    pub async fn announce(&self, announcement: &Announcement) -> Result<(), ClientError> {
+        let url = format!("{}{MASTER_PATH}", self.base);
+        let access = Access::AdoptMaster { term: announcement.term };
+        let request = self.granted(self.http.post(&url), access).json(announcement).timeout(Duration::from_secs(5));
+        let response = request.send().await.map_err(|e| self.unreachable(e))?;
+        self.checked(response).await.map(|_| ())
     }
 
     /// Stops a member on that agent (nothing when it is not there).

@@ -318,6 +318,10 @@ pub struct ClusterStatus {
     /// How many times the lease changed hands.
     pub lease_transitions: u64,
     pub replicas: Vec<ReplicaInfo>,
+    /// Why the answering server does not lead: a master failover
+    /// superseded it (SQLite only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub superseded: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -399,6 +403,11 @@ pub fn member_path(member: &str) -> String {
 
 /// Where an agent lists every volume and partial copy its data dir holds
 /// (peer token required).
+/// An agent's answer about the master it follows (`failover::MasterView`),
+/// and where a failover announces the new one (`failover::Announcement`).
+pub const MASTER_PATH: &str = "/master";
+/// A master candidate's configuration copy.
+pub const CONFIGURATION_PATH: &str = "/configuration";
 pub const VOLUMES_PATH: &str = "/volumes";
 
 /// What a node's data dir holds, with what owns each (`herd node volumes`).

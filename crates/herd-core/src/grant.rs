@@ -47,6 +47,10 @@ pub enum Access {
     /// Stop the member and remove its record and volumes.
     #[serde(rename_all = "camelCase")]
     ForgetMember { member: String },
+    /// A master candidate's configuration copy (a master failover's).
+    ReadConfiguration,
+    /// Follow the master a failover started at `term`.
+    AdoptMaster { term: u64 },
 }
 
 impl Access {
@@ -64,6 +68,8 @@ impl std::fmt::Display for Access {
             Access::StopMember { member } => write!(f, "stop member {member}"),
             Access::StartMember { member } => write!(f, "start member {member}"),
             Access::ForgetMember { member } => write!(f, "forget member {member}"),
+            Access::ReadConfiguration => f.write_str("read the configuration copy"),
+            Access::AdoptMaster { term } => write!(f, "announce the master of term {term}"),
         }
     }
 }

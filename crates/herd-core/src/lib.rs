@@ -11,6 +11,7 @@ pub mod authz;
 pub mod configmeta;
 pub mod configuration;
 pub mod election;
+pub mod failover;
 pub mod grant;
 pub mod join;
 pub mod journal;

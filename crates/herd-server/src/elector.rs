@@ -97,6 +97,9 @@ pub struct Elector {
     /// a master candidate (or while no node is one, to bootstrap).
     pub node: Option<String>,
     pub nodes: Reflector<NodeSpec>,
+    /// Whether a master failover superseded this server (SQLite only): it
+    /// then never leads.
+    pub supersession: Option<crate::supersession::Supersession>,
     /// The settings as validated at start: the lock name and the switches
     /// are read from here only.
     pub settings: LeaderElectionSettings,
@@ -146,6 +149,13 @@ impl Elector {
             tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = self.nodes.synced() => {}
+            }
+        }
+        // And whether a failover replaced this master while it was away.
+        if let Some(supersession) = &self.supersession {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = supersession.checked() => {}
             }
         }
         let mut settings = self.settings.clone();
@@ -217,6 +227,12 @@ impl Elector {
                 self.step_down(work, "could not renew the lease within the renew deadline").await;
                 last_renewed = None;
             }
+            if let Some(superseded) = self.supersession.as_ref().and_then(|s| s.superseded())
+                && let Some(work) = running.take()
+            {
+                self.step_down(work, &superseded.to_string()).await;
+                last_renewed = None;
+            }
             // Following a holder whose death can be told: look often, so
             // that a crashed leader is replaced in well under a second.
             let pause = if watching_holder && running.is_none() {
@@ -241,10 +257,15 @@ impl Elector {
         }
     }
 
-    /// Whether this replica may take the lease: it names no node, its node
+    /// Whether this replica may take the lease: no failover superseded it,
+    /// and it names no node, its node
     /// is a master candidate, or no node is one yet (someone must lead to
     /// promote the first).
     fn may_campaign(&self) -> bool {
+        if let Some(superseded) = self.supersession.as_ref().and_then(|s| s.superseded()) {
+            tracing::debug!(%superseded, "not campaigning");
+            return false;
+        }
         let Some(node) = &self.node else { return true };
         let nodes = self.nodes.list();
         let candidate = |n: &Node| n.spec.role == NodeRole::Candidate;

@@ -29,6 +29,8 @@ pub mod peers;
 pub mod reflector;
 pub mod registry;
 pub mod replicas;
+pub mod restore;
+pub mod supersession;
 pub mod tls;
 
 use std::net::SocketAddr;
@@ -79,6 +81,9 @@ pub struct ServerConfig {
     /// that node is a master candidate (or while there is none at all, to
     /// bootstrap), and its node is the master's while it leads.
     pub node: Option<String>,
+    /// Seed the (new, empty) store from a configuration copy first: a
+    /// master failover.
+    pub restore: Option<restore::Restore>,
 }
 
 /// How long a node's certificate lasts unless told otherwise.
@@ -100,6 +105,8 @@ pub enum ServerError {
     Ca(#[from] tls::CaError),
     #[error("TLS: {0}")]
     Tls(#[from] herd_tls::TlsError),
+    #[error("starting from the configuration copy: {0}")]
+    Restore(#[from] restore::RestoreError),
 }
 
 /// A running server.
@@ -122,6 +129,9 @@ impl Server {
         bad_identity.into_result().map_err(ServerError::Settings)?;
         let store = Store::open(&config.store_url).await?;
         let objects = Objects::new(store.clone());
+        if let Some(restore) = &config.restore {
+            restore::seed(&store, restore).await?;
+        }
         ensure_cluster_config(&objects).await?;
 
         let shutdown = CancellationToken::new();
@@ -135,6 +145,9 @@ impl Server {
                 return Err(ServerError::Settings(errors));
             }
         };
+        if let Some(restore) = &config.restore {
+            restore::seed_lease(&objects, restore, &settings.lock_name).await.inspect_err(|_| shutdown.cancel())?;
+        }
 
         let bound = tokio::net::TcpListener::bind(config.listen).await.and_then(|l| Ok((l.local_addr()?, l)));
         let (addr, listener) = bound.map_err(|source| {
@@ -165,6 +178,19 @@ impl Server {
             lock_name: settings.lock_name.clone(),
         };
 
+        let leases = Reflector::start(objects.store().clone(), shutdown.clone());
+        let nodes = Reflector::start(objects.store().clone(), shutdown.clone());
+        // Each SQLite master has a store of its own: one a failover replaced must know.
+        let supersession = (objects.store().backend_name() == "sqlite").then(|| {
+            let check = supersession::Check {
+                nodes: nodes.clone(),
+                leases: leases.clone(),
+                lock_name: settings.lock_name.clone(),
+                peers: peers.clone(),
+                url: url.clone(),
+            };
+            supersession::Supersession::start(check, shutdown.clone())
+        });
         let registry = Arc::new(Registry::standard());
         let state = AppState {
             objects: objects.clone(),
@@ -177,18 +203,20 @@ impl Server {
             leader_health: Arc::default(),
             node_certificates,
             peers: peers.clone(),
+            supersession: supersession.clone(),
             replica: Arc::new(me.clone()),
             replica_sightings: replicas::ReplicaSightings::start(objects.store().clone(), shutdown.clone()),
             shutdown: shutdown.clone(),
         };
         let elector = Elector {
             objects: objects.clone(),
-            leases: Reflector::start(objects.store().clone(), shutdown.clone()),
+            leases,
             config: cluster_config.clone(),
             events: EventRecorder::new(objects.clone(), "leader-election"),
             identity: config.identity.clone(),
             node: config.node.clone(),
-            nodes: Reflector::start(objects.store().clone(), shutdown.clone()),
+            nodes,
+            supersession,
             settings,
             overrides: config.election.clone(),
             health: state.leader_health.clone(),

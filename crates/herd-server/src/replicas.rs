@@ -181,5 +181,6 @@ pub async fn cluster_status(
         leader,
         lease_transitions: lease.map_or(0, |l| l.spec.lease_transitions),
         replicas,
+        superseded: None,
     })
 }

@@ -136,6 +136,7 @@ async fn every_route_answers_every_caller_as_the_matrix_says() {
         insecure_http: false,
         node: None,
         agent_cert_lifetime: herd_server::DEFAULT_AGENT_CERT_LIFETIME,
+        restore: None,
     })
     .await
     .unwrap();

@@ -250,6 +250,14 @@ pub enum TokenCommand {
 
 #[derive(Subcommand, Debug)]
 pub enum ClusterCommand {
+    /// Start a master here, on a master candidate, when the master is gone
+    /// (SQLite mode: its store went with its host), as gnt-cluster
+    /// master-failover: every node's agent is asked which master it
+    /// follows; a majority of all nodes must answer and none may still
+    /// reach it. The server starts from the freshest configuration copy
+    /// among the candidates, at a new term that every agent is told to
+    /// follow (they refuse the old master from then on), and serves.
+    MasterFailover(Box<FailoverArgs>),
     /// Check the nodes' roles, as gnt-cluster verify: the master's node not
     /// a candidate, too few candidates, candidates down, unreachable nodes,
     /// offline nodes listed apart. Exit code 0 clean, 1 warnings, 2 errors.
@@ -310,6 +318,22 @@ pub struct ServerArgs {
     /// through the fenced path, to check that no two leaders' writes interleave.
     #[arg(long, value_parser = duration, allow_hyphen_values = true)]
     pub fencing_probe: Option<HumanDuration>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct FailoverArgs {
+    /// The data dir of this node's agent: its certificate and its
+    /// configuration copy.
+    #[arg(long, value_name = "DIR")]
+    pub agent_data_dir: PathBuf,
+    /// Go ahead without a majority (a two-node cluster): only when you
+    /// know the old master is down, or two masters may serve.
+    #[arg(long)]
+    pub no_voting: bool,
+    /// The new master's settings, as `herd server`'s (--node, --admin-token
+    /// and a --data-dir for the new store are needed).
+    #[command(flatten)]
+    pub server: ServerArgs,
 }
 
 /// Leader-election settings; each one given wins over the ClusterConfig's

@@ -94,6 +94,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         // The server runs on node-1, the first node's host.
         node: Some("node-1".into()),
         agent_cert_lifetime: herd_server::DEFAULT_AGENT_CERT_LIFETIME,
+        restore: None,
     })
     .await
     .context("starting the server")?;

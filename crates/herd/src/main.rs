@@ -45,7 +45,11 @@ fn main() -> ExitCode {
     let args = cli::Cli::parse();
     let long_running = matches!(
         args.command,
-        cli::Command::Server(_) | cli::Command::Agent(_) | cli::Command::Dev(_) | cli::Command::AgentWorker { .. }
+        cli::Command::Server(_)
+            | cli::Command::Agent(_)
+            | cli::Command::Dev(_)
+            | cli::Command::AgentWorker { .. }
+            | cli::Command::Cluster { command: cli::ClusterCommand::MasterFailover(_) }
     );
     if !long_running {
         // A CLI command dies quietly when stdout is a closed pipe (`herd

@@ -37,13 +37,13 @@ pub async fn cluster_status(
     caller: Caller,
 ) -> Result<Json<herd_core::api::ClusterStatus>, ApiError> {
     caller.may(Verb::Get, "replicas", None)?;
-    Ok(Json(
-        crate::replicas::cluster_status(
-            &state.objects,
-            &state.replica,
-            &state.replica_sightings,
-            state.leader_health.is_leading(),
-        )
-        .await?,
-    ))
+    let mut status = crate::replicas::cluster_status(
+        &state.objects,
+        &state.replica,
+        &state.replica_sightings,
+        state.leader_health.is_leading(),
+    )
+    .await?;
+    status.superseded = state.supersession.as_ref().and_then(|s| s.superseded()).map(|s| s.to_string());
+    Ok(Json(status))
 }

@@ -52,6 +52,8 @@ pub struct AppState {
     pub node_certificates: Arc<crate::tls::NodeCertificates>,
     /// Grants and the server's certificate for calling agents.
     pub peers: Arc<crate::peers::PeerAuthority>,
+    /// Whether a master failover superseded this server (SQLite only).
+    pub supersession: Option<crate::supersession::Supersession>,
     /// Fires when the server shuts down; ends watch streams.
     pub shutdown: CancellationToken,
 }

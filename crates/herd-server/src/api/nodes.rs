@@ -6,6 +6,7 @@ use axum::http::HeaderMap;
 use herd_core::api::{AgentReport, HeartbeatResponse, JoinRequest, JoinResponse};
 use herd_core::api::{NodeRoleChanged, NodeRoleRequest, NodeRoleResponse};
 use herd_core::authz::Verb;
+use herd_core::configuration::Ssconf;
 use herd_core::roles::RoleChange;
 
 use axum::response::Response;
@@ -97,5 +98,16 @@ pub async fn heartbeat(
     caller.may(Verb::Heartbeat, "nodes", Some(&name))?;
     let report: AgentReport = parse_body(&body, "Node", &name)?;
     let certificates = &state.node_certificates;
-    crate::nodes::heartbeat(&state.objects, &state.config, &state.events, certificates, &name, report).await.map(Json)
+    let mut answer =
+        crate::nodes::heartbeat(&state.objects, &state.config, &state.events, certificates, &name, report).await?;
+    if let Some(superseded) = state.supersession.as_ref().and_then(|s| s.superseded()) {
+        // A superseded master tells the node where the master is now, and
+        // acknowledges nothing: the new master records its journal.
+        let serial = answer.ssconf.as_ref().map_or(0, |f| f.serial);
+        answer.ssconf = Some(Ssconf { serial, master_urls: superseded.master_urls, term: superseded.term });
+        answer.acknowledged.clear();
+        answer.configuration = None;
+        answer.drop_configuration = false;
+    }
+    Ok(Json(answer))
 }

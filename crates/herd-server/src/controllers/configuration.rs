@@ -1,17 +1,18 @@
 //! The configuration keeper (leader only): after any change to an intent
 //! object it makes the configuration again (`herd_core::configuration`)
 //! and, when it differs, stores it with the next serial (`/config/document`),
-//! and the small facts every heartbeat reads (`/config/facts`: the serial
-//! and this leader's URL, written again when a new leader takes over).
+//! and the small facts every heartbeat reads (`/config/facts`: the serial,
+//! this leader's URL and term, written again when a new leader takes over).
 //! Heartbeat answers then carry the facts to every node and the document
 //! to the master candidates whose copy is older (`crate::nodes`): a change
 //! costs O(candidates) documents, not O(nodes). It wakes on ClusterConfig
 //! and Command changes and every two seconds, not on every heartbeat's
 //! status write.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use herd_core::configuration::{CONFIGURATION_KINDS, Configuration, Ssconf, intent_of, next};
+use herd_core::configuration::{CONFIGURATION_KINDS, Configuration, SECRETS_PREFIX, Ssconf, intent_of, next};
 use herd_store::ListOptions;
 use serde_json::Value;
 
@@ -28,6 +29,8 @@ pub struct ConfigurationKeeper {
     pub objects: Objects,
     /// Where this leader serves, for the facts.
     master_url: String,
+    /// This leader's term, for the facts.
+    term: u64,
     /// The configuration and facts last stored (read at the first pass).
     current: Option<Configuration>,
     facts: Option<Ssconf>,
@@ -39,8 +42,8 @@ fn json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, ObjectsError> {
 }
 
 impl ConfigurationKeeper {
-    pub fn new(objects: Objects, master_url: String) -> Self {
-        ConfigurationKeeper { objects, master_url, current: None, facts: None, loaded: false }
+    pub fn new(objects: Objects, master_url: String, term: u64) -> Self {
+        ConfigurationKeeper { objects, master_url, term, current: None, facts: None, loaded: false }
     }
 
     async fn intent(&self) -> Result<Vec<Value>, ObjectsError> {
@@ -54,6 +57,17 @@ impl ConfigurationKeeper {
             }
         }
         Ok(objects)
+    }
+
+    async fn secrets(&self) -> Result<BTreeMap<String, String>, ObjectsError> {
+        let page = self.objects.store().list(SECRETS_PREFIX, &ListOptions::default(), |_| true).await?;
+        page.items
+            .into_iter()
+            .map(|kv| match String::from_utf8(kv.value) {
+                Ok(text) => Ok((kv.key, text)),
+                Err(e) => Err(ObjectsError::Corrupt { key: kv.key, reason: e.to_string() }),
+            })
+            .collect()
     }
 }
 
@@ -70,14 +84,14 @@ impl Controller for ConfigurationKeeper {
             self.facts = read(FACTS_KEY).await?.and_then(|v| serde_json::from_slice(&v).ok());
             self.loaded = true;
         }
-        let made = next(self.current.as_ref(), self.intent().await?);
+        let made = next(self.current.as_ref(), self.intent().await?, self.secrets().await?);
         let revision = async |key: &str| store.get(key).await.map(|kv| kv.map(|kv| kv.mod_revision));
         if self.current.as_ref().is_none_or(|c| c.serial != made.serial) {
             self.objects.put_key(DOCUMENT_KEY, revision(DOCUMENT_KEY).await?, json(&made)?).await?;
             tracing::info!(serial = made.serial, objects = made.objects.len(), "the configuration changed");
         }
         // A new leader names itself even when the configuration is the same.
-        let facts = Ssconf { serial: made.serial, master_urls: vec![self.master_url.clone()] };
+        let facts = Ssconf { serial: made.serial, master_urls: vec![self.master_url.clone()], term: self.term };
         if self.facts.as_ref() != Some(&facts) {
             self.objects.put_key(FACTS_KEY, revision(FACTS_KEY).await?, json(&facts)?).await?;
             self.facts = Some(facts);

@@ -93,7 +93,7 @@ pub fn start(
         leader.node,
     );
     set.spawn(runtime::run(pool, vec![nodes.changes(), config.changes()], stop.clone()));
-    let keeper = configuration::ConfigurationKeeper::new(objects.clone(), leader.url);
+    let keeper = configuration::ConfigurationKeeper::new(objects.clone(), leader.url, term);
     set.spawn(runtime::run(keeper, wake_keeper, stop.clone()));
     let node_lifecycle = node_lifecycle::NodeLifecycle::new(objects, nodes, config, events, metrics);
     set.spawn(runtime::run(node_lifecycle, Vec::new(), stop));

@@ -78,6 +78,9 @@ fn render(status: &ClusterStatus, now: Timestamp) -> String {
         None => out += &format!("Leader:       none (lease {} is free)\n", status.lock_name),
     }
     out += &format!("Transitions:  {}\n", status.lease_transitions);
+    if let Some(superseded) = &status.superseded {
+        out += &format!("Superseded:   {superseded}\n");
+    }
     out += &format!("Answered by:  {}\n\n", status.served_by);
     let mut table = Table::new();
     table.load_preset(presets::NOTHING);
@@ -132,6 +135,7 @@ mod tests {
             }),
             lease_transitions: 3,
             replicas: vec![replica("r1", ReplicaState::Leading), replica("r2", ReplicaState::Gone)],
+            superseded: None,
         };
         let text = render(&status, now);
         assert!(text.contains("Leader:       r1 (term 3, since 1970-01-12T13:41:40.000Z (5m ago))"), "{text}");

@@ -3,6 +3,7 @@
 mod apply;
 mod cluster;
 mod describe;
+mod failover;
 mod get;
 mod member;
 pub mod modes;
@@ -104,6 +105,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::Cluster { command: ClusterCommand::MasterFailover(args) } => failover::master_failover(*args).await,
         Command::Cluster { command: ClusterCommand::Status { output } } => {
             cluster::status(&context::client(&conn)?, output).await
         }

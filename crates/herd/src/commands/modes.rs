@@ -26,6 +26,13 @@ pub async fn shutdown_signal() {
 }
 
 pub async fn server(args: ServerArgs) -> anyhow::Result<()> {
+    let server = start_server(args, None).await?;
+    serve_until_signal(server).await
+}
+
+/// Starts a server (seeding its new store from `restore`, for a master
+/// failover) and prints where it serves and how agents join.
+pub async fn start_server(args: ServerArgs, restore: Option<herd_server::restore::Restore>) -> anyhow::Result<Server> {
     std::fs::create_dir_all(&args.data_dir).with_context(|| format!("creating {}", args.data_dir.display()))?;
     let admin_token = match args.admin_token {
         Some(token) => token,
@@ -49,6 +56,7 @@ pub async fn server(args: ServerArgs) -> anyhow::Result<()> {
         insecure_http: args.insecure_http,
         node: args.node.clone(),
         agent_cert_lifetime: args.agent_cert_lifetime.get(),
+        restore,
     })
     .await?;
     println!("herd server listening on {}", server.url());
@@ -62,6 +70,11 @@ pub async fn server(args: ServerArgs) -> anyhow::Result<()> {
             server.url()
         );
     }
+    Ok(server)
+}
+
+/// Serves until SIGINT or SIGTERM, then stops.
+pub async fn serve_until_signal(server: Server) -> anyhow::Result<()> {
     let stop = server.shutdown_token();
     tokio::spawn(async move {
         shutdown_signal().await;

@@ -164,7 +164,7 @@ impl TestServer {
         Some(Self::start_command(command, data_dir, "127.0.0.1:0", &["--identity", identity]))
     }
 
-    fn start_with(data_dir: &Path, listen: &str, extra: &[&str]) -> TestServer {
+    pub fn start_with(data_dir: &Path, listen: &str, extra: &[&str]) -> TestServer {
         Self::start_command(herd(), data_dir, listen, extra)
     }
 

@@ -1,0 +1,162 @@
+//! Master failover without a shared store (seed 003; Ganeti's
+//! `gnt-cluster master-failover`), through the real binary: a SQLite
+//! master on n1 with three master candidates and an etcd cluster; the
+//! master and n1's agent are killed. With two of three nodes unreachable
+//! the vote is refused. Then `herd cluster master-failover` on n2 wins,
+//! serves from the freshest configuration copy at a new term, every
+//! living agent follows it, no member process restarts and every spec is
+//! as it was. The old master started again does not lead, says why, and
+//! sends its node's agent on to the new master.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::cluster::{cli, quick_heartbeats};
+use common::{ADMIN_TOKEN, MemberReaper, Proc, TestServer, eventually, start_agent};
+use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
+use herd_core::kinds::{AppClusterSpec, ClusterConfigSpec, MemberSpec, MemberState, NodeRole, NodeSpec, ReplicaState};
+
+fn example(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/apps").join(name)
+}
+
+fn require(programs: &[&str]) {
+    for program in programs {
+        let found = std::process::Command::new("sh").args(["-c", &format!("command -v {program}")]).output().unwrap();
+        assert!(found.status.success(), "{program} is not installed: .ci/run installs it (etcd-server, etcd-client)");
+    }
+}
+
+/// `herd cluster master-failover` on node `node`, its new store in `dir`.
+fn failover(dir: &Path, node: &str, agent_dir: &Path) -> std::process::Command {
+    let mut command = common::herd();
+    command
+        .args(["cluster", "master-failover", "--node", node, "--identity", &format!("{node}-server")])
+        .args(["--listen", "127.0.0.1:0"])
+        .arg("--agent-data-dir")
+        .arg(agent_dir)
+        .arg("--data-dir")
+        .arg(dir)
+        .env("HERD_ADMIN_TOKEN", ADMIN_TOKEN)
+        .env_remove("HERD_STORE");
+    command
+}
+
+/// Each node's members and the pids its agent reports, as `server` has them.
+async fn member_pids(server: &TestServer) -> BTreeMap<String, u32> {
+    let nodes = server.admin().list::<NodeSpec>("").await.unwrap();
+    nodes.iter().flat_map(|n| n.status.members.iter().filter_map(|m| Some((m.name.clone(), m.pid?)))).collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_candidate_takes_over_a_lost_sqlite_master_and_the_old_one_stands_aside() {
+    require(&["etcd", "etcdctl"]);
+    let dir = tempfile::tempdir().unwrap();
+    let old_dir = dir.path().join("old-master");
+    let old = TestServer::start_replica(&old_dir, "old-master", None, &["--node", "n1"]);
+    quick_heartbeats(&old).await;
+    let admin = old.admin();
+    let mut config = admin.get::<ClusterConfigSpec>(CLUSTER_CONFIG_NAME).await.unwrap();
+    config.spec.app_clusters.first_member_port = 33000;
+    config.spec.app_clusters.last_member_port = 33399;
+    admin.update(&config).await.unwrap();
+    let dirs: Vec<PathBuf> = (1..=3).map(|i| dir.path().join(format!("n{i}"))).collect();
+    let _reapers: Vec<MemberReaper> = dirs.iter().map(|d| MemberReaper(d.clone())).collect();
+    let mut agents: Vec<Option<Proc>> =
+        dirs.iter().enumerate().map(|(i, d)| Some(start_agent(&old.url, d, &format!("n{}", i + 1)))).collect();
+    eventually(Duration::from_secs(30), "three ready candidates holding the configuration", || async {
+        let nodes = old.admin().list::<NodeSpec>("").await.ok()?;
+        let ready = nodes.iter().filter(|n| n.status.ready && n.spec.role == NodeRole::Candidate).count();
+        (ready == 3 && dirs.iter().all(|d| d.join("config.json").exists())).then_some(())
+    })
+    .await;
+    let out = cli(&old, &["apply", "-f", example("etcd").to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let members = common::apps::configured(&old, "etcd", 3, Duration::from_secs(90)).await;
+    let cluster_before = old.admin().get::<AppClusterSpec>("etcd").await.unwrap();
+    let pids_before = member_pids(&old).await;
+    let old_term = old.admin().cluster_status().await.unwrap().leader.unwrap().term;
+    // Agents started again listen where they did (the copies hold that address).
+    let addresses: Vec<String> = {
+        let nodes = old.admin().list::<NodeSpec>("").await.unwrap();
+        nodes.into_iter().map(|n| n.status.address.unwrap()).collect()
+    };
+    let again = |i: usize, server: &str| {
+        common::start_agent_with(server, &dirs[i], &format!("n{}", i + 1), &["--listen", &addresses[i]])
+    };
+    // The configuration copies catch up with the members' states.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    // The master's host is lost: its server and its agent.
+    let (old_listen, old_url) = (old.listen_addr(), old.url.clone());
+    drop(old);
+    agents[0].take();
+    // With n3's agent down too, only n2 answers: no majority.
+    agents[2].take();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let refused = failover(&dir.path().join("refused"), "n2", &dirs[1]).output().unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&refused.stdout), String::from_utf8_lossy(&refused.stderr));
+    assert!(!refused.status.success(), "{said}");
+    assert!(said.contains("master failover refused") && said.contains("only 1 of 3"), "{said}");
+
+    agents[2] = Some(again(2, &old_url));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut proc = Proc::spawn(failover(&dir.path().join("new-master"), "n2", &dirs[1]));
+    let line = proc.wait_for_line("listening on", Duration::from_secs(60));
+    let url = line.rsplit(' ').next().unwrap().to_string();
+    let hash =
+        proc.wait_for_line("cluster CA: ", Duration::from_secs(5)).split_whitespace().nth(2).unwrap().to_string();
+    let new = TestServer { proc, url, data_dir: dir.path().join("new-master"), ca_hash: Some(hash) };
+    eventually(Duration::from_secs(30), "n2 and n3 heartbeat the new master", || async {
+        let nodes = new.admin().list::<NodeSpec>("").await.ok()?;
+        let ready: Vec<&str> = nodes.iter().filter(|n| n.status.ready).map(|n| n.metadata.name.as_str()).collect();
+        (ready == ["n2", "n3"]).then_some(())
+    })
+    .await;
+    let status = new.admin().cluster_status().await.unwrap();
+    assert_eq!(status.leader.as_ref().map(|l| (l.identity.as_str(), l.term)), Some(("n2-server", old_term + 1)));
+    let cluster_after = new.admin().get::<AppClusterSpec>("etcd").await.unwrap();
+    assert_eq!(cluster_after.spec, cluster_before.spec, "the app cluster's spec is as before");
+    assert_eq!(cluster_after.metadata.uid, cluster_before.metadata.uid);
+    for member in &members {
+        let after = new.admin().get::<MemberSpec>(&member.metadata.name).await.unwrap();
+        assert_eq!(after.spec, member.spec, "{}", member.metadata.name);
+        assert_eq!(after.metadata.uid, member.metadata.uid);
+    }
+    let on_living: Vec<&herd_core::kinds::Member> =
+        members.iter().filter(|m| m.spec.node.as_deref() != Some("n1")).collect();
+    eventually(Duration::from_secs(30), "the living nodes' members configured, not restarted", || async {
+        let pids = member_pids(&new).await;
+        let mut settled = true;
+        for member in &on_living {
+            let name = &member.metadata.name;
+            assert_eq!(pids.get(name).or(pids_before.get(name)), pids_before.get(name), "{name} restarted");
+            let now = new.admin().get::<MemberSpec>(name).await.ok()?;
+            settled &= pids.contains_key(name) && now.status.state == MemberState::Configured;
+        }
+        settled.then_some(())
+    })
+    .await;
+
+    // The old master comes back on its old address: it does not lead and
+    // says why, and its node's agent goes on to the new master.
+    let back = TestServer::start_with(&old_dir, &old_listen, &["--identity", "old-master", "--node", "n1"]);
+    let superseded = eventually(Duration::from_secs(20), "the old master knows it was superseded", || async {
+        back.admin().cluster_status().await.ok()?.superseded
+    })
+    .await;
+    assert!(superseded.contains(&new.url) && superseded.contains("does not lead"), "{superseded}");
+    agents[0] = Some(again(0, &back.url));
+    eventually(Duration::from_secs(30), "n1 heartbeats the new master", || async {
+        new.admin().get::<NodeSpec>("n1").await.ok().filter(|n| n.status.ready)
+    })
+    .await;
+    let status = back.admin().cluster_status().await.unwrap();
+    let mine = status.replicas.iter().find(|r| r.name == "old-master").unwrap();
+    assert_ne!(mine.state, ReplicaState::Leading, "{status:?}");
+    assert_eq!(status.lease_transitions, old_term, "the old master never took its lease again");
+    drop(agents);
+}
