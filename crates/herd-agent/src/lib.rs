@@ -32,6 +32,7 @@ pub mod procs;
 pub mod readiness;
 pub mod script;
 pub mod setup;
+pub mod sim;
 pub mod volumes;
 pub mod worker;
 

@@ -139,6 +139,10 @@ pub enum Command {
     Agent(AgentArgs),
     /// Run a server and local agents in one command, for trying herd out.
     Dev(DevArgs),
+    /// Run N simulated nodes in this process, for scale tests: they join,
+    /// heartbeat, keep the configuration serial as master candidates and
+    /// carry out Commands on simulated members (no processes, no files).
+    SimNodes(SimArgs),
     /// Print a shell completion script.
     Completion { shell: clap_complete::Shell },
     /// Internal: a detached copy worker, started by the agent.
@@ -401,6 +405,18 @@ pub struct AgentArgs {
     /// Limit each volume copy to this many MiB/s [default: no limit].
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub copy_mib_per_sec: Option<u64>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct SimArgs {
+    /// How many nodes.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub count: u32,
+    /// Nodes are named PREFIX-1, PREFIX-2, ...
+    #[arg(long, default_value = "sim")]
+    pub prefix: String,
+    #[arg(long, env = "HERD_JOIN_TOKEN", hide_env_values = true)]
+    pub join_token: String,
 }
 
 #[derive(Args, Debug, Clone)]

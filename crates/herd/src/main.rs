@@ -48,6 +48,7 @@ fn main() -> ExitCode {
         cli::Command::Server(_)
             | cli::Command::Agent(_)
             | cli::Command::Dev(_)
+            | cli::Command::SimNodes(_)
             | cli::Command::AgentWorker { .. }
             | cli::Command::Cluster { command: cli::ClusterCommand::MasterFailover(_) }
     );

@@ -112,6 +112,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Server(args) => modes::server(args).await,
         Command::Agent(args) => modes::agent(args, conn).await,
         Command::Dev(args) => crate::dev::run(args).await,
+        Command::SimNodes(args) => modes::sim_nodes(args, conn).await,
         Command::AgentWorker { job } => {
             let code = herd_agent::worker::main(&job).await;
             std::process::exit(code)

@@ -116,3 +116,22 @@ pub async fn agent(args: AgentArgs, conn: crate::cli::Connection) -> anyhow::Res
     herd_agent::run(config, stop).await?;
     Ok(())
 }
+
+pub async fn sim_nodes(args: crate::cli::SimArgs, conn: crate::cli::Connection) -> anyhow::Result<()> {
+    let client = crate::context::client(&conn)?;
+    let config = herd_agent::sim::SimConfig {
+        client,
+        join_token: args.join_token,
+        prefix: args.prefix,
+        count: args.count as usize,
+    };
+    let stop = CancellationToken::new();
+    let on_signal = stop.clone();
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        on_signal.cancel();
+    });
+    println!("running {} simulated nodes ({}-1..)", config.count, config.prefix);
+    herd_agent::sim::run(config, stop).await;
+    Ok(())
+}
