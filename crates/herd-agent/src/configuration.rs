@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use herd_core::api::HeartbeatResponse;
-use herd_core::configuration::{Configuration, Ssconf};
+use herd_core::configuration::{Configuration, Delta, Ssconf, apply};
 use herd_core::failover::{Announcement, MasterView};
 
 use crate::fsutil::write_atomic;
@@ -70,6 +70,36 @@ impl Inner {
     }
 }
 
+impl Inner {
+    fn keep_configuration(&mut self, configuration: &Configuration) {
+        match serde_json::to_vec(configuration).map(|json| write_atomic(&self.config, &json, 0o600)) {
+            Ok(Ok(())) => {
+                tracing::info!(serial = configuration.serial, "keeping the configuration as a master candidate");
+                self.serial = Some(configuration.serial);
+            }
+            Ok(Err(error)) => tracing::warn!(%error, "could not keep the configuration"),
+            Err(error) => tracing::warn!(%error, "could not encode the configuration"),
+        }
+    }
+
+    /// Brings the copy up to date with `deltas`; a copy they do not fit is
+    /// deleted, so that the next heartbeat brings the whole document.
+    fn apply_deltas(&mut self, deltas: &[Delta]) {
+        let copy = std::fs::read(&self.config)
+            .map_err(|e| format!("reading {}: {e}", self.config.display()))
+            .and_then(|bytes| serde_json::from_slice::<Configuration>(&bytes).map_err(|e| e.to_string()));
+        let applied = copy.and_then(|copy| deltas.iter().try_fold(copy, |copy, delta| apply(&copy, delta)));
+        match applied {
+            Ok(configuration) => self.keep_configuration(&configuration),
+            Err(error) => {
+                tracing::warn!(%error, "the configuration deltas do not fit the copy; asking for the whole document");
+                let _ = std::fs::remove_file(&self.config);
+                self.serial = None;
+            }
+        }
+    }
+}
+
 impl ConfigCopies {
     pub fn open(data_dir: &Path) -> ConfigCopies {
         let (config, ssconf) = (data_dir.join("config.json"), data_dir.join("ssconf.json"));
@@ -118,14 +148,10 @@ impl ConfigCopies {
         inner.last_contact = Some(Instant::now());
         inner.reachable_within = (answer.heartbeat_period.get() * REACHABLE_PERIODS).max(MIN_REACHABLE_WITHIN);
         if let Some(configuration) = &answer.configuration {
-            match serde_json::to_vec(configuration).map(|json| write_atomic(&inner.config, &json, 0o600)) {
-                Ok(Ok(())) => {
-                    tracing::info!(serial = configuration.serial, "keeping the configuration as a master candidate");
-                    inner.serial = Some(configuration.serial);
-                }
-                Ok(Err(error)) => tracing::warn!(%error, "could not keep the configuration"),
-                Err(error) => tracing::warn!(%error, "could not encode the configuration"),
-            }
+            inner.keep_configuration(configuration);
+        }
+        if !answer.configuration_deltas.is_empty() {
+            inner.apply_deltas(&answer.configuration_deltas);
         }
         if answer.drop_configuration && inner.serial.is_some() {
             match std::fs::remove_file(&inner.config) {

@@ -210,6 +210,9 @@ async fn life(node: Arc<SimNode>, config: SimConfig, stop: CancellationToken) {
                 if let Some(configuration) = &answer.configuration {
                     serial = Some(configuration.serial);
                 }
+                if let Some(last) = answer.configuration_deltas.last() {
+                    serial = Some(last.serial);
+                }
                 if answer.drop_configuration {
                     serial = None;
                 }

@@ -294,9 +294,13 @@ pub struct HeartbeatResponse {
     /// The small facts every node keeps (Ganeti's ssconf).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ssconf: Option<crate::configuration::Ssconf>,
-    /// The configuration, for a master candidate whose copy is older.
+    /// The configuration, for a master candidate whose copy is older and
+    /// that the deltas below cannot bring up to date.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub configuration: Option<crate::configuration::Configuration>,
+    /// What changed since the serial the candidate holds, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub configuration_deltas: Vec<crate::configuration::Delta>,
     /// The node is no master candidate: it deletes its copy.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub drop_configuration: bool,

@@ -44,6 +44,86 @@ pub struct Ssconf {
     pub term: u64,
 }
 
+/// What changed from configuration serial `from` to `serial`: a candidate
+/// whose copy is at `from` applies it instead of taking the whole
+/// document, so that a change costs its own size, not the cluster's.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Delta {
+    pub from: u64,
+    pub serial: u64,
+    /// The digest of the configuration at `serial`: the copy is checked
+    /// against it once the delta is applied.
+    pub digest: String,
+    /// Objects new or changed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub upserts: Vec<Value>,
+    /// Objects gone, as (kind, name).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deletes: Vec<(String, String)>,
+    /// Secrets changed (Some) or gone (None).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub secrets: BTreeMap<String, Option<String>>,
+}
+
+/// Where an object sits in the configuration: its kind and name.
+fn key_of(object: &Value) -> (String, String) {
+    let text = |pointer: &str| object.pointer(pointer).and_then(Value::as_str).unwrap_or_default().to_string();
+    (text("/kind"), text("/metadata/name"))
+}
+
+fn digest_of(objects: &[Value], secrets: &BTreeMap<String, String>) -> String {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(&serde_json::to_vec(objects).unwrap_or_default());
+    hasher.update(&serde_json::to_vec(secrets).unwrap_or_default());
+    hasher.finalize().to_hex().to_string()
+}
+
+/// The delta that takes `previous` to `next`.
+pub fn delta(previous: &Configuration, next: &Configuration) -> Delta {
+    let before: BTreeMap<(String, String), &Value> = previous.objects.iter().map(|o| (key_of(o), o)).collect();
+    let after: BTreeMap<(String, String), &Value> = next.objects.iter().map(|o| (key_of(o), o)).collect();
+    let upserts = after.iter().filter(|(k, v)| before.get(*k) != Some(*v)).map(|(_, v)| (*v).clone()).collect();
+    let deletes = before.keys().filter(|k| !after.contains_key(*k)).cloned().collect();
+    let mut secrets: BTreeMap<String, Option<String>> = next
+        .secrets
+        .iter()
+        .filter(|(k, v)| previous.secrets.get(*k) != Some(*v))
+        .map(|(k, v)| (k.clone(), Some(v.clone())))
+        .collect();
+    secrets.extend(previous.secrets.keys().filter(|k| !next.secrets.contains_key(*k)).map(|k| (k.clone(), None)));
+    Delta { from: previous.serial, serial: next.serial, digest: next.digest.clone(), upserts, deletes, secrets }
+}
+
+/// Applies `delta` to `copy`; refused (and `copy` unchanged) when the
+/// copy is not at the delta's starting serial or does not come out with
+/// the delta's digest.
+pub fn apply(copy: &Configuration, delta: &Delta) -> Result<Configuration, String> {
+    if copy.serial != delta.from {
+        return Err(format!("the copy is at serial {}, the delta starts at {}", copy.serial, delta.from));
+    }
+    let mut objects: BTreeMap<(String, String), Value> = copy.objects.iter().map(|o| (key_of(o), o.clone())).collect();
+    for gone in &delta.deletes {
+        objects.remove(gone);
+    }
+    for object in &delta.upserts {
+        objects.insert(key_of(object), object.clone());
+    }
+    let mut secrets = copy.secrets.clone();
+    for (key, value) in &delta.secrets {
+        match value {
+            Some(value) => secrets.insert(key.clone(), value.clone()),
+            None => secrets.remove(key),
+        };
+    }
+    let objects: Vec<Value> = objects.into_values().collect();
+    let digest = digest_of(&objects, &secrets);
+    if digest != delta.digest {
+        return Err(format!("the copy came out as {digest}, not {}: it needs the whole document", delta.digest));
+    }
+    Ok(Configuration { serial: delta.serial, digest, objects, secrets })
+}
+
 /// An object as the configuration keeps it: its metadata without the
 /// revision, and its spec; of the status only what a master started from
 /// the copy needs: a Node's address, and a Member's state and what it was
@@ -93,12 +173,8 @@ pub fn next(
     mut objects: Vec<Value>,
     secrets: BTreeMap<String, String>,
 ) -> Configuration {
-    let key = |v: &Value| (v["kind"].as_str().unwrap_or_default().to_string(), v["metadata"]["name"].to_string());
-    objects.sort_by_key(key);
-    let mut hasher = blake3::Hasher::new();
-    hasher.update(&serde_json::to_vec(&objects).unwrap_or_default());
-    hasher.update(&serde_json::to_vec(&secrets).unwrap_or_default());
-    let digest = hasher.finalize().to_hex().to_string();
+    objects.sort_by_key(key_of);
+    let digest = digest_of(&objects, &secrets);
     let serial = match previous {
         Some(previous) if previous.digest == digest => previous.serial,
         Some(previous) => previous.serial + 1,
@@ -153,6 +229,44 @@ mod tests {
         let kept = intent_of(&member).unwrap();
         assert_eq!(kept["metadata"]["ownerReferences"], json!([{"uid": "c"}]), "ownership survives");
         assert_eq!(kept["status"], json!({"state": "configured", "stateDetail": {"lastConfiguredInstance": "i1"}}));
+    }
+
+    fn config(serial: u64, objects: Vec<Value>, secrets: &[(&str, &str)]) -> Configuration {
+        let secrets = secrets.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let made = next(None, objects, secrets);
+        Configuration { serial, ..made }
+    }
+
+    #[test]
+    fn a_delta_takes_a_copy_to_the_next_configuration_and_is_checked() {
+        let intent = |objects: Vec<Value>| objects.iter().filter_map(intent_of).collect::<Vec<_>>();
+        let before =
+            config(4, intent(vec![node("n1", "candidate", true), node("n2", "regular", true)]), &[("/s/a", "1")]);
+        let after =
+            config(5, intent(vec![node("n1", "candidate", true), node("n3", "drained", true)]), &[("/s/b", "2")]);
+        let change = delta(&before, &after);
+        assert_eq!((change.from, change.serial, change.upserts.len()), (4, 5, 1));
+        assert_eq!(change.deletes, vec![("Node".to_string(), "n2".to_string())]);
+        assert_eq!(change.secrets.get("/s/a"), Some(&None));
+        assert_eq!(apply(&before, &change).unwrap(), after);
+        assert!(apply(&after, &change).unwrap_err().contains("starts at 4"));
+        let tampered = Delta { upserts: Vec::new(), ..change };
+        assert!(apply(&before, &tampered).unwrap_err().contains("needs the whole document"));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn applying_the_delta_always_gives_the_next_configuration(
+            first in proptest::collection::btree_map("n[0-9]", "candidate|regular|drained", 0..8),
+            second in proptest::collection::btree_map("n[0-9]", "candidate|regular|drained", 0..8),
+        ) {
+            let nodes = |roles: &BTreeMap<String, String>| {
+                roles.iter().map(|(n, r)| intent_of(&node(n, r, true)).unwrap()).collect::<Vec<_>>()
+            };
+            let before = config(1, nodes(&first), &[]);
+            let after = config(2, nodes(&second), &[]);
+            proptest::prop_assert_eq!(apply(&before, &delta(&before, &after)).unwrap(), after);
+        }
     }
 
     #[test]

@@ -25,6 +25,8 @@ pub struct Metrics {
     pub fenced_writes: AtomicU64,
     /// Calls to offline nodes' agents refused without connecting.
     pub offline_calls_refused: AtomicU64,
+    /// Bytes of configuration (documents and deltas) heartbeat answers carried.
+    pub configuration_bytes_sent: AtomicU64,
     pub nodes_ready: AtomicI64,
     pub nodes_not_ready: AtomicI64,
 }
@@ -150,6 +152,11 @@ impl Metrics {
             out,
             "# HELP herd_offline_calls_refused_total Calls to an offline node's agent refused without connecting.\n# TYPE herd_offline_calls_refused_total counter\nherd_offline_calls_refused_total {}",
             self.offline_calls_refused.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP herd_configuration_bytes_sent_total Bytes of configuration documents and deltas sent to master candidates.\n# TYPE herd_configuration_bytes_sent_total counter\nherd_configuration_bytes_sent_total {}",
+            self.configuration_bytes_sent.load(Ordering::Relaxed)
         );
         let _ = writeln!(
             out,

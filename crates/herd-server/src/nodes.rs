@@ -1,7 +1,7 @@
 //! Nodes joining and heartbeating: the server side of the agent protocol.
 
 use herd_core::api::{AgentReport, HeartbeatResponse, JoinRequest, JoinResponse};
-use herd_core::configuration::{Configuration, Ssconf};
+use herd_core::configuration::{Configuration, Delta, Ssconf};
 use herd_core::join::{JoinVerdict, Joiner, join_verdict};
 use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
 use herd_core::kinds::{ClusterConfigSpec, EventType, InvolvedObject, Node, NodeRole, NodeSpec};
@@ -193,40 +193,67 @@ pub async fn heartbeat(
         events.record(&node, EventType::Warning, "PeerAccessRefused", message).await;
     }
     let acknowledged = crate::commands::record_reports(objects, events, name, &report.commands).await?;
-    let (ssconf, configuration, drop_configuration) = configuration_for(objects, &node, &report).await?;
+    let configuration = configuration_for(objects, &node, &report).await?;
     Ok(HeartbeatResponse {
         heartbeat_period: cluster_config(config).heartbeat_period,
         grant_key: certificates.grant_key.clone(),
         acknowledged,
         certificate,
-        ssconf,
-        configuration,
-        drop_configuration,
+        ssconf: configuration.ssconf,
+        configuration: configuration.configuration,
+        configuration_deltas: configuration.deltas,
+        drop_configuration: configuration.drop_configuration,
     })
 }
 
 /// What a heartbeat answer carries of the configuration: the small facts
-/// for every node, the document for a master candidate whose copy is older
-/// (read only then: it may be large), and to a node that is no candidate
-/// but keeps a copy, that it must drop it.
+/// for every node; for a master candidate whose copy is older, the deltas
+/// since its serial when they are all kept, or else the document (read
+/// only then: it may be large); and to a node that is no candidate but
+/// keeps a copy, that it must drop it.
+struct ConfigurationAnswer {
+    ssconf: Option<Ssconf>,
+    configuration: Option<Configuration>,
+    deltas: Vec<Delta>,
+    drop_configuration: bool,
+}
+
 async fn configuration_for(
     objects: &Objects,
     node: &Node,
     report: &AgentReport,
-) -> Result<(Option<Ssconf>, Option<Configuration>, bool), ApiError> {
-    use crate::controllers::configuration::{DOCUMENT_KEY, FACTS_KEY};
+) -> Result<ConfigurationAnswer, ApiError> {
+    use crate::controllers::configuration::{DOCUMENT_KEY, FACTS_KEY, KEPT_DELTAS, delta_key};
     let store = objects.store();
-    let Some(facts) = store.get(FACTS_KEY).await? else { return Ok((None, None, false)) };
-    let ssconf: Ssconf =
-        serde_json::from_slice(&facts.value).map_err(|e| ApiError::Internal(format!("{FACTS_KEY} is damaged: {e}")))?;
+    let damaged = |key: &str, e: serde_json::Error| ApiError::Internal(format!("{key} is damaged: {e}"));
+    let mut answer =
+        ConfigurationAnswer { ssconf: None, configuration: None, deltas: Vec::new(), drop_configuration: false };
+    let Some(facts) = store.get(FACTS_KEY).await? else { return Ok(answer) };
+    let ssconf: Ssconf = serde_json::from_slice(&facts.value).map_err(|e| damaged(FACTS_KEY, e))?;
     let serial = ssconf.serial;
+    answer.ssconf = Some(ssconf);
     let candidate = node.spec.role == NodeRole::Candidate;
-    let configuration = match store.get(DOCUMENT_KEY).await? {
-        Some(document) if candidate && report.config_serial.is_none_or(|held| held < serial) => Some(
-            serde_json::from_slice(&document.value)
-                .map_err(|e| ApiError::Internal(format!("{DOCUMENT_KEY} is damaged: {e}")))?,
-        ),
-        _ => None,
-    };
-    Ok((Some(ssconf), configuration, !candidate && report.config_serial.is_some()))
+    answer.drop_configuration = !candidate && report.config_serial.is_some();
+    if !candidate || report.config_serial.is_some_and(|held| held >= serial) {
+        return Ok(answer);
+    }
+    if let Some(held) = report.config_serial.filter(|held| serial - held <= KEPT_DELTAS) {
+        for next in held + 1..=serial {
+            let key = delta_key(next);
+            match store.get(&key).await? {
+                Some(kv) => answer.deltas.push(serde_json::from_slice(&kv.value).map_err(|e| damaged(&key, e))?),
+                None => {
+                    answer.deltas.clear();
+                    break;
+                }
+            }
+        }
+        if !answer.deltas.is_empty() {
+            return Ok(answer);
+        }
+    }
+    if let Some(document) = store.get(DOCUMENT_KEY).await? {
+        answer.configuration = Some(serde_json::from_slice(&document.value).map_err(|e| damaged(DOCUMENT_KEY, e))?);
+    }
+    Ok(answer)
 }

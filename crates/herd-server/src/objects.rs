@@ -235,6 +235,12 @@ impl Objects {
         self.commit(("key", key), key, expected, (None, Vec::new()), put).await
     }
 
+    /// Deletes a bare key if it is still at `expected`.
+    pub async fn delete_key(&self, key: &str, expected: Revision) -> Result<Revision, ObjectsError> {
+        let delete = Op::Delete { key: key.into() };
+        self.commit(("key", key), key, Some(expected), (None, Vec::new()), delete).await
+    }
+
     pub fn store(&self) -> &Store {
         &self.store
     }

@@ -55,6 +55,13 @@ async fn settled(admin: &Client, dirs: &[(&str, PathBuf)], candidates: &[&str], 
     .await
 }
 
+/// What the server's metrics say it sent of the configuration.
+async fn bytes_sent(admin: &Client) -> u64 {
+    let metrics = admin.get_text("/metrics").await.unwrap();
+    let line = metrics.lines().find(|l| l.starts_with("herd_configuration_bytes_sent_total ")).unwrap();
+    line.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn only_candidates_keep_the_configuration_and_it_follows_every_change() {
     let dir = tempfile::tempdir().unwrap();
@@ -82,11 +89,24 @@ async fn only_candidates_keep_the_configuration_and_it_follows_every_change() {
     assert_eq!(facts.master_urls, std::slice::from_ref(&server.url), "the facts name where the leader serves");
     let copy = copy_of(&dirs[0].1).unwrap();
     assert!(copy.objects.iter().any(|o| o["kind"] == "ClusterConfig"), "the copy holds the intent objects");
-    assert!(copy.objects.iter().all(|o| o.get("status").is_none()), "and no status");
+    assert!(
+        copy.objects.iter().all(|o| o
+            .get("status")
+            .is_none_or(|s| s.as_object().is_some_and(|s| s.len() == 1 && s.contains_key("address")))),
+        "and of the status only a node's address"
+    );
+    let document_size = serde_json::to_vec(&copy).unwrap().len() as u64;
 
     // A change: every candidate holds the new serial, n3 only the facts.
+    // It travels as a delta, checked against the document's digest.
+    let sent_before = bytes_sent(&admin).await;
     change_config(&admin, |c| c.app_clusters.node_loss_grace = herd_core::HumanDuration::from_secs(600)).await;
     let second = settled(&admin, &dirs, &["n1", "n2"], first).await;
+    let sent = bytes_sent(&admin).await - sent_before;
+    assert!(sent > 0 && sent < document_size, "{sent} bytes sent for one change; the document is {document_size}");
+    let (one, other) = (copy_of(&dirs[0].1).unwrap(), copy_of(&dirs[1].1).unwrap());
+    assert_eq!(one, other, "both candidates hold the same configuration");
+    assert!(one.objects.iter().any(|o| o["spec"]["appClusters"]["nodeLossGrace"] == "10m"), "with the change");
 
     // n2 drained: its copy goes, n3 (promoted in its place) gets one.
     let mut n2 = admin.get::<NodeSpec>("n2").await.unwrap();

@@ -107,7 +107,11 @@ pub async fn heartbeat(
         answer.ssconf = Some(Ssconf { serial, master_urls: superseded.master_urls, term: superseded.term });
         answer.acknowledged.clear();
         answer.configuration = None;
+        answer.configuration_deltas.clear();
         answer.drop_configuration = false;
     }
+    let sent = answer.configuration.as_ref().map_or(0, |c| serde_json::to_vec(c).map_or(0, |b| b.len()))
+        + answer.configuration_deltas.iter().map(|d| serde_json::to_vec(d).map_or(0, |b| b.len())).sum::<usize>();
+    state.metrics.configuration_bytes_sent.fetch_add(sent as u64, std::sync::atomic::Ordering::Relaxed);
     Ok(Json(answer))
 }

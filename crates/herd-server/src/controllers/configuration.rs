@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use herd_core::configuration::{CONFIGURATION_KINDS, Configuration, SECRETS_PREFIX, Ssconf, intent_of, next};
+use herd_core::configuration::{CONFIGURATION_KINDS, Configuration, SECRETS_PREFIX, Ssconf, delta, intent_of, next};
 use herd_store::ListOptions;
 use serde_json::Value;
 
@@ -21,6 +21,13 @@ use crate::objects::{Objects, ObjectsError, collection_prefix};
 
 pub const DOCUMENT_KEY: &str = "/config/document";
 pub const FACTS_KEY: &str = "/config/facts";
+/// How many deltas are kept: a candidate further behind gets the document.
+pub const KEPT_DELTAS: u64 = 64;
+
+/// Where the delta from `serial - 1` to `serial` is kept.
+pub fn delta_key(serial: u64) -> String {
+    format!("/config/deltas/{serial:020}")
+}
 
 /// How often the configuration is made again when nothing wakes the keeper.
 const PASS_INTERVAL: Duration = Duration::from_secs(2);
@@ -87,6 +94,17 @@ impl Controller for ConfigurationKeeper {
         let made = next(self.current.as_ref(), self.intent().await?, self.secrets().await?);
         let revision = async |key: &str| store.get(key).await.map(|kv| kv.map(|kv| kv.mod_revision));
         if self.current.as_ref().is_none_or(|c| c.serial != made.serial) {
+            // The delta first: a heartbeat that sees the new serial finds it.
+            if let Some(previous) = self.current.as_ref().filter(|c| c.serial + 1 == made.serial) {
+                let key = delta_key(made.serial);
+                self.objects.put_key(&key, revision(&key).await?, json(&delta(previous, &made))?).await?;
+                if let Some(old) = made.serial.checked_sub(KEPT_DELTAS) {
+                    let old = delta_key(old);
+                    if let Some(at) = revision(&old).await? {
+                        self.objects.delete_key(&old, at).await?;
+                    }
+                }
+            }
             self.objects.put_key(DOCUMENT_KEY, revision(DOCUMENT_KEY).await?, json(&made)?).await?;
             tracing::info!(serial = made.serial, objects = made.objects.len(), "the configuration changed");
         }
