@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 
 pub const ADMIN: &str = "bench-admin-token";
+pub const JOIN: &str = "bench-join";
 
 /// Children killed and reaped on drop.
 pub struct Killed(pub Vec<Child>);
@@ -46,7 +47,7 @@ pub fn start(herd: &Path, args: &[&str], data_dir: &Path) -> anyhow::Result<(Chi
         .arg("--data-dir")
         .arg(data_dir)
         .env("HERD_ADMIN_TOKEN", ADMIN)
-        .env("HERD_JOIN_TOKEN", "bench-join")
+        .env("HERD_JOIN_TOKEN", JOIN)
         .env("HERD_LOG", std::env::var("BENCH_HERD_LOG").unwrap_or("warn".into()))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

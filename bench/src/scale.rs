@@ -1,0 +1,258 @@
+//! Scale on simulated nodes (`herd sim-nodes`, one process): for 10, 100
+//! and 1,000 nodes heartbeating every 2 s, the cost of one configuration
+//! change with a candidate pool of 10 (the time until every candidate
+//! reports the new serial, and the bytes of configuration the server
+//! sent), printed beside the same change with every node a candidate
+//! (the configuration pushed to all nodes), measured in the same run. At
+//! the largest size also: the latency of API mutations (p50/p99) while
+//! the nodes heartbeat, beside the same mutations on the idle server
+//! before any node joined; and a burst of members placed, started and
+//! configured, beside the floor of creating as many objects through the
+//! API one after the other.
+//!
+//! `cargo build --release -p herd -p herd-bench && target/release/scale`
+//! Options (environment): BENCH_NODES (default "10,100,1000"), BENCH_POOL
+//! (10), BENCH_MUTATIONS (200), BENCH_MEMBERS (3000), HERD_BIN. Plain HTTP
+//! (`--insecure-http`), SQLite store.
+
+mod processes;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use herd_client::Client;
+use herd_core::Object;
+use herd_core::kinds::app_cluster::ClusterState;
+use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
+use herd_core::kinds::{
+    AppClusterSpec, ClusterConfigSpec, EventSpec, InvolvedObject, MemberSpec, MemberState, NodeRole, NodeSpec,
+};
+use processes::{ADMIN, Killed, env_u64, herd_binary, start, wait_for};
+
+/// One configuration change's cost.
+struct Cost {
+    took: Duration,
+    bytes: u64,
+}
+
+async fn bytes_sent(admin: &Client) -> anyhow::Result<u64> {
+    let metrics = admin.get_text("/metrics").await?;
+    let line = metrics
+        .lines()
+        .find(|l| l.starts_with("herd_configuration_bytes_sent_total "))
+        .context("no herd_configuration_bytes_sent_total in /metrics")?;
+    Ok(line.rsplit(' ').next().unwrap_or_default().parse()?)
+}
+
+async fn set_config(admin: &Client, change: impl Fn(&mut ClusterConfigSpec)) -> anyhow::Result<()> {
+    for _ in 0..20 {
+        let mut config = admin.get::<ClusterConfigSpec>(CLUSTER_CONFIG_NAME).await?;
+        change(&mut config.spec);
+        if admin.update(&config).await.is_ok() {
+            return Ok(());
+        }
+    }
+    anyhow::bail!("could not change the ClusterConfig")
+}
+
+/// Waits until `count` nodes are Ready, `candidates` of them candidates,
+/// each candidate reporting one serial above `above`; returns that serial.
+async fn settled(admin: &Client, count: usize, candidates: usize, above: u64) -> anyhow::Result<u64> {
+    let what = format!("{count} Ready nodes, {candidates} candidates at one serial above {above}");
+    wait_for(&what, Duration::from_secs(600), async || {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let nodes = admin.list::<NodeSpec>("").await.ok()?;
+        let ready = nodes.iter().filter(|n| n.status.ready).count();
+        let serials: Vec<u64> =
+            nodes.iter().filter(|n| n.spec.role == NodeRole::Candidate).map(|n| n.status.config_serial).collect();
+        let first = *serials.first()?;
+        let done =
+            ready == count && serials.len() == candidates && first > above && serials.iter().all(|s| *s == first);
+        done.then_some(first)
+    })
+    .await
+}
+
+/// One small change (an App created): until every candidate holds it.
+async fn one_change(admin: &Client, count: usize, candidates: usize, serial: u64, tag: &str) -> anyhow::Result<Cost> {
+    let bytes = bytes_sent(admin).await?;
+    let started = Instant::now();
+    let app = serde_json::json!({
+        "metadata": {"name": format!("change-{tag}")},
+        "spec": {"roles": [{"name": "m", "run": {"command": ["true"]}}]}
+    });
+    admin.create_value("apps", &app, Default::default()).await?;
+    settled(admin, count, candidates, serial).await?;
+    Ok(Cost { took: started.elapsed(), bytes: bytes_sent(admin).await? - bytes })
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.0} ms", d.as_secs_f64() * 1e3)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+/// A small object to create: an Event about the benchmark.
+fn event(name: String) -> Object<EventSpec> {
+    let about = InvolvedObject { kind: "Node".into(), name: "bench".into(), uid: None };
+    Object::new(
+        name,
+        EventSpec {
+            reason: "Bench".into(),
+            message: "a mutation".into(),
+            count: 1,
+            involved_object: about,
+            ..Default::default()
+        },
+    )
+}
+
+/// `n` small mutations (Events created) one after the other: p50 and p99.
+async fn mutations(admin: &Client, n: u64, tag: &str) -> anyhow::Result<(Duration, Duration)> {
+    let mut took = Vec::new();
+    for i in 0..n {
+        let event = event(format!("bench-{tag}-{i}"));
+        let started = Instant::now();
+        admin.create(&event).await?;
+        took.push(started.elapsed());
+    }
+    took.sort();
+    Ok((percentile(&took, 0.5), percentile(&took, 0.99)))
+}
+
+/// The burst: an AppCluster of `members` members on the nodes, from its
+/// creation to every member running (placed and started) and configured.
+async fn burst(admin: &Client, members: u64) -> anyhow::Result<(Duration, Duration)> {
+    let app = serde_json::json!({
+        "metadata": {"name": "burst"},
+        "spec": {"roles": [{"name": "m", "run": {"command": ["sleep", "3600"]}, "setup": {"script": "true"}}]}
+    });
+    admin.create_value("apps", &app, Default::default()).await?;
+    let cluster = serde_json::json!({"metadata": {"name": "burst"}, "spec": {"appRef": "burst", "roles": [{"name": "m", "members": members}]}});
+    let started = Instant::now();
+    admin.create_value("appclusters", &cluster, Default::default()).await?;
+    let mut running_at = None;
+    wait_for("the burst configured", Duration::from_secs(1800), async || {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let list = admin.list::<MemberSpec>("herd.io/cluster=burst").await.ok()?;
+        let past_start = list.iter().filter(|m| m.status.state != MemberState::CreatePending).count();
+        if running_at.is_none() && past_start as u64 == members {
+            running_at = Some(started.elapsed());
+        }
+        let cluster = admin.get::<AppClusterSpec>("burst").await.ok()?;
+        let configured = list.iter().filter(|m| m.status.state == MemberState::Configured).count();
+        (cluster.status.state == ClusterState::Configured && configured as u64 == members).then_some(())
+    })
+    .await?;
+    let configured = started.elapsed();
+    Ok((running_at.unwrap_or(configured), configured))
+}
+
+/// The floor of the burst: as many objects created through the API one
+/// after the other (each member needs at least its own write).
+async fn create_floor(admin: &Client, count: u64) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    for i in 0..count {
+        admin.create(&event(format!("floor-{i}"))).await?;
+    }
+    Ok(started.elapsed())
+}
+
+async fn measure_size(herd: &Path, dir: &Path, nodes: usize, pool: usize, last: bool) -> anyhow::Result<(Cost, Cost)> {
+    let (server, url) =
+        start(herd, &["server", "--listen", "127.0.0.1:0", "--insecure-http"], &dir.join(format!("server-{nodes}")))?;
+    let mut children = Killed(vec![server]);
+    let admin = Client::new(vec![url.clone()], Some(ADMIN.into()));
+    set_config(&admin, |c| {
+        c.candidate_pool_size = pool as u32;
+        c.node_grace_period = herd_core::HumanDuration::from_secs(120);
+    })
+    .await?;
+    let mutations_n = env_u64("BENCH_MUTATIONS", 200);
+    let idle = if last { Some(mutations(&admin, mutations_n, "idle").await?) } else { None };
+    let count = nodes.to_string();
+    let sim = std::process::Command::new(herd)
+        .args(["--server", &url, "sim-nodes", "--count", &count])
+        .env("HERD_JOIN_TOKEN", processes::JOIN)
+        .env("HERD_LOG", "warn")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .context("starting the simulated nodes")?;
+    children.0.push(sim);
+    let started = Instant::now();
+    let serial = settled(&admin, nodes, pool.min(nodes), 0).await?;
+    println!("  {nodes} nodes joined, Ready, {} candidates in sync after {}", pool.min(nodes), ms(started.elapsed()));
+    let pooled = one_change(&admin, nodes, pool.min(nodes), serial, "pool").await?;
+    if let Some((idle_p50, idle_p99)) = idle {
+        let (p50, p99) = mutations(&admin, mutations_n, "busy").await?;
+        println!(
+            "  API mutation ({mutations_n} Events, one after the other): p50 {}, p99 {} while {nodes} nodes heartbeat; \
+             idle server: p50 {}, p99 {}",
+            ms(p50),
+            ms(p99),
+            ms(idle_p50),
+            ms(idle_p99)
+        );
+        let members = env_u64("BENCH_MEMBERS", 3000);
+        let floor = create_floor(&admin, members).await?;
+        let (running, configured) = burst(&admin, members).await?;
+        let rate = |d: Duration| members as f64 / d.as_secs_f64();
+        println!(
+            "  burst of {members} members: all placed and started in {} ({:.0}/s), configured in {} ({:.0}/s); \
+             floor, {members} objects created through the API: {} ({:.0}/s)",
+            ms(running),
+            rate(running),
+            ms(configured),
+            rate(configured),
+            ms(floor),
+            rate(floor)
+        );
+    }
+    // The baseline: every node a candidate, the same change to all.
+    set_config(&admin, |c| c.candidate_pool_size = nodes as u32).await?;
+    let serial = settled(&admin, nodes, nodes, 0).await?;
+    let everyone = one_change(&admin, nodes, nodes, serial, "all").await?;
+    drop(children);
+    Ok((pooled, everyone))
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let sizes: Vec<usize> = std::env::var("BENCH_NODES")
+        .unwrap_or("10,100,1000".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    let pool = env_u64("BENCH_POOL", 10) as usize;
+    let herd = herd_binary()?;
+    let dir = tempfile::tempdir()?;
+    println!("scale benchmark: simulated nodes {sizes:?}, 2 s heartbeats, candidate pool {pool}, SQLite, plain HTTP");
+    let mut rows = Vec::new();
+    for (i, &nodes) in sizes.iter().enumerate() {
+        println!("{nodes} nodes:");
+        let (pooled, everyone) = measure_size(&herd, dir.path(), nodes, pool, i + 1 == sizes.len()).await?;
+        println!(
+            "  one change, pool of {pool}: {} and {} bytes; pushed to all {nodes} nodes: {} and {} bytes",
+            ms(pooled.took),
+            pooled.bytes,
+            ms(everyone.took),
+            everyone.bytes
+        );
+        rows.push((nodes, pooled, everyone));
+    }
+    if let (Some((small, first, first_all)), Some((large, last, last_all))) = (rows.first(), rows.last()) {
+        println!(
+            "cost of one change, {large} nodes against {small}: pool of {pool}: {:.2}x the bytes, {:.2}x the time \
+             (goal within 1.2x); all nodes: {:.2}x the bytes, {:.2}x the time",
+            last.bytes as f64 / first.bytes.max(1) as f64,
+            last.took.as_secs_f64() / first.took.as_secs_f64(),
+            last_all.bytes as f64 / first_all.bytes.max(1) as f64,
+            last_all.took.as_secs_f64() / first_all.took.as_secs_f64(),
+        );
+    }
+    Ok(())
+}
