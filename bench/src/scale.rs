@@ -12,7 +12,8 @@
 //!
 //! `cargo build --release -p herd -p herd-bench && target/release/scale`
 //! Options (environment): BENCH_NODES (default "10,100,1000"), BENCH_POOL
-//! (10), BENCH_MUTATIONS (200), BENCH_MEMBERS (3000), HERD_BIN. Plain HTTP
+//! (10), BENCH_MUTATIONS (200), BENCH_MEMBERS (3000) in app clusters of
+//! BENCH_CLUSTER_SIZE (10), HERD_BIN. Plain HTTP
 //! (`--insecure-http`), SQLite store.
 
 mod processes;
@@ -123,28 +124,42 @@ async fn mutations(admin: &Client, n: u64, tag: &str) -> anyhow::Result<(Duratio
     Ok((percentile(&took, 0.5), percentile(&took, 0.99)))
 }
 
-/// The burst: an AppCluster of `members` members on the nodes, from its
-/// creation to every member running (placed and started) and configured.
-async fn burst(admin: &Client, members: u64) -> anyhow::Result<(Duration, Duration)> {
+/// The burst: `members` members in app clusters of `size` (created one
+/// after the other, at once), from the first creation to every member
+/// placed and started, and to every one configured.
+async fn burst(admin: &Client, members: u64, size: u64) -> anyhow::Result<(Duration, Duration)> {
     let app = serde_json::json!({
         "metadata": {"name": "burst"},
         "spec": {"roles": [{"name": "m", "run": {"command": ["sleep", "3600"]}, "setup": {"script": "true"}}]}
     });
     admin.create_value("apps", &app, Default::default()).await?;
-    let cluster = serde_json::json!({"metadata": {"name": "burst"}, "spec": {"appRef": "burst", "roles": [{"name": "m", "members": members}]}});
+    let clusters = members.div_ceil(size);
     let started = Instant::now();
-    admin.create_value("appclusters", &cluster, Default::default()).await?;
+    for i in 0..clusters {
+        let count = size.min(members - i * size);
+        let cluster = serde_json::json!({
+            "metadata": {"name": format!("burst-{i}"), "labels": {"bench": "burst"}},
+            "spec": {"appRef": "burst", "roles": [{"name": "m", "members": count}]}
+        });
+        admin.create_value("appclusters", &cluster, Default::default()).await?;
+    }
     let mut running_at = None;
     wait_for("the burst configured", Duration::from_secs(1800), async || {
         tokio::time::sleep(Duration::from_millis(250)).await;
-        let list = admin.list::<MemberSpec>("herd.io/cluster=burst").await.ok()?;
-        let past_start = list.iter().filter(|m| m.status.state != MemberState::CreatePending).count();
+        let list = admin.list::<MemberSpec>("").await.ok()?;
+        let ours = || list.iter().filter(|m| m.spec.cluster.starts_with("burst-"));
+        let past_start = ours().filter(|m| m.status.state != MemberState::CreatePending).count();
         if running_at.is_none() && past_start as u64 == members {
             running_at = Some(started.elapsed());
         }
-        let cluster = admin.get::<AppClusterSpec>("burst").await.ok()?;
-        let configured = list.iter().filter(|m| m.status.state == MemberState::Configured).count();
-        (cluster.status.state == ClusterState::Configured && configured as u64 == members).then_some(())
+        let configured = ours().filter(|m| m.status.state == MemberState::Configured).count();
+        let clusters_done = admin
+            .list::<AppClusterSpec>("bench=burst")
+            .await
+            .ok()?
+            .iter()
+            .all(|c| c.status.state == ClusterState::Configured);
+        (clusters_done && configured as u64 == members).then_some(())
     })
     .await?;
     let configured = started.elapsed();
@@ -198,12 +213,13 @@ async fn measure_size(herd: &Path, dir: &Path, nodes: usize, pool: usize, last: 
             ms(idle_p99)
         );
         let members = env_u64("BENCH_MEMBERS", 3000);
+        let size = env_u64("BENCH_CLUSTER_SIZE", 10);
         let floor = create_floor(&admin, members).await?;
-        let (running, configured) = burst(&admin, members).await?;
+        let (running, configured) = burst(&admin, members, size).await?;
         let rate = |d: Duration| members as f64 / d.as_secs_f64();
         println!(
-            "  burst of {members} members: all placed and started in {} ({:.0}/s), configured in {} ({:.0}/s); \
-             floor, {members} objects created through the API: {} ({:.0}/s)",
+            "  burst of {members} members in clusters of {size}: all placed and started in {} ({:.0}/s), \
+             configured in {} ({:.0}/s); floor, {members} objects created through the API: {} ({:.0}/s)",
             ms(running),
             rate(running),
             ms(configured),

@@ -31,10 +31,13 @@ const MIN_REACHABLE_WITHIN: Duration = Duration::from_secs(2);
 pub enum Taken {
     Followed,
     /// The answer came from a master of an older term than this node follows.
-    Superseded {
+    Refused {
         theirs: u64,
         ours: u64,
     },
+    /// A superseded master named the one to follow (taken as a failover's
+    /// announcement).
+    Redirected,
 }
 
 #[derive(Clone)]
@@ -61,11 +64,17 @@ impl Inner {
     fn keep_facts(&mut self, facts: &Ssconf) -> Result<(), String> {
         let json = serde_json::to_vec_pretty(facts).map_err(|e| e.to_string())?;
         write_atomic(&self.ssconf, &json, 0o644).map_err(|e| format!("writing {}: {e}", self.ssconf.display()))?;
-        let moved = self.facts.as_ref().is_none_or(|f| f.master_urls != facts.master_urls);
-        if moved && !facts.master_urls.is_empty() {
-            self.new_masters = Some(facts.master_urls.clone());
-        }
         self.facts = Some(facts.clone());
+        Ok(())
+    }
+
+    /// Follows the master a failover started: kept, and the heartbeat
+    /// loop tries its URLs first from now on.
+    fn follow(&mut self, facts: Ssconf) -> Result<(), String> {
+        self.keep_facts(&facts)?;
+        self.new_masters = Some(facts.master_urls);
+        // Whatever the old master said no longer counts as contact.
+        self.last_contact = None;
         Ok(())
     }
 }
@@ -136,8 +145,17 @@ impl ConfigCopies {
         let mut inner = self.lock();
         let ours = inner.term();
         if let Some(facts) = &answer.ssconf {
+            if answer.superseded {
+                if facts.term > ours && !facts.master_urls.is_empty() {
+                    tracing::warn!(term = facts.term, masters = ?facts.master_urls, "the server was superseded: following the new master");
+                    if let Err(error) = inner.follow(facts.clone()) {
+                        tracing::warn!(%error, "could not keep the new master's facts");
+                    }
+                }
+                return Taken::Redirected;
+            }
             if facts.term < ours {
-                return Taken::Superseded { theirs: facts.term, ours };
+                return Taken::Refused { theirs: facts.term, ours };
             }
             if inner.facts.as_ref() != Some(facts)
                 && let Err(error) = inner.keep_facts(facts)
@@ -204,9 +222,7 @@ impl ConfigCopies {
             master_urls: announcement.master_urls.clone(),
             term: announcement.term,
         };
-        inner.keep_facts(&facts)?;
-        // Whatever the old master said no longer counts as contact.
-        inner.last_contact = None;
+        inner.follow(facts)?;
         tracing::warn!(term = announcement.term, masters = ?announcement.master_urls, "following a new master (failover)");
         Ok(())
     }
@@ -230,18 +246,24 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let copies = ConfigCopies::open(dir.path());
         assert_eq!(copies.take(&answer(2, "https://a")), Taken::Followed);
-        assert_eq!(copies.take_new_masters(), Some(vec!["https://a".to_string()]));
+        assert_eq!(copies.take_new_masters(), None, "the facts alone move no server");
         assert!(copies.view("n1").master_reachable);
         let failover = Announcement { term: 3, master_urls: vec!["https://b".into()] };
         copies.adopt(&failover).unwrap();
         assert!(copies.adopt(&failover).unwrap_err().contains("already follows a master of term 3"));
         assert_eq!(copies.take_new_masters(), Some(vec!["https://b".to_string()]));
         assert!(!copies.view("n1").master_reachable, "the old master's contact does not count");
-        assert_eq!(copies.take(&answer(2, "https://a")), Taken::Superseded { theirs: 2, ours: 3 });
+        assert_eq!(copies.take(&answer(2, "https://a")), Taken::Refused { theirs: 2, ours: 3 });
         assert_eq!(copies.master_urls(), vec!["https://b".to_string()]);
+        // A superseded server names a newer master: followed as announced.
+        let mut redirect = answer(4, "https://c");
+        redirect.superseded = true;
+        assert_eq!(copies.take(&redirect), Taken::Redirected);
+        assert_eq!(copies.take_new_masters(), Some(vec!["https://c".to_string()]));
+        assert_eq!(copies.view("n1").term, 4);
         // Kept across a restart.
         let reopened = ConfigCopies::open(dir.path());
-        assert_eq!(reopened.view("n1").term, 3);
-        assert_eq!(reopened.take(&answer(2, "https://a")), Taken::Superseded { theirs: 2, ours: 3 });
+        assert_eq!(reopened.view("n1").term, 4);
+        assert_eq!(reopened.take(&answer(3, "https://b")), Taken::Refused { theirs: 3, ours: 4 });
     }
 }

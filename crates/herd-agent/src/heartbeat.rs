@@ -179,21 +179,26 @@ impl Heartbeat {
             report.peer_refusals.drain(..excess);
             match client.with_token(Some(creds.node_token.clone())).heartbeat(&name, &report).await {
                 Ok(answer) => {
-                    if let Taken::Superseded { theirs, ours } = copies.take(&answer) {
-                        // A master a failover superseded: nothing it says counts.
-                        if !failing {
-                            tracing::warn!(
-                                theirs,
-                                ours,
-                                "this server leads an older term than the master this node follows; trying the next"
-                            );
-                            failing = true;
+                    match copies.take(&answer) {
+                        Taken::Followed => {}
+                        Taken::Refused { theirs, ours } => {
+                            // A master a failover superseded: nothing it says counts.
+                            if !failing {
+                                tracing::warn!(
+                                    theirs,
+                                    ours,
+                                    "this server leads an older term than the master this node follows; trying the next"
+                                );
+                                failing = true;
+                            }
+                            client.skip_current();
+                            if !sleep_until(started + backoff.step(), &stop).await {
+                                break;
+                            }
+                            continue;
                         }
-                        client.skip_current();
-                        if !sleep_until(started + backoff.step(), &stop).await {
-                            break;
-                        }
-                        continue;
+                        // The new master's URLs are taken at the top of the loop.
+                        Taken::Redirected => continue,
                     }
                     if failing {
                         tracing::info!("heartbeats go through again");

@@ -170,7 +170,9 @@ pub async fn run(config: AgentConfig, stop: CancellationToken) -> Result<(), Age
     // Checked before any member is touched: an agent that cannot trust its
     // server starts nothing.
     let copies = configuration::ConfigCopies::open(&data_dir);
-    let servers = follow_first(copies.master_urls(), &config.servers);
+    // The master it was last told of is tried once the given servers fail
+    // (it may be one a failover started while this agent was down).
+    let servers = follow_first(config.servers.clone(), &copies.master_urls());
     let client = trusting(Client::new(servers.clone(), None), &data_dir, &config.ca_hashes)?;
     let identity = Identity {
         node_name: config.node_name.clone(),

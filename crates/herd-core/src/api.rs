@@ -304,6 +304,10 @@ pub struct HeartbeatResponse {
     /// The node is no master candidate: it deletes its copy.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub drop_configuration: bool,
+    /// A master failover superseded the answering server: the facts name
+    /// the master to follow instead, and nothing else in the answer counts.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub superseded: bool,
 }
 
 pub const CLUSTER_STATUS_PATH: &str = "/api/v1/cluster/status";

@@ -47,14 +47,8 @@ pub struct MemberMeta {
     pub state: MemberState,
 }
 
-fn meta_of(member: &Member, nodes: &[Node]) -> MemberMeta {
-    let host = member
-        .spec
-        .node
-        .as_deref()
-        .and_then(|name| nodes.iter().find(|n| n.metadata.name == name))
-        .and_then(crate::placement::node_host)
-        .map(str::to_string);
+fn meta_of(member: &Member, hosts: &BTreeMap<&str, &str>) -> MemberMeta {
+    let host = member.spec.node.as_deref().and_then(|name| hosts.get(name)).map(|host| host.to_string());
     MemberMeta {
         name: member.metadata.name.clone(),
         role: member.spec.role.clone(),
@@ -66,12 +60,13 @@ fn meta_of(member: &Member, nodes: &[Node]) -> MemberMeta {
     }
 }
 
-/// The document for member `me`: every member of `cluster` not leaving,
-/// role by role in the spec's order, by index. None when `me` is not one
-/// of them.
-pub fn configmeta(cluster: &AppCluster, members: &[Member], nodes: &[Node], me: &str) -> Option<ConfigMeta> {
+/// Every member of `cluster` not leaving, role by role in the spec's
+/// order, by index.
+fn roles_of(cluster: &AppCluster, members: &[Member], nodes: &[Node]) -> Vec<RoleMeta> {
+    let hosts: BTreeMap<&str, &str> =
+        nodes.iter().filter_map(|n| Some((n.metadata.name.as_str(), crate::placement::node_host(n)?))).collect();
     let staying = |m: &&Member| !matches!(m.status.state, MemberState::DeletePending | MemberState::Deleting);
-    let roles = cluster
+    cluster
         .spec
         .roles
         .iter()
@@ -79,9 +74,22 @@ pub fn configmeta(cluster: &AppCluster, members: &[Member], nodes: &[Node], me: 
             let mut of_role: Vec<&Member> =
                 members.iter().filter(staying).filter(|m| m.spec.role == role.name).collect();
             of_role.sort_by_key(|m| m.spec.index);
-            RoleMeta { name: role.name.clone(), members: of_role.into_iter().map(|m| meta_of(m, nodes)).collect() }
+            RoleMeta { name: role.name.clone(), members: of_role.into_iter().map(|m| meta_of(m, &hosts)).collect() }
         })
-        .collect::<Vec<_>>();
+        .collect()
+}
+
+/// The topology digest (see [`ConfigMeta::topology_digest`]) of the
+/// cluster as `members` place it, the same for every member.
+pub fn topology(cluster: &AppCluster, members: &[Member], nodes: &[Node]) -> String {
+    digest(&roles_of(cluster, members, nodes))
+}
+
+/// The document for member `me`: every member of `cluster` not leaving,
+/// role by role in the spec's order, by index. None when `me` is not one
+/// of them.
+pub fn configmeta(cluster: &AppCluster, members: &[Member], nodes: &[Node], me: &str) -> Option<ConfigMeta> {
+    let roles = roles_of(cluster, members, nodes);
     let me = roles.iter().flat_map(|r| &r.members).find(|m| m.name == me)?.clone();
     Some(ConfigMeta {
         cluster: cluster.metadata.name.clone(),
@@ -102,33 +110,38 @@ fn quoted(value: &str) -> String {
     format!("'{}'", value.replace('\'', "'\\''"))
 }
 
+/// FNV-1a, 64 bits, over each staying member's name, node, host and
+/// ports: stable across processes and versions.
+fn digest(roles: &[RoleMeta]) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut feed = |text: &str| {
+        for byte in text.bytes().chain([0xff]) {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    };
+    for role in roles {
+        feed(&role.name);
+        for member in &role.members {
+            feed(&member.name);
+            feed(member.node.as_deref().unwrap_or(""));
+            feed(member.host.as_deref().unwrap_or(""));
+            for (port, number) in &member.ports {
+                feed(port);
+                feed(&number.to_string());
+            }
+        }
+    }
+    format!("{hash:016x}")
+}
+
 impl ConfigMeta {
     /// A digest of who is where: each staying member's name, role, node,
     /// host and ports (not their states, which change all the time). A
     /// configured member whose configmeta was written with another digest
     /// is given a fresh one (a member replaced on another host, say).
     pub fn topology_digest(&self) -> String {
-        // FNV-1a, 64 bits: stable across processes and versions.
-        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-        let mut feed = |text: &str| {
-            for byte in text.bytes().chain([0xff]) {
-                hash ^= u64::from(byte);
-                hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-            }
-        };
-        for role in &self.roles {
-            feed(&role.name);
-            for member in &role.members {
-                feed(&member.name);
-                feed(member.node.as_deref().unwrap_or(""));
-                feed(member.host.as_deref().unwrap_or(""));
-                for (port, number) in &member.ports {
-                    feed(port);
-                    feed(&number.to_string());
-                }
-            }
-        }
-        format!("{hash:016x}")
+        digest(&self.roles)
     }
 
     /// The same document as shell variables, for setup scripts in `sh`

@@ -59,6 +59,17 @@ pub fn apply_heartbeat(status: &mut NodeStatus, report: &AgentReport, now: Times
     effects
 }
 
+/// Whether a heartbeat's effect on a node's status is worth a store write:
+/// anything but the heartbeat time changed, or the time written last is
+/// `refresh` old (a fraction of the grace period, so that the node
+/// lifecycle still sees the node beat well within it). A thousand nodes
+/// beating every two seconds are then not a thousand writes every two
+/// seconds (Kubernetes' node leases answer the same cost).
+pub fn worth_writing(before: &NodeStatus, after: &NodeStatus, now: Timestamp, refresh: std::time::Duration) -> bool {
+    let stale = before.last_heartbeat.is_none_or(|at| at.age(now) >= refresh);
+    stale || NodeStatus { last_heartbeat: before.last_heartbeat, ..after.clone() } != *before
+}
+
 /// The condition set while the data dir's file system is (nearly) full.
 pub const DISK_PRESSURE: &str = "DiskPressure";
 
@@ -154,5 +165,27 @@ mod tests {
             let expect_mark = ready && silent_ms > grace_ms;
             prop_assert_eq!(matches!(change, ReadinessChange::MarkNotReady { .. }), expect_mark);
         }
+    }
+
+    #[test]
+    fn a_heartbeat_that_changes_nothing_but_its_time_is_written_only_once_stale() {
+        let at = |s: u64| {
+            Timestamp::from_system_time(
+                std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_800_000_000 + s),
+            )
+        };
+        let report = AgentReport { agent_boot_id: "a".into(), ..AgentReport::default() };
+        let mut before = NodeStatus::default();
+        apply_heartbeat(&mut before, &report, at(0));
+        let refresh = std::time::Duration::from_secs(5);
+        let mut after = before.clone();
+        apply_heartbeat(&mut after, &report, at(2));
+        assert!(!worth_writing(&before, &after, at(2), refresh), "only the time moved");
+        assert!(worth_writing(&before, &after, at(5), refresh), "the time written last is stale");
+        let moved = AgentReport { config_serial: Some(3), ..report };
+        let mut changed = before.clone();
+        apply_heartbeat(&mut changed, &moved, at(2));
+        assert!(worth_writing(&before, &changed, at(2), refresh), "the serial changed");
+        assert!(worth_writing(&NodeStatus::default(), &before, at(0), refresh), "a first heartbeat");
     }
 }

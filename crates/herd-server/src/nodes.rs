@@ -1,5 +1,7 @@
 //! Nodes joining and heartbeating: the server side of the agent protocol.
 
+use std::time::Duration;
+
 use herd_core::api::{AgentReport, HeartbeatResponse, JoinRequest, JoinResponse};
 use herd_core::configuration::{Configuration, Delta, Ssconf};
 use herd_core::join::{JoinVerdict, Joiner, join_verdict};
@@ -130,12 +132,12 @@ pub async fn join(
                 }
                 // Joined concurrently by a retry of the same agent: fall through to a heartbeat.
                 Err(ObjectsError::AlreadyExists { .. }) => {
-                    heartbeat_node(objects, events, &name, &request.report).await?
+                    heartbeat_node(objects, events, &name, &request.report, Duration::ZERO).await?
                 }
                 Err(other) => return Err(other.into()),
             }
         }
-        Some(_) => heartbeat_node(objects, events, &name, &request.report).await?,
+        Some(_) => heartbeat_node(objects, events, &name, &request.report, Duration::ZERO).await?,
     };
     let config = cluster_config(config);
     tracing::info!(node = %node.metadata.name, "node joined");
@@ -148,17 +150,23 @@ pub async fn join(
     })
 }
 
+/// Records a heartbeat in the node's status: written when it changes
+/// anything but the time, or when the time written last is a quarter of
+/// the grace period old (`refresh`; `node_health::worth_writing`).
 async fn heartbeat_node(
     objects: &Objects,
     events: &EventRecorder,
     name: &str,
     report: &AgentReport,
+    refresh: std::time::Duration,
 ) -> Result<Node, ApiError> {
     let mut effects = HeartbeatEffects::default();
     let node = objects
         .modify::<NodeSpec, ApiError>(name, Part::Status, |node| {
-            effects = node_health::apply_heartbeat(&mut node.status, report, now());
-            Ok(true)
+            let before = node.status.clone();
+            let at = now();
+            effects = node_health::apply_heartbeat(&mut node.status, report, at);
+            Ok(node_health::worth_writing(&before, &node.status, at, refresh))
         })
         .await
         .map_err(|e| match e {
@@ -186,7 +194,8 @@ pub async fn heartbeat(
         return Err(refusal);
     }
     let certificate = certificates.answer(name, &report)?;
-    let node = heartbeat_node(objects, events, name, &report).await?;
+    let refresh = cluster_config(config).node_grace_period.get() / 4;
+    let node = heartbeat_node(objects, events, name, &report, refresh).await?;
     for refusal in &report.peer_refusals {
         // Without the time: the same refusal again counts up one Event.
         let message = format!("the agent refused {} to {}: {}", refusal.caller, refusal.asked, refusal.reason);
@@ -203,6 +212,7 @@ pub async fn heartbeat(
         configuration: configuration.configuration,
         configuration_deltas: configuration.deltas,
         drop_configuration: configuration.drop_configuration,
+        superseded: false,
     })
 }
 

@@ -109,6 +109,7 @@ pub async fn heartbeat(
         answer.configuration = None;
         answer.configuration_deltas.clear();
         answer.drop_configuration = false;
+        answer.superseded = true;
     }
     let sent = answer.configuration.as_ref().map_or(0, |c| serde_json::to_vec(c).map_or(0, |b| b.len()))
         + answer.configuration_deltas.iter().map(|d| serde_json::to_vec(d).map_or(0, |b| b.len())).sum::<usize>();

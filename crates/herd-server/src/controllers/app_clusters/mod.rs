@@ -326,6 +326,8 @@ impl AppClusterController {
         let generation = pass.cluster.metadata.generation;
         let (mut joined, mut leaving) = (Vec::new(), Vec::new());
         let mut forgotten = BTreeSet::new();
+        // The same for every member; made again only after a placement.
+        let mut topology_cache: Option<String> = None;
         for i in 0..pass.members.len() {
             let Some(app_role) = app.role(&pass.members[i].spec.role) else { continue };
             // Placing is one step and starting the next: let both happen now.
@@ -333,8 +335,9 @@ impl AppClusterController {
                 let member = &pass.members[i];
                 let was_configured = member.status.was_configured();
                 let report = report_of(pass.nodes, member).cloned();
-                let topology = configmeta(pass.cluster, &pass.members, pass.nodes, &member.metadata.name)
-                    .map(|meta| meta.topology_digest());
+                let topology = topology_cache
+                    .get_or_insert_with(|| herd_core::configmeta::topology(pass.cluster, &pass.members, pass.nodes))
+                    .clone();
                 let facts = MemberFacts {
                     generation,
                     bound: member.spec.node.is_some(),
@@ -343,7 +346,7 @@ impl AppClusterController {
                     persistent: app_role.run.volumes.iter().any(|v| v.persistent),
                     busy: pass.busy.contains(&member.metadata.name),
                     removed: pass.removed.contains(&member.metadata.name),
-                    topology: topology.as_deref(),
+                    topology: Some(topology.as_str()),
                 };
                 let member = &mut pass.members[i];
                 let step = member_sync(&mut member.status, &facts);
@@ -358,6 +361,7 @@ impl AppClusterController {
                 match step {
                     Step::Place => {
                         if self.place(pass, i, app_role).await? {
+                            topology_cache = None;
                             continue;
                         }
                     }
