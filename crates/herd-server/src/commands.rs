@@ -114,7 +114,17 @@ pub async fn create(objects: &Objects, command: Command, dry_run: bool) -> Resul
     }
     for _ in 0..ADMIT_ATTEMPTS {
         let revision = objects.store().get(HOLDS_GUARD).await?.map(|kv| kv.mod_revision);
-        let (others, _) = objects.list::<CommandSpec>().await?;
+        // Only a Command naming one of these members can hold what this
+        // one would: the others are not decoded.
+        let members: Vec<Vec<u8>> = command
+            .spec
+            .action
+            .holds(&command.spec.node)
+            .iter()
+            .map(|h| serde_json::to_vec(&h.member).unwrap_or_default())
+            .collect();
+        let mentions = |bytes: &[u8]| members.iter().any(|m| bytes.windows(m.len()).any(|w| w == m.as_slice()));
+        let (others, _) = objects.list_where::<CommandSpec>(mentions).await?;
         check_holds(&command, &others)?;
         if dry_run {
             return objects.create(command, false, true).await;

@@ -260,9 +260,18 @@ impl Objects {
 
     /// Every object of a kind, and the revision they were read at.
     pub async fn list<S: Resource>(&self) -> Result<(Vec<Object<S>>, Revision), ObjectsError> {
+        self.list_where(|_| true).await
+    }
+
+    /// The objects of a kind whose stored bytes `keep` accepts (a cheap
+    /// look before the decoding).
+    pub async fn list_where<S: Resource>(
+        &self,
+        keep: impl Fn(&[u8]) -> bool,
+    ) -> Result<(Vec<Object<S>>, Revision), ObjectsError> {
         let page = self
             .store
-            .list(&collection_prefix(S::PLURAL), &ListOptions::default(), |_| true)
+            .list(&collection_prefix(S::PLURAL), &ListOptions::default(), |kv| keep(&kv.value))
             .await
             .map_err(|e| ObjectsError::from_store(S::KIND, "", e))?;
         let objects = page.items.iter().map(decode::<S>).collect::<Result<_, _>>()?;

@@ -54,6 +54,12 @@ impl<S: Resource> Reflector<S> {
         self.shared.objects.read().map(|m| m.values().cloned().collect()).unwrap_or_default()
     }
 
+    /// `f` of every object, under the read lock: for a pass that needs a
+    /// few fields of each, without copying every object.
+    pub fn map<T>(&self, f: impl FnMut(&Object<S>) -> T) -> Vec<T> {
+        self.shared.objects.read().map(|m| m.values().map(f).collect()).unwrap_or_default()
+    }
+
     pub fn get(&self, name: &str) -> Option<Object<S>> {
         self.shared.objects.read().ok()?.get(name).cloned()
     }

@@ -47,13 +47,19 @@ impl CandidatePool {
 
     /// Sets `status.master` on this leader's node and clears it elsewhere.
     async fn mark_master(&self) -> Result<(), ObjectsError> {
-        for node in self.nodes.list() {
-            let master = self.master_node.as_deref() == Some(node.metadata.name.as_str());
-            if node.status.master == master {
-                continue;
-            }
+        let me = self.master_node.as_deref();
+        let wrong: Vec<(String, bool)> = self
+            .nodes
+            .map(|n| {
+                let master = me == Some(n.metadata.name.as_str());
+                (n.status.master != master).then(|| (n.metadata.name.clone(), master))
+            })
+            .into_iter()
+            .flatten()
+            .collect();
+        for (name, master) in wrong {
             self.objects
-                .modify::<NodeSpec, ObjectsError>(&node.metadata.name, Part::Status, |n| {
+                .modify::<NodeSpec, ObjectsError>(&name, Part::Status, |n| {
                     let changed = n.status.master != master;
                     n.status.master = master;
                     Ok(changed)
@@ -74,7 +80,12 @@ impl Controller for CandidatePool {
 
     async fn reconcile(&mut self) -> Result<Next, ObjectsError> {
         let pool = cluster_config(&self.config).candidate_pool_size as usize;
-        let candidates = self.nodes.list().iter().filter(|n| n.spec.role == NodeRole::Candidate).count();
+        // Woken by every heartbeat: decided from the cache, without copying
+        // it, and the store read (every node and member) only when someone
+        // is due.
+        let facts: Vec<NodeFacts> = self.nodes.map(|n| NodeFacts::of(n, Vec::new()));
+        let master = self.nodes.map(|n| n.status.master.then(|| n.metadata.name.clone())).into_iter().flatten().next();
+        let candidates = facts.iter().filter(|n| n.role == NodeRole::Candidate).count();
         if candidates > pool && self.warned_above != Some(pool) {
             let message = format!(
                 "{candidates} master candidates, more than candidatePoolSize {pool}: none is demoted by itself (`herd node modify NAME --role regular`)"
@@ -86,12 +97,7 @@ impl Controller for CandidatePool {
             self.warned_above = Some(pool);
         }
         self.mark_master().await?;
-        // Woken by every heartbeat: decided from the cache first, and the
-        // store read (every node and member) only when someone is due.
-        let nodes = self.nodes.list();
-        let facts: Vec<NodeFacts> = nodes.iter().map(|n| NodeFacts::of(n, Vec::new())).collect();
-        let master = nodes.iter().find(|n| n.status.master).map(|n| n.metadata.name.as_str());
-        if !fill_pool(&facts, pool, master).is_empty() {
+        if !fill_pool(&facts, pool, master.as_deref()).is_empty() {
             crate::node_roles::keep_pool_full(&self.objects, &self.events, pool).await?;
         }
         Ok(Next::Requeue(PASS_INTERVAL))

@@ -101,9 +101,13 @@ impl Controller for AppClusterController {
     async fn reconcile(&mut self) -> Result<Next, ObjectsError> {
         let mut busy = false;
         let not_ready = self.not_ready_for();
+        let mut round = Round::of(self);
         for cluster in self.clusters.list() {
-            match self.pass(&cluster, &not_ready).await {
-                Ok(in_flight) => busy |= in_flight,
+            match self.pass(&cluster, &not_ready, &round).await {
+                Ok((in_flight, members)) => {
+                    busy |= in_flight;
+                    round.keep(&members);
+                }
                 Err(fenced @ ObjectsError::Fenced { .. }) => return Err(fenced),
                 Err(error) => {
                     busy = true;
@@ -115,6 +119,37 @@ impl Controller for AppClusterController {
         self.strays().await?;
         self.sweep().await?;
         Ok(Next::Requeue(if busy { BUSY_REQUEUE } else { QUIET_REQUEUE }))
+    }
+}
+
+/// What one round over every cluster reads from the caches, once: the
+/// nodes, every member (each pass's own written back, so that the next
+/// one allocates ports beside them), and the clusters' Commands.
+struct Round {
+    nodes: Vec<Node>,
+    members: Vec<Member>,
+    commands: BTreeMap<String, Vec<Command>>,
+}
+
+impl Round {
+    fn of(controller: &AppClusterController) -> Round {
+        let mut commands: BTreeMap<String, Vec<Command>> = BTreeMap::new();
+        for command in controller.commands.list() {
+            if let Some(cluster) = command.metadata.annotations.get(commands::CLUSTER_ANNOTATION) {
+                commands.entry(cluster.clone()).or_default().push(command);
+            }
+        }
+        Round { nodes: controller.nodes.list(), members: controller.members.list(), commands }
+    }
+
+    /// Takes a pass's members as they now are.
+    fn keep(&mut self, members: &[Member]) {
+        for member in members {
+            match self.members.iter_mut().find(|m| m.metadata.name == member.metadata.name) {
+                Some(kept) => *kept = member.clone(),
+                None => self.members.push(member.clone()),
+            }
+        }
     }
 }
 
@@ -151,12 +186,18 @@ fn report_of<'a>(nodes: &'a [Node], member: &Member) -> Option<&'a herd_core::ap
 }
 
 impl AppClusterController {
-    /// One pass over `cluster`; true when something is in flight.
-    async fn pass(&self, cluster: &AppCluster, not_ready: &BTreeMap<String, Duration>) -> Result<bool, ObjectsError> {
+    /// One pass over `cluster`: whether something is in flight, and its
+    /// members as the pass left them.
+    async fn pass(
+        &self,
+        cluster: &AppCluster,
+        not_ready: &BTreeMap<String, Duration>,
+        round: &Round,
+    ) -> Result<(bool, Vec<Member>), ObjectsError> {
         let name = &cluster.metadata.name;
         let app = self.apps.get(&cluster.spec.app_ref);
-        let nodes = self.nodes.list();
-        let all_members = self.members.list();
+        let (nodes, all_members) = (&round.nodes, &round.members);
+        let commands = round.commands.get(name).cloned().unwrap_or_default();
         let members: Vec<Member> = all_members.iter().filter(|m| owned_by(m, cluster)).cloned().collect();
         let stored = members.iter().map(|m| (m.metadata.name.clone(), m.status.clone())).collect();
         let settings = cluster_config(&self.config).app_clusters;
@@ -164,8 +205,8 @@ impl AppClusterController {
             cluster,
             settings: &settings,
             app: app.as_ref().map(|a| &a.spec),
-            nodes: &nodes,
-            all_members: &all_members,
+            nodes,
+            all_members,
             members,
             busy: BTreeSet::new(),
             removed: BTreeSet::new(),
@@ -173,7 +214,7 @@ impl AppClusterController {
             unwritten: BTreeSet::new(),
             not_ready,
         };
-        let consumed = self.read_commands(&mut pass);
+        let consumed = Self::read_commands(&mut pass, commands);
         if let Some(app) = pass.app {
             self.check_members(&mut pass, app).await;
             self.recover_members(&mut pass, app).await?;
@@ -218,19 +259,13 @@ impl AppClusterController {
                 })
                 .await?;
         }
-        Ok(in_flight)
+        Ok((in_flight, pass.members))
     }
 
     /// Reads every settled Command of the cluster's members into their
     /// statuses; returns those read, with their member (deleted at the end
     /// of the pass). Members with an unsettled Command are busy.
-    fn read_commands(&self, pass: &mut Pass<'_>) -> Vec<(String, String)> {
-        let mut commands: Vec<Command> = self
-            .commands
-            .list()
-            .into_iter()
-            .filter(|c| c.metadata.annotations.get(commands::CLUSTER_ANNOTATION) == Some(&pass.cluster.metadata.name))
-            .collect();
+    fn read_commands(pass: &mut Pass<'_>, mut commands: Vec<Command>) -> Vec<(String, String)> {
         commands.sort_by_key(|c| c.metadata.creation_timestamp);
         let mut consumed = Consumed::default();
         let mut read = Vec::new();
