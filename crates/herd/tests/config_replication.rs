@@ -84,6 +84,14 @@ async fn only_candidates_keep_the_configuration_and_it_follows_every_change() {
     .await;
     agents.push(start_agent(&server.url, &dirs[2].1, "n3"));
 
+    settled(&admin, &dirs, &["n1", "n2"], 0).await;
+    // The joins are in the configuration once every node's address is.
+    eventually(Duration::from_secs(20), "every node in the copies", || async {
+        let copy = copy_of(&dirs[0].1)?;
+        let nodes = copy.objects.iter().filter(|o| o["kind"] == "Node" && o["status"]["address"].is_string()).count();
+        (nodes == 3).then_some(())
+    })
+    .await;
     let first = settled(&admin, &dirs, &["n1", "n2"], 0).await;
     let facts = facts_of(&dirs[2].1).unwrap();
     assert_eq!(facts.master_urls, std::slice::from_ref(&server.url), "the facts name where the leader serves");

@@ -82,8 +82,10 @@ impl Controller for CommandController {
     /// Command's failure is its own (logged); the pass goes on.
     async fn reconcile(&mut self) -> Result<Next, ObjectsError> {
         let settings = cluster_config(&self.config).commands;
+        // Only unsettled Commands need a look: the settled ones are not copied.
+        let unsettled = self.commands.map(|c| (!c.status.state_by_management.is_settled()).then(|| c.clone()));
         let (copies, others): (Vec<Command>, Vec<Command>) =
-            self.commands.list().into_iter().partition(|c| matches!(c.spec.action, Action::CopyVolume { .. }));
+            unsettled.into_iter().flatten().partition(|c| matches!(c.spec.action, Action::CopyVolume { .. }));
         for command in &others {
             self.look_at_logged(command).await;
         }

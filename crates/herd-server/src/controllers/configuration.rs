@@ -31,6 +31,9 @@ pub fn delta_key(serial: u64) -> String {
 
 /// How often the configuration is made again when nothing wakes the keeper.
 const PASS_INTERVAL: Duration = Duration::from_secs(2);
+/// At most one pass this often: a burst of Commands is one new serial, not
+/// one each (each pass reads every intent object).
+const MIN_GAP: Duration = Duration::from_millis(500);
 
 pub struct ConfigurationKeeper {
     pub objects: Objects,
@@ -42,6 +45,7 @@ pub struct ConfigurationKeeper {
     current: Option<Configuration>,
     facts: Option<Ssconf>,
     loaded: bool,
+    last_pass: Option<tokio::time::Instant>,
 }
 
 fn json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, ObjectsError> {
@@ -50,7 +54,7 @@ fn json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, ObjectsError> {
 
 impl ConfigurationKeeper {
     pub fn new(objects: Objects, master_url: String, term: u64) -> Self {
-        ConfigurationKeeper { objects, master_url, term, current: None, facts: None, loaded: false }
+        ConfigurationKeeper { objects, master_url, term, current: None, facts: None, loaded: false, last_pass: None }
     }
 
     async fn intent(&self) -> Result<Vec<Value>, ObjectsError> {
@@ -84,6 +88,10 @@ impl Controller for ConfigurationKeeper {
     async fn synced(&self) {}
 
     async fn reconcile(&mut self) -> Result<Next, ObjectsError> {
+        if let Some(last) = self.last_pass {
+            tokio::time::sleep(MIN_GAP.saturating_sub(last.elapsed())).await;
+        }
+        self.last_pass = Some(tokio::time::Instant::now());
         let store = self.objects.store().clone();
         if !self.loaded {
             let read = async |key: &str| store.get(key).await.map(|kv| kv.map(|kv| kv.value));
