@@ -47,14 +47,16 @@ async fn bytes_sent(admin: &Client) -> anyhow::Result<u64> {
 }
 
 async fn set_config(admin: &Client, change: impl Fn(&mut ClusterConfigSpec)) -> anyhow::Result<()> {
+    let mut last = None;
     for _ in 0..20 {
         let mut config = admin.get::<ClusterConfigSpec>(CLUSTER_CONFIG_NAME).await?;
         change(&mut config.spec);
-        if admin.update(&config).await.is_ok() {
-            return Ok(());
+        match admin.update(&config).await {
+            Ok(_) => return Ok(()),
+            Err(error) => last = Some(error),
         }
     }
-    anyhow::bail!("could not change the ClusterConfig")
+    anyhow::bail!("could not change the ClusterConfig: {last:?}")
 }
 
 /// Waits until `count` nodes are Ready, `candidates` of them candidates,

@@ -18,6 +18,9 @@ const MIN_PERIOD: Duration = Duration::from_millis(100);
 /// The one allowed name of the ClusterConfig object.
 pub const CLUSTER_CONFIG_NAME: &str = "cluster";
 
+/// The largest candidate pool a ClusterConfig may ask for.
+pub const MAX_CANDIDATE_POOL: u32 = 10_000;
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct ClusterConfigSpec {
@@ -326,10 +329,12 @@ impl Resource for ClusterConfigSpec {
     }
 
     fn validate_spec(&self, path: &FieldPath, errors: &mut ValidationErrors) {
-        if !(1..=100).contains(&self.candidate_pool_size) {
+        // Every node may be a candidate (Ganeti sets no bound); the bound
+        // only keeps a typo from meaning "all nodes" by accident.
+        if !(1..=MAX_CANDIDATE_POOL).contains(&self.candidate_pool_size) {
             errors.add(
                 &path.child("candidatePoolSize"),
-                format!("must be between 1 and 100, is {}", self.candidate_pool_size),
+                format!("must be between 1 and {MAX_CANDIDATE_POOL}, is {}", self.candidate_pool_size),
             );
         }
         self.leader_election.validate(&path.child("leaderElection"), errors);
