@@ -127,7 +127,7 @@ impl Heartbeat {
         while !stop.is_cancelled() {
             let started = Instant::now();
             if let Some(masters) = copies.take_new_masters() {
-                client.set_servers(crate::follow_first(masters, &servers));
+                client.set_servers(crate::servers_in_order(masters, &servers));
             }
             report.csr = certificate.request_if_due(SystemTime::now())?;
             let Some(creds) = credentials.clone() else {

@@ -140,11 +140,10 @@ fn trusting(client: Client, data_dir: &std::path::Path, given: &[herd_tls::CaHas
     client.with_trust(&herd_tls::Trust::Pinned(hashes)).map_err(AgentError::UntrustedServer)
 }
 
-/// The servers to try: the masters this node was last told of first, then
-/// the ones it was started with.
-pub fn follow_first(masters: Vec<String>, given: &[String]) -> Vec<String> {
-    let mut servers = masters;
-    for server in given {
+/// The servers to try, in order: `first`, then those of `then` not among them.
+pub fn servers_in_order(first: Vec<String>, then: &[String]) -> Vec<String> {
+    let mut servers = first;
+    for server in then {
         if !servers.contains(server) {
             servers.push(server.clone());
         }
@@ -172,7 +171,7 @@ pub async fn run(config: AgentConfig, stop: CancellationToken) -> Result<(), Age
     let copies = configuration::ConfigCopies::open(&data_dir);
     // The master it was last told of is tried once the given servers fail
     // (it may be one a failover started while this agent was down).
-    let servers = follow_first(config.servers.clone(), &copies.master_urls());
+    let servers = servers_in_order(config.servers.clone(), &copies.master_urls());
     let client = trusting(Client::new(servers.clone(), None), &data_dir, &config.ca_hashes)?;
     let identity = Identity {
         node_name: config.node_name.clone(),

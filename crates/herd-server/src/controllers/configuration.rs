@@ -88,8 +88,9 @@ impl Controller for ConfigurationKeeper {
     async fn synced(&self) {}
 
     async fn reconcile(&mut self) -> Result<Next, ObjectsError> {
-        if let Some(last) = self.last_pass {
-            tokio::time::sleep(MIN_GAP.saturating_sub(last.elapsed())).await;
+        // Not a sleep here: a leader stepping down must not wait for it.
+        if let Some(wait) = self.last_pass.map(|last| MIN_GAP.saturating_sub(last.elapsed())).filter(|w| !w.is_zero()) {
+            return Ok(Next::Requeue(wait));
         }
         self.last_pass = Some(tokio::time::Instant::now());
         let store = self.objects.store().clone();
