@@ -180,7 +180,7 @@ mod tests {
     use std::time::{Duration, SystemTime};
 
     fn entry(name: &str) -> Entry {
-        let now = Timestamp::from_system_time(SystemTime::now());
+        let now = crate::now();
         Entry {
             name: name.into(),
             uid: "u1".into(),

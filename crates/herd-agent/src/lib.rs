@@ -43,6 +43,11 @@ use std::time::Duration;
 use herd_client::{Client, ClientError};
 use tokio_util::sync::CancellationToken;
 
+/// The agent's wall clock, as journal entries, answers and member status carry it.
+pub(crate) fn now() -> herd_core::time::Timestamp {
+    herd_core::time::Timestamp::from_system_time(std::time::SystemTime::now())
+}
+
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(Clone, Debug)]

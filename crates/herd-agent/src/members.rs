@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use herd_core::Timestamp;
 use herd_core::api::{MemberReport, ReadinessReport};
@@ -108,10 +108,6 @@ pub struct Members {
     /// Told when what the heartbeat reports of members changed.
     changed: Arc<tokio::sync::Notify>,
     stop: CancellationToken,
-}
-
-fn now() -> Timestamp {
-    Timestamp::from_system_time(SystemTime::now())
 }
 
 impl Members {
@@ -262,7 +258,7 @@ impl Members {
         // A setup run belongs to the instance that ended.
         crate::setup::kill_setup(&dir);
         let instance_id = uuid::Uuid::now_v7().to_string();
-        let started_at = now();
+        let started_at = crate::now();
         if let Some(slot) = self.lock().get_mut(member) {
             slot.record.launching = Some(Launching { instance_id: instance_id.clone(), started_at });
         }
@@ -351,7 +347,7 @@ impl Members {
                 return;
             }
             // A member that ran a while and then died is not crash-looping.
-            let ran = slot.record.process.as_ref().map(|p| p.started_at.age(now())).unwrap_or_default();
+            let ran = slot.record.process.as_ref().map(|p| p.started_at.age(crate::now())).unwrap_or_default();
             if ran >= STABLE_RUN {
                 slot.record.short_runs = 0;
             }
@@ -691,7 +687,7 @@ mod tests {
         procs::signal_group(first_pid, libc::SIGKILL).unwrap();
         eventually("the first run died", || procs::start_ticks(first_pid).is_none()).await;
         let mut record = members.record("m1").unwrap();
-        let launching = Launching { instance_id: uuid::Uuid::now_v7().to_string(), started_at: now() };
+        let launching = Launching { instance_id: uuid::Uuid::now_v7().to_string(), started_at: crate::now() };
         record.launching = Some(launching.clone());
         write_atomic(&members.member_dir("m1").join("member.json"), &serde_json::to_vec(&record).unwrap(), 0o644)
             .unwrap();

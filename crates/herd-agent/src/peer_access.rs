@@ -10,16 +10,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 
 use axum::http::{HeaderMap, StatusCode};
-use herd_core::Timestamp;
 use herd_core::api::PeerRefusal;
 use herd_core::grant::{Access, Holder, Refusal, check};
 use herd_tls::ServingIdentity;
 use herd_tls::grant::{GRANT_HEADER, GrantVerifier};
 use tokio::sync::watch;
-
-fn now() -> Timestamp {
-    Timestamp::from_system_time(std::time::SystemTime::now())
-}
 
 /// The most refusals kept for the next heartbeat (the newest win).
 pub const KEPT_REFUSALS: usize = 64;
@@ -113,7 +108,7 @@ impl PeerAccess {
         let checked = shown
             .ok_or(Refusal::Missing)
             .and_then(|signed| verifier.verify(signed).map_err(|e| Refusal::Invalid(e.to_string())))
-            .and_then(|grant| check(&grant, caller, &self.0.node, &asked, now()));
+            .and_then(|grant| check(&grant, caller, &self.0.node, &asked, crate::now()));
         checked.map_err(|refusal| {
             let caller = caller.map_or("a caller without a cluster certificate".to_string(), Holder::to_string);
             let reason = refusal.to_string();
@@ -126,7 +121,7 @@ impl PeerAccess {
                     caller: caller.clone(),
                     asked: asked.to_string(),
                     reason: reason.clone(),
-                    at: now(),
+                    at: crate::now(),
                 });
             }
             (StatusCode::FORBIDDEN, format!("{caller} may not {asked} on node {}: {reason}", self.0.node))

@@ -7,9 +7,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Stdio;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use herd_core::Timestamp;
 use herd_core::api::ReadinessReport;
 use herd_core::kinds::app::{NamedPort, Probe, ReadinessCheck};
 use tokio::task::JoinSet;
@@ -73,12 +72,8 @@ pub async fn run(members: Members, stop: CancellationToken) {
             let (members, done) = (members.clone(), done_tx.clone());
             running.spawn(async move {
                 let (passing, detail) = probe(&members, &record, &check).await;
-                let report = ReadinessReport {
-                    instance_id: process.instance_id.clone(),
-                    passing,
-                    detail,
-                    at: Timestamp::from_system_time(SystemTime::now()),
-                };
+                let report =
+                    ReadinessReport { instance_id: process.instance_id.clone(), passing, detail, at: crate::now() };
                 members.set_readiness(&record.name, report);
                 let _ = done.send(record.name);
             });

@@ -14,15 +14,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use herd_client::{Client, ClientError};
-use herd_core::Timestamp;
 use herd_core::api::{AgentReport, CommandReport, JoinRequest, MemberReport, WatchEventType};
 use herd_core::kinds::{Action, AgentState, Answer, Command, ManagementState};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
-
-fn now() -> Timestamp {
-    Timestamp::from_system_time(std::time::SystemTime::now())
-}
 
 /// How long a failed call waits before it is tried again.
 const RETRY: Duration = Duration::from_secs(1);
@@ -75,7 +70,7 @@ impl SimNode {
             attempt: key.1,
             state: if answer.success { AgentState::Completed } else { AgentState::Failed },
             answer: Some(answer),
-            updated: now(),
+            updated: crate::now(),
             progress: BTreeMap::new(),
         };
         state.journal.insert(key, report);
@@ -101,7 +96,7 @@ fn carry_out(members: &mut BTreeMap<String, MemberReport>, action: &Action) -> A
                     wanted: true,
                     running: true,
                     instance_id: Some(instance.clone()),
-                    started_at: Some(now()),
+                    started_at: Some(crate::now()),
                     cluster: run.env.get("HERD_CLUSTER").cloned(),
                     setup_status: kept.setup_status,
                     ..MemberReport::default()
@@ -160,7 +155,7 @@ async fn life(node: Arc<SimNode>, config: SimConfig, stop: CancellationToken) {
         // A simulated member passes its readiness check while it runs.
         for member in state.members.values_mut() {
             member.readiness = member.instance_id.clone().filter(|_| member.running).map(|instance_id| {
-                herd_core::api::ReadinessReport { instance_id, passing: true, detail: String::new(), at: now() }
+                herd_core::api::ReadinessReport { instance_id, passing: true, detail: String::new(), at: crate::now() }
             });
         }
         AgentReport {

@@ -179,6 +179,13 @@ async fn heartbeat_node(
     Ok(node)
 }
 
+/// A heartbeat's answer, and how many bytes of configuration (documents
+/// and deltas, as stored) it carries.
+pub struct Heartbeat {
+    pub response: HeartbeatResponse,
+    pub configuration_bytes: usize,
+}
+
 /// A heartbeat: the node's status, then the reports on its Commands (a
 /// report on another node's Command refuses the heartbeat, changing nothing).
 pub async fn heartbeat(
@@ -188,7 +195,7 @@ pub async fn heartbeat(
     certificates: &crate::tls::NodeCertificates,
     name: &str,
     report: AgentReport,
-) -> Result<HeartbeatResponse, ApiError> {
+) -> Result<Heartbeat, ApiError> {
     let foreign = crate::commands::foreign_report(objects, name, &report.commands).await?;
     if let Some(refusal) = foreign {
         return Err(refusal);
@@ -203,7 +210,7 @@ pub async fn heartbeat(
     }
     let acknowledged = crate::commands::record_reports(objects, events, name, &report.commands).await?;
     let configuration = configuration_for(objects, &node, &report).await?;
-    Ok(HeartbeatResponse {
+    let response = HeartbeatResponse {
         heartbeat_period: cluster_config(config).heartbeat_period,
         grant_key: certificates.grant_key.clone(),
         acknowledged,
@@ -213,7 +220,8 @@ pub async fn heartbeat(
         configuration_deltas: configuration.deltas,
         drop_configuration: configuration.drop_configuration,
         superseded: false,
-    })
+    };
+    Ok(Heartbeat { response, configuration_bytes: configuration.bytes })
 }
 
 /// What a heartbeat answer carries of the configuration: the small facts
@@ -226,6 +234,7 @@ struct ConfigurationAnswer {
     configuration: Option<Configuration>,
     deltas: Vec<Delta>,
     drop_configuration: bool,
+    bytes: usize,
 }
 
 async fn configuration_for(
@@ -236,8 +245,13 @@ async fn configuration_for(
     use crate::controllers::configuration::{DOCUMENT_KEY, FACTS_KEY, KEPT_DELTAS, delta_key};
     let store = objects.store();
     let damaged = |key: &str, e: serde_json::Error| ApiError::Internal(format!("{key} is damaged: {e}"));
-    let mut answer =
-        ConfigurationAnswer { ssconf: None, configuration: None, deltas: Vec::new(), drop_configuration: false };
+    let mut answer = ConfigurationAnswer {
+        ssconf: None,
+        configuration: None,
+        deltas: Vec::new(),
+        drop_configuration: false,
+        bytes: 0,
+    };
     let Some(facts) = store.get(FACTS_KEY).await? else { return Ok(answer) };
     let ssconf: Ssconf = serde_json::from_slice(&facts.value).map_err(|e| damaged(FACTS_KEY, e))?;
     let serial = ssconf.serial;
@@ -251,9 +265,13 @@ async fn configuration_for(
         for next in held + 1..=serial {
             let key = delta_key(next);
             match store.get(&key).await? {
-                Some(kv) => answer.deltas.push(serde_json::from_slice(&kv.value).map_err(|e| damaged(&key, e))?),
+                Some(kv) => {
+                    answer.deltas.push(serde_json::from_slice(&kv.value).map_err(|e| damaged(&key, e))?);
+                    answer.bytes += kv.value.len();
+                }
                 None => {
                     answer.deltas.clear();
+                    answer.bytes = 0;
                     break;
                 }
             }
@@ -264,6 +282,7 @@ async fn configuration_for(
     }
     if let Some(document) = store.get(DOCUMENT_KEY).await? {
         answer.configuration = Some(serde_json::from_slice(&document.value).map_err(|e| damaged(DOCUMENT_KEY, e))?);
+        answer.bytes = document.value.len();
     }
     Ok(answer)
 }

@@ -7,30 +7,14 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use common::apps::{Nodes, configured, instance, kill9, list_members, nodes, pid_of};
+use common::apps::{Nodes, configured, example, instance, kill9, list_members, nodes, pid_of, require};
 use common::cluster::cli;
 use common::eventually;
 use herd_core::kinds::{Member, MemberSpec, MemberState};
-
-fn example(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/apps").join(name)
-}
-
-/// The tools the examples run; CI installs them (`.ci/run`), so a missing
-/// one fails the test.
-fn require(programs: &[&str]) {
-    for program in programs {
-        let found = Command::new("sh").args(["-c", &format!("command -v {program}")]).output().unwrap();
-        assert!(
-            found.status.success(),
-            "{program} is missing: apt-get install -y etcd-server etcd-client redis-server"
-        );
-    }
-}
 
 fn apply(nodes: &Nodes, path: &Path) {
     let out = cli(&nodes.server, &["apply", "-f", path.to_str().unwrap()]);

@@ -14,21 +14,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use common::apps::{example, require};
 use common::cluster::{cli, quick_heartbeats};
 use common::{ADMIN_TOKEN, MemberReaper, Proc, TestServer, eventually, start_agent};
 use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
 use herd_core::kinds::{AppClusterSpec, ClusterConfigSpec, MemberSpec, MemberState, NodeRole, NodeSpec, ReplicaState};
-
-fn example(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/apps").join(name)
-}
-
-fn require(programs: &[&str]) {
-    for program in programs {
-        let found = std::process::Command::new("sh").args(["-c", &format!("command -v {program}")]).output().unwrap();
-        assert!(found.status.success(), "{program} is not installed: .ci/run installs it (etcd-server, etcd-client)");
-    }
-}
 
 /// `herd cluster master-failover` on node `node`, its new store in `dir`.
 fn failover(dir: &Path, node: &str, agent_dir: &Path) -> std::process::Command {

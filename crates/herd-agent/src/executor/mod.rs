@@ -29,10 +29,6 @@ mod abandon;
 mod migrate;
 mod volumes;
 
-fn now() -> Timestamp {
-    Timestamp::from_system_time(SystemTime::now())
-}
-
 fn answer(success: bool, message: impl Into<String>, details: BTreeMap<String, String>) -> Answer {
     Answer { success, message: message.into(), details }
 }
@@ -123,7 +119,7 @@ impl Executor {
             if recovered != entry.state {
                 tracing::warn!(command = %entry.name, attempt = entry.attempt, from = ?entry.state, to = ?recovered, "recovered an unfinished command");
                 entry.state = recovered;
-                entry.updated = now();
+                entry.updated = crate::now();
                 if let (Backend::Finished { .. }, Some(worker)) = (backend, &entry.worker) {
                     entry.answer = crate::worker::read_result(&worker.result);
                 } else if recovered == AgentState::Interrupted {
@@ -216,7 +212,7 @@ impl Executor {
         if self.lock().contains_key(&key) {
             return;
         }
-        let started = now();
+        let started = crate::now();
         let deadline = Timestamp::from_system_time(SystemTime::now() + command.spec.timeout());
         let mut entry = Entry {
             name: key.0.clone(),
@@ -336,7 +332,7 @@ impl Executor {
     /// Moves an entry and writes it; an error when the journal refused the
     /// move or could not write it.
     fn advance_journaled(&self, entry: &mut Entry, to: AgentState, answer: Option<Answer>) -> Result<(), JournalError> {
-        if let Err(error) = self.journal.advance(entry, to, answer, now()) {
+        if let Err(error) = self.journal.advance(entry, to, answer, crate::now()) {
             tracing::error!(%error, "journal");
             return Err(error);
         }
@@ -487,7 +483,7 @@ mod tests {
         let mut command = Command::new(name, CommandSpec { node: "n1".into(), timeout: None, action });
         command.metadata.uid = Some(format!("uid-{name}"));
         command.status = CommandStatus {
-            issued: Some(Issue { term, attempt: 1, at: now(), peers: BTreeMap::new(), grants: Vec::new() }),
+            issued: Some(Issue { term, attempt: 1, at: crate::now(), peers: BTreeMap::new(), grants: Vec::new() }),
             ..Default::default()
         };
         command

@@ -14,7 +14,7 @@ use herd_client::PeerClient;
 use herd_core::kinds::{AgentState, Answer};
 use herd_tls::ServingIdentity;
 
-use super::{Executor, Failure, answer, now};
+use super::{Executor, Failure, answer};
 use crate::fsutil::write_atomic;
 use crate::journal::{Entry, WorkerRef};
 use crate::procs;
@@ -148,7 +148,7 @@ impl Executor {
             // (and reported even when the disk cannot take it).
             entry.state = state;
             entry.answer = Some(answer);
-            entry.updated = now();
+            entry.updated = crate::now();
             if let Err(error) = self.journal.write(&entry) {
                 tracing::error!(%error, "journal");
             }

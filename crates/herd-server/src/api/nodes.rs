@@ -98,7 +98,7 @@ pub async fn heartbeat(
     caller.may(Verb::Heartbeat, "nodes", Some(&name))?;
     let report: AgentReport = parse_body(&body, "Node", &name)?;
     let certificates = &state.node_certificates;
-    let mut answer =
+    let crate::nodes::Heartbeat { response: mut answer, mut configuration_bytes } =
         crate::nodes::heartbeat(&state.objects, &state.config, &state.events, certificates, &name, report).await?;
     if let Some(superseded) = state.supersession.as_ref().and_then(|s| s.superseded()) {
         // A superseded master tells the node where the master is now, and
@@ -110,9 +110,8 @@ pub async fn heartbeat(
         answer.configuration_deltas.clear();
         answer.drop_configuration = false;
         answer.superseded = true;
+        configuration_bytes = 0;
     }
-    let sent = answer.configuration.as_ref().map_or(0, |c| serde_json::to_vec(c).map_or(0, |b| b.len()))
-        + answer.configuration_deltas.iter().map(|d| serde_json::to_vec(d).map_or(0, |b| b.len())).sum::<usize>();
-    state.metrics.configuration_bytes_sent.fetch_add(sent as u64, std::sync::atomic::Ordering::Relaxed);
+    state.metrics.configuration_bytes_sent.fetch_add(configuration_bytes as u64, std::sync::atomic::Ordering::Relaxed);
     Ok(Json(answer))
 }

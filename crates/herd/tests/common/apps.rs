@@ -137,3 +137,20 @@ pub async fn pid_of(server: &TestServer, member: &Member) -> u32 {
     let node = server.admin().get::<NodeSpec>(member.spec.node.as_deref().unwrap()).await.unwrap();
     node.status.members.iter().find(|r| r.name == member.metadata.name).and_then(|r| r.pid).unwrap()
 }
+
+/// An example under `examples/apps/`.
+pub fn example(name: &str) -> PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/apps").join(name)
+}
+
+/// The tools the examples run; CI installs them (`.ci/run`), so a missing
+/// one fails the test.
+pub fn require(programs: &[&str]) {
+    for program in programs {
+        let found = std::process::Command::new("sh").args(["-c", &format!("command -v {program}")]).output().unwrap();
+        assert!(
+            found.status.success(),
+            "{program} is missing: apt-get install -y etcd-server etcd-client redis-server"
+        );
+    }
+}
