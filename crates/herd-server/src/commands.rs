@@ -7,6 +7,8 @@ use herd_core::kinds::{Command, CommandSpec, EventType, ManagementState, NodeRol
 
 use crate::error::ApiError;
 use crate::events::EventRecorder;
+use herd_store::{Compare, Revision, Txn};
+
 use crate::objects::{Guard, Objects, ObjectsError, Part, now};
 
 /// The refusal for a report on another node's Command, if there is one.
@@ -93,17 +95,44 @@ async fn tell_outcome(events: &EventRecorder, command: &Command, before: Managem
     events.record(command, EventType::Warning, reason, message).await;
 }
 
-/// Stands for the set of unsettled Commands' holds: every Command created
-/// moves it, so two creations checked against the same holds cannot both land.
-const HOLDS_GUARD: &str = "/guards/command-holds";
+/// Each member's hold list: the Commands created for it that may still
+/// hold it. Every Command created is added to its member's list in the
+/// same transaction (which moves the list's revision), so two creations
+/// checked against the same list cannot both land; a creation drops the
+/// settled and deleted ones. A Command holds only its own member, so
+/// creations for different members never wait for each other.
+const HOLDS_PREFIX: &str = "/guards/command-holds/";
 
-/// How many times a creation is checked again when another one landed
-/// between its check and its write.
+/// The single guard of stores written before the per-member lists.
+const LEGACY_HOLDS_GUARD: &str = "/guards/command-holds";
+
+fn holds_key(member: &str) -> String {
+    format!("{HOLDS_PREFIX}{member}")
+}
+
+/// How many times a creation is checked again when another one for the
+/// same member landed between its check and its write.
 const ADMIT_ATTEMPTS: usize = 8;
+
+/// A member's hold list as stored: its revision and the Commands it names
+/// that still exist.
+async fn hold_list(objects: &Objects, member: &str) -> Result<(Option<Revision>, Vec<Command>), ObjectsError> {
+    let key = holds_key(member);
+    let Some(kv) = objects.store().get(&key).await? else { return Ok((None, Vec::new())) };
+    let names: Vec<String> =
+        serde_json::from_slice(&kv.value).map_err(|e| ObjectsError::Corrupt { key, reason: e.to_string() })?;
+    let mut listed = Vec::with_capacity(names.len());
+    for name in names {
+        if let Some(command) = objects.get::<CommandSpec>(&name).await? {
+            listed.push(command);
+        }
+    }
+    Ok((Some(kv.mod_revision), listed))
+}
 
 /// Admits and creates a Command: it carries its node's label, and nothing
 /// it would hold is held by an unsettled Command (the 409 names it). The
-/// check and the create are one transaction, through [`HOLDS_GUARD`].
+/// check and the create are one transaction, through its member's hold list.
 pub async fn create(objects: &Objects, command: Command, dry_run: bool) -> Result<Command, ObjectsError> {
     for node in command.spec.nodes() {
         if objects.get::<NodeSpec>(node).await?.is_some_and(|n| n.spec.role == NodeRole::Offline) {
@@ -112,33 +141,62 @@ pub async fn create(objects: &Objects, command: Command, dry_run: bool) -> Resul
             )));
         }
     }
+    let member = command.spec.action.member().to_string();
     for _ in 0..ADMIT_ATTEMPTS {
-        let revision = objects.store().get(HOLDS_GUARD).await?.map(|kv| kv.mod_revision);
-        // Only a Command naming one of these members can hold what this
-        // one would: the others are not decoded.
-        let members: Vec<Vec<u8>> = command
-            .spec
-            .action
-            .holds(&command.spec.node)
-            .iter()
-            .map(|h| serde_json::to_vec(&h.member).unwrap_or_default())
-            .collect();
-        let mentions = |bytes: &[u8]| members.iter().any(|m| bytes.windows(m.len()).any(|w| w == m.as_slice()));
-        let (others, _) = objects.list_where::<CommandSpec>(mentions).await?;
-        check_holds(&command, &others)?;
+        let (revision, listed) = hold_list(objects, &member).await?;
+        check_holds(&command, &listed)?;
         if dry_run {
             return objects.create(command, false, true).await;
         }
-        let guard = Guard { key: HOLDS_GUARD.into(), revision };
+        let mut still: Vec<&str> = listed
+            .iter()
+            .filter(|c| !c.status.state_by_management.is_settled() && c.metadata.name != command.metadata.name)
+            .map(|c| c.metadata.name.as_str())
+            .collect();
+        still.push(&command.metadata.name);
+        let value = serde_json::to_vec(&still).unwrap_or_default();
+        let guard = Guard { key: holds_key(&member), revision, value };
         match objects.create_guarded(command.clone(), &guard).await {
             Err(ObjectsError::GuardMoved { .. }) => continue,
             other => return other,
         }
     }
     Err(ObjectsError::Held(format!(
-        "commands kept being created meanwhile; command {} was not created: try again",
+        "commands for member {member} kept being created meanwhile; command {} was not created: try again",
         command.metadata.name
     )))
+}
+
+/// Deletes a gone member's hold list once nothing it names holds it (a
+/// creation that lands meanwhile keeps it: the delete compares revisions).
+pub async fn forget_holds(objects: &Objects, member: &str) -> Result<(), ObjectsError> {
+    let (Some(revision), listed) = hold_list(objects, member).await? else { return Ok(()) };
+    if listed.iter().any(|c| !c.status.state_by_management.is_settled()) {
+        return Ok(());
+    }
+    let txn = Txn::new().when(Compare::ModRevision { key: holds_key(member), revision }).delete(holds_key(member));
+    objects.store().txn(txn).await?;
+    Ok(())
+}
+
+/// Moves a store from the single guard to per-member hold lists (once, at
+/// startup): every unsettled Command is listed under its member, in the
+/// same transaction that deletes the old guard.
+pub async fn index_legacy_holds(objects: &Objects) -> Result<(), ObjectsError> {
+    let Some(legacy) = objects.store().get(LEGACY_HOLDS_GUARD).await? else { return Ok(()) };
+    let (commands, _) = objects.list_where::<CommandSpec>(|_| true).await?;
+    let mut lists: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+    for command in commands.iter().filter(|c| !c.status.state_by_management.is_settled()) {
+        lists.entry(command.spec.action.member()).or_default().push(&command.metadata.name);
+    }
+    let mut txn = Txn::new()
+        .when(Compare::ModRevision { key: LEGACY_HOLDS_GUARD.into(), revision: legacy.mod_revision })
+        .delete(LEGACY_HOLDS_GUARD);
+    for (member, names) in lists {
+        txn = txn.put(holds_key(member), serde_json::to_vec(&names).unwrap_or_default());
+    }
+    objects.store().txn(txn).await?;
+    Ok(())
 }
 
 /// Refuses `command` when an unsettled other Command holds what it would.

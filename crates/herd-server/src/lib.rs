@@ -133,6 +133,7 @@ impl Server {
             restore::seed(&store, restore).await?;
         }
         ensure_cluster_config(&objects).await?;
+        commands::index_legacy_holds(&objects).await.map_err(ApiError::from)?;
 
         let shutdown = CancellationToken::new();
         // Serve only with the settings in hand: heartbeat answers carry them.

@@ -106,6 +106,8 @@ pub struct Guard {
     pub key: String,
     /// As read before the check (None: absent).
     pub revision: Option<Revision>,
+    /// What the key holds after the write.
+    pub value: Vec<u8>,
 }
 
 /// A leader's fence. Leader-only code writes through [`Objects::fenced`]:
@@ -198,7 +200,8 @@ impl Objects {
         if let Some((fence, _)) = &self.fence {
             txn = txn.when(Compare::ModRevision { key: fence.key.clone(), revision: fence.revision });
         }
-        txn.ops = guard.map(|g| Op::Put { key: g.key.clone(), value: Vec::new() }).into_iter().chain(ops).collect();
+        txn.ops =
+            guard.map(|g| Op::Put { key: g.key.clone(), value: g.value.clone() }).into_iter().chain(ops).collect();
         txn.ops.push(last);
         let (failed, actual) = match self.store.txn(txn).await.map_err(|e| ObjectsError::from_store(kind, name, e))? {
             TxnOutcome::Committed { revision } => return Ok(revision),

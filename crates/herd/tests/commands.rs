@@ -457,3 +457,41 @@ async fn of_commands_created_at_once_on_one_member_exactly_one_is_admitted() {
     assert_eq!(admitted, 1, "one Command holds the volume; the others were refused");
     assert_eq!(server.admin().list::<CommandSpec>("").await.unwrap().len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn commands_for_different_members_created_at_once_are_all_admitted() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(&dir.path().join("server"));
+    let creations = (0..40).map(|i| {
+        let admin = server.admin();
+        tokio::spawn(async move {
+            let action = Action::DeleteVolume { member: format!("m{i}"), volume: "data".into() };
+            admin.create(&command(&format!("each-{i}"), "ghost", action)).await
+        })
+    });
+    for outcome in futures_util::future::join_all(creations).await {
+        outcome.unwrap().expect("a Command on a member of its own is admitted");
+    }
+    assert_eq!(server.admin().list::<CommandSpec>("").await.unwrap().len(), 40);
+}
+
+/// A store from before the per-member hold lists: its one guard key is
+/// replaced at startup by lists naming the unsettled Commands.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unsettled_command_from_a_store_with_the_old_single_guard_still_holds_its_member() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("server");
+    let server = TestServer::start(&data_dir);
+    let action = || Action::DeleteVolume { member: "m1".into(), volume: "data".into() };
+    server.admin().create(&command("first", "ghost", action())).await.unwrap();
+    drop(server);
+    {
+        let store = herd_store::Store::open(&data_dir.join("herd.db").display().to_string()).await.unwrap();
+        let old = herd_store::Txn::new().delete("/guards/command-holds/m1").put("/guards/command-holds", Vec::new());
+        store.txn(old).await.unwrap();
+    }
+    let server = TestServer::start(&data_dir);
+    let second = server.admin().create(&command("second", "ghost", action())).await;
+    let error = second.expect_err("m1 is held by the first Command");
+    assert!(error.to_string().contains("is held by command first"), "{error}");
+}

@@ -12,6 +12,8 @@
 //! the same name) are removed from their nodes and deleted.
 
 mod commands;
+mod issuing;
+mod placing;
 mod recovery;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -28,10 +30,11 @@ use herd_core::member_check::{Restart, Seen, check_member};
 use herd_core::member_sync::{MemberFacts, Step, command_due, member_sync};
 use herd_core::meta::OwnerReference;
 use herd_core::notifies::{Change, notify_due, notify_script, queue_notifies};
-use herd_core::placement::{Placement, allocate_ports, node_host, place};
 use herd_core::role_sync::{MemberChange, role_sync};
 
 use self::commands::{Consumed, Purpose, command_for, consume, member_of, member_run};
+use self::issuing::Issue;
+use self::placing::PortBook;
 use crate::change_clock::ChangeClock;
 use crate::controllers::runtime::{Controller, Next};
 use crate::events::EventRecorder;
@@ -43,6 +46,9 @@ use crate::reflector::Reflector;
 const BUSY_REQUEUE: Duration = Duration::from_millis(500);
 /// How often a quiet one is (KubeDirector requeues every 30 s).
 const QUIET_REQUEUE: Duration = Duration::from_secs(10);
+/// How many clusters' passes run side by side: their writes meet in the
+/// store's group commits.
+const PARALLEL_PASSES: usize = 32;
 
 pub struct AppClusterController {
     objects: Objects,
@@ -99,15 +105,20 @@ impl Controller for AppClusterController {
     /// A pass over every cluster; one cluster's failure is logged and the
     /// others go on, except a lost leadership, which ends the pass.
     async fn reconcile(&mut self) -> Result<Next, ObjectsError> {
+        use futures_util::stream::{self, StreamExt};
         let mut busy = false;
         let not_ready = self.not_ready_for();
-        let mut round = Round::of(self);
-        for cluster in self.clusters.list() {
-            match self.pass(&cluster, &not_ready, &round).await {
-                Ok((in_flight, members)) => {
-                    busy |= in_flight;
-                    round.keep(&members);
-                }
+        let round = Round::of(self);
+        let clusters = self.clusters.list();
+        let (this, not_ready, round) = (&*self, &not_ready, &round);
+        let passes: Vec<_> = clusters
+            .iter()
+            .map(|cluster| async move { (cluster, this.pass(cluster, not_ready, round).await) })
+            .collect();
+        let passes = stream::iter(passes).buffer_unordered(PARALLEL_PASSES).collect::<Vec<_>>().await;
+        for (cluster, outcome) in passes {
+            match outcome {
+                Ok(in_flight) => busy |= in_flight,
                 Err(fenced @ ObjectsError::Fenced { .. }) => return Err(fenced),
                 Err(error) => {
                     busy = true;
@@ -123,12 +134,13 @@ impl Controller for AppClusterController {
 }
 
 /// What one round over every cluster reads from the caches, once: the
-/// nodes, every member (each pass's own written back, so that the next
-/// one allocates ports beside them), and the clusters' Commands.
+/// nodes, every member, and the clusters' Commands; and the ports its
+/// passes bind, which the members read do not show.
 struct Round {
     nodes: Vec<Node>,
     members: Vec<Member>,
     commands: BTreeMap<String, Vec<Command>>,
+    ports: PortBook,
 }
 
 impl Round {
@@ -139,17 +151,8 @@ impl Round {
                 commands.entry(cluster.clone()).or_default().push(command);
             }
         }
-        Round { nodes: controller.nodes.list(), members: controller.members.list(), commands }
-    }
-
-    /// Takes a pass's members as they now are.
-    fn keep(&mut self, members: &[Member]) {
-        for member in members {
-            match self.members.iter_mut().find(|m| m.metadata.name == member.metadata.name) {
-                Some(kept) => *kept = member.clone(),
-                None => self.members.push(member.clone()),
-            }
-        }
+        let (nodes, members) = (controller.nodes.list(), controller.members.list());
+        Round { nodes, members, commands, ports: PortBook::default() }
     }
 }
 
@@ -161,6 +164,8 @@ struct Pass<'a> {
     nodes: &'a [Node],
     /// Every member of every cluster (ports are allocated per node).
     all_members: &'a [Member],
+    /// The ports passes beside this one bound.
+    ports: &'a PortBook,
     /// This cluster's members as they are being changed.
     members: Vec<Member>,
     /// Members with an unsettled Command.
@@ -186,14 +191,13 @@ fn report_of<'a>(nodes: &'a [Node], member: &Member) -> Option<&'a herd_core::ap
 }
 
 impl AppClusterController {
-    /// One pass over `cluster`: whether something is in flight, and its
-    /// members as the pass left them.
+    /// One pass over `cluster`: whether something is in flight.
     async fn pass(
         &self,
         cluster: &AppCluster,
         not_ready: &BTreeMap<String, Duration>,
         round: &Round,
-    ) -> Result<(bool, Vec<Member>), ObjectsError> {
+    ) -> Result<bool, ObjectsError> {
         let name = &cluster.metadata.name;
         let app = self.apps.get(&cluster.spec.app_ref);
         let (nodes, all_members) = (&round.nodes, &round.members);
@@ -207,6 +211,7 @@ impl AppClusterController {
             app: app.as_ref().map(|a| &a.spec),
             nodes,
             all_members,
+            ports: &round.ports,
             members,
             busy: BTreeSet::new(),
             removed: BTreeSet::new(),
@@ -229,17 +234,16 @@ impl AppClusterController {
             });
         // A member whose cached copy was stale is done again by the next
         // pass (its cache catching up wakes it); the others' go in.
-        for i in 0..pass.members.len() {
-            self.write_status(&mut pass, i).await?;
-        }
+        let everyone = 0..pass.members.len();
+        self.write_statuses(&mut pass, everyone).await?;
         let unwritten = pass.unwritten;
         in_flight |= !unwritten.is_empty();
         // Outcomes are deleted only once the statuses that recorded them are written.
-        for (member, command) in consumed {
-            if !unwritten.contains(&member) {
-                self.objects.delete_if_present::<CommandSpec>(&command).await?;
-            }
-        }
+        let deletes = consumed
+            .iter()
+            .filter(|(member, _)| !unwritten.contains(member))
+            .map(|(_, command)| self.objects.delete_if_present::<CommandSpec>(command));
+        futures_util::future::try_join_all(deletes).await?;
         let status = match pass.app {
             Some(_) => cluster_status(&cluster.spec, cluster.metadata.generation, &pass.members),
             None => herd_core::kinds::AppClusterStatus {
@@ -259,7 +263,7 @@ impl AppClusterController {
                 })
                 .await?;
         }
-        Ok((in_flight, pass.members))
+        Ok(in_flight)
     }
 
     /// Reads every settled Command of the cluster's members into their
@@ -317,6 +321,7 @@ impl AppClusterController {
     /// Creates the members the spec asks for and sends away the surplus.
     async fn sync_roles(&self, pass: &mut Pass<'_>) -> Result<(), ObjectsError> {
         let cluster = pass.cluster;
+        let mut creations = Vec::new();
         for change in role_sync(&cluster.metadata.name, &cluster.spec, &pass.members) {
             match change {
                 MemberChange::Create { name, role, index } => {
@@ -334,12 +339,7 @@ impl AppClusterController {
                         name: cluster.metadata.name.clone(),
                         uid: cluster.metadata.uid.clone().unwrap_or_default(),
                     });
-                    match self.objects.create(member, true, false).await {
-                        Ok(created) => pass.members.push(created),
-                        // Created by an earlier pass whose cache had not seen it.
-                        Err(ObjectsError::AlreadyExists { .. }) => {}
-                        Err(error) => return Err(error),
-                    }
+                    creations.push(self.objects.create(member, true, false));
                 }
                 MemberChange::MarkDeletePending { name } => {
                     if let Some(member) = pass.members.iter_mut().find(|m| m.metadata.name == name) {
@@ -353,6 +353,14 @@ impl AppClusterController {
                 }
             }
         }
+        for created in futures_util::future::join_all(creations).await {
+            match created {
+                Ok(created) => pass.members.push(created),
+                // Created by an earlier pass whose cache had not seen it.
+                Err(ObjectsError::AlreadyExists { .. }) => {}
+                Err(error) => return Err(error),
+            }
+        }
         Ok(())
     }
 
@@ -361,59 +369,54 @@ impl AppClusterController {
         let generation = pass.cluster.metadata.generation;
         let (mut joined, mut leaving) = (Vec::new(), Vec::new());
         let mut forgotten = BTreeSet::new();
-        // The same for every member; made again only after a placement.
-        let mut topology_cache: Option<String> = None;
+        self.place_all(pass, app).await?;
+        let topology = herd_core::configmeta::topology(pass.cluster, &pass.members, pass.nodes);
+        let mut issues = Vec::new();
+        let mut configured = Vec::new();
         for i in 0..pass.members.len() {
             let Some(app_role) = app.role(&pass.members[i].spec.role) else { continue };
-            // Placing is one step and starting the next: let both happen now.
-            for _ in 0..2 {
-                let member = &pass.members[i];
-                let was_configured = member.status.was_configured();
-                let report = report_of(pass.nodes, member).cloned();
-                let topology = topology_cache
-                    .get_or_insert_with(|| herd_core::configmeta::topology(pass.cluster, &pass.members, pass.nodes))
-                    .clone();
-                let facts = MemberFacts {
-                    generation,
-                    bound: member.spec.node.is_some(),
-                    report: report.as_ref(),
-                    has_setup: app_role.setup.is_some(),
-                    persistent: app_role.run.volumes.iter().any(|v| v.persistent),
-                    busy: pass.busy.contains(&member.metadata.name),
-                    removed: pass.removed.contains(&member.metadata.name),
-                    topology: Some(topology.as_str()),
-                };
-                let member = &mut pass.members[i];
-                let step = member_sync(&mut member.status, &facts);
-                if !was_configured && member.status.state == MemberState::Configured {
-                    joined.push((member.spec.role.clone(), member.metadata.name.clone()));
-                    let message = format!(
-                        "configured as instance {}",
-                        member.status.state_detail.last_configured_instance.as_deref().unwrap_or("?")
-                    );
-                    self.events.record(member, EventType::Normal, "MemberConfigured", message).await;
-                }
-                match step {
-                    Step::Place => {
-                        if self.place(pass, i, app_role).await? {
-                            topology_cache = None;
-                            continue;
-                        }
+            let member = &pass.members[i];
+            let was_configured = member.status.was_configured();
+            let report = report_of(pass.nodes, member).cloned();
+            let facts = MemberFacts {
+                generation,
+                bound: member.spec.node.is_some(),
+                report: report.as_ref(),
+                has_setup: app_role.setup.is_some(),
+                persistent: app_role.run.volumes.iter().any(|v| v.persistent),
+                busy: pass.busy.contains(&member.metadata.name),
+                removed: pass.removed.contains(&member.metadata.name),
+                topology: Some(topology.as_str()),
+            };
+            let member = &mut pass.members[i];
+            let step = member_sync(&mut member.status, &facts);
+            if !was_configured && member.status.state == MemberState::Configured {
+                joined.push((member.spec.role.clone(), member.metadata.name.clone()));
+                configured.push(i);
+            }
+            match step {
+                // Placed by `place_all`, or by a later pass.
+                Step::Place | Step::Wait => {}
+                Step::Forget { announce } => {
+                    if announce {
+                        leaving.push((member.spec.role.clone(), member.metadata.name.clone()));
                     }
-                    Step::Forget { announce } => {
-                        if announce {
-                            leaving.push((member.spec.role.clone(), member.metadata.name.clone()));
-                        }
-                        forgotten.insert(member.metadata.name.clone());
-                    }
-                    Step::Wait => {}
-                    Step::Start | Step::Configure { .. } | Step::Remove => self.issue(pass, i, app, step).await?,
+                    forgotten.insert(member.metadata.name.clone());
                 }
-                break;
+                Step::Start | Step::Configure { .. } | Step::Remove => issues.extend(Self::issue(pass, i, app, step)),
             }
         }
+        self.issue_all(pass, issues).await?;
+        let events = configured.iter().map(|&i| {
+            let member = &pass.members[i];
+            let instance = member.status.state_detail.last_configured_instance.as_deref().unwrap_or("?");
+            let message = format!("configured as instance {instance}");
+            self.events.record(member, EventType::Normal, "MemberConfigured", message)
+        });
+        futures_util::future::join_all(events).await;
         for name in &forgotten {
             self.objects.delete_if_present::<MemberSpec>(name).await?;
+            crate::commands::forget_holds(&self.objects, name).await?;
         }
         pass.members.retain(|m| !forgotten.contains(&m.metadata.name));
         let now = now();
@@ -422,73 +425,13 @@ impl AppClusterController {
         Ok(())
     }
 
-    /// Binds member `i` to a node with its ports (written before anything
-    /// is started there); true when it was bound.
-    async fn place(
-        &self,
-        pass: &mut Pass<'_>,
-        i: usize,
-        app_role: &herd_core::kinds::app::AppRole,
-    ) -> Result<bool, ObjectsError> {
-        let member = &pass.members[i];
-        let selector = pass.cluster.spec.role(&member.spec.role).map(|r| r.node_selector.clone()).unwrap_or_default();
-        let peers: Vec<Member> = pass.members.iter().filter(|m| m.spec.role == member.spec.role).cloned().collect();
-        let node = match place(member, &selector, app_role.placement.spread, pass.nodes, &peers) {
-            Placement::Bound(node) => node,
-            Placement::Unplaceable(why) => {
-                if pass.members[i].status.reason.as_deref() != Some(why.as_str()) {
-                    self.events.record(&pass.members[i], EventType::Warning, "Unplaceable", why.clone()).await;
-                    pass.members[i].status.reason = Some(why);
-                }
-                return Ok(false);
-            }
-        };
-        // Nodes on one host share its ports.
-        let host_of = |name: &str| pass.nodes.iter().find(|n| n.metadata.name == name).and_then(node_host);
-        let host = host_of(&node);
-        let same_host = |other: &str| other == node || (host.is_some() && host_of(other) == host);
-        let taken: BTreeSet<u16> = pass
-            .all_members
-            .iter()
-            .chain(pass.members.iter())
-            .filter(|m| m.spec.node.as_deref().is_some_and(same_host))
-            .flat_map(|m| m.spec.ports.values().copied())
-            .collect();
-        let ports = match allocate_ports(&app_role.ports, &taken, pass.settings.member_ports()) {
-            Ok(ports) => ports,
-            Err(why) => {
-                pass.members[i].status.reason = Some(format!("on {node}: {why}"));
-                return Ok(false);
-            }
-        };
-        let mut bound = pass.members[i].clone();
-        bound.spec.node = Some(node.clone());
-        bound.spec.ports = ports;
-        let status = bound.status.clone();
-        let mut written = match self.objects.update(bound, false).await {
-            Ok(written) => written,
-            // Placed on a stale copy: the next pass places it again.
-            Err(ObjectsError::Conflict { .. }) => return Ok(false),
-            Err(error) => return Err(error),
-        };
-        // The status being worked on stays this pass's (written at its end).
-        written.status = status;
-        let message = format!("bound to node {node}");
-        self.events.record(&written, EventType::Normal, "MemberPlaced", message).await;
-        pass.members[i] = written;
-        Ok(true)
-    }
-
-    /// Issues the Command that carries out `step` for member `i`.
-    async fn issue(&self, pass: &mut Pass<'_>, i: usize, app: &AppSpec, step: Step) -> Result<(), ObjectsError> {
+    /// The Command that carries out `step` for member `i`, if one is due.
+    fn issue(pass: &Pass<'_>, i: usize, app: &AppSpec, step: Step) -> Option<Issue> {
         let cluster = pass.cluster;
         let member = &pass.members[i];
-        let (Some(app_role), Some(cluster_role)) = (app.role(&member.spec.role), cluster.spec.role(&member.spec.role))
-        else {
-            return Ok(());
-        };
+        let (app_role, cluster_role) = (app.role(&member.spec.role)?, cluster.spec.role(&member.spec.role)?);
         if !command_due(&member.status, now()) {
-            return Ok(());
+            return None;
         }
         let name = member.metadata.name.clone();
         let (purpose, action, extra) = match step {
@@ -501,8 +444,8 @@ impl AppClusterController {
                     MemberState::Configured => member.status.state_detail.last_configured_instance.clone(),
                     _ => member.status.state_detail.configuring_instance.clone(),
                 };
-                let Some(instance) = instance else { return Ok(()) };
-                let Some(meta) = configmeta(cluster, &pass.members, pass.nodes, &name) else { return Ok(()) };
+                let instance = instance?;
+                let meta = configmeta(cluster, &pass.members, pass.nodes, &name)?;
                 let configmeta = serde_json::to_string_pretty(&meta).unwrap_or_default();
                 let extra = commands::configmeta_annotations(cluster.metadata.generation, meta.topology_digest());
                 let setup = app_role.setup.as_ref();
@@ -517,76 +460,15 @@ impl AppClusterController {
                 (Purpose::Configure, action, extra.to_vec())
             }
             Step::Remove => (Purpose::Remove, Action::RemoveMember { member: name }, vec![]),
-            _ => return Ok(()),
+            _ => return None,
         };
-        self.create_command(pass, i, purpose, action, &extra).await
-    }
-
-    /// Writes member `i`'s status if this pass changed it; false when its
-    /// copy proved stale (it is then left to the next pass).
-    async fn write_status(&self, pass: &mut Pass<'_>, i: usize) -> Result<bool, ObjectsError> {
-        let member = &pass.members[i];
-        let name = &member.metadata.name;
-        if pass.unwritten.contains(name) {
-            return Ok(false);
-        }
-        if pass.stored.get(name) == Some(&member.status) || member.metadata.resource_version.is_none() {
-            return Ok(true);
-        }
-        match self.objects.update_status(member.clone(), false).await {
-            Ok(written) => {
-                pass.stored.insert(name.clone(), written.status);
-                pass.members[i].metadata.resource_version = written.metadata.resource_version;
-                Ok(true)
-            }
-            Err(ObjectsError::Conflict { .. }) => {
-                pass.unwritten.insert(name.clone());
-                Ok(false)
-            }
-            Err(error) => Err(error),
-        }
-    }
-
-    async fn create_command(
-        &self,
-        pass: &mut Pass<'_>,
-        i: usize,
-        purpose: Purpose,
-        action: Action,
-        extra: &[(&str, String)],
-    ) -> Result<(), ObjectsError> {
-        // The status a Command is issued from is stored first: its outcome
-        // is read against that status, and a stale copy issues nothing.
-        if !self.write_status(pass, i).await? {
-            return Ok(());
-        }
-        let member = &pass.members[i];
-        // A NotReady node takes no Command; it is given its members' once back.
-        let node_ready = |name: &String| pass.nodes.iter().any(|n| &n.metadata.name == name && n.status.ready);
-        if !member.spec.node.as_ref().is_some_and(node_ready) {
-            return Ok(());
-        }
-        let Some(command) = command_for(&pass.cluster.metadata.name, member, purpose, action, extra) else {
-            return Ok(());
-        };
-        match crate::commands::create(&self.objects, command, false).await {
-            Ok(_) => {
-                pass.busy.insert(member.metadata.name.clone());
-                Ok(())
-            }
-            // Held by a Command the caches had not shown yet: next pass.
-            Err(ObjectsError::Held(why)) => {
-                tracing::info!(member = %member.metadata.name, %why, "member busy");
-                pass.busy.insert(member.metadata.name.clone());
-                Ok(())
-            }
-            Err(error) => Err(error),
-        }
+        Some(Issue { member: i, purpose, action, extra })
     }
 
     /// The end of every pass: each configured member that is not busy is
     /// sent its first pending notify (members side by side, each in order).
     async fn send_notifies(&self, pass: &mut Pass<'_>, app: &AppSpec) -> Result<(), ObjectsError> {
+        let mut issues = Vec::new();
         for i in 0..pass.members.len() {
             let member = &pass.members[i];
             if member.status.state != MemberState::Configured || pass.busy.contains(&member.metadata.name) {
@@ -606,10 +488,10 @@ impl AppClusterController {
                 script: notify_script(&setup.script, &notify.arguments),
                 expected_instance: member.status.state_detail.last_configured_instance.clone(),
             };
-            let extra = [commands::notify_annotation(&notify.arguments)];
-            self.create_command(pass, i, Purpose::Notify, action, &extra).await?;
+            let extra = vec![commands::notify_annotation(&notify.arguments)];
+            issues.push(Issue { member: i, purpose: Purpose::Notify, action, extra });
         }
-        Ok(())
+        self.issue_all(pass, issues).await
     }
 
     /// Members whose cluster is gone: removed from their nodes, then
@@ -660,6 +542,7 @@ impl AppClusterController {
                     for command in settled.remove(&name).unwrap_or_default() {
                         self.objects.delete_if_present::<CommandSpec>(&command).await?;
                     }
+                    crate::commands::forget_holds(&self.objects, &name).await?;
                 }
                 Step::Remove => {
                     let action = Action::RemoveMember { member: name.clone() };
