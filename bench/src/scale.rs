@@ -146,6 +146,7 @@ async fn burst(admin: &Client, members: u64, size: u64) -> anyhow::Result<(Durat
         admin.create_value("appclusters", &cluster, Default::default()).await?;
     }
     let mut running_at = None;
+    let mut reported = Instant::now();
     wait_for("the burst configured", Duration::from_secs(1800), async || {
         tokio::time::sleep(Duration::from_millis(250)).await;
         let list = admin.list::<MemberSpec>("").await.ok()?;
@@ -155,6 +156,14 @@ async fn burst(admin: &Client, members: u64, size: u64) -> anyhow::Result<(Durat
             running_at = Some(started.elapsed());
         }
         let configured = ours().filter(|m| m.status.state == MemberState::Configured).count();
+        if reported.elapsed() >= Duration::from_secs(10) {
+            reported = Instant::now();
+            let (created, bound) = (ours().count(), ours().filter(|m| m.spec.node.is_some()).count());
+            println!(
+                "    after {}: {created} created, {bound} placed, {past_start} started, {configured} configured",
+                ms(started.elapsed())
+            );
+        }
         let clusters_done = admin
             .list::<AppClusterSpec>("bench=burst")
             .await

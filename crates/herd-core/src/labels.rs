@@ -146,6 +146,21 @@ impl LabelSelector {
     pub fn is_empty(&self) -> bool {
         self.requirements.is_empty()
     }
+
+    /// Whether an object serialised as `json` may match: false only when
+    /// the value of one of the equality requirements appears nowhere in it
+    /// as a JSON string (label values need no escaping, so a matching
+    /// object always holds `"value"`). A test that costs a scan, made
+    /// before the labels are parsed out of the JSON.
+    pub fn may_match_json(&self, json: &[u8]) -> bool {
+        self.requirements.iter().all(|r| match r {
+            Requirement::Equals(_, value) => {
+                let needle = format!("\"{value}\"");
+                memchr::memmem::find(json, needle.as_bytes()).is_some()
+            }
+            _ => true,
+        })
+    }
 }
 
 impl fmt::Display for LabelSelector {
@@ -250,6 +265,13 @@ mod tests {
     }
 
     #[test]
+    fn may_match_json_turns_away_objects_without_the_value() {
+        let selector = LabelSelector::parse("herd.io/node=node-7").unwrap();
+        assert!(!selector.may_match_json(br#"{"metadata":{"labels":{"herd.io/node":"node-17"}}}"#));
+        assert!(selector.may_match_json(br#"{"metadata":{"labels":{"herd.io/node":"node-7"}}}"#));
+    }
+
+    #[test]
     fn selector_forms() {
         let l = labels(&[("app", "web"), ("env", "prod")]);
         for (sel, want) in [
@@ -304,6 +326,21 @@ mod tests {
             prop_assert!(selector.matches(&map));
             let reparsed = LabelSelector::parse(&selector.to_string()).unwrap();
             prop_assert_eq!(reparsed, selector);
+        }
+
+        /// The JSON pre-test never turns away an object that matches.
+        #[test]
+        fn may_match_json_keeps_every_match(
+            map in proptest::collection::btree_map("[a-z][a-z0-9]{0,3}", "[a-z0-9]{1,3}", 0..4),
+            wanted in proptest::collection::btree_map("[a-z][a-z0-9]{0,3}", "[a-z0-9]{1,3}", 1..3),
+        ) {
+            let selector = LabelSelector::from_labels(&wanted);
+            let json = serde_json::to_vec(&serde_json::json!({"metadata": {"labels": map}})).unwrap();
+            if selector.matches(&map) {
+                prop_assert!(selector.may_match_json(&json));
+            }
+            let own = LabelSelector::from_labels(&map);
+            prop_assert!(own.may_match_json(&json));
         }
 
         /// The schema's pattern takes exactly what the parser takes.

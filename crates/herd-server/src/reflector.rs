@@ -129,7 +129,7 @@ async fn follow<S: Resource>(
                     EventKind::Put => {
                         let kv = KeyValue {
                             key: event.key,
-                            value: event.value,
+                            value: event.value.to_vec(),
                             create_revision: event.create_revision,
                             mod_revision: event.revision,
                         };

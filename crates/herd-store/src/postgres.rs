@@ -336,7 +336,7 @@ async fn commit_batch(conn: &Conn, batch: &[Txn]) -> Result<Committed, StoreErro
                 revision,
                 kind: if deleted { EventKind::Delete } else { EventKind::Put },
                 key: row.get(3),
-                value: row.get(7),
+                value: row.get::<_, Vec<u8>>(7).into(),
                 create_revision: to_revision(row.get(8)),
             });
         } else {
@@ -432,7 +432,7 @@ impl Backend for PostgresBackend {
                     revision: to_revision(revision),
                     key: row.get(2),
                     kind: if row.get(3) { EventKind::Delete } else { EventKind::Put },
-                    value: row.get(4),
+                    value: row.get::<_, Vec<u8>>(4).into(),
                     create_revision: to_revision(row.get(5)),
                 })
             })

@@ -28,7 +28,8 @@ pub struct Event {
     pub revision: Revision,
     pub kind: EventKind,
     pub key: String,
-    pub value: Vec<u8>,
+    /// Shared, not copied, by the watchers an event is fanned out to.
+    pub value: bytes::Bytes,
     pub create_revision: Revision,
 }
 

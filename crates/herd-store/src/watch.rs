@@ -190,18 +190,19 @@ impl Watcher {
             }
             match self.fanout.recv().await {
                 Ok(batch) => {
-                    let fresh: Vec<Event> =
-                        batch.events.iter().filter(|e| e.revision > self.delivered).cloned().collect();
-                    if batch.events.is_empty() || !is_contiguous(self.delivered, &fresh) {
+                    // Batches are contiguous: what is new is a suffix.
+                    let fresh = &batch.events[batch.events.partition_point(|e| e.revision <= self.delivered)..];
+                    if batch.events.is_empty() || fresh.first().is_some_and(|e| e.revision != self.delivered + 1) {
                         // A compaction signal, or a batch that does not join up
                         // with what was delivered: the log decides.
                         self.from_log = true;
                         continue;
                     }
-                    if fresh.is_empty() {
-                        continue;
-                    }
-                    return Ok(self.deliver(fresh));
+                    let Some(last) = fresh.last() else { continue };
+                    self.delivered = last.revision;
+                    // Only this watcher's events are copied (their values shared).
+                    let events = fresh.iter().filter(|e| e.key.starts_with(&self.prefix)).cloned().collect();
+                    return Ok(WatchBatch { events, revision: self.delivered });
                 }
                 Err(broadcast::error::RecvError::Lagged(_)) => self.from_log = true,
                 Err(broadcast::error::RecvError::Closed) => return Err(StoreError::Closed),

@@ -91,7 +91,14 @@ impl WatchState {
                             EventKind::Put if event.is_create() => ChangeKind::Created,
                             EventKind::Put => ChangeKind::Modified,
                         };
-                        let labels = stored_labels(&event.value);
+                        // Most events of a selective watch are not its own:
+                        // turned away by a scan, their labels are not parsed.
+                        let selector = self.selection.selector();
+                        let labels = if selector.may_match_json(&event.value) {
+                            stored_labels(&event.value)
+                        } else {
+                            Default::default()
+                        };
                         let change = Change { key: &event.key, labels: &labels, revision: event.revision, kind };
                         let Some(type_) = self.selection.classify(change) else { continue };
                         match decode_value(&event.value, &event.key, event.revision) {

@@ -1,8 +1,9 @@
 //! The command controller (leader only): issues new Commands to their
 //! agents in this leader's term, and runs the decision table of
 //! `herd_core::reconcile` on every unsettled one: waits, marks it timed
-//! out, reconciles it, or gives it up, each time saying why. Copies are
-//! reconciled side by side; everything else one at a time.
+//! out, reconciles it, or gives it up, each time saying why. Commands are
+//! looked at side by side (each on its own object, so their writes meet
+//! in the store's group commits), copies fewer at a time than the rest.
 //!
 //! Time is judged on this process's monotonic clock from when it first saw
 //! a Command's status as it is (as the node controller judges heartbeats):
@@ -34,6 +35,9 @@ const SECOND_LOOK: Duration = Duration::from_secs(1);
 /// looks and only reads from the agents, so hundreds of interrupted copies
 /// (a host that went down) do not take hundreds of seconds.
 const COPIES_AT_ONCE: usize = 16;
+/// Other Commands looked at side by side: a burst of new ones is issued
+/// in a few commits, not one commit each.
+const OTHERS_AT_ONCE: usize = 64;
 
 /// When this controller first saw each Command's status as it is now, and
 /// its current attempt issued.
@@ -86,13 +90,14 @@ impl Controller for CommandController {
         let unsettled = self.commands.map(|c| (!c.status.state_by_management.is_settled()).then(|| c.clone()));
         let (copies, others): (Vec<Command>, Vec<Command>) =
             unsettled.into_iter().flatten().partition(|c| matches!(c.spec.action, Action::CopyVolume { .. }));
-        for command in &others {
-            self.look_at_logged(command).await;
-        }
-        futures_util::StreamExt::for_each_concurrent(futures_util::stream::iter(&copies), COPIES_AT_ONCE, |c| {
-            self.look_at_logged(c)
-        })
-        .await;
+        use futures_util::{StreamExt, stream};
+        let (others, copies): (Vec<_>, Vec<_>) = (
+            others.iter().map(|c| self.look_at_logged(c)).collect(),
+            copies.iter().map(|c| self.look_at_logged(c)).collect(),
+        );
+        let others = stream::iter(others).buffer_unordered(OTHERS_AT_ONCE).collect::<Vec<()>>();
+        let copies = stream::iter(copies).buffer_unordered(COPIES_AT_ONCE).collect::<Vec<()>>();
+        futures_util::future::join(others, copies).await;
         Ok(Next::Requeue(settings.reconcile_interval.get()))
     }
 }

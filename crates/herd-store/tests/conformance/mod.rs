@@ -151,7 +151,7 @@ pub async fn watch_delivers_puts_and_deletes(h: &impl Harness) {
             tokio::time::timeout(Duration::from_secs(10), watcher.next()).await.expect("watch stalled").unwrap();
         events.extend(batch.events);
     }
-    let summary: Vec<_> = events.iter().map(|e| (e.revision, e.kind, e.value.clone(), e.is_create())).collect();
+    let summary: Vec<_> = events.iter().map(|e| (e.revision, e.kind, e.value.to_vec(), e.is_create())).collect();
     assert_eq!(
         summary,
         vec![
@@ -454,7 +454,8 @@ pub async fn random_transactions_match_a_model(h: &impl Harness) {
     while events.len() < model.events.len() {
         let batch =
             tokio::time::timeout(Duration::from_secs(10), watcher.next()).await.expect("watch stalled").unwrap();
-        events.extend(batch.events.into_iter().map(|e| (e.revision, e.kind, e.key, e.value, e.create_revision)));
+        events
+            .extend(batch.events.into_iter().map(|e| (e.revision, e.kind, e.key, e.value.to_vec(), e.create_revision)));
     }
     assert_eq!(events, model.events, "event stream");
     assert!(model.events.len() > 100, "the random history is substantial ({} events)", model.events.len());
