@@ -8,7 +8,9 @@
 //! the nodes heartbeat, beside the same mutations on the idle server
 //! before any node joined; and a burst of members placed, started and
 //! configured, beside the floor of creating as many objects through the
-//! API one after the other.
+//! API one after the other and the latency of one member alone (every
+//! step waits for a heartbeat to report it; the rate net of that latency
+//! is printed too).
 //!
 //! `cargo build --release -p herd -p herd-bench && target/release/scale`
 //! Options (environment): BENCH_NODES (default "10,100,1000"), BENCH_POOL
@@ -126,31 +128,49 @@ async fn mutations(admin: &Client, n: u64, tag: &str) -> anyhow::Result<(Duratio
     Ok((percentile(&took, 0.5), percentile(&took, 0.99)))
 }
 
-/// The burst: `members` members in app clusters of `size` (created one
-/// after the other, at once), from the first creation to every member
-/// placed and started, and to every one configured.
-async fn burst(admin: &Client, members: u64, size: u64) -> anyhow::Result<(Duration, Duration)> {
+/// How long a burst took, from the first creation: until every member was
+/// bound to a node (the scheduling decision, written), past its start
+/// (running, as its node reported), and configured.
+struct Burst {
+    placed: Duration,
+    started: Duration,
+    configured: Duration,
+}
+
+/// The App every burst's clusters run.
+async fn burst_app(admin: &Client) -> anyhow::Result<()> {
     let app = serde_json::json!({
         "metadata": {"name": "burst"},
         "spec": {"roles": [{"name": "m", "run": {"command": ["sleep", "3600"]}, "setup": {"script": "true"}}]}
     });
     admin.create_value("apps", &app, Default::default()).await?;
+    Ok(())
+}
+
+/// A burst: `members` members in app clusters `<prefix>-<i>` of `size`
+/// (created one after the other, at once).
+async fn burst(admin: &Client, members: u64, size: u64, prefix: &str) -> anyhow::Result<Burst> {
     let clusters = members.div_ceil(size);
     let started = Instant::now();
     for i in 0..clusters {
         let count = size.min(members - i * size);
         let cluster = serde_json::json!({
-            "metadata": {"name": format!("burst-{i}"), "labels": {"bench": "burst"}},
+            "metadata": {"name": format!("{prefix}-{i}"), "labels": {"bench": prefix}},
             "spec": {"appRef": "burst", "roles": [{"name": "m", "members": count}]}
         });
         admin.create_value("appclusters", &cluster, Default::default()).await?;
     }
-    let mut running_at = None;
+    let (mut placed_at, mut running_at) = (None, None);
     let mut reported = Instant::now();
+    let cluster_prefix = format!("{prefix}-");
     wait_for("the burst configured", Duration::from_secs(1800), async || {
         tokio::time::sleep(Duration::from_millis(250)).await;
         let list = admin.list::<MemberSpec>("").await.ok()?;
-        let ours = || list.iter().filter(|m| m.spec.cluster.starts_with("burst-"));
+        let ours = || list.iter().filter(|m| m.spec.cluster.starts_with(&cluster_prefix));
+        let (created, bound) = (ours().count(), ours().filter(|m| m.spec.node.is_some()).count());
+        if placed_at.is_none() && bound as u64 == members {
+            placed_at = Some(started.elapsed());
+        }
         let past_start = ours().filter(|m| m.status.state != MemberState::CreatePending).count();
         if running_at.is_none() && past_start as u64 == members {
             running_at = Some(started.elapsed());
@@ -158,14 +178,13 @@ async fn burst(admin: &Client, members: u64, size: u64) -> anyhow::Result<(Durat
         let configured = ours().filter(|m| m.status.state == MemberState::Configured).count();
         if reported.elapsed() >= Duration::from_secs(10) {
             reported = Instant::now();
-            let (created, bound) = (ours().count(), ours().filter(|m| m.spec.node.is_some()).count());
             println!(
                 "    after {}: {created} created, {bound} placed, {past_start} started, {configured} configured",
                 ms(started.elapsed())
             );
         }
         let clusters_done = admin
-            .list::<AppClusterSpec>("bench=burst")
+            .list::<AppClusterSpec>(&format!("bench={prefix}"))
             .await
             .ok()?
             .iter()
@@ -174,7 +193,7 @@ async fn burst(admin: &Client, members: u64, size: u64) -> anyhow::Result<(Durat
     })
     .await?;
     let configured = started.elapsed();
-    Ok((running_at.unwrap_or(configured), configured))
+    Ok(Burst { placed: placed_at.unwrap_or(configured), started: running_at.unwrap_or(configured), configured })
 }
 
 /// The floor of the burst: as many objects created through the API one
@@ -226,17 +245,35 @@ async fn measure_size(herd: &Path, dir: &Path, nodes: usize, pool: usize, last: 
         let members = env_u64("BENCH_MEMBERS", 3000);
         let size = env_u64("BENCH_CLUSTER_SIZE", 10);
         let floor = create_floor(&admin, members).await?;
-        let (running, configured) = burst(&admin, members, size).await?;
+        burst_app(&admin).await?;
+        // The latency floor: one member alone goes through every step
+        // (placed, started and reported, set up and reported).
+        let alone = burst(&admin, 1, 1, "alone").await?;
+        let b = burst(&admin, members, size, "burst").await?;
         let rate = |d: Duration| members as f64 / d.as_secs_f64();
         println!(
-            "  burst of {members} members in clusters of {size}: all placed and started in {} ({:.0}/s), \
-             configured in {} ({:.0}/s); floor, {members} objects created through the API: {} ({:.0}/s)",
-            ms(running),
-            rate(running),
-            ms(configured),
-            rate(configured),
+            "  one member alone: placed in {}, started in {}, configured in {}",
+            ms(alone.placed),
+            ms(alone.started),
+            ms(alone.configured)
+        );
+        println!(
+            "  burst of {members} members in clusters of {size}: all placed in {} ({:.0}/s), placed and started in {} \
+             ({:.0}/s), configured in {} ({:.0}/s); floor, {members} objects created through the API: {} ({:.0}/s)",
+            ms(b.placed),
+            rate(b.placed),
+            ms(b.started),
+            rate(b.started),
+            ms(b.configured),
+            rate(b.configured),
             ms(floor),
             rate(floor)
+        );
+        let net = |d: Duration, floor: Duration| members as f64 / d.saturating_sub(floor).as_secs_f64().max(0.001);
+        println!(
+            "  the same, net of one member's latency: placed and started {:.0}/s, configured {:.0}/s",
+            net(b.started, alone.started),
+            net(b.configured, alone.configured)
         );
     }
     // The baseline: every node a candidate, the same change to all.

@@ -4,7 +4,9 @@
 //! not drained, not offline) and carries the labels the role's node
 //! selector asks for. Members of one role spread across nodes: preferred
 //! (the node with the fewest members of the role, then the fewest members
-//! at all, then by name) or required (never two on one node). A member
+//! at all, then by name) or required (never two on one node). A node's
+//! members are the more of those it reports and those bound to it (a
+//! burst's bindings show in reports only later). A member
 //! that cannot be placed gets the reason, naming each node and why not.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -51,6 +53,7 @@ pub fn place(
     spread: Spread,
     nodes: &[Node],
     peers: &[Member],
+    bound: &dyn Fn(&str) -> usize,
 ) -> Placement {
     let mut refusals = Vec::new();
     let mut eligible = Vec::new();
@@ -92,7 +95,10 @@ pub fn place(
     }
     let best = eligible
         .into_iter()
-        .min_by_key(|n| (peers_on(&n.metadata.name).len(), n.status.members.len(), n.metadata.name.clone()))
+        .min_by_key(|n| {
+            let members = n.status.members.len().max(bound(&n.metadata.name));
+            (peers_on(&n.metadata.name).len(), members, &n.metadata.name)
+        })
         .map(|n| n.metadata.name.clone());
     match best {
         Some(node) => Placement::Bound(node),
@@ -170,7 +176,7 @@ mod tests {
         cordoned.spec.unschedulable = true;
         let nodes = [node("n1", false), drained, cordoned, node("n4", true)];
         let selector = BTreeMap::from([("zone".to_string(), "a".to_string())]);
-        let placed = place(&member(0, None), &selector, Spread::Preferred, &nodes, &[]);
+        let placed = place(&member(0, None), &selector, Spread::Preferred, &nodes, &[], &|_| 0);
         assert_eq!(
             placed,
             Placement::Unplaceable(
@@ -181,7 +187,20 @@ mod tests {
         let mut labelled = node("n4", true);
         labelled.metadata.labels.insert("zone".into(), "a".into());
         let nodes = [node("n1", false), labelled];
-        assert_eq!(place(&member(0, None), &selector, Spread::Preferred, &nodes, &[]), Placement::Bound("n4".into()));
+        assert_eq!(
+            place(&member(0, None), &selector, Spread::Preferred, &nodes, &[], &|_| 0),
+            Placement::Bound("n4".into())
+        );
+    }
+
+    #[test]
+    fn rule_members_bound_but_not_yet_reported_count_as_a_nodes_load() {
+        let nodes = [node("n1", true), node("n2", true)];
+        let bound = |name: &str| if name == "n1" { 5 } else { 0 };
+        assert_eq!(
+            place(&member(0, None), &no_selector(), Spread::Preferred, &nodes, &[], &bound),
+            Placement::Bound("n2".into())
+        );
     }
 
     #[test]
@@ -189,12 +208,12 @@ mod tests {
         let nodes = [node("n1", true), node("n2", true), node("n3", true)];
         let peers = [member(0, Some("n1")), member(1, Some("n2"))];
         assert_eq!(
-            place(&member(2, None), &no_selector(), Spread::Preferred, &nodes, &peers),
+            place(&member(2, None), &no_selector(), Spread::Preferred, &nodes, &peers, &|_| 0),
             Placement::Bound("n3".into())
         );
         let crowded = [member(0, Some("n1")), member(1, Some("n2")), member(2, Some("n3"))];
         assert_eq!(
-            place(&member(3, None), &no_selector(), Spread::Preferred, &nodes, &crowded),
+            place(&member(3, None), &no_selector(), Spread::Preferred, &nodes, &crowded, &|_| 0),
             Placement::Bound("n1".into()),
             "doubled up on the first by name"
         );
@@ -204,7 +223,7 @@ mod tests {
     fn rule_required_spread_never_doubles_up_and_says_why() {
         let nodes = [node("n1", true), node("n2", true)];
         let peers = [member(0, Some("n1")), member(1, Some("n2"))];
-        let placed = place(&member(2, None), &no_selector(), Spread::Required, &nodes, &peers);
+        let placed = place(&member(2, None), &no_selector(), Spread::Required, &nodes, &peers, &|_| 0);
         assert_eq!(
             placed,
             Placement::Unplaceable(
@@ -212,7 +231,8 @@ mod tests {
             )
         );
         let with_down = [node("n1", true), node("n2", true), node("n3", false)];
-        let Placement::Unplaceable(why) = place(&member(2, None), &no_selector(), Spread::Required, &with_down, &peers)
+        let Placement::Unplaceable(why) =
+            place(&member(2, None), &no_selector(), Spread::Required, &with_down, &peers, &|_| 0)
         else {
             panic!("placed")
         };
@@ -239,7 +259,7 @@ mod tests {
             let spread = if required { Spread::Required } else { Spread::Preferred };
             let mut placed: Vec<Member> = Vec::new();
             for index in 0..members {
-                match place(&member(index, None), &no_selector(), spread, &nodes, &placed) {
+                match place(&member(index, None), &no_selector(), spread, &nodes, &placed, &|_| 0) {
                     Placement::Bound(node) => placed.push(member(index, Some(&node))),
                     Placement::Unplaceable(_) => prop_assert!(required && placed.len() == nodes.len()),
                 }

@@ -186,7 +186,12 @@ async fn the_redis_example_has_replicas_that_follow_the_primary() {
     let primary = members.iter().find(|m| m.spec.role == "primary").unwrap();
     let replicas: Vec<&Member> = members.iter().filter(|m| m.spec.role == "replica").collect();
     assert_eq!(replicas.len(), 2);
-    assert!(redis_cli(primary, &["set", "greeting", "hello from herd"]).contains("OK"));
+    // Configured means its setup wrote redis.conf; the server it then
+    // starts may take a moment to listen.
+    eventually(Duration::from_secs(20), "the primary takes a write", || async {
+        redis_cli(primary, &["set", "greeting", "hello from herd"]).contains("OK").then_some(())
+    })
+    .await;
     for replica in &replicas {
         eventually(Duration::from_secs(20), "the replica has the key", || async {
             (redis_cli(replica, &["get", "greeting"]).trim() == "hello from herd").then_some(())
@@ -209,7 +214,10 @@ async fn the_redis_example_has_replicas_that_follow_the_primary() {
     })
     .await;
     let primary = members.iter().find(|m| m.spec.role == "primary").unwrap();
-    assert_eq!(redis_cli(primary, &["get", "greeting"]).trim(), "hello from herd");
+    eventually(Duration::from_secs(20), "the new primary instance serves the key", || async {
+        (redis_cli(primary, &["get", "greeting"]).trim() == "hello from herd").then_some(())
+    })
+    .await;
     eventually(Duration::from_secs(30), "both replicas linked again", || async {
         redis_cli(primary, &["info", "replication"]).contains("connected_slaves:2").then_some(())
     })

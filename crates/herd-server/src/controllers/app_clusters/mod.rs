@@ -34,7 +34,7 @@ use herd_core::role_sync::{MemberChange, role_sync};
 
 use self::commands::{Consumed, Purpose, command_for, consume, member_of, member_run};
 use self::issuing::Issue;
-use self::placing::PortBook;
+use self::placing::Bookings;
 use crate::change_clock::ChangeClock;
 use crate::controllers::runtime::{Controller, Next};
 use crate::events::EventRecorder;
@@ -134,13 +134,14 @@ impl Controller for AppClusterController {
 }
 
 /// What one round over every cluster reads from the caches, once: the
-/// nodes, every member, and the clusters' Commands; and the ports its
-/// passes bind, which the members read do not show.
+/// nodes, every member and every Command (by the cluster they name), and
+/// what the members take (ports per host, members per node), which its
+/// passes add to as they bind.
 struct Round {
     nodes: Vec<Node>,
-    members: Vec<Member>,
+    members: BTreeMap<String, Vec<Member>>,
     commands: BTreeMap<String, Vec<Command>>,
-    ports: PortBook,
+    bookings: Bookings,
 }
 
 impl Round {
@@ -151,8 +152,13 @@ impl Round {
                 commands.entry(cluster.clone()).or_default().push(command);
             }
         }
-        let (nodes, members) = (controller.nodes.list(), controller.members.list());
-        Round { nodes, members, commands, ports: PortBook::default() }
+        let (nodes, all_members) = (controller.nodes.list(), controller.members.list());
+        let bookings = Bookings::of(&nodes, &all_members);
+        let mut members: BTreeMap<String, Vec<Member>> = BTreeMap::new();
+        for member in all_members {
+            members.entry(member.spec.cluster.clone()).or_default().push(member);
+        }
+        Round { nodes, members, commands, bookings }
     }
 }
 
@@ -162,10 +168,8 @@ struct Pass<'a> {
     settings: &'a AppClusterSettings,
     app: Option<&'a AppSpec>,
     nodes: &'a [Node],
-    /// Every member of every cluster (ports are allocated per node).
-    all_members: &'a [Member],
-    /// The ports passes beside this one bound.
-    ports: &'a PortBook,
+    /// What the round's members take (ports, members per node).
+    bookings: &'a Bookings,
     /// This cluster's members as they are being changed.
     members: Vec<Member>,
     /// Members with an unsettled Command.
@@ -200,9 +204,10 @@ impl AppClusterController {
     ) -> Result<bool, ObjectsError> {
         let name = &cluster.metadata.name;
         let app = self.apps.get(&cluster.spec.app_ref);
-        let (nodes, all_members) = (&round.nodes, &round.members);
+        let nodes = &round.nodes;
         let commands = round.commands.get(name).cloned().unwrap_or_default();
-        let members: Vec<Member> = all_members.iter().filter(|m| owned_by(m, cluster)).cloned().collect();
+        let named = round.members.get(name).map_or(&[][..], Vec::as_slice);
+        let members: Vec<Member> = named.iter().filter(|m| owned_by(m, cluster)).cloned().collect();
         let stored = members.iter().map(|m| (m.metadata.name.clone(), m.status.clone())).collect();
         let settings = cluster_config(&self.config).app_clusters;
         let mut pass = Pass {
@@ -210,8 +215,7 @@ impl AppClusterController {
             settings: &settings,
             app: app.as_ref().map(|a| &a.spec),
             nodes,
-            all_members,
-            ports: &round.ports,
+            bookings: &round.bookings,
             members,
             busy: BTreeSet::new(),
             removed: BTreeSet::new(),

@@ -1,41 +1,98 @@
 //! Placing a pass's unbound members: each decided in turn (a decision sees
-//! the ones before it, of its cluster and, through the [`PortBook`], of the
-//! passes running beside it), then every binding written at once.
+//! the ones before it, of its cluster and, through the round's
+//! [`Bookings`], of the passes running beside it), then every binding
+//! written at once. The bookings keep the ports taken per host and the
+//! members bound per node, so a placement costs a lookup, not a walk of
+//! every member and node.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::RangeInclusive;
 use std::sync::Mutex;
 
 use herd_core::kinds::app::{AppRole, NamedPort};
-use herd_core::kinds::{AppSpec, EventType, Member, MemberState};
+use herd_core::kinds::{AppSpec, EventType, Member, MemberState, Node};
 use herd_core::placement::{Placement, allocate_ports, node_host, place};
 
 use super::{AppClusterController, Pass};
 use crate::objects::ObjectsError;
 
-/// Ports bound this round by passes that run side by side, with their
-/// node: the round's member list does not show them yet, and a port must
-/// not be given twice on one host.
-#[derive(Default)]
-pub(super) struct PortBook(Mutex<Vec<(String, u16)>>);
+/// Where a node's ports are shared: its host (nodes on one host share its
+/// ports), or the node alone when it has no address yet.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum HostKey {
+    Host(String),
+    Node(String),
+}
 
-impl PortBook {
-    /// Ports for `wanted` on `node`, free of `taken` and of what passes
-    /// beside this one claimed on the same host; claimed for this one.
-    fn allocate(
+/// What the round's members take, as the round goes on: the ports on each
+/// host and the members bound to each node, from every member read at its
+/// start and every binding the passes running side by side have decided
+/// since (a port must not be given twice on one host, and a burst must
+/// not pile onto the nodes whose reports do not show it yet).
+pub(super) struct Bookings {
+    hosts: HashMap<String, HostKey>,
+    taken: Mutex<Taken>,
+}
+
+#[derive(Default)]
+struct Taken {
+    ports: HashMap<HostKey, BTreeSet<u16>>,
+    members: HashMap<String, usize>,
+}
+
+impl Bookings {
+    pub(super) fn of(nodes: &[Node], members: &[Member]) -> Bookings {
+        let hosts = nodes
+            .iter()
+            .map(|n| {
+                let key =
+                    node_host(n).map_or_else(|| HostKey::Node(n.metadata.name.clone()), |h| HostKey::Host(h.into()));
+                (n.metadata.name.clone(), key)
+            })
+            .collect();
+        let book = Bookings { hosts, taken: Mutex::default() };
+        let mut taken = Taken::default();
+        for member in members {
+            if let Some(node) = &member.spec.node {
+                taken.ports.entry(book.host(node)).or_default().extend(member.spec.ports.values());
+                *taken.members.entry(node.clone()).or_default() += 1;
+            }
+        }
+        Bookings { taken: Mutex::new(taken), ..book }
+    }
+
+    fn host(&self, node: &str) -> HostKey {
+        self.hosts.get(node).cloned().unwrap_or_else(|| HostKey::Node(node.to_string()))
+    }
+
+    /// Places `member` with `place` (given each node's bound members) and
+    /// allocates its ports there, booking both, in one step.
+    fn book(
         &self,
-        node: &str,
-        same_host: impl Fn(&str) -> bool,
-        mut taken: BTreeSet<u16>,
+        place: impl FnOnce(&dyn Fn(&str) -> usize) -> Placement,
         wanted: &[NamedPort],
         range: RangeInclusive<u16>,
-    ) -> Result<BTreeMap<String, u16>, String> {
-        let mut claimed = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        taken.extend(claimed.iter().filter(|(other, _)| same_host(other)).map(|(_, port)| *port));
-        let ports = allocate_ports(wanted, &taken, range)?;
-        claimed.extend(ports.values().map(|port| (node.to_string(), *port)));
-        Ok(ports)
+    ) -> Result<(String, BTreeMap<String, u16>), Refused> {
+        let mut taken = self.taken.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let node = match place(&|node: &str| taken.members.get(node).copied().unwrap_or(0)) {
+            Placement::Bound(node) => node,
+            Placement::Unplaceable(why) => return Err(Refused::Unplaceable(why)),
+        };
+        let on_host = taken.ports.entry(self.host(&node)).or_default();
+        let ports =
+            allocate_ports(wanted, on_host, range).map_err(|why| Refused::NoPorts(format!("on {node}: {why}")))?;
+        on_host.extend(ports.values());
+        *taken.members.entry(node.clone()).or_default() += 1;
+        Ok((node, ports))
     }
+}
+
+/// Why a member was not bound now.
+enum Refused {
+    /// No node can take it (an Event says so).
+    Unplaceable(String),
+    /// The node it would go to has no free ports.
+    NoPorts(String),
 }
 
 impl AppClusterController {
@@ -85,37 +142,26 @@ impl AppClusterController {
         let member = &pass.members[i];
         let selector = pass.cluster.spec.role(&member.spec.role).map(|r| r.node_selector.clone()).unwrap_or_default();
         let peers: Vec<Member> = pass.members.iter().filter(|m| m.spec.role == member.spec.role).cloned().collect();
-        let node = match place(member, &selector, app_role.placement.spread, pass.nodes, &peers) {
-            Placement::Bound(node) => node,
-            Placement::Unplaceable(why) => {
+        let spread = app_role.placement.spread;
+        let place = |bound: &dyn Fn(&str) -> usize| place(member, &selector, spread, pass.nodes, &peers, bound);
+        match pass.bookings.book(place, &app_role.ports, pass.settings.member_ports()) {
+            Ok((node, ports)) => {
+                let mut bound = pass.members[i].clone();
+                bound.spec.node = Some(node);
+                bound.spec.ports = ports;
+                Some(bound)
+            }
+            Err(Refused::Unplaceable(why)) => {
                 if pass.members[i].status.reason.as_deref() != Some(why.as_str()) {
                     self.events.record(&pass.members[i], EventType::Warning, "Unplaceable", why.clone()).await;
                     pass.members[i].status.reason = Some(why);
                 }
-                return None;
+                None
             }
-        };
-        // Nodes on one host share its ports.
-        let host_of = |name: &str| pass.nodes.iter().find(|n| n.metadata.name == name).and_then(node_host);
-        let host = host_of(&node);
-        let same_host = |other: &str| other == node || (host.is_some() && host_of(other) == host);
-        let taken: BTreeSet<u16> = pass
-            .all_members
-            .iter()
-            .chain(pass.members.iter())
-            .filter(|m| m.spec.node.as_deref().is_some_and(same_host))
-            .flat_map(|m| m.spec.ports.values().copied())
-            .collect();
-        let ports = match pass.ports.allocate(&node, same_host, taken, &app_role.ports, pass.settings.member_ports()) {
-            Ok(ports) => ports,
-            Err(why) => {
-                pass.members[i].status.reason = Some(format!("on {node}: {why}"));
-                return None;
+            Err(Refused::NoPorts(why)) => {
+                pass.members[i].status.reason = Some(why);
+                None
             }
-        };
-        let mut bound = pass.members[i].clone();
-        bound.spec.node = Some(node);
-        bound.spec.ports = ports;
-        Some(bound)
+        }
     }
 }
