@@ -15,7 +15,8 @@
 //! `cargo build --release -p herd -p herd-bench && target/release/scale`
 //! Options (environment): BENCH_NODES (default "10,100,1000"), BENCH_POOL
 //! (10), BENCH_MUTATIONS (200), BENCH_MEMBERS (3000) in app clusters of
-//! BENCH_CLUSTER_SIZE (10), HERD_BIN. Plain HTTP
+//! BENCH_CLUSTER_SIZE (10), BENCH_SIM_LOG (the simulated nodes' HERD_LOG,
+//! "warn"), HERD_BIN. Plain HTTP
 //! (`--insecure-http`), SQLite store.
 
 mod processes;
@@ -222,7 +223,7 @@ async fn measure_size(herd: &Path, dir: &Path, nodes: usize, pool: usize, last: 
     let sim = std::process::Command::new(herd)
         .args(["--server", &url, "sim-nodes", "--count", &count])
         .env("HERD_JOIN_TOKEN", processes::JOIN)
-        .env("HERD_LOG", "warn")
+        .env("HERD_LOG", std::env::var("BENCH_SIM_LOG").unwrap_or("warn".into()))
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .spawn()
@@ -249,7 +250,9 @@ async fn measure_size(herd: &Path, dir: &Path, nodes: usize, pool: usize, last: 
         // The latency floor: one member alone goes through every step
         // (placed, started and reported, set up and reported).
         let alone = burst(&admin, 1, 1, "alone").await?;
+        let before = bytes_sent(&admin).await?;
         let b = burst(&admin, members, size, "burst").await?;
+        let burst_bytes = bytes_sent(&admin).await? - before;
         let rate = |d: Duration| members as f64 / d.as_secs_f64();
         println!(
             "  one member alone: placed in {}, started in {}, configured in {}",
@@ -269,6 +272,7 @@ async fn measure_size(herd: &Path, dir: &Path, nodes: usize, pool: usize, last: 
             ms(floor),
             rate(floor)
         );
+        println!("  configuration sent to the candidates during the burst: {burst_bytes} bytes");
         let net = |d: Duration, floor: Duration| members as f64 / d.saturating_sub(floor).as_secs_f64().max(0.001);
         println!(
             "  the same, net of one member's latency: placed and started {:.0}/s, configured {:.0}/s",

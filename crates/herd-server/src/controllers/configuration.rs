@@ -34,10 +34,6 @@ const PASS_INTERVAL: Duration = Duration::from_secs(2);
 /// At most one pass this often: a burst of Commands is one new serial, not
 /// one each (each pass reads every intent object).
 const MIN_GAP: Duration = Duration::from_millis(500);
-/// And a pass waits at least this many times as long as the one before
-/// took: with many objects a pass is long, and the keeper must not take
-/// the server's cores from the work whose changes it records.
-const GAP_PER_PASS: u32 = 4;
 
 pub struct ConfigurationKeeper {
     pub objects: Objects,
@@ -49,8 +45,7 @@ pub struct ConfigurationKeeper {
     current: Option<Configuration>,
     facts: Option<Ssconf>,
     loaded: bool,
-    /// When the last pass began, and how long it took.
-    last_pass: Option<(tokio::time::Instant, Duration)>,
+    last_pass: Option<tokio::time::Instant>,
 }
 
 fn json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, ObjectsError> {
@@ -94,14 +89,10 @@ impl Controller for ConfigurationKeeper {
 
     async fn reconcile(&mut self) -> Result<Next, ObjectsError> {
         // Not a sleep here: a leader stepping down must not wait for it.
-        let gap = |(began, took): (tokio::time::Instant, Duration)| {
-            MIN_GAP.max(took * GAP_PER_PASS).saturating_sub(began.elapsed())
-        };
-        if let Some(wait) = self.last_pass.map(gap).filter(|w| !w.is_zero()) {
+        if let Some(wait) = self.last_pass.map(|last| MIN_GAP.saturating_sub(last.elapsed())).filter(|w| !w.is_zero()) {
             return Ok(Next::Requeue(wait));
         }
-        let began = tokio::time::Instant::now();
-        self.last_pass = Some((began, Duration::ZERO));
+        self.last_pass = Some(tokio::time::Instant::now());
         let store = self.objects.store().clone();
         if !self.loaded {
             let read = async |key: &str| store.get(key).await.map(|kv| kv.map(|kv| kv.value));
@@ -133,7 +124,6 @@ impl Controller for ConfigurationKeeper {
             self.facts = Some(facts);
         }
         self.current = Some(made);
-        self.last_pass = Some((began, began.elapsed()));
         Ok(Next::Requeue(PASS_INTERVAL))
     }
 }
