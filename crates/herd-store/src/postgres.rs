@@ -10,7 +10,9 @@
 //! A batch costs one round trip, whatever its size: the `herd_commit`
 //! function (created with the tables) evaluates the compares and applies the
 //! operations inside the database, in one statement and so in one implicit
-//! transaction, and returns the outcomes and events. The acknowledgement
+//! transaction, and returns the outcomes and events (`herd_commit_one` does
+//! the same for a single transaction of one compare and one operation,
+//! most writes, with scalars instead of arrays). The acknowledgement
 //! waits for ReadyForQuery, which PostgreSQL sends after the commit.
 //! Commits are announced with `NOTIFY`; other processes' watches wake on it
 //! (and poll as a fallback, since a notification can be lost with its
@@ -123,6 +125,79 @@ BEGIN
     END IF;
 END
 $fn$;
+
+-- The same for a batch of one transaction with at most one compare and one
+-- operation (most writes), without arrays or a row per event: one row, with
+-- the deleted value for a delete (the caller knows a put's).
+CREATE OR REPLACE FUNCTION herd_commit_one(
+    c_key text, c_rev bigint, o_key text, o_del boolean, o_val bytea, channel text,
+    OUT out_failed boolean, OUT out_actual bigint, OUT out_revision bigint,
+    OUT out_wrote boolean, OUT out_old bytea, OUT out_create bigint)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    cur bigint;
+    same_key boolean := c_key IS NOT NULL AND c_key = o_key;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext(current_schema()));
+    -- Events left after a compaction are all above its point.
+    SELECT max(e.revision) INTO out_revision FROM herd_events e;
+    IF out_revision IS NULL THEN
+        SELECT m.compacted INTO out_revision FROM herd_meta m WHERE m.id = 1;
+    END IF;
+    out_failed := false;
+    out_wrote := false;
+    IF same_key AND NOT o_del AND c_rev = 0 THEN
+        -- A create: the insert is the compare.
+        INSERT INTO herd_kv (key, value, create_revision, mod_revision)
+            VALUES (o_key, o_val, out_revision + 1, out_revision + 1) ON CONFLICT (key) DO NOTHING;
+        IF NOT FOUND THEN
+            SELECT k.mod_revision INTO out_actual FROM herd_kv k WHERE k.key = c_key;
+            out_failed := true;
+            RETURN;
+        END IF;
+        out_revision := out_revision + 1;
+        out_create := out_revision;
+    ELSIF same_key AND NOT o_del AND c_rev > 0 THEN
+        -- An update of the revision read: the condition is the compare.
+        UPDATE herd_kv k SET value = o_val, mod_revision = out_revision + 1
+            WHERE k.key = o_key AND k.mod_revision = c_rev RETURNING k.create_revision INTO out_create;
+        IF NOT FOUND THEN
+            SELECT k.mod_revision INTO out_actual FROM herd_kv k WHERE k.key = c_key;
+            out_failed := true;
+            RETURN;
+        END IF;
+        out_revision := out_revision + 1;
+    ELSE
+        IF c_key IS NOT NULL THEN
+            SELECT k.mod_revision INTO cur FROM herd_kv k WHERE k.key = c_key;
+            IF (c_rev = -1 AND cur IS NULL) OR (c_rev = 0 AND cur IS NOT NULL)
+               OR (c_rev > 0 AND cur IS DISTINCT FROM c_rev) THEN
+                out_failed := true;
+                out_actual := cur;
+                RETURN;
+            END IF;
+        END IF;
+        IF o_key IS NULL THEN
+            RETURN;
+        ELSIF o_del THEN
+            DELETE FROM herd_kv k WHERE k.key = o_key RETURNING k.value, k.create_revision INTO out_old, out_create;
+            IF NOT FOUND THEN
+                RETURN;
+            END IF;
+            out_revision := out_revision + 1;
+        ELSE
+            out_revision := out_revision + 1;
+            INSERT INTO herd_kv AS k (key, value, create_revision, mod_revision) VALUES (o_key, o_val, out_revision, out_revision)
+                ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, mod_revision = EXCLUDED.mod_revision
+                RETURNING k.create_revision INTO out_create;
+        END IF;
+    END IF;
+    INSERT INTO herd_events (revision, key, deleted, value, create_revision)
+        VALUES (out_revision, o_key, o_del, CASE WHEN o_del THEN out_old ELSE o_val END, out_create);
+    out_wrote := true;
+    PERFORM pg_notify(channel, out_revision::text);
+END
+$fn$;
 "#;
 
 const CHANNEL: &str = "herd_commits";
@@ -145,6 +220,7 @@ struct Statements {
     lock: Statement,
     head: Statement,
     commit: Statement,
+    commit_one: Statement,
 }
 
 impl Conn {
@@ -190,7 +266,8 @@ impl Conn {
         let lock = client.prepare("SELECT pg_advisory_xact_lock(hashtext(current_schema()))").await?;
         let head = client.prepare(&format!("SELECT {HEAD}, m.compacted FROM herd_meta m WHERE m.id = 1")).await?;
         let commit = client.prepare("SELECT * FROM herd_commit($1, $2, $3, $4, $5, $6, $7, $8, $9)").await?;
-        let stmts = Statements { get, range, events, lock, head, commit };
+        let commit_one = client.prepare("SELECT * FROM herd_commit_one($1, $2, $3, $4, $5, $6)").await?;
+        let stmts = Statements { get, range, events, lock, head, commit, commit_one };
         Ok(Conn { client, stmts })
     }
 }
@@ -289,6 +366,54 @@ async fn listen(url: &str, external: Arc<Notify>, own_pid: Arc<AtomicI32>) -> Re
     });
     client.batch_execute(&format!("LISTEN {CHANNEL}")).await?;
     Ok(client)
+}
+
+/// A batch of one transaction with at most one compare and one operation
+/// as one call of `herd_commit_one`; `None` for any other batch.
+async fn commit_one(conn: &Conn, batch: &[Txn]) -> Option<Result<Committed, StoreError>> {
+    let [txn] = batch else { return None };
+    let (compare, op) = match (txn.compares.as_slice(), txn.ops.as_slice()) {
+        ([], []) => (None, None),
+        ([compare], []) => (Some(compare), None),
+        ([], [op]) => (None, Some(op)),
+        ([compare], [op]) => (Some(compare), Some(op)),
+        _ => return None,
+    };
+    Some(commit_one_txn(conn, compare, op).await)
+}
+
+async fn commit_one_txn(conn: &Conn, compare: Option<&Compare>, op: Option<&Op>) -> Result<Committed, StoreError> {
+    let c_key = compare.map(Compare::key);
+    let c_rev = compare.map(|c| match c {
+        Compare::Exists { .. } => -1,
+        Compare::ModRevision { revision, .. } => to_sql(*revision),
+    });
+    let (o_key, o_del, o_val) = match op {
+        None => (None, false, None),
+        Some(Op::Put { key, value }) => (Some(key.as_str()), false, Some(value.as_slice())),
+        Some(Op::Delete { key }) => (Some(key.as_str()), true, None),
+    };
+    let row =
+        conn.client.query_one(&conn.stmts.commit_one, &[&c_key, &c_rev, &o_key, &o_del, &o_val, &CHANNEL]).await?;
+    let revision = to_revision(row.get(2));
+    if row.get::<_, bool>(0) {
+        let outcome = TxnOutcome::CompareFailed {
+            index: 0,
+            key: c_key.unwrap_or_default().to_string(),
+            actual: row.get::<_, Option<i64>>(1).map(to_revision),
+        };
+        return Ok(Committed { outcomes: vec![outcome], events: Vec::new() });
+    }
+    let mut events = Vec::new();
+    if let (Some(op), true) = (op, row.get::<_, bool>(3)) {
+        let (kind, value) = match op {
+            Op::Put { value, .. } => (EventKind::Put, value.clone()),
+            Op::Delete { .. } => (EventKind::Delete, row.get::<_, Option<Vec<u8>>>(4).unwrap_or_default()),
+        };
+        let create_revision = to_revision(row.get::<_, Option<i64>>(5).unwrap_or_default());
+        events.push(Event { revision, kind, key: op.key().to_string(), value: value.into(), create_revision });
+    }
+    Ok(Committed { outcomes: vec![TxnOutcome::Committed { revision }], events })
 }
 
 /// One batch as one call of `herd_commit`.
@@ -413,7 +538,10 @@ impl Backend for PostgresBackend {
             *conn = Conn::connect(&self.url).await?;
             self.writer_pid.store(conn.backend_pid().await?, Ordering::Relaxed);
         }
-        commit_batch(&conn, &batch).await
+        match commit_one(&conn, &batch).await {
+            Some(committed) => committed,
+            None => commit_batch(&conn, &batch).await,
+        }
     }
 
     async fn events_after(&self, after: Revision, limit: usize) -> Result<Vec<Event>, StoreError> {
