@@ -15,8 +15,9 @@
 //! `cargo build --release -p herd -p herd-bench && target/release/scale`
 //! Options (environment): BENCH_NODES (default "10,100,1000"), BENCH_POOL
 //! (10), BENCH_MUTATIONS (200), BENCH_MEMBERS (3000) in app clusters of
-//! BENCH_CLUSTER_SIZE (10), BENCH_SIM_LOG (the simulated nodes' HERD_LOG,
-//! "warn"), HERD_BIN. Plain HTTP
+//! BENCH_CLUSTER_SIZE (10), BENCH_POLL_MS (how often the burst's progress
+//! is listed, 250: each look lists every Member), BENCH_SIM_LOG (the
+//! simulated nodes' HERD_LOG, "warn"), HERD_BIN. Plain HTTP
 //! (`--insecure-http`), SQLite store.
 
 mod processes;
@@ -164,8 +165,9 @@ async fn burst(admin: &Client, members: u64, size: u64, prefix: &str) -> anyhow:
     let (mut placed_at, mut running_at) = (None, None);
     let mut reported = Instant::now();
     let cluster_prefix = format!("{prefix}-");
+    let poll = Duration::from_millis(env_u64("BENCH_POLL_MS", 250));
     wait_for("the burst configured", Duration::from_secs(1800), async || {
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        tokio::time::sleep(poll).await;
         let list = admin.list::<MemberSpec>("").await.ok()?;
         let ours = || list.iter().filter(|m| m.spec.cluster.starts_with(&cluster_prefix));
         let (created, bound) = (ours().count(), ours().filter(|m| m.spec.node.is_some()).count());
