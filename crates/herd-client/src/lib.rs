@@ -436,6 +436,13 @@ impl Client {
         self.call(Method::POST, &format!("{}/abandon", object_path("commands", name)), &query, None).await
     }
 
+    /// `herd member evict`: asks the member's budgets; a refusal is a 429
+    /// naming each budget that does not allow it.
+    pub async fn evict_member(&self, name: &str, dry_run: bool) -> Result<herd_core::api::Eviction, ClientError> {
+        let query: Vec<(&str, String)> = if dry_run { vec![("dryRun", "All".into())] } else { Vec::new() };
+        self.call(Method::POST, &format!("{}/eviction", object_path("members", name)), &query, None).await
+    }
+
     /// A node's Commands (with that node's token), and the revision to
     /// watch them from.
     pub async fn node_commands(&self, node: &str) -> Result<ObjectList<Object<CommandSpec>>, ClientError> {

@@ -466,6 +466,21 @@ pub fn volume_file_path(member: &str, volume: &str) -> String {
 
 pub const JOIN_TOKENS_PATH: &str = "/api/v1/jointokens";
 
+/// The answer to `POST /api/v1/members/{name}/eviction`: the eviction was
+/// approved (or, on a dry run, would be) by every budget that selects the
+/// member.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Eviction {
+    pub member: String,
+    /// The budgets that select it, each of which allowed it.
+    pub budgets: Vec<String>,
+    #[serde(default)]
+    pub dry_run: bool,
+    /// What happens next, in words.
+    pub message: String,
+}
+
 /// `POST /api/v1/jointokens`: a join token to create.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

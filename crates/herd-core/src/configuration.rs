@@ -1,6 +1,6 @@
 //! The cluster configuration, Ganeti's `config.data`: every intent object
-//! (Nodes, the ClusterConfig, Apps, AppClusters, Members and Commands not
-//! yet settled) and the cluster's secrets (token hashes, the sealed CA),
+//! (Nodes, the ClusterConfig, Apps, AppClusters, Members, DisruptionBudgets
+//! and Commands not yet settled) and the cluster's secrets (token hashes, the sealed CA),
 //! with a serial that rises whenever any of them changes. Master
 //! candidates keep a copy, enough to start a master from
 //! (`herd cluster master-failover`); every node keeps the small facts (the
@@ -14,7 +14,8 @@ use serde_json::Value;
 use crate::kinds::ManagementState;
 
 /// The kinds (plurals) whose objects make up the configuration.
-pub const CONFIGURATION_KINDS: [&str; 6] = ["nodes", "clusterconfigs", "apps", "appclusters", "members", "commands"];
+pub const CONFIGURATION_KINDS: [&str; 7] =
+    ["nodes", "clusterconfigs", "apps", "appclusters", "members", "commands", "disruptionbudgets"];
 
 /// The store keys under which the secrets are kept.
 pub const SECRETS_PREFIX: &str = "/secrets/";
@@ -157,6 +158,11 @@ pub fn intent_of(object: &Value) -> Option<Value> {
             }
             status
         }),
+        // Approved evictions are decisions a new master must not make twice;
+        // the counts it takes again.
+        "DisruptionBudget" => object
+            .pointer("/status/disruptedMembers")
+            .map(|approved| serde_json::json!({ "disruptedMembers": approved })),
         _ => None,
     };
     if let Some(status) = status {

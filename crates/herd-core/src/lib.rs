@@ -10,6 +10,7 @@ pub mod api;
 pub mod authz;
 pub mod configmeta;
 pub mod configuration;
+pub mod disruption;
 pub mod election;
 pub mod failover;
 pub mod grant;

@@ -68,9 +68,9 @@ pub fn recovery(
 }
 
 /// The status a replaced member starts over with: a new member, create
-/// pending, saying why.
-pub fn replaced_status(why: String) -> MemberStatus {
-    MemberStatus { reason: Some(why), ..Default::default() }
+/// pending, saying why, and not to be placed on `from` again.
+pub fn replaced_status(why: String, from: &str) -> MemberStatus {
+    MemberStatus { reason: Some(why), moved_from: Some(from.to_string()), ..Default::default() }
 }
 
 #[cfg(test)]
@@ -120,8 +120,9 @@ mod tests {
 
     #[test]
     fn a_replaced_member_starts_over_as_a_new_one() {
-        let status = replaced_status("moved".into());
+        let status = replaced_status("moved".into(), "n1");
         assert_eq!(status.state, MemberState::CreatePending);
+        assert_eq!(status.moved_from.as_deref(), Some("n1"), "placement keeps it off n1");
         assert!(!status.was_configured(), "it is announced again once configured");
         assert_eq!(status.reason.as_deref(), Some("moved"));
     }

@@ -8,6 +8,7 @@
 //! members are the more of those it reports and those bound to it (a
 //! burst's bindings show in reports only later). A member
 //! that cannot be placed gets the reason, naming each node and why not.
+//! A member replaced or evicted from a node is never placed back on it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::RangeInclusive;
@@ -62,6 +63,12 @@ pub fn place(
             Some(why) => refusals.push(why),
             None => eligible.push(node),
         }
+    }
+    if let Some(from) = &member.status.moved_from
+        && eligible.iter().any(|n| &n.metadata.name == from)
+    {
+        eligible.retain(|n| &n.metadata.name != from);
+        refusals.push(format!("{from} is the node it is moving away from"));
     }
     if eligible.is_empty() {
         let why = if refusals.is_empty() { "no node has joined".to_string() } else { refusals.join("; ") };
@@ -166,6 +173,21 @@ mod tests {
 
     fn no_selector() -> BTreeMap<String, String> {
         BTreeMap::new()
+    }
+
+    #[test]
+    fn rule_a_member_moving_away_from_a_node_is_not_placed_back_on_it() {
+        let nodes = [node("n1", true), node("n2", true)];
+        let mut moving = member(0, None);
+        moving.status.moved_from = Some("n1".into());
+        assert_eq!(
+            place(&moving, &no_selector(), Spread::Preferred, &nodes, &[], &|n| usize::from(n == "n2")),
+            Placement::Bound("n2".into())
+        );
+        assert_eq!(
+            place(&moving, &no_selector(), Spread::Preferred, &nodes[..1], &[], &|_| 0),
+            Placement::Unplaceable("no node can take db-member-0: n1 is the node it is moving away from".into())
+        );
     }
 
     #[test]

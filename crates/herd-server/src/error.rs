@@ -40,6 +40,10 @@ pub enum ApiError {
     /// A body over the server's limit (413).
     #[error("{0}")]
     PayloadTooLarge(String),
+    /// Refused for now, worth asking again later: an eviction a budget
+    /// does not allow (429).
+    #[error("{0}")]
+    TooManyRequests(String),
 }
 
 impl ApiError {
@@ -80,6 +84,7 @@ impl ApiError {
             ApiError::Unavailable(_) | ApiError::Fenced(_) => StatusReason::ServiceUnavailable,
             ApiError::MethodNotAllowed(_) => StatusReason::MethodNotAllowed,
             ApiError::PayloadTooLarge(_) => StatusReason::PayloadTooLarge,
+            ApiError::TooManyRequests(_) => StatusReason::TooManyRequests,
         };
         let mut status = Status::new(reason, self.to_string());
         if let ApiError::Invalid { errors, .. } = self {

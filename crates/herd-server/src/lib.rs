@@ -20,6 +20,7 @@ pub mod controllers;
 pub mod elector;
 pub mod error;
 pub mod events;
+pub mod eviction;
 pub mod metrics;
 pub mod node_roles;
 pub mod nodes;

@@ -110,6 +110,37 @@ pub struct Guard {
     pub value: Vec<u8>,
 }
 
+/// One object's change, checked and encoded, waiting to be written with
+/// others in one transaction (`Objects::commit_staged`).
+pub struct Staged {
+    kind: &'static str,
+    name: String,
+    key: String,
+    /// The revision it was read at: the write needs it still there.
+    expected: Revision,
+    value: Vec<u8>,
+}
+
+impl Staged {
+    /// `new` as a change of `old` (its spec and metadata, or its status),
+    /// checked as a write of that part would be.
+    pub fn of<S: Resource>(old: &Object<S>, new: Object<S>, part: Part) -> Result<Staged, ObjectsError> {
+        let name = new.metadata.name.clone();
+        let prepared = match part {
+            Part::Spec => lifecycle::prepare_update(old, new),
+            Part::Status => lifecycle::prepare_status_update(old, new),
+        }
+        .map_err(|e| ObjectsError::invalid(S::KIND, &name, e))?;
+        Ok(Staged {
+            kind: S::KIND,
+            key: object_key(S::PLURAL, &name),
+            expected: prepared.expected_revision.unwrap_or(0),
+            value: encode(&prepared.object),
+            name,
+        })
+    }
+}
+
 /// A leader's fence. Leader-only code writes through [`Objects::fenced`]:
 /// every write then also requires the fence key to be still at the
 /// revision this leader's acquisition gave it, in the same transaction. A
@@ -387,38 +418,42 @@ impl Objects {
     /// transaction, each as read (its resourceVersion) and changed: all
     /// are written, or none (a Conflict naming the first that moved).
     pub async fn update_together<S: Resource>(&self, changed: Vec<(Object<S>, Object<S>)>) -> Result<(), ObjectsError> {
+        let staged =
+            changed.into_iter().map(|(old, new)| Staged::of(&old, new, Part::Spec)).collect::<Result<_, _>>()?;
+        self.commit_staged(staged).await
+    }
+
+    /// Writes staged changes of objects of any kinds in one transaction,
+    /// each only if it is still at the revision it was read at: all are
+    /// written, or none (a Conflict naming the first that moved).
+    pub async fn commit_staged(&self, staged: Vec<Staged>) -> Result<(), ObjectsError> {
         let mut txn = Txn::new();
-        let mut keys = Vec::new();
-        for (old, new) in changed {
-            let name = new.metadata.name.clone();
-            let prepared =
-                lifecycle::prepare_update(&old, new).map_err(|e| ObjectsError::invalid(S::KIND, &name, e))?;
-            let key = object_key(S::PLURAL, &name);
-            let revision = prepared.expected_revision.unwrap_or(0);
+        for change in &staged {
             txn = txn
-                .when(Compare::ModRevision { key: key.clone(), revision })
-                .put(key.clone(), encode(&prepared.object));
-            keys.push((key, name, revision));
+                .when(Compare::ModRevision { key: change.key.clone(), revision: change.expected })
+                .put(change.key.clone(), change.value.clone());
         }
         if let Some((fence, _)) = &self.fence {
             txn = txn.when(Compare::ModRevision { key: fence.key.clone(), revision: fence.revision });
         }
-        match self.store.txn(txn).await.map_err(|e| ObjectsError::from_store(S::KIND, "", e))? {
+        match self.store.txn(txn).await.map_err(|e| ObjectsError::from_store("object", "", e))? {
             TxnOutcome::Committed { .. } => Ok(()),
-            TxnOutcome::CompareFailed { key: failed, actual, .. } => {
-                match keys.into_iter().find(|(k, ..)| *k == failed) {
-                    Some((_, name, expected)) => {
-                        Err(ObjectsError::Conflict { kind: S::KIND.into(), name, expected, actual })
-                    }
-                    None => {
-                        let term = self.fence.as_ref().map_or(0, |(fence, metrics)| {
-                            metrics.fenced_writes.fetch_add(1, Ordering::Relaxed);
-                            fence.term
-                        });
-                        Err(ObjectsError::Fenced { term, kind: S::KIND.into(), name: String::new() })
-                    }
+            TxnOutcome::CompareFailed { key: failed, actual, .. } => match staged.into_iter().find(|s| s.key == failed)
+            {
+                Some(change) => Err(ObjectsError::Conflict {
+                    kind: change.kind.into(),
+                    name: change.name,
+                    expected: change.expected,
+                    actual,
+                }),
+                None => {
+                    let term = self.fence.as_ref().map_or(0, |(fence, metrics)| {
+                        metrics.fenced_writes.fetch_add(1, Ordering::Relaxed);
+                        fence.term
+                    });
+                    Err(ObjectsError::Fenced { term, kind: String::new(), name: String::new() })
                 }
-            }
+            },
         }
     }
 

@@ -8,7 +8,8 @@ use std::marker::PhantomData;
 use async_trait::async_trait;
 use futures_util::future::BoxFuture;
 use herd_core::kinds::{
-    AppClusterSpec, AppSpec, ClusterConfigSpec, CommandSpec, EventSpec, LeaseSpec, MemberSpec, NodeSpec, ReplicaSpec,
+    AppClusterSpec, AppSpec, ClusterConfigSpec, CommandSpec, DisruptionBudgetSpec, EventSpec, LeaseSpec, MemberSpec,
+    NodeSpec, ReplicaSpec,
 };
 use herd_core::{Object, Resource, ValidationErrors};
 use schemars::{Schema, SchemaGenerator};
@@ -179,6 +180,7 @@ impl Registry {
             |objects, cluster| Box::pin(crate::app_clusters::admit_replace(objects, cluster));
         registry.kinds.insert(AppClusterSpec::PLURAL, Box::new(AdmittedOnReplace(admit_cluster)));
         registry.add::<MemberSpec>();
+        registry.add::<DisruptionBudgetSpec>();
         registry.kinds.insert(CommandSpec::PLURAL, Box::new(CommandKind));
         registry
     }

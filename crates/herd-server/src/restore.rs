@@ -10,7 +10,8 @@
 use herd_core::Resource;
 use herd_core::configuration::Configuration;
 use herd_core::kinds::{
-    AppClusterSpec, AppSpec, ClusterConfigSpec, CommandSpec, Lease, LeaseSpec, MemberSpec, NodeSpec,
+    AppClusterSpec, AppSpec, ClusterConfigSpec, CommandSpec, DisruptionBudgetSpec, Lease, LeaseSpec, MemberSpec,
+    NodeSpec,
 };
 use herd_store::{ListOptions, Op, Store, Txn, TxnOutcome};
 use serde_json::Value;
@@ -49,6 +50,7 @@ fn plural_of(kind: &str) -> Option<&'static str> {
         AppClusterSpec::KIND => AppClusterSpec::PLURAL,
         MemberSpec::KIND => MemberSpec::PLURAL,
         CommandSpec::KIND => CommandSpec::PLURAL,
+        DisruptionBudgetSpec::KIND => DisruptionBudgetSpec::PLURAL,
         _ => return None,
     })
 }

@@ -167,6 +167,15 @@ pub enum CommandAction {
 
 #[derive(Subcommand, Debug)]
 pub enum MemberCommand {
+    /// Evict a member if every disruption budget that selects it allows:
+    /// it is placed again on another node. Refused (exit 4) naming each
+    /// budget that does not allow it, and why.
+    Evict {
+        name: String,
+        /// Ask the budgets only; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Recreate a member on another node, with empty volumes (for a member
     /// whose node is lost). Says what would be lost and asks first.
     Replace {

@@ -2,7 +2,8 @@
 
 use anyhow::bail;
 use herd_core::kinds::{
-    AppClusterSpec, AppSpec, ClusterConfigSpec, CommandSpec, EventSpec, LeaseSpec, MemberSpec, NodeSpec, ReplicaSpec,
+    AppClusterSpec, AppSpec, ClusterConfigSpec, CommandSpec, DisruptionBudgetSpec, EventSpec, LeaseSpec, MemberSpec,
+    NodeSpec, ReplicaSpec,
 };
 use herd_core::{Object, Resource, ValidationErrors};
 
@@ -26,7 +27,7 @@ fn of<S: Resource>(short: &'static str) -> KindName {
     KindName { kind: S::KIND, plural: S::PLURAL, short, normalize: normalize::<S> }
 }
 
-pub fn all() -> [KindName; 9] {
+pub fn all() -> [KindName; 10] {
     [
         of::<CommandSpec>("cmd"),
         of::<NodeSpec>("no"),
@@ -37,13 +38,17 @@ pub fn all() -> [KindName; 9] {
         of::<AppSpec>("app"),
         of::<AppClusterSpec>("ac"),
         of::<MemberSpec>("mem"),
+        of::<DisruptionBudgetSpec>("budget"),
     ]
 }
 
 pub fn resolve(name: &str) -> anyhow::Result<KindName> {
     let wanted = name.to_ascii_lowercase();
     for kind in all() {
-        if [kind.kind.to_ascii_lowercase().as_str(), kind.plural, kind.short].contains(&wanted.as_str()) {
+        // The short name in the plural too: `herd get budgets`.
+        let short_plural = wanted.strip_suffix('s') == Some(kind.short);
+        if short_plural || [kind.kind.to_ascii_lowercase().as_str(), kind.plural, kind.short].contains(&wanted.as_str())
+        {
             return Ok(kind);
         }
     }
@@ -69,6 +74,9 @@ mod tests {
         assert!(resolve("pods").unwrap_err().to_string().contains("known kinds: commands, nodes"));
         assert_eq!(resolve("cmd").unwrap().kind, "Command");
         assert_eq!(resolve("appclusters").unwrap().kind, "AppCluster");
+        for name in ["budget", "budgets", "disruptionbudgets", "DisruptionBudget"] {
+            assert_eq!(resolve(name).unwrap().kind, "DisruptionBudget", "{name}");
+        }
         assert_eq!(resolve("mem").unwrap().kind, "Member");
     }
 }

@@ -24,7 +24,7 @@ fn exit_code(error: &anyhow::Error) -> u8 {
     }
     match error.downcast_ref::<ClientError>().and_then(ClientError::reason) {
         Some(StatusReason::NotFound) => 3,
-        Some(StatusReason::Conflict | StatusReason::AlreadyExists) => 4,
+        Some(StatusReason::Conflict | StatusReason::AlreadyExists | StatusReason::TooManyRequests) => 4,
         _ => 1,
     }
 }

@@ -17,6 +17,15 @@ fn text(value: &Value, pointer: &str) -> String {
     }
 }
 
+/// A count from the status, 0 when the status does not have it yet.
+fn number(value: &Value, pointer: &str) -> String {
+    value.pointer(pointer).and_then(Value::as_u64).unwrap_or(0).to_string()
+}
+
+fn or_dash(text: String) -> String {
+    if text.is_empty() { "-".into() } else { text }
+}
+
 fn age_of(value: &Value, pointer: &str) -> String {
     Timestamp::parse(&text(value, pointer))
         .map(|t| short_duration(SystemTime::now().duration_since(t.system_time()).unwrap_or_default()))
@@ -179,6 +188,22 @@ fn columns(kind: &str) -> Vec<Column> {
             wide("LAST-KNOWN", |v| text(v, "/status/stateDetail/lastKnownState")),
             wide("READY", |v| text(v, "/status/ready")),
             wide("REASON", |v| text(v, "/status/reason")),
+        ],
+        "DisruptionBudget" => vec![
+            name,
+            col("SELECTOR", |v| text(v, "/spec/selector")),
+            col("MIN-AVAILABLE", |v| or_dash(text(v, "/spec/minAvailable"))),
+            col("MAX-UNAVAILABLE", |v| or_dash(text(v, "/spec/maxUnavailable"))),
+            col("HEALTHY", |v| {
+                format!("{}/{}", number(v, "/status/currentHealthy"), number(v, "/status/expectedMembers"))
+            }),
+            col("ALLOWED", |v| number(v, "/status/disruptionsAllowed")),
+            age,
+            wide("DESIRED", |v| number(v, "/status/desiredHealthy")),
+            wide("UNHEALTHY", |v| {
+                let unhealthy = v.pointer("/status/unhealthy").and_then(Value::as_array).cloned().unwrap_or_default();
+                or_dash(unhealthy.iter().map(|u| text(u, "/name")).collect::<Vec<_>>().join(","))
+            }),
         ],
         _ => vec![name, age, wide("LABELS", labels)],
     }

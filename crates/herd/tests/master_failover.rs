@@ -18,7 +18,9 @@ use common::apps::{example, require};
 use common::cluster::{cli, quick_heartbeats};
 use common::{ADMIN_TOKEN, MemberReaper, Proc, TestServer, eventually, start_agent};
 use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
-use herd_core::kinds::{AppClusterSpec, ClusterConfigSpec, MemberSpec, MemberState, NodeRole, NodeSpec, ReplicaState};
+use herd_core::kinds::{
+    AppClusterSpec, ClusterConfigSpec, DisruptionBudgetSpec, MemberSpec, MemberState, NodeRole, NodeSpec, ReplicaState,
+};
 
 /// `herd cluster master-failover` on node `node`, its new store in `dir`.
 fn failover(dir: &Path, node: &str, agent_dir: &Path) -> std::process::Command {
@@ -67,6 +69,7 @@ async fn a_candidate_takes_over_a_lost_sqlite_master_and_the_old_one_stands_asid
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let members = common::apps::configured(&old, "etcd", 3, Duration::from_secs(90)).await;
     let cluster_before = old.admin().get::<AppClusterSpec>("etcd").await.unwrap();
+    let budget_before = old.admin().get::<DisruptionBudgetSpec>("etcd-quorum").await.unwrap();
     let pids_before = member_pids(&old).await;
     let old_term = old.admin().cluster_status().await.unwrap().leader.unwrap().term;
     // Agents started again listen where they did (the copies hold that address).
@@ -111,6 +114,12 @@ async fn a_candidate_takes_over_a_lost_sqlite_master_and_the_old_one_stands_asid
     let cluster_after = new.admin().get::<AppClusterSpec>("etcd").await.unwrap();
     assert_eq!(cluster_after.spec, cluster_before.spec, "the app cluster's spec is as before");
     assert_eq!(cluster_after.metadata.uid, cluster_before.metadata.uid);
+    let budget_after = new.admin().get::<DisruptionBudgetSpec>("etcd-quorum").await.unwrap();
+    assert_eq!(
+        (budget_after.spec, budget_after.metadata.uid),
+        (budget_before.spec, budget_before.metadata.uid),
+        "the example's budget came with the configuration"
+    );
     for member in &members {
         let after = new.admin().get::<MemberSpec>(&member.metadata.name).await.unwrap();
         assert_eq!(after.spec, member.spec, "{}", member.metadata.name);

@@ -143,6 +143,10 @@ pub struct MemberStatus {
     pub failed_commands: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_failure: Option<Timestamp>,
+    /// The node it was replaced or evicted from: it is not placed there
+    /// again (it would find its old process there and take it back).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moved_from: Option<String>,
 }
 
 fn is_zero(n: &u32) -> bool {

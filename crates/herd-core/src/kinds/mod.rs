@@ -5,6 +5,7 @@ pub mod app;
 pub mod app_cluster;
 pub mod cluster_config;
 pub mod command;
+pub mod disruption_budget;
 pub mod event;
 pub mod lease;
 pub mod member;
@@ -15,6 +16,9 @@ pub use app::{App, AppRole, AppSpec};
 pub use app_cluster::{AppCluster, AppClusterSpec, AppClusterStatus, ClusterRole, ClusterState, MemberStateRollup};
 pub use cluster_config::{ClusterConfig, ClusterConfigSpec, LeaderElectionOverrides, LeaderElectionSettings};
 pub use command::{Action, AgentState, Answer, Command, CommandSpec, CommandStatus, ManagementState};
+pub use disruption_budget::{
+    Amount, DisruptionBudget, DisruptionBudgetSpec, DisruptionBudgetStatus, UnhealthyEvictionPolicy, UnhealthyMember,
+};
 pub use event::{Event, EventSpec, EventType, InvolvedObject};
 pub use lease::{Lease, LeaseSpec};
 pub use member::{LastKnownState, Member, MemberSpec, MemberState, MemberStatus};

@@ -3,6 +3,7 @@
 
 mod agents;
 mod commands;
+mod eviction;
 mod meta;
 mod nodes;
 mod resources;

@@ -97,7 +97,7 @@ pub struct WriteQuery {
 }
 
 impl WriteQuery {
-    fn dry_run(&self) -> Result<bool, ApiError> {
+    pub(super) fn dry_run(&self) -> Result<bool, ApiError> {
         match self.dry_run.as_deref() {
             None => Ok(false),
             Some("All") => Ok(true),

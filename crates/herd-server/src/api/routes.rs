@@ -8,14 +8,14 @@ use axum::http::Method;
 use axum::routing::{MethodRouter, delete, get, post, put};
 use herd_core::Resource;
 use herd_core::api::{
-    AgentReport, CLUSTER_STATUS_PATH, ClusterStatus, HeartbeatResponse, JOIN_TOKENS_PATH, JoinRequest, JoinResponse,
-    JoinTokenInfo, JoinTokenList, JoinTokenRequest, StoredVolume,
+    AgentReport, CLUSTER_STATUS_PATH, ClusterStatus, Eviction, HeartbeatResponse, JOIN_TOKENS_PATH, JoinRequest,
+    JoinResponse, JoinTokenInfo, JoinTokenList, JoinTokenRequest, StoredVolume,
 };
 use schemars::{JsonSchema, SchemaGenerator};
 use serde_json::{Value, json};
 
 use super::resources::{ListQuery, WriteQuery};
-use super::{ApiBody, ApiName, ApiQuery, AppState, Caller, agents, commands, meta, nodes, resources, tokens};
+use super::{ApiBody, ApiName, ApiQuery, AppState, Caller, agents, commands, eviction, meta, nodes, resources, tokens};
 use crate::objects::Part;
 use crate::registry::Registry;
 
@@ -406,6 +406,16 @@ fn fixed_routes(generator: &mut SchemaGenerator) -> Vec<Route> {
             body: None,
             answer: Answer::Json(200, json!({ "type": "array", "items": schema_of::<StoredVolume>(generator) })),
             handler: get(agents::node_volumes),
+        },
+        Route {
+            method: Method::POST,
+            path: "/api/v1/members/{name}/eviction".into(),
+            summary: "Evict a member if every budget that selects it allows (429 naming each that does not)".into(),
+            access: Access::Admin,
+            params: vec![path_param("name", "the Member's name"), dry_run()],
+            body: None,
+            answer: Answer::Json(200, schema_of::<Eviction>(generator)),
+            handler: post(eviction::evict),
         },
         Route {
             method: Method::POST,

@@ -5,6 +5,7 @@
 //! outlives it. Their writes go through the leadership's fence.
 
 pub mod app_clusters;
+pub mod budgets;
 pub mod candidate_pool;
 pub mod commands;
 pub mod compactor;
@@ -67,6 +68,15 @@ pub fn start(
         caches.nodes.changes(),
         caches.commands.changes(),
     ];
+    let budgets = Reflector::start(objects.store().clone(), stop.clone());
+    let wake_budgets = vec![budgets.changes(), caches.members.changes()];
+    let budget_keeper = budgets::BudgetKeeper::new(
+        objects.clone(),
+        budgets,
+        caches.members.clone(),
+        EventRecorder::new(objects.clone(), "disruption-budgets"),
+    );
+    set.spawn(runtime::run(budget_keeper, wake_budgets, stop.clone()));
     let app_clusters = app_clusters::AppClusterController::new(
         objects.clone(),
         caches,

@@ -95,6 +95,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 }
             }
         }
+        Command::Member { command: MemberCommand::Evict { name, dry_run } } => {
+            let eviction = context::client(&conn)?.evict_member(&name, dry_run).await?;
+            let note = if eviction.dry_run { " (dry run: nothing changed)" } else { "" };
+            println!("member/{name}: {}{note}", eviction.message);
+            Ok(())
+        }
         Command::Member { command: MemberCommand::Replace { name, yes } } => {
             member::replace(&context::client(&conn)?, &name, yes).await
         }

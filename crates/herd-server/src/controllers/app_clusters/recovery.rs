@@ -64,7 +64,8 @@ impl AppClusterController {
         let mut member = pass.members[i].clone();
         let announced = member.status.was_configured();
         // The status first: no reader sees the new binding with the old state.
-        member.status = replaced_status(why.clone());
+        let from = member.spec.node.clone().unwrap_or_default();
+        member.status = replaced_status(why.clone(), &from);
         let mut unbound = self.objects.update_status(member, false).await?;
         unbound.spec.node = None;
         unbound.spec.ports.clear();

@@ -1,0 +1,92 @@
+//! The disruption-budget keeper (leader only): counts each
+//! DisruptionBudget over the members it selects (`herd_core::disruption`)
+//! and writes the status when a count changed, woken by every change of a
+//! budget or a member (a crash lowers the count at once; nothing asks the
+//! budget about it). Each write re-counts on the stored budget, so an
+//! approval recorded meanwhile is kept. A budget that can never allow an
+//! eviction is said once, as a Warning Event, when it becomes so.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use herd_core::disruption;
+use herd_core::kinds::{DisruptionBudgetSpec, DisruptionBudgetStatus, EventType, MemberSpec};
+
+use crate::controllers::runtime::{Controller, Next};
+use crate::events::EventRecorder;
+use crate::objects::{Objects, ObjectsError, Part, now};
+use crate::reflector::Reflector;
+
+/// How often the counts are taken when nothing changes (an approval
+/// lapses after `disruption::APPROVAL_TIMEOUT`).
+const PASS_INTERVAL: Duration = Duration::from_secs(5);
+
+pub struct BudgetKeeper {
+    objects: Objects,
+    budgets: Reflector<DisruptionBudgetSpec>,
+    members: Reflector<MemberSpec>,
+    events: EventRecorder,
+    /// The budgets last said to be unable to allow an eviction.
+    warned_never: BTreeSet<String>,
+}
+
+impl BudgetKeeper {
+    pub fn new(
+        objects: Objects,
+        budgets: Reflector<DisruptionBudgetSpec>,
+        members: Reflector<MemberSpec>,
+        events: EventRecorder,
+    ) -> Self {
+        BudgetKeeper { objects, budgets, members, events, warned_never: BTreeSet::new() }
+    }
+}
+
+/// Whether two statuses differ in more than when they were taken.
+fn counts_differ(a: &DisruptionBudgetStatus, b: &DisruptionBudgetStatus) -> bool {
+    let untimed = |s: &DisruptionBudgetStatus| DisruptionBudgetStatus { counted_at: None, ..s.clone() };
+    a.counted_at.is_none() || untimed(a) != untimed(b)
+}
+
+impl Controller for BudgetKeeper {
+    const NAME: &'static str = "disruption-budgets";
+
+    async fn synced(&self) {
+        self.budgets.synced().await;
+        self.members.synced().await;
+    }
+
+    async fn reconcile(&mut self) -> Result<Next, ObjectsError> {
+        let members = self.members.list();
+        let budgets = self.budgets.list();
+        self.warned_never.retain(|name| budgets.iter().any(|b| &b.metadata.name == name));
+        for cached in budgets {
+            if !counts_differ(&cached.status, &disruption::count(&cached, &members, now())) {
+                continue;
+            }
+            let written = self
+                .objects
+                .modify::<DisruptionBudgetSpec, ObjectsError>(&cached.metadata.name, Part::Status, |budget| {
+                    let counted = disruption::count(budget, &members, now());
+                    let changed = counts_differ(&budget.status, &counted);
+                    budget.status = counted;
+                    Ok(changed)
+                })
+                .await;
+            let budget = match written {
+                Ok(budget) => budget,
+                Err(ObjectsError::NotFound { .. }) => continue,
+                Err(other) => return Err(other),
+            };
+            match disruption::never_allows(&budget) {
+                Some(why) if self.warned_never.insert(budget.metadata.name.clone()) => {
+                    self.events.record(&budget, EventType::Warning, "BudgetNeverAllows", why).await;
+                }
+                Some(_) => {}
+                None => {
+                    self.warned_never.remove(&budget.metadata.name);
+                }
+            }
+        }
+        Ok(Next::Requeue(PASS_INTERVAL))
+    }
+}

@@ -1,0 +1,108 @@
+//! The eviction API (seed 004): a voluntary disruption of one member asks
+//! every DisruptionBudget that selects it (`herd_core::disruption::verdict`);
+//! all must allow. The approval is one transaction: each budget's status
+//! (the approval recorded, one allowed disruption taken) and the member's
+//! request to be moved, each only if still at the revision read, so two
+//! evictions can never both take a budget's last allowed disruption; a
+//! lost race is decided again on what the winner wrote.
+//!
+//! What an approved eviction does: a member without persistent volumes is
+//! placed again on another node, as a new member (the app-cluster
+//! controller's replace path, `herd.io/replace`). One with persistent
+//! volumes would be migrated with its data; that is not built yet, and
+//! such an eviction is refused before any budget is asked.
+
+use herd_core::api::Eviction;
+use herd_core::disruption::{self, Verdict};
+use herd_core::kinds::{AppClusterSpec, AppSpec, DisruptionBudgetSpec, EventType, MemberSpec};
+use herd_core::node_loss::REPLACE_ANNOTATION;
+
+use crate::error::ApiError;
+use crate::events::EventRecorder;
+use crate::objects::{Objects, ObjectsError, Part, Staged, now};
+
+/// How many times an approval that lost a race is decided again.
+const ATTEMPTS: usize = 16;
+
+/// Asks the budgets to evict member `name` and, if all allow and this is
+/// not a dry run, approves it and asks for the member to be moved.
+pub async fn evict(objects: &Objects, events: &EventRecorder, name: &str, dry_run: bool) -> Result<Eviction, ApiError> {
+    for _ in 0..ATTEMPTS {
+        let member = objects.require::<MemberSpec>(name).await?;
+        refuse_persistent(objects, &member).await?;
+        let (budgets, _) = objects.list::<DisruptionBudgetSpec>().await?;
+        let selecting: Vec<_> = budgets.into_iter().filter(|b| disruption::selects(b, &member)).collect();
+        // Asked again while the first eviction is under way (approved, asked
+        // for, or moving and not configured since): the same one, not a
+        // second move, which would chase the member from node to node.
+        let approved = selecting.iter().any(|b| b.status.disrupted_members.contains_key(name));
+        let moving = member.status.moved_from.is_some() && !member.status.was_configured();
+        if approved || moving || member.metadata.annotations.contains_key(REPLACE_ANNOTATION) {
+            let message = format!("member {name} is being evicted (or replaced) already");
+            let budgets = selecting.iter().map(|b| b.metadata.name.clone()).collect();
+            return Ok(Eviction { member: name.to_string(), budgets, dry_run, message });
+        }
+        let mut refusals = Vec::new();
+        let mut approvals = Vec::new();
+        for budget in &selecting {
+            match disruption::verdict(budget, &member) {
+                Verdict::Allowed { counts } => approvals.push((budget, counts)),
+                Verdict::Refused(why) => refusals.push(why),
+            }
+        }
+        if !refusals.is_empty() {
+            return Err(ApiError::TooManyRequests(format!("cannot evict member {name}: {}", refusals.join("; and "))));
+        }
+        let budget_names: Vec<String> = selecting.iter().map(|b| b.metadata.name.clone()).collect();
+        let message = if budget_names.is_empty() {
+            format!("member {name} is placed again on another node (no budget selects it)")
+        } else {
+            format!("member {name} is placed again on another node (allowed by {})", budget_names.join(", "))
+        };
+        let answer = Eviction { member: name.to_string(), budgets: budget_names, dry_run, message };
+        if dry_run {
+            return Ok(answer);
+        }
+        let at = now();
+        let mut staged = Vec::new();
+        for (budget, counts) in approvals {
+            let mut approved = budget.clone();
+            approved.status = disruption::approve(&budget.status, &member, counts, at);
+            staged.push(Staged::of(budget, approved, Part::Status)?);
+        }
+        let mut moved = member.clone();
+        moved.metadata.annotations.insert(REPLACE_ANNOTATION.into(), at.to_string());
+        staged.push(Staged::of(&member, moved, Part::Spec)?);
+        match objects.commit_staged(staged).await {
+            Ok(()) => {
+                events.record(&member, EventType::Normal, "MemberEvicted", answer.message.clone()).await;
+                return Ok(answer);
+            }
+            Err(ObjectsError::Conflict { .. }) => continue,
+            Err(other) => return Err(other.into()),
+        }
+    }
+    Err(ApiError::Conflict(format!("member {name} or its budgets kept changing; try again")))
+}
+
+/// A member with persistent volumes is moved with its data by a
+/// migration, which evictions do not do yet.
+async fn refuse_persistent(objects: &Objects, member: &herd_core::kinds::Member) -> Result<(), ApiError> {
+    let Some(cluster) = objects.get::<AppClusterSpec>(&member.spec.cluster).await? else { return Ok(()) };
+    let Some(app) = objects.get::<AppSpec>(&cluster.spec.app_ref).await? else { return Ok(()) };
+    let persistent: Vec<&str> = app
+        .spec
+        .role(&member.spec.role)
+        .map(|role| role.run.volumes.iter().filter(|v| v.persistent).map(|v| v.name.as_str()).collect())
+        .unwrap_or_default();
+    if persistent.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::Conflict(format!(
+        "member {} keeps persistent volumes ({}): evicting it means migrating them with it, which herd does not \
+         do yet; `herd member replace {}` recreates it elsewhere with empty volumes",
+        member.metadata.name,
+        persistent.join(", "),
+        member.metadata.name
+    )))
+}

@@ -1,0 +1,239 @@
+//! Disruption budgets (seed 004) on real agents and members: applied from
+//! YAML with the CLI, counted by the leader over the members they select,
+//! a crash only lowers the count (nothing asks the budget), a budget that
+//! can never allow an eviction says so, and bad budgets are refused naming
+//! the field. Evictions ask every budget that selects the member; an
+//! evicted member is placed again, and until it is back and ready the next
+//! eviction is refused; concurrent evictions never share one allowance.
+
+mod common;
+
+use std::time::Duration;
+
+use common::apps::{Nodes, configured, instance, kill9, list_members, nodes, pid_of};
+use common::{ADMIN_TOKEN, TestServer, eventually};
+use herd_core::api::StatusReason;
+use herd_core::kinds::{DisruptionBudget, DisruptionBudgetSpec, EventSpec};
+
+/// The members' setup: it only has to succeed.
+const SETUP: &str = "true";
+
+fn herd(server: &TestServer, args: &[&str]) -> std::process::Output {
+    common::herd().args(["--server", &server.url, "--token", ADMIN_TOKEN]).args(args).output().unwrap()
+}
+
+async fn budget(server: &TestServer, name: &str) -> DisruptionBudget {
+    server.admin().get::<DisruptionBudgetSpec>(name).await.unwrap()
+}
+
+/// Applies App `web` (one role `w`, no persistent data), an AppCluster
+/// `name` of it with `members`, and the budgets given as YAML documents.
+fn apply_web(nodes: &Nodes, name: &str, members: u32, budgets: &str) {
+    let manifest = nodes.dir.path().join(format!("{name}.yaml"));
+    std::fs::write(
+        &manifest,
+        format!(
+            "apiVersion: herd/v1\nkind: App\nmetadata: {{name: web}}\nspec:\n  roles:\n  - name: w\n    run: {{command: [sleep, '600']}}\n    setup: {{script: '{SETUP}'}}\n\
+             ---\napiVersion: herd/v1\nkind: AppCluster\nmetadata: {{name: {name}}}\nspec:\n  appRef: web\n  roles: [{{name: w, members: {members}}}]\n{budgets}"
+        ),
+    )
+    .unwrap();
+    let out = herd(&nodes.server, &["apply", "-f", manifest.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+fn budget_yaml(name: &str, selector: &str, bound: &str) -> String {
+    format!(
+        "---\napiVersion: herd/v1\nkind: DisruptionBudget\nmetadata: {{name: {name}}}\nspec:\n  selector: {selector}\n  {bound}\n"
+    )
+}
+
+/// Waits until budget `name` is counted with `healthy` healthy members and
+/// `allowed` disruptions allowed.
+async fn counted(server: &TestServer, name: &str, healthy: u32, allowed: u32) -> DisruptionBudget {
+    eventually(Duration::from_secs(30), &format!("{name} at {healthy} healthy, {allowed} allowed"), || async {
+        let b = budget(server, name).await;
+        let s = &b.status;
+        (s.observed_generation == b.metadata.generation
+            && s.current_healthy == healthy
+            && s.disruptions_allowed == allowed)
+            .then_some(b)
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_budget_counts_ready_members_and_a_crash_only_lowers_the_count() {
+    let nodes = nodes(3).await;
+    let server = &nodes.server;
+    let budgets = budget_yaml("web-quorum", "herd.io/cluster=web", "minAvailable: 2")
+        + &budget_yaml("web-all", "herd.io/cluster=web", "minAvailable: 100%");
+    apply_web(&nodes, "web", 3, &budgets);
+    let members = configured(server, "web", 3, Duration::from_secs(60)).await;
+
+    let counted = counted(server, "web-quorum", 3, 1).await;
+    assert_eq!((counted.status.desired_healthy, counted.status.expected_members), (2, 3));
+    assert!(counted.status.unhealthy.is_empty());
+    let out = herd(server, &["get", "budgets"]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    let row = table.lines().find(|l| l.starts_with("web-quorum")).unwrap_or_else(|| panic!("{table}"));
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cells[1..6], ["herd.io/cluster=web", "2", "-", "3/3", "1"], "{table}");
+
+    // 100% of 3 can never allow an eviction: said as a Warning Event.
+    let never = eventually(Duration::from_secs(20), "a BudgetNeverAllows event", || async {
+        let events = server.admin().list::<EventSpec>("").await.ok()?;
+        events.into_iter().find(|e| e.spec.reason == "BudgetNeverAllows" && e.spec.involved_object.name == "web-all")
+    })
+    .await;
+    assert!(
+        never.spec.message.contains("can never allow an eviction: minAvailable 100% needs 3 healthy of the 3"),
+        "{}",
+        never.spec.message
+    );
+
+    // A crash is never asked about: the member comes back (set up again),
+    // and meanwhile the budget shows it unhealthy and allows nothing.
+    let victim = &members[0];
+    kill9(pid_of(server, victim).await);
+    let short = eventually(Duration::from_secs(20), "the crash counted against the budget", || async {
+        let b = budget(server, "web-quorum").await;
+        (b.status.current_healthy == 2).then_some(b)
+    })
+    .await;
+    assert_eq!(short.status.disruptions_allowed, 0);
+    assert_eq!(short.status.unhealthy.len(), 1, "{:?}", short.status);
+    assert_eq!(short.status.unhealthy[0].name, victim.metadata.name);
+    configured(server, "web", 3, Duration::from_secs(60)).await;
+    eventually(Duration::from_secs(20), "the budget healthy again", || async {
+        let b = budget(server, "web-quorum").await;
+        (b.status.current_healthy == 3 && b.status.disruptions_allowed == 1).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_budgets_are_refused_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path());
+    for (spec, field, reason) in [
+        ("{selector: 'a=b', minAvailable: 1, maxUnavailable: 1}", "spec.maxUnavailable", "give either"),
+        ("{selector: 'a=b'}", "spec.minAvailable", "one of minAvailable and maxUnavailable is required"),
+        ("{selector: 'a=b', minAvailable: '101%'}", "spec.minAvailable", "is not a percentage from 0% to 100%"),
+        ("{selector: '', maxUnavailable: 1}", "spec.selector", "must not be empty"),
+    ] {
+        let manifest = dir.path().join("budget.yaml");
+        std::fs::write(
+            &manifest,
+            format!("apiVersion: herd/v1\nkind: DisruptionBudget\nmetadata: {{name: b}}\nspec: {spec}\n"),
+        )
+        .unwrap();
+        let out = herd(&server, &["apply", "-f", manifest.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{spec} was accepted");
+        assert!(stderr.contains(field) && stderr.contains(reason), "{spec}: {stderr}");
+    }
+    assert!(server.admin().get::<DisruptionBudgetSpec>("b").await.is_err(), "nothing was written");
+}
+
+fn evict(server: &TestServer, member: &str, dry_run: bool) -> std::process::Output {
+    let mut args = vec!["member", "evict", member];
+    if dry_run {
+        args.push("--dry-run");
+    }
+    herd(server, &args)
+}
+
+/// The seed's demonstration: 3 members under minAvailable 2 allow one
+/// eviction; the next is refused (429, exit 4, naming the budget and who
+/// is not healthy) until the evicted member is back and ready; a second
+/// budget that blocks is named, the one that allows is not.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_eviction_waits_for_the_last_one_to_be_ready_again() {
+    let nodes = nodes(3).await;
+    let server = &nodes.server;
+    apply_web(&nodes, "web", 3, &budget_yaml("web-quorum", "herd.io/cluster=web", "minAvailable: 2"));
+    let before = configured(server, "web", 3, Duration::from_secs(60)).await;
+    counted(server, "web-quorum", 3, 1).await;
+
+    let out = evict(server, "web-w-0", true);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("dry run: nothing changed"), "{out:?}");
+    assert!(budget(server, "web-quorum").await.status.disrupted_members.is_empty(), "a dry run approves nothing");
+
+    let out = evict(server, "web-w-0", false);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("allowed by web-quorum"), "{out:?}");
+    let out = evict(server, "web-w-1", false);
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("budget web-quorum needs 2 healthy, has 2"), "{stderr}");
+
+    // The evicted member is placed again as a new member; once it is
+    // configured and ready, the next eviction is allowed.
+    let after = configured(server, "web", 3, Duration::from_secs(60)).await;
+    assert_ne!(instance(&after[0]), instance(&before[0]), "web-w-0 runs as a new instance");
+    assert_eq!(instance(&after[1]), instance(&before[1]), "web-w-1 was never evicted");
+    counted(server, "web-quorum", 3, 1).await;
+    let out = evict(server, "web-w-1", false);
+    assert!(out.status.success(), "allowed once web-w-0 is ready again: {out:?}");
+    configured(server, "web", 3, Duration::from_secs(60)).await;
+    counted(server, "web-quorum", 3, 1).await;
+
+    // Two budgets select web-w-2: web-quorum allows, web-frozen blocks.
+    let frozen = nodes.dir.path().join("frozen.yaml");
+    std::fs::write(&frozen, budget_yaml("web-frozen", "herd.io/role=w", "maxUnavailable: 0")).unwrap();
+    assert!(herd(server, &["apply", "-f", frozen.to_str().unwrap()]).status.success());
+    counted(server, "web-frozen", 3, 0).await;
+    let out = evict(server, "web-w-2", false);
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("budget web-frozen can never allow an eviction: maxUnavailable 0"), "{stderr}");
+    assert!(!stderr.contains("web-quorum"), "only the blocking budget is named: {stderr}");
+    let events = server.admin().list::<EventSpec>("").await.unwrap();
+    let mut evicted: Vec<&str> = events
+        .iter()
+        .filter(|e| e.spec.reason == "MemberEvicted")
+        .map(|e| e.spec.involved_object.name.as_str())
+        .collect();
+    evicted.sort();
+    assert_eq!(evicted, ["web-w-0", "web-w-1"], "each eviction is an Event on its member");
+}
+
+/// Twenty evictions at once against a budget that allows one: exactly one
+/// member is approved; the others are refused (or told it is under way).
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_evictions_never_share_one_allowance() {
+    let nodes = nodes(3).await;
+    let server = &nodes.server;
+    apply_web(&nodes, "big", 6, &budget_yaml("big-five", "herd.io/cluster=big", "minAvailable: 5"));
+    configured(server, "big", 6, Duration::from_secs(60)).await;
+    counted(server, "big-five", 6, 1).await;
+    let admin = server.admin();
+    let answers = futures_util::future::join_all((0..20).map(|i| {
+        let admin = admin.clone();
+        async move { admin.evict_member(&format!("big-w-{}", i % 6), false).await }
+    }))
+    .await;
+    let mut approved = std::collections::BTreeSet::new();
+    for answer in &answers {
+        match answer {
+            Ok(eviction) => {
+                approved.insert(eviction.member.clone());
+            }
+            Err(error) => assert_eq!(error.reason(), Some(StatusReason::TooManyRequests), "{error}"),
+        }
+    }
+    assert_eq!(approved.len(), 1, "exactly one member approved: {approved:?}");
+    let marked: Vec<String> = list_members(server, "big")
+        .await
+        .into_iter()
+        .filter(|m| m.metadata.annotations.contains_key("herd.io/replace"))
+        .map(|m| m.metadata.name)
+        .collect();
+    assert!(marked.len() <= 1 && marked.iter().all(|m| approved.contains(m)), "{marked:?}");
+    let refused = answers.iter().filter(|a| a.is_err()).count();
+    assert!(refused >= 20 - 4, "the requests for the other five members were refused ({refused} of 20)");
+    configured(server, "big", 6, Duration::from_secs(60)).await;
+    counted(server, "big-five", 6, 1).await;
+}
