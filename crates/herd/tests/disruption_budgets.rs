@@ -198,6 +198,13 @@ async fn an_eviction_waits_for_the_last_one_to_be_ready_again() {
         .collect();
     evicted.sort();
     assert_eq!(evicted, ["web-w-0", "web-w-1"], "each eviction is an Event on its member");
+
+    // `herd describe budget`: the counts, what is allowed now, the evictions.
+    let described = String::from_utf8_lossy(&herd(server, &["describe", "budget", "web-quorum"]).stdout).into_owned();
+    assert!(described.contains("3 healthy of 3 expected, 2 needed: 1 eviction(s) allowed now"), "{described}");
+    assert!(described.contains("evicted: web-w-0") && described.contains("evicted: web-w-1"), "{described}");
+    let described = String::from_utf8_lossy(&herd(server, &["describe", "budget", "web-frozen"]).stdout).into_owned();
+    assert!(described.contains("warning: budget web-frozen can never allow an eviction"), "{described}");
 }
 
 /// Twenty evictions at once against a budget that allows one: exactly one

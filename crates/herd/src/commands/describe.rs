@@ -1,15 +1,19 @@
-//! What `herd describe appcluster|member` says before the object itself:
-//! why a cluster is not configured (which members, in which state, with
-//! which notifies pending since when, and why they wait), and a member's
-//! state, instance, setup outcome and notifies.
+//! What `herd describe appcluster|member|budget` says before the object
+//! itself: why a cluster is not configured (which members, in which state,
+//! with which notifies pending since when, and why they wait), a member's
+//! state, instance, setup outcome and notifies, and a budget's counts,
+//! who is not healthy and why, and its recent evictions.
 
 use std::fmt::Write;
 use std::time::SystemTime;
 
 use herd_client::Client;
 use herd_core::Timestamp;
+use herd_core::disruption;
 use herd_core::kinds::member::PendingNotify;
-use herd_core::kinds::{AppCluster, AppClusterSpec, Member, MemberSpec};
+use herd_core::kinds::{
+    AppCluster, AppClusterSpec, DisruptionBudget, DisruptionBudgetSpec, Event, EventSpec, Member, MemberSpec,
+};
 
 use crate::output::short_duration;
 
@@ -80,6 +84,49 @@ pub fn member_summary(member: &Member) -> String {
     out
 }
 
+/// How many of a budget's members' MemberEvicted events are shown.
+const RECENT_EVICTIONS: usize = 10;
+
+/// A budget's counts, whether an eviction would be allowed now, who is not
+/// healthy and why, the evictions approved and not yet taken effect, and
+/// the members it selects that were evicted most recently.
+pub fn budget_summary(budget: &DisruptionBudget, evictions: &[Event]) -> String {
+    let status = &budget.status;
+    let mut out = String::new();
+    let bound = match (budget.spec.min_available, budget.spec.max_unavailable) {
+        (Some(min), _) => format!("minAvailable {min}"),
+        (None, Some(max)) => format!("maxUnavailable {max}"),
+        (None, None) => "no bound".into(),
+    };
+    let _ = writeln!(
+        out,
+        "DisruptionBudget {} over {:?} ({bound}, unhealthy members: {:?}):",
+        budget.metadata.name, budget.spec.selector, budget.spec.unhealthy_eviction_policy
+    );
+    if disruption::is_stale(budget) {
+        let _ = writeln!(out, "  not counted for generation {} yet: evictions wait", budget.metadata.generation);
+    }
+    let _ = writeln!(
+        out,
+        "  {} healthy of {} expected, {} needed: {} eviction(s) allowed now",
+        status.current_healthy, status.expected_members, status.desired_healthy, status.disruptions_allowed
+    );
+    if let Some(never) = disruption::never_allows(budget) {
+        let _ = writeln!(out, "  warning: {never}");
+    }
+    for unhealthy in &status.unhealthy {
+        let _ = writeln!(out, "  not healthy: {} is {}", unhealthy.name, unhealthy.reason);
+    }
+    for (member, approved) in &status.disrupted_members {
+        let _ = writeln!(out, "  eviction approved, not yet taken effect: {member} {}", ago(Some(*approved)));
+    }
+    for event in evictions.iter().take(RECENT_EVICTIONS) {
+        let _ =
+            writeln!(out, "  evicted: {} {}", event.spec.involved_object.name, ago(Some(event.spec.last_timestamp)));
+    }
+    out
+}
+
 /// The summary for `kind`, when it has one.
 pub async fn summary(client: &Client, kind: &str, name: &str) -> anyhow::Result<Option<String>> {
     Ok(match kind {
@@ -90,6 +137,23 @@ pub async fn summary(client: &Client, kind: &str, name: &str) -> anyhow::Result<
             Some(cluster_summary(&cluster, &members))
         }
         "Member" => Some(member_summary(&client.get::<MemberSpec>(name).await?)),
+        "DisruptionBudget" => {
+            let budget = client.get::<DisruptionBudgetSpec>(name).await?;
+            let members = client.list::<MemberSpec>("").await?;
+            let mut evictions: Vec<Event> = client
+                .list::<EventSpec>("")
+                .await?
+                .into_iter()
+                .filter(|e| {
+                    e.spec.reason == "MemberEvicted"
+                        && members
+                            .iter()
+                            .any(|m| m.metadata.name == e.spec.involved_object.name && disruption::selects(&budget, m))
+                })
+                .collect();
+            evictions.sort_by_key(|e| std::cmp::Reverse(e.spec.last_timestamp));
+            Some(budget_summary(&budget, &evictions))
+        }
         _ => None,
     })
 }
