@@ -73,6 +73,13 @@ pub fn member_sync(status: &mut MemberStatus, facts: &MemberFacts<'_>) -> Step {
                 return Step::Wait;
             }
             match running_instance(facts.report) {
+                // Its old instance, still running where it is being removed.
+                Some(instance) if status.retired_instances.iter().any(|r| r == instance) => {
+                    status.reason = Some(format!(
+                        "its old instance {instance} still runs on its node: waiting for it to be removed there"
+                    ));
+                    Step::Wait
+                }
                 Some(instance) => {
                     status.state = MemberState::Creating;
                     status.state_detail.configuring_instance = Some(instance.to_string());
@@ -278,6 +285,19 @@ mod tests {
             removed: false,
             topology: None,
         }
+    }
+
+    #[test]
+    fn rule_a_replaced_member_never_takes_an_old_instance_as_its_own() {
+        let mut status = MemberStatus { retired_instances: vec!["old".into()], ..Default::default() };
+        let old = report("old", Some(finished("old", 0)));
+        assert_eq!(member_sync(&mut status, &facts(Some(&old))), Step::Wait);
+        assert_eq!(status.state, MemberState::CreatePending);
+        assert!(status.reason.as_deref().is_some_and(|r| r.contains("old instance old still runs")));
+        assert_eq!(member_sync(&mut status, &facts(None)), Step::Start, "once it is gone, a new one starts");
+        let new = report("new", None);
+        assert_eq!(member_sync(&mut status, &facts(Some(&new))), Step::Configure { run_setup: true });
+        assert_eq!(status.state_detail.configuring_instance.as_deref(), Some("new"));
     }
 
     /// A member that has been through setup as instance `a`.

@@ -67,10 +67,28 @@ pub fn recovery(
     ))
 }
 
+/// How many of a member's instances from before its replacements are kept.
+const RETIRED_KEPT: usize = 4;
+
 /// The status a replaced member starts over with: a new member, create
-/// pending, saying why, and not to be placed on `from` again.
-pub fn replaced_status(why: String, from: &str) -> MemberStatus {
-    MemberStatus { reason: Some(why), moved_from: Some(from.to_string()), ..Default::default() }
+/// pending, saying why, not to be placed on `from` again, and never to take
+/// one of its old instances (`old`'s, and those it had retired) as its own.
+pub fn replaced_status(why: String, from: &str, old: &MemberStatus) -> MemberStatus {
+    let detail = &old.state_detail;
+    let mut retired = old.retired_instances.clone();
+    for instance in [&detail.configuring_instance, &detail.last_configured_instance].into_iter().flatten() {
+        if !retired.contains(instance) {
+            retired.push(instance.clone());
+        }
+    }
+    let drop = retired.len().saturating_sub(RETIRED_KEPT);
+    retired.drain(..drop);
+    MemberStatus {
+        reason: Some(why),
+        moved_from: Some(from.to_string()),
+        retired_instances: retired,
+        ..Default::default()
+    }
 }
 
 #[cfg(test)]
@@ -120,9 +138,13 @@ mod tests {
 
     #[test]
     fn a_replaced_member_starts_over_as_a_new_one() {
-        let status = replaced_status("moved".into(), "n1");
+        let mut old = MemberStatus::default();
+        old.state_detail.last_configured_instance = Some("i1".into());
+        old.retired_instances = (0..4).map(|i| format!("old{i}")).collect();
+        let status = replaced_status("moved".into(), "n1", &old);
         assert_eq!(status.state, MemberState::CreatePending);
         assert_eq!(status.moved_from.as_deref(), Some("n1"), "placement keeps it off n1");
+        assert_eq!(status.retired_instances, ["old1", "old2", "old3", "i1"], "the last four, newest last");
         assert!(!status.was_configured(), "it is announced again once configured");
         assert_eq!(status.reason.as_deref(), Some("moved"));
     }

@@ -147,6 +147,11 @@ pub struct MemberStatus {
     /// again (it would find its old process there and take it back).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub moved_from: Option<String>,
+    /// Its instances from before it was replaced or evicted: one may still
+    /// run where it was, being removed there, and is never taken as the
+    /// new member's own (the last few are kept).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retired_instances: Vec<String>,
 }
 
 fn is_zero(n: &u32) -> bool {

@@ -65,7 +65,7 @@ impl AppClusterController {
         let announced = member.status.was_configured();
         // The status first: no reader sees the new binding with the old state.
         let from = member.spec.node.clone().unwrap_or_default();
-        member.status = replaced_status(why.clone(), &from);
+        member.status = replaced_status(why.clone(), &from, &member.status);
         let mut unbound = self.objects.update_status(member, false).await?;
         unbound.spec.node = None;
         unbound.spec.ports.clear();
