@@ -69,7 +69,12 @@ pub fn desired_healthy(budget: &DisruptionBudget, expected: u32) -> u32 {
 /// Counts a budget over `members` (all members: the selector picks),
 /// keeping the approvals of `budget.status` that still stand at `now`.
 pub fn count(budget: &DisruptionBudget, members: &[Member], now: Timestamp) -> DisruptionBudgetStatus {
-    let selected: Vec<&Member> = members.iter().filter(|m| selects(budget, m) && expected(m)).collect();
+    // Parsed once: the keeper counts every budget over every member on each change.
+    let selector = budget.spec.label_selector();
+    let selected: Vec<&Member> = members
+        .iter()
+        .filter(|m| selector.as_ref().is_some_and(|s| s.matches(&m.metadata.labels)) && expected(m))
+        .collect();
     let disrupted: BTreeMap<String, Timestamp> = budget
         .status
         .disrupted_members

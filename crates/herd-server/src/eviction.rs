@@ -35,12 +35,12 @@ pub async fn evict(objects: &Objects, events: &EventRecorder, name: &str, dry_ru
         // Asked again while the first eviction is under way (approved, asked
         // for, or moving and not configured since): the same one, not a
         // second move, which would chase the member from node to node.
+        let budget_names: Vec<String> = selecting.iter().map(|b| b.metadata.name.clone()).collect();
         let approved = selecting.iter().any(|b| b.status.disrupted_members.contains_key(name));
         let moving = member.status.moved_from.is_some() && !member.status.was_configured();
         if approved || moving || member.metadata.annotations.contains_key(REPLACE_ANNOTATION) {
             let message = format!("member {name} is being evicted (or replaced) already");
-            let budgets = selecting.iter().map(|b| b.metadata.name.clone()).collect();
-            return Ok(Eviction { member: name.to_string(), budgets, dry_run, message });
+            return Ok(Eviction { member: name.to_string(), budgets: budget_names, dry_run, message });
         }
         let mut refusals = Vec::new();
         let mut approvals = Vec::new();
@@ -53,7 +53,6 @@ pub async fn evict(objects: &Objects, events: &EventRecorder, name: &str, dry_ru
         if !refusals.is_empty() {
             return Err(ApiError::TooManyRequests(format!("cannot evict member {name}: {}", refusals.join("; and "))));
         }
-        let budget_names: Vec<String> = selecting.iter().map(|b| b.metadata.name.clone()).collect();
         let message = if budget_names.is_empty() {
             format!("member {name} is placed again on another node (no budget selects it)")
         } else {
@@ -90,11 +89,8 @@ pub async fn evict(objects: &Objects, events: &EventRecorder, name: &str, dry_ru
 async fn refuse_persistent(objects: &Objects, member: &herd_core::kinds::Member) -> Result<(), ApiError> {
     let Some(cluster) = objects.get::<AppClusterSpec>(&member.spec.cluster).await? else { return Ok(()) };
     let Some(app) = objects.get::<AppSpec>(&cluster.spec.app_ref).await? else { return Ok(()) };
-    let persistent: Vec<&str> = app
-        .spec
-        .role(&member.spec.role)
-        .map(|role| role.run.volumes.iter().filter(|v| v.persistent).map(|v| v.name.as_str()).collect())
-        .unwrap_or_default();
+    let persistent: Vec<&str> =
+        app.spec.role(&member.spec.role).map(|role| role.run.persistent_volumes().collect()).unwrap_or_default();
     if persistent.is_empty() {
         return Ok(());
     }

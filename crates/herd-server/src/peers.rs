@@ -54,7 +54,7 @@ impl PeerAuthority {
             Action::CopyVolume { member, volume, from_node } => (from_node, vec![Access::read_volume(member, volume)]),
             Action::MigrateMember { member, from_node, run } => {
                 let mut accesses: Vec<Access> =
-                    run.volumes.iter().filter(|v| v.persistent).map(|v| Access::read_volume(member, &v.name)).collect();
+                    run.persistent_volumes().map(|volume| Access::read_volume(member, volume)).collect();
                 accesses.extend([
                     Access::StopMember { member: member.clone() },
                     Access::StartMember { member: member.clone() },

@@ -146,21 +146,16 @@ BEGIN
     END IF;
     out_failed := false;
     out_wrote := false;
-    IF same_key AND NOT o_del AND c_rev = 0 THEN
-        -- A create: the insert is the compare.
-        INSERT INTO herd_kv (key, value, create_revision, mod_revision)
-            VALUES (o_key, o_val, out_revision + 1, out_revision + 1) ON CONFLICT (key) DO NOTHING;
-        IF NOT FOUND THEN
-            SELECT k.mod_revision INTO out_actual FROM herd_kv k WHERE k.key = c_key;
-            out_failed := true;
-            RETURN;
+    IF same_key AND NOT o_del AND c_rev >= 0 THEN
+        -- A create or an update of the revision read: the write is the compare.
+        IF c_rev = 0 THEN
+            out_create := out_revision + 1;
+            INSERT INTO herd_kv (key, value, create_revision, mod_revision)
+                VALUES (o_key, o_val, out_create, out_create) ON CONFLICT (key) DO NOTHING;
+        ELSE
+            UPDATE herd_kv k SET value = o_val, mod_revision = out_revision + 1
+                WHERE k.key = o_key AND k.mod_revision = c_rev RETURNING k.create_revision INTO out_create;
         END IF;
-        out_revision := out_revision + 1;
-        out_create := out_revision;
-    ELSIF same_key AND NOT o_del AND c_rev > 0 THEN
-        -- An update of the revision read: the condition is the compare.
-        UPDATE herd_kv k SET value = o_val, mod_revision = out_revision + 1
-            WHERE k.key = o_key AND k.mod_revision = c_rev RETURNING k.create_revision INTO out_create;
         IF NOT FOUND THEN
             SELECT k.mod_revision INTO out_actual FROM herd_kv k WHERE k.key = c_key;
             out_failed := true;

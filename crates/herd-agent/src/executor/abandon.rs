@@ -45,9 +45,7 @@ impl Executor {
     fn clear_abandoned_staging(&self, entry: &Entry, keep: bool) -> String {
         let volumes: Vec<String> = match &entry.spec.action {
             Action::CopyVolume { volume, .. } => vec![volume.clone()],
-            Action::MigrateMember { run, .. } => {
-                run.volumes.iter().filter(|v| v.persistent).map(|v| v.name.clone()).collect()
-            }
+            Action::MigrateMember { run, .. } => run.persistent_volumes().map(str::to_string).collect(),
             _ => return String::new(),
         };
         let member = entry.spec.action.member();

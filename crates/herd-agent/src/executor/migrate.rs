@@ -75,22 +75,19 @@ impl Executor {
         run: &MemberRun,
     ) -> Result<Answer, Moved> {
         let mut details = BTreeMap::new();
-        for volume in run.volumes.iter().filter(|v| v.persistent) {
-            let here = self.members.volume_dir(member, &volume.name);
-            let there = source
-                .manifest(member, &volume.name)
-                .await
-                .map_err(|e| Moved::NotYet(format!("asking {from_node}: {e}")))?;
+        for volume in run.persistent_volumes() {
+            let here = self.members.volume_dir(member, volume);
+            let there =
+                source.manifest(member, volume).await.map_err(|e| Moved::NotYet(format!("asking {from_node}: {e}")))?;
             match there {
                 // Already moved by an earlier attempt: the source forgot it.
                 None if here.is_dir() => {}
                 None => {
-                    let lost = format!("volume {member}/{} is on neither {from_node} nor here", volume.name);
+                    let lost = format!("volume {member}/{volume} is on neither {from_node} nor here");
                     return Err(Moved::NotYet(lost));
                 }
                 Some(_) => {
-                    let copied =
-                        self.copy_volume(entry, member, &volume.name, from_node).await.map_err(Moved::NotYet)?;
+                    let copied = self.copy_volume(entry, member, volume, from_node).await.map_err(Moved::NotYet)?;
                     if !copied.success {
                         return Err(Moved::NotYet(copied.message));
                     }
@@ -98,7 +95,7 @@ impl Executor {
             }
             let manifest =
                 volumes::manifest(&here).map_err(|e| Moved::NotYet(format!("reading {}: {e}", here.display())))?;
-            details.insert(format!("checksum.{}", volume.name), manifest.checksum);
+            details.insert(format!("checksum.{volume}"), manifest.checksum);
         }
         let instance = self.members.start(member, run.clone()).await.map_err(|e| Moved::NotYet(e.to_string()))?;
         details.insert("instanceId".into(), instance.clone());

@@ -207,6 +207,12 @@ impl Action {
 }
 
 impl MemberRun {
+    /// The names of its persistent volumes (those a restart keeps and a
+    /// move must carry).
+    pub fn persistent_volumes(&self) -> impl Iterator<Item = &str> {
+        self.volumes.iter().filter(|v| v.persistent).map(|v| v.name.as_str())
+    }
+
     pub(crate) fn validate(&self, path: &FieldPath, errors: &mut ValidationErrors) {
         if self.command.first().is_none_or(|program| program.is_empty()) {
             errors.add(&path.child("command"), "must name a program to run");

@@ -18,7 +18,7 @@ pub async fn replace(client: &Client, name: &str, yes: bool) -> anyhow::Result<(
     let volumes: Vec<String> = app
         .spec
         .role(&member.spec.role)
-        .map(|r| r.run.volumes.iter().filter(|v| v.persistent).map(|v| v.name.clone()).collect())
+        .map(|r| r.run.persistent_volumes().map(str::to_string).collect())
         .unwrap_or_default();
     let node = member.spec.node.clone().unwrap_or_else(|| "no node".into());
     let state = match client.get::<NodeSpec>(&node).await {

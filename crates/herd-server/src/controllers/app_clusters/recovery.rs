@@ -37,8 +37,7 @@ impl AppClusterController {
             let member = &pass.members[i];
             let Some(node) = member.spec.node.clone() else { continue };
             let Some(role) = app.role(&member.spec.role) else { continue };
-            let mut persistent: Vec<String> =
-                role.run.volumes.iter().filter(|v| v.persistent).map(|v| v.name.clone()).collect();
+            let mut persistent: Vec<String> = role.run.persistent_volumes().map(str::to_string).collect();
             if !persistent.is_empty() {
                 persistent.push(herd_core::kinds::app::HERD_VOLUME.into());
             }
