@@ -14,8 +14,8 @@ use serde_json::Value;
 use crate::kinds::ManagementState;
 
 /// The kinds (plurals) whose objects make up the configuration.
-pub const CONFIGURATION_KINDS: [&str; 7] =
-    ["nodes", "clusterconfigs", "apps", "appclusters", "members", "commands", "disruptionbudgets"];
+pub const CONFIGURATION_KINDS: [&str; 8] =
+    ["nodes", "clusterconfigs", "apps", "appclusters", "members", "commands", "disruptionbudgets", "operations"];
 
 /// The store keys under which the secrets are kept.
 pub const SECRETS_PREFIX: &str = "/secrets/";

@@ -25,6 +25,7 @@ pub mod meta;
 pub mod node_health;
 pub mod node_loss;
 pub mod notifies;
+pub mod operation;
 pub mod placement;
 pub mod reconcile;
 pub mod resource;

@@ -84,6 +84,23 @@ pub async fn evict(objects: &Objects, events: &EventRecorder, name: &str, dry_ru
     Err(ApiError::Conflict(format!("member {name} or its budgets kept changing; try again")))
 }
 
+/// Evicts member `name` without asking its budgets: a drain whose deadline
+/// passed with `onDeadline: force` (Nomad's). The budgets count it as they
+/// count a crash.
+pub async fn force(objects: &Objects, events: &EventRecorder, name: &str) -> Result<String, ApiError> {
+    let member = objects.require::<MemberSpec>(name).await?;
+    refuse_persistent(objects, &member).await?;
+    let at = now().to_string();
+    objects
+        .modify::<MemberSpec, ObjectsError>(name, Part::Spec, |member| {
+            Ok(member.metadata.annotations.insert(REPLACE_ANNOTATION.into(), at.clone()).is_none())
+        })
+        .await?;
+    let message = format!("member {name} is placed again on another node; its budgets were not asked");
+    events.record(&member, EventType::Warning, "MemberForcedOut", message.clone()).await;
+    Ok(message)
+}
+
 /// A member with persistent volumes is moved with its data by a
 /// migration, which evictions do not do yet.
 async fn refuse_persistent(objects: &Objects, member: &herd_core::kinds::Member) -> Result<(), ApiError> {

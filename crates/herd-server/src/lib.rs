@@ -26,6 +26,7 @@ pub mod node_roles;
 pub mod nodes;
 pub mod objects;
 pub mod openapi;
+pub mod operations;
 pub mod peers;
 pub mod reflector;
 pub mod registry;

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use futures_util::future::BoxFuture;
 use herd_core::kinds::{
     AppClusterSpec, AppSpec, ClusterConfigSpec, CommandSpec, DisruptionBudgetSpec, EventSpec, LeaseSpec, MemberSpec,
-    NodeSpec, ReplicaSpec,
+    NodeSpec, OperationSpec, ReplicaSpec,
 };
 use herd_core::{Object, Resource, ValidationErrors};
 use schemars::{Schema, SchemaGenerator};
@@ -122,22 +122,29 @@ impl KindOps for CommandKind {
     }
 }
 
-/// Checks a spec replace against the rest of the store before it is
-/// written (async: it reads other objects).
+/// Checks a create or a spec replace against the rest of the store
+/// before it is written (async: it reads other objects).
 type Admit<S> = for<'a> fn(&'a Objects, &'a Object<S>) -> BoxFuture<'a, Result<(), ApiError>>;
 
-/// A kind whose spec replaces are admitted first: AppClusters (a spec
-/// change waits for a reconcile pass over the previous one and for
-/// pending notifies) and Nodes (a role change meets the pool's rules).
-struct AdmittedOnReplace<S: Resource>(Admit<S>);
+/// A kind whose creates or spec replaces are admitted first: AppClusters
+/// (a spec change waits for a reconcile pass over the previous one and
+/// for pending notifies), Nodes (a role change meets the pool's rules) and
+/// Operations (what a new one names exists and is not worked on already).
+struct Admitted<S: Resource> {
+    on_create: Option<Admit<S>>,
+    on_replace: Option<Admit<S>>,
+}
 
 #[async_trait]
-impl<S: Resource> KindOps for AdmittedOnReplace<S> {
+impl<S: Resource> KindOps for Admitted<S> {
     fn info(&self) -> KindInfo {
         Typed::<S>(PhantomData).info()
     }
 
     async fn create(&self, objects: &Objects, body: Value, dry_run: bool) -> Result<Value, ApiError> {
+        if let Some(admit) = self.on_create {
+            admit(objects, &parse::<S>(body.clone(), None)?).await?;
+        }
         Typed::<S>(PhantomData).create(objects, body, dry_run).await
     }
 
@@ -149,9 +156,8 @@ impl<S: Resource> KindOps for AdmittedOnReplace<S> {
         part: Part,
         dry_run: bool,
     ) -> Result<Value, ApiError> {
-        if part == Part::Spec {
-            let object = parse::<S>(body.clone(), Some(name))?;
-            (self.0)(objects, &object).await?;
+        if let (Part::Spec, Some(admit)) = (part, self.on_replace) {
+            admit(objects, &parse::<S>(body.clone(), Some(name))?).await?;
         }
         Typed::<S>(PhantomData).replace(objects, name, body, part, dry_run).await
     }
@@ -170,7 +176,7 @@ impl Registry {
     pub fn standard() -> Self {
         let mut registry = Registry { kinds: BTreeMap::new() };
         let admit_node: Admit<NodeSpec> = |objects, node| Box::pin(crate::node_roles::admit_replace(objects, node));
-        registry.kinds.insert(NodeSpec::PLURAL, Box::new(AdmittedOnReplace(admit_node)));
+        registry.kinds.insert(NodeSpec::PLURAL, Box::new(Admitted { on_create: None, on_replace: Some(admit_node) }));
         registry.add::<ClusterConfigSpec>();
         registry.add::<LeaseSpec>();
         registry.add::<EventSpec>();
@@ -178,9 +184,16 @@ impl Registry {
         registry.add::<AppSpec>();
         let admit_cluster: Admit<AppClusterSpec> =
             |objects, cluster| Box::pin(crate::app_clusters::admit_replace(objects, cluster));
-        registry.kinds.insert(AppClusterSpec::PLURAL, Box::new(AdmittedOnReplace(admit_cluster)));
+        registry
+            .kinds
+            .insert(AppClusterSpec::PLURAL, Box::new(Admitted { on_create: None, on_replace: Some(admit_cluster) }));
         registry.add::<MemberSpec>();
         registry.add::<DisruptionBudgetSpec>();
+        let admit_operation: Admit<OperationSpec> =
+            |objects, operation| Box::pin(crate::operations::admit(objects, operation));
+        registry
+            .kinds
+            .insert(OperationSpec::PLURAL, Box::new(Admitted { on_create: Some(admit_operation), on_replace: None }));
         registry.kinds.insert(CommandSpec::PLURAL, Box::new(CommandKind));
         registry
     }

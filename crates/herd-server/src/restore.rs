@@ -11,7 +11,7 @@ use herd_core::Resource;
 use herd_core::configuration::Configuration;
 use herd_core::kinds::{
     AppClusterSpec, AppSpec, ClusterConfigSpec, CommandSpec, DisruptionBudgetSpec, Lease, LeaseSpec, MemberSpec,
-    NodeSpec,
+    NodeSpec, OperationSpec,
 };
 use herd_store::{ListOptions, Op, Store, Txn, TxnOutcome};
 use serde_json::Value;
@@ -51,6 +51,7 @@ fn plural_of(kind: &str) -> Option<&'static str> {
         MemberSpec::KIND => MemberSpec::PLURAL,
         CommandSpec::KIND => CommandSpec::PLURAL,
         DisruptionBudgetSpec::KIND => DisruptionBudgetSpec::PLURAL,
+        OperationSpec::KIND => OperationSpec::PLURAL,
         _ => return None,
     })
 }

@@ -90,6 +90,12 @@ GET    /api/v1/disruptionbudgets/{name}             P    403  403  401  401  401
 PUT    /api/v1/disruptionbudgets/{name}             P    403  403  401  401  401
 DELETE /api/v1/disruptionbudgets/{name}             P    403  403  401  401  401
 PUT    /api/v1/disruptionbudgets/{name}/status      P    403  403  401  401  401
+GET    /api/v1/operations                           P    403  403  401  401  401
+POST   /api/v1/operations                           P    403  403  401  401  401
+GET    /api/v1/operations/{name}                    P    403  403  401  401  401
+PUT    /api/v1/operations/{name}                    P    403  403  401  401  401
+DELETE /api/v1/operations/{name}                    P    403  403  401  401  401
+PUT    /api/v1/operations/{name}/status             P    403  403  401  401  401
 GET    /api/v1/commands                             P    403  403  401  401  401
 POST   /api/v1/commands                             P    403  403  401  401  401
 GET    /api/v1/commands/{name}                      P    403  403  401  401  401

@@ -118,6 +118,12 @@ pub enum Command {
         #[command(subcommand)]
         command: NodeCommand,
     },
+    /// Durable server-side work (drains): cancel one. `herd get
+    /// operations` lists them, `herd describe operation NAME` shows one.
+    Operation {
+        #[command(subcommand)]
+        command: OperationCommand,
+    },
     /// App-cluster members.
     Member {
         #[command(subcommand)]
@@ -186,6 +192,34 @@ pub enum MemberCommand {
     },
 }
 
+#[derive(Subcommand, Debug)]
+pub enum OperationCommand {
+    /// Stop an Operation: nothing more is started (members already on
+    /// their way go on). A drained node stays drained.
+    Cancel { name: String },
+}
+
+/// What a drain does at its deadline, as `herd node drain` takes it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OnDeadlineArg {
+    /// End Failed, naming what blocked it.
+    Fail,
+    /// End Stopped (given up, not an error).
+    Stop,
+    /// Evict the rest without asking their budgets.
+    Force,
+}
+
+impl From<OnDeadlineArg> for herd_core::kinds::OnDeadline {
+    fn from(arg: OnDeadlineArg) -> Self {
+        match arg {
+            OnDeadlineArg::Fail => Self::Fail,
+            OnDeadlineArg::Stop => Self::Stop,
+            OnDeadlineArg::Force => Self::Force,
+        }
+    }
+}
+
 /// A node's role, as `herd node modify --role` takes it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum RoleArg {
@@ -215,6 +249,34 @@ pub enum NodeCommand {
         #[arg(long, short, value_enum, default_value_t)]
         output: OutputFormat,
     },
+    /// Drain a node: mark it drained (no new members) and evict its
+    /// members under their disruption budgets, as a durable server-side
+    /// Operation (it goes on across a leader failover). Follows it with a
+    /// progress bar and the current blocker; Ctrl-C detaches without
+    /// cancelling (`herd operation cancel` does). Exit code 0 drained, 1
+    /// failed or cancelled.
+    Drain {
+        name: String,
+        /// How long it may take [default: no deadline; a budget that can
+        /// never allow an eviction is reported at once].
+        #[arg(long, value_parser = duration)]
+        deadline: Option<HumanDuration>,
+        /// What happens to the members left at the deadline.
+        #[arg(long, value_enum, default_value = "fail")]
+        on_deadline: OnDeadlineArg,
+        /// How many members may be on their way at once.
+        #[arg(long, default_value_t = 1)]
+        max_parallel: u32,
+        /// Ask the budgets about each member now; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Start it and return; do not follow it.
+        #[arg(long)]
+        detach: bool,
+    },
+    /// Let a drained node take members again (a drain still running on it
+    /// is cancelled first).
+    Undrain { name: String },
     /// Let the agent of a deleted node join again (deleting a node keeps its
     /// agent out until then).
     Readmit { name: String },

@@ -3,7 +3,7 @@
 use anyhow::bail;
 use herd_core::kinds::{
     AppClusterSpec, AppSpec, ClusterConfigSpec, CommandSpec, DisruptionBudgetSpec, EventSpec, LeaseSpec, MemberSpec,
-    NodeSpec, ReplicaSpec,
+    NodeSpec, OperationSpec, ReplicaSpec,
 };
 use herd_core::{Object, Resource, ValidationErrors};
 
@@ -27,7 +27,7 @@ fn of<S: Resource>(short: &'static str) -> KindName {
     KindName { kind: S::KIND, plural: S::PLURAL, short, normalize: normalize::<S> }
 }
 
-pub fn all() -> [KindName; 10] {
+pub fn all() -> [KindName; 11] {
     [
         of::<CommandSpec>("cmd"),
         of::<NodeSpec>("no"),
@@ -39,6 +39,7 @@ pub fn all() -> [KindName; 10] {
         of::<AppClusterSpec>("ac"),
         of::<MemberSpec>("mem"),
         of::<DisruptionBudgetSpec>("budget"),
+        of::<OperationSpec>("op"),
     ]
 }
 
@@ -78,5 +79,6 @@ mod tests {
             assert_eq!(resolve(name).unwrap().kind, "DisruptionBudget", "{name}");
         }
         assert_eq!(resolve("mem").unwrap().kind, "Member");
+        assert_eq!(resolve("ops").unwrap().kind, "Operation");
     }
 }

@@ -205,6 +205,19 @@ fn columns(kind: &str) -> Vec<Column> {
                 or_dash(unhealthy.iter().map(|u| text(u, "/name")).collect::<Vec<_>>().join(","))
             }),
         ],
+        "Operation" => vec![
+            name,
+            col("ACTION", |v| format!("{} {}", text(v, "/spec/action/type"), text(v, "/spec/action/node"))),
+            col("PHASE", |v| {
+                let phase = text(v, "/status/phase");
+                if phase.is_empty() { "Pending".into() } else { phase }
+            }),
+            col("DONE", |v| format!("{}/{}", number(v, "/status/done"), number(v, "/status/total"))),
+            col("BLOCKER", |v| or_dash(text(v, "/status/blocker/message"))),
+            age,
+            wide("DEADLINE", |v| or_dash(text(v, "/spec/deadline"))),
+            wide("MESSAGE", |v| or_dash(text(v, "/status/message"))),
+        ],
         _ => vec![name, age, wide("LABELS", labels)],
     }
 }

@@ -10,57 +10,11 @@ mod common;
 
 use std::time::Duration;
 
-use common::apps::{Nodes, configured, instance, kill9, list_members, nodes, pid_of};
-use common::{ADMIN_TOKEN, TestServer, eventually};
+use common::apps::{configured, instance, kill9, list_members, nodes, pid_of};
+use common::budgets::{apply_web, budget, budget_yaml, counted, herd};
+use common::{TestServer, eventually};
 use herd_core::api::StatusReason;
-use herd_core::kinds::{DisruptionBudget, DisruptionBudgetSpec, EventSpec};
-
-/// The members' setup: it only has to succeed.
-const SETUP: &str = "true";
-
-fn herd(server: &TestServer, args: &[&str]) -> std::process::Output {
-    common::herd().args(["--server", &server.url, "--token", ADMIN_TOKEN]).args(args).output().unwrap()
-}
-
-async fn budget(server: &TestServer, name: &str) -> DisruptionBudget {
-    server.admin().get::<DisruptionBudgetSpec>(name).await.unwrap()
-}
-
-/// Applies App `web` (one role `w`, no persistent data), an AppCluster
-/// `name` of it with `members`, and the budgets given as YAML documents.
-fn apply_web(nodes: &Nodes, name: &str, members: u32, budgets: &str) {
-    let manifest = nodes.dir.path().join(format!("{name}.yaml"));
-    std::fs::write(
-        &manifest,
-        format!(
-            "apiVersion: herd/v1\nkind: App\nmetadata: {{name: web}}\nspec:\n  roles:\n  - name: w\n    run: {{command: [sleep, '600']}}\n    setup: {{script: '{SETUP}'}}\n\
-             ---\napiVersion: herd/v1\nkind: AppCluster\nmetadata: {{name: {name}}}\nspec:\n  appRef: web\n  roles: [{{name: w, members: {members}}}]\n{budgets}"
-        ),
-    )
-    .unwrap();
-    let out = herd(&nodes.server, &["apply", "-f", manifest.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-}
-
-fn budget_yaml(name: &str, selector: &str, bound: &str) -> String {
-    format!(
-        "---\napiVersion: herd/v1\nkind: DisruptionBudget\nmetadata: {{name: {name}}}\nspec:\n  selector: {selector}\n  {bound}\n"
-    )
-}
-
-/// Waits until budget `name` is counted with `healthy` healthy members and
-/// `allowed` disruptions allowed.
-async fn counted(server: &TestServer, name: &str, healthy: u32, allowed: u32) -> DisruptionBudget {
-    eventually(Duration::from_secs(30), &format!("{name} at {healthy} healthy, {allowed} allowed"), || async {
-        let b = budget(server, name).await;
-        let s = &b.status;
-        (s.observed_generation == b.metadata.generation
-            && s.current_healthy == healthy
-            && s.disruptions_allowed == allowed)
-            .then_some(b)
-    })
-    .await
-}
+use herd_core::kinds::{DisruptionBudgetSpec, EventSpec};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_budget_counts_ready_members_and_a_crash_only_lowers_the_count() {

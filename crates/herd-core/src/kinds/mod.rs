@@ -10,6 +10,7 @@ pub mod event;
 pub mod lease;
 pub mod member;
 pub mod node;
+pub mod operation;
 pub mod replica;
 
 pub use app::{App, AppRole, AppSpec};
@@ -23,6 +24,10 @@ pub use event::{Event, EventSpec, EventType, InvolvedObject};
 pub use lease::{Lease, LeaseSpec};
 pub use member::{LastKnownState, Member, MemberSpec, MemberState, MemberStatus};
 pub use node::{Condition, ConditionStatus, Node, NodeRole, NodeSpec, NodeStatus};
+pub use operation::{
+    Blocker, OnDeadline, Operation, OperationAction, OperationPhase, OperationSpec, OperationStatus, OperationStep,
+    StepState, TARGET_LABEL,
+};
 pub use replica::{Replica, ReplicaSpec, ReplicaState, ReplicaStatus};
 
 /// No status: for kinds without a status subresource.

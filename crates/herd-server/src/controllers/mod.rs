@@ -13,6 +13,7 @@ pub mod configuration;
 pub mod event_ttl;
 pub mod fencing_probe;
 pub mod node_lifecycle;
+pub mod operations;
 pub mod runtime;
 
 use std::sync::Arc;
@@ -70,6 +71,15 @@ pub fn start(
     ];
     let budgets = Reflector::start(objects.store().clone(), stop.clone());
     let wake_budgets = vec![budgets.changes(), caches.members.changes()];
+    let operation_caches = operations::Caches {
+        operations: Reflector::start(objects.store().clone(), stop.clone()),
+        members: caches.members.clone(),
+        budgets: budgets.clone(),
+        nodes: nodes.clone(),
+        config: config.clone(),
+    };
+    let wake_operations =
+        vec![operation_caches.operations.changes(), operation_caches.members.changes(), budgets.changes()];
     let budget_keeper = budgets::BudgetKeeper::new(
         objects.clone(),
         budgets,
@@ -77,6 +87,12 @@ pub fn start(
         EventRecorder::new(objects.clone(), "disruption-budgets"),
     );
     set.spawn(runtime::run(budget_keeper, wake_budgets, stop.clone()));
+    let operations = operations::OperationsController::new(
+        objects.clone(),
+        operation_caches,
+        EventRecorder::new(objects.clone(), "operations"),
+    );
+    set.spawn(runtime::run(operations, wake_operations, stop.clone()));
     let app_clusters = app_clusters::AppClusterController::new(
         objects.clone(),
         caches,

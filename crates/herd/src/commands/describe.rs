@@ -1,8 +1,9 @@
-//! What `herd describe appcluster|member|budget` says before the object
+//! What `herd describe appcluster|member|budget|operation` says before the object
 //! itself: why a cluster is not configured (which members, in which state,
 //! with which notifies pending since when, and why they wait), a member's
 //! state, instance, setup outcome and notifies, and a budget's counts,
-//! who is not healthy and why, and its recent evictions.
+//! who is not healthy and why, and its recent evictions; an Operation's
+//! progress, blocker, steps and history.
 
 use std::fmt::Write;
 use std::time::SystemTime;
@@ -13,6 +14,7 @@ use herd_core::disruption;
 use herd_core::kinds::member::PendingNotify;
 use herd_core::kinds::{
     AppCluster, AppClusterSpec, DisruptionBudget, DisruptionBudgetSpec, Event, EventSpec, Member, MemberSpec,
+    Operation, OperationSpec,
 };
 
 use crate::output::short_duration;
@@ -127,6 +129,48 @@ pub fn budget_summary(budget: &DisruptionBudget, evictions: &[Event]) -> String 
     out
 }
 
+/// An Operation's phase and progress, what blocks it and since when,
+/// where each member stands, and what happened.
+pub fn operation_summary(operation: &Operation) -> String {
+    let (spec, status) = (&operation.spec, &operation.status);
+    let mut out = String::new();
+    let deadline =
+        spec.deadline.map(|d| format!("deadline {d}, then {:?}", spec.on_deadline)).unwrap_or("no deadline".into());
+    let _ = writeln!(
+        out,
+        "Operation {} ({:?} of {}; {deadline}; at most {} at once{}):",
+        operation.metadata.name,
+        status.phase,
+        spec.action.target(),
+        spec.max_parallel,
+        if spec.cancel { "; cancel asked" } else { "" }
+    );
+    let _ = writeln!(out, "  {} of {} members done {}", status.done, status.total, ago(status.started_at));
+    if let Some(message) = &status.message {
+        let _ = writeln!(out, "  {message}");
+    }
+    if let Some(blocker) = &status.blocker {
+        let never = if blocker.never { " (it never will as it stands)" } else { "" };
+        let _ = writeln!(out, "  blocked{never}: {} {}", blocker.message, ago(Some(blocker.since)));
+    }
+    for step in &status.steps {
+        let forced = if step.forced { ", forced" } else { "" };
+        let message = step.message.as_deref().map(|m| format!(": {m}")).unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "  step {}: {:?} {}, {} attempt(s){forced}{message}",
+            step.member,
+            step.state,
+            ago(Some(step.since)),
+            step.attempts
+        );
+    }
+    for entry in &status.history {
+        let _ = writeln!(out, "  {}  {}", entry.at, entry.message);
+    }
+    out
+}
+
 /// The summary for `kind`, when it has one.
 pub async fn summary(client: &Client, kind: &str, name: &str) -> anyhow::Result<Option<String>> {
     Ok(match kind {
@@ -154,6 +198,7 @@ pub async fn summary(client: &Client, kind: &str, name: &str) -> anyhow::Result<
             evictions.sort_by_key(|e| std::cmp::Reverse(e.spec.last_timestamp));
             Some(budget_summary(&budget, &evictions))
         }
+        "Operation" => Some(operation_summary(&client.get::<OperationSpec>(name).await?)),
         _ => None,
     })
 }

@@ -8,12 +8,15 @@ mod get;
 mod member;
 pub mod modes;
 mod node;
+mod operation;
 mod token;
 
 use anyhow::Context;
 use clap::CommandFactory;
 
-use crate::cli::{Cli, ClusterCommand, Command, CommandAction, MemberCommand, NodeCommand, TokenCommand};
+use crate::cli::{
+    Cli, ClusterCommand, Command, CommandAction, MemberCommand, NodeCommand, OperationCommand, TokenCommand,
+};
 use crate::context;
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -77,6 +80,22 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Node { command: NodeCommand::Modify { name, role, master_capable, auto_promote } } => {
             node::modify(&context::client(&conn)?, &name, role.map(Into::into), master_capable, auto_promote).await
+        }
+        Command::Node {
+            command: NodeCommand::Drain { name, deadline, on_deadline, max_parallel, dry_run, detach },
+        } => {
+            let client = context::client(&conn)?;
+            if dry_run {
+                return operation::drain_dry_run(&client, &name).await;
+            }
+            let drain = operation::Drain { node: name, deadline, on_deadline: on_deadline.into(), max_parallel };
+            operation::drain(&client, drain, detach).await
+        }
+        Command::Node { command: NodeCommand::Undrain { name } } => {
+            operation::undrain(&context::client(&conn)?, &name).await
+        }
+        Command::Operation { command: OperationCommand::Cancel { name } } => {
+            operation::cancel(&context::client(&conn)?, &name).await
         }
         Command::Node { command: NodeCommand::Readmit { name } } => {
             context::client(&conn)?.readmit_node(&name).await?;

@@ -1,0 +1,509 @@
+//! The drain's state machine (seed 004, DESIGN section 9), pure: what an
+//! Operation does next, decided from its recorded steps and what the
+//! members look like now. The leader (`herd-server`'s operations
+//! controller) asks for the evictions decided here, records how each went
+//! with [`record`], and writes the status, so a new leader resumes from it.
+//!
+//! Invariants:
+//! - A member is asked for only while it is bound to the drained node and
+//!   its step is Waiting or Refused; once Evicted it is never asked again
+//!   (a leader that lost the record of an approval asks again, and the
+//!   eviction API answers that it is under way: the same eviction).
+//! - At most `maxParallel` members are on their way at once: evicted, and
+//!   not yet ready elsewhere.
+//! - A finished Operation never changes again.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use crate::disruption::unhealthy_reason;
+use crate::kinds::Member;
+use crate::kinds::operation::{
+    Blocker, HISTORY_KEPT, HistoryEntry, OnDeadline, Operation, OperationAction, OperationPhase, OperationStatus,
+    OperationStep, StepState,
+};
+use crate::time::Timestamp;
+
+/// How soon a refused eviction is asked again when nothing changed
+/// meanwhile (kubectl drain retries every 5 s); a change of any budget
+/// makes every refused one due at once.
+pub const RETRY_REFUSED: Duration = Duration::from_secs(5);
+
+/// What the drain sees of the cluster at one moment.
+pub struct DrainView<'a> {
+    /// Every member (the drain picks those bound to its node).
+    pub members: &'a [Member],
+    /// The members whose process the drained node still reports.
+    pub reported: &'a BTreeSet<String>,
+}
+
+/// An eviction the drain asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Order {
+    pub member: String,
+    /// Without asking the budgets (the deadline passed, `onDeadline: force`).
+    pub force: bool,
+}
+
+/// How an eviction the drain asked for went.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Approved (or under way already): the member is on its way.
+    Evicted(String),
+    /// Refused by a budget (or not possible now), with why; `never` when a
+    /// budget that selects it can never allow an eviction as it stands.
+    Refused { message: String, never: bool },
+}
+
+fn note(status: &mut OperationStatus, now: Timestamp, message: String) {
+    status.history.push(HistoryEntry { at: now, message });
+    let excess = status.history.len().saturating_sub(HISTORY_KEPT);
+    status.history.drain(..excess);
+}
+
+fn finish(status: &mut OperationStatus, phase: OperationPhase, message: String, now: Timestamp) {
+    status.phase = phase;
+    status.finished_at = Some(now);
+    status.message = Some(message.clone());
+    note(status, now, message);
+}
+
+/// The Operation taken up by the leader.
+pub fn begin(status: &OperationStatus, message: String, now: Timestamp) -> OperationStatus {
+    let mut next = status.clone();
+    next.phase = OperationPhase::Running;
+    next.started_at = Some(now);
+    next.message = Some(message.clone());
+    note(&mut next, now, message);
+    next
+}
+
+/// The Operation ended Failed before it could do anything (its node
+/// cannot be drained, for one).
+pub fn refuse(status: &OperationStatus, message: String, now: Timestamp) -> OperationStatus {
+    let mut next = status.clone();
+    finish(&mut next, OperationPhase::Failed, message, now);
+    next
+}
+
+/// Where a member bound elsewhere stands: ready, or why not.
+fn arrived(member: &Member, node: &str, reported: &BTreeSet<String>) -> Result<(), String> {
+    let name = &member.metadata.name;
+    if member.spec.node.as_deref() == Some(node) {
+        return Err(format!("{name} is still bound to {node}"));
+    }
+    if reported.contains(name) {
+        return Err(format!("{name}'s old process still runs on {node}"));
+    }
+    if !member.status.ready {
+        let place = member.spec.node.as_deref().map(|n| format!(" on {n}")).unwrap_or_default();
+        return Err(format!("{name}{place} is {}", unhealthy_reason(member)));
+    }
+    Ok(())
+}
+
+/// One pass of a drain at `now`: its steps brought up to date with the
+/// members (new ones on the node added, moved ones done), then what to
+/// ask for: as many evictions as `maxParallel` leaves room for, of
+/// members not yet asked or refused and due again (`retry_refused`: a
+/// budget changed since, so every refused one is). At the deadline the
+/// rest fail, stop or are forced as the spec says.
+pub fn drain_pass(
+    operation: &Operation,
+    view: &DrainView,
+    retry_refused: bool,
+    now: Timestamp,
+) -> (OperationStatus, Vec<Order>) {
+    let spec = &operation.spec;
+    let mut status = operation.status.clone();
+    if status.phase != OperationPhase::Running {
+        return (status, Vec::new());
+    }
+    let OperationAction::Drain { node } = &spec.action;
+    for member in view.members.iter().filter(|m| m.spec.node.as_deref() == Some(node.as_str())) {
+        if !status.steps.iter().any(|s| s.member == member.metadata.name) {
+            let step = OperationStep { member: member.metadata.name.clone(), since: now, ..Default::default() };
+            status.steps.push(step);
+        }
+    }
+    let mut notes = Vec::new();
+    let mut waiting_on = Vec::new();
+    for step in &mut status.steps {
+        let member = view.members.iter().find(|m| m.metadata.name == step.member);
+        let moved = |step: &mut OperationStep, state: StepState, message: String| {
+            step.state = state;
+            step.since = now;
+            step.message = Some(message);
+        };
+        match (step.state, member) {
+            (StepState::Done, _) => {}
+            (_, None) => {
+                moved(step, StepState::Done, "gone (deleted)".into());
+                notes.push(format!("{} is gone", step.member));
+            }
+            (StepState::Evicted, Some(member)) => match arrived(member, node, view.reported) {
+                Ok(()) => {
+                    let place = member.spec.node.clone().unwrap_or_default();
+                    moved(step, StepState::Done, format!("ready on {place}"));
+                    notes.push(format!("{} is ready on {place}", step.member));
+                }
+                Err(why) => waiting_on.push(why),
+            },
+            (StepState::Waiting | StepState::Refused, Some(member)) if member.spec.node.as_deref() != Some(node) => {
+                moved(step, StepState::Evicted, "moved off the node by something else".into());
+                notes.push(format!("{} left {node} (not by this drain)", step.member));
+            }
+            (StepState::Waiting | StepState::Refused, Some(_)) => {}
+        }
+    }
+    for message in notes {
+        note(&mut status, now, message);
+    }
+    status.total = u32::try_from(status.steps.len()).unwrap_or(u32::MAX);
+    status.done = u32::try_from(status.steps.iter().filter(|s| s.state == StepState::Done).count()).unwrap_or(0);
+    let left: Vec<&OperationStep> =
+        status.steps.iter().filter(|s| matches!(s.state, StepState::Waiting | StepState::Refused)).collect();
+    let in_flight = status.steps.iter().filter(|s| s.state == StepState::Evicted).count();
+    if left.is_empty() && in_flight == 0 {
+        status.blocker = None;
+        let message = format!("node {node} drained: {} members moved", status.total);
+        finish(&mut status, OperationPhase::Succeeded, message, now);
+        return (status, Vec::new());
+    }
+    if spec.cancel {
+        let message = format!(
+            "cancelled with {} of {} members done ({in_flight} on their way go on); node {node} stays drained \
+             (`herd node undrain {node}` takes members again)",
+            status.done, status.total
+        );
+        finish(&mut status, OperationPhase::Cancelled, message, now);
+        return (status, Vec::new());
+    }
+    status.blocker = blocker(&status, &waiting_on);
+    let past_deadline = match (spec.deadline, status.started_at) {
+        (Some(deadline), Some(started)) => started.age(now) >= deadline.get(),
+        _ => false,
+    };
+    if past_deadline && !left.is_empty() {
+        let deadline = spec.deadline.unwrap_or_default();
+        let why = status.blocker.as_ref().map(|b| b.message.clone()).unwrap_or_else(|| "not asked yet".into());
+        let names: Vec<&str> = left.iter().map(|s| s.member.as_str()).collect();
+        match spec.on_deadline {
+            OnDeadline::Fail | OnDeadline::Stop => {
+                let phase =
+                    if spec.on_deadline == OnDeadline::Fail { OperationPhase::Failed } else { OperationPhase::Stopped };
+                let message = format!(
+                    "the deadline ({deadline}) passed with {} of {} members still on {node} ({}): {why}",
+                    names.len(),
+                    status.total,
+                    names.join(", ")
+                );
+                finish(&mut status, phase, message, now);
+                return (status, Vec::new());
+            }
+            OnDeadline::Force => {
+                let orders = names.iter().map(|m| Order { member: m.to_string(), force: true }).collect();
+                return (status, orders);
+            }
+        }
+    }
+    let room = usize::try_from(spec.max_parallel).unwrap_or(usize::MAX).saturating_sub(in_flight);
+    let due = |s: &&OperationStep| match s.state {
+        StepState::Waiting => true,
+        StepState::Refused => retry_refused || s.since.age(now) >= RETRY_REFUSED,
+        _ => false,
+    };
+    let orders =
+        left.iter().copied().filter(due).take(room).map(|s| Order { member: s.member.clone(), force: false }).collect();
+    status.message = Some(progress(&status, node));
+    (status, orders)
+}
+
+fn progress(status: &OperationStatus, node: &str) -> String {
+    format!("draining {node}: {} of {} members moved", status.done, status.total)
+}
+
+/// What keeps the drain from going on: the oldest refusal (a budget that
+/// can never allow first), else the members on their way that are not
+/// ready yet.
+fn blocker(status: &OperationStatus, waiting_on: &[String]) -> Option<Blocker> {
+    let refused = status.steps.iter().filter(|s| s.state == StepState::Refused);
+    if let Some(old) = &status.blocker
+        && old.never
+        && refused.clone().any(|s| s.message.as_deref() == Some(old.message.as_str()))
+    {
+        return Some(old.clone());
+    }
+    let since_refused = refused.clone().map(|s| s.since).min();
+    let first = refused.min_by_key(|s| s.since);
+    if let (Some(step), Some(since)) = (first, since_refused) {
+        let message = step.message.clone().unwrap_or_default();
+        let since = match &status.blocker {
+            Some(old) if old.message == message => old.since,
+            _ => since,
+        };
+        return Some(Blocker { message, since, never: false });
+    }
+    let message = waiting_on.first()?.clone();
+    let since =
+        status.steps.iter().filter(|s| s.state == StepState::Evicted).map(|s| s.since).min().unwrap_or_default();
+    Some(Blocker { message: format!("waiting for {message}"), since, never: false })
+}
+
+/// Records how the eviction of `member` went.
+pub fn record(status: &mut OperationStatus, member: &str, force: bool, outcome: Outcome, now: Timestamp) {
+    let Some(step) = status.steps.iter_mut().find(|s| s.member == member) else { return };
+    step.attempts += 1;
+    match outcome {
+        Outcome::Evicted(message) => {
+            step.state = StepState::Evicted;
+            step.since = now;
+            step.forced = force;
+            step.message = Some(message.clone());
+            let how = if force { "forced at the deadline, budgets not asked" } else { "evicted" };
+            note(status, now, format!("{member} {how}: {message}"));
+        }
+        Outcome::Refused { message, never } => {
+            let first = step.state != StepState::Refused || step.message.as_deref() != Some(message.as_str());
+            if step.state != StepState::Refused {
+                step.since = now;
+            }
+            step.state = StepState::Refused;
+            step.message = Some(message.clone());
+            if first {
+                note(status, now, format!("{member} refused: {message}"));
+            }
+            let since = status.blocker.as_ref().filter(|b| b.message == message).map_or(now, |b| b.since);
+            if never || status.blocker.is_none() {
+                status.blocker = Some(Blocker { message, since, never });
+            }
+        }
+    }
+}
+
+/// How soon the next pass is due with nothing changing: a refused
+/// eviction's retry, or the deadline.
+pub fn next_pass(operation: &Operation, now: Timestamp) -> Option<Duration> {
+    let status = &operation.status;
+    if status.phase != OperationPhase::Running {
+        return None;
+    }
+    let retry = status
+        .steps
+        .iter()
+        .filter(|s| s.state == StepState::Refused)
+        .map(|s| RETRY_REFUSED.saturating_sub(s.since.age(now)))
+        .min();
+    let deadline = match (operation.spec.deadline, status.started_at) {
+        (Some(deadline), Some(started)) => Some(deadline.get().saturating_sub(started.age(now))),
+        _ => None,
+    };
+    retry.into_iter().chain(deadline).min()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::SystemTime;
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::kinds::operation::OperationSpec;
+    use crate::kinds::{MemberSpec, MemberState};
+    use crate::time::HumanDuration;
+
+    fn at(secs: u64) -> Timestamp {
+        Timestamp::from_system_time(SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + secs))
+    }
+
+    fn member(index: u32, node: &str, ready: bool) -> Member {
+        let spec =
+            MemberSpec { cluster: "db".into(), role: "r".into(), index, node: Some(node.into()), ..Default::default() };
+        let mut member = Member::new(format!("db-r-{index}"), spec);
+        member.status.ready = ready;
+        member.status.state = if ready { MemberState::Configured } else { MemberState::Creating };
+        member
+    }
+
+    fn drain(max_parallel: u32, deadline: Option<u64>, on_deadline: OnDeadline) -> Operation {
+        let spec = OperationSpec {
+            action: OperationAction::Drain { node: "n1".into() },
+            deadline: deadline.map(HumanDuration::from_secs),
+            on_deadline,
+            max_parallel,
+            cancel: false,
+        };
+        let mut operation = Operation::new("drain-n1", spec);
+        operation.status = begin(&operation.status, "draining n1".into(), at(0));
+        operation
+    }
+
+    fn pass(op: &mut Operation, members: &[Member], retry: bool, now: Timestamp) -> Vec<String> {
+        let reported = BTreeSet::new();
+        let (status, orders) = drain_pass(op, &DrainView { members, reported: &reported }, retry, now);
+        op.status = status;
+        orders.into_iter().map(|o| o.member).collect()
+    }
+
+    #[test]
+    fn members_are_asked_for_max_parallel_at_a_time_and_done_when_ready_elsewhere() {
+        let mut op = drain(2, None, OnDeadline::Fail);
+        let mut members: Vec<Member> = (0..3).map(|i| member(i, "n1", true)).collect();
+        members.push(member(9, "n2", true));
+        assert_eq!(pass(&mut op, &members, false, at(1)), vec!["db-r-0", "db-r-1"]);
+        assert_eq!(op.status.total, 3, "only the drained node's members");
+        for name in ["db-r-0", "db-r-1"] {
+            record(&mut op.status, name, false, Outcome::Evicted("allowed".into()), at(1));
+        }
+        assert!(pass(&mut op, &members, false, at(2)).is_empty(), "two on their way: no room");
+        members[0].spec.node = Some("n3".into());
+        members[0].status.ready = false;
+        members[0].status.state = MemberState::Creating;
+        assert!(pass(&mut op, &members, false, at(3)).is_empty(), "moved but not ready: still on its way");
+        assert!(op.status.blocker.as_ref().unwrap().message.starts_with("waiting for db-r-0 on n3 is creating"));
+        members[0].status.ready = true;
+        assert_eq!(pass(&mut op, &members, false, at(4)), vec!["db-r-2"]);
+        assert_eq!((op.status.done, op.status.total), (1, 3));
+        for (i, name) in [(1, "db-r-1"), (2, "db-r-2")] {
+            record(&mut op.status, name, false, Outcome::Evicted("allowed".into()), at(4));
+            members[i].spec.node = Some("n2".into());
+        }
+        pass(&mut op, &members, false, at(5));
+        assert_eq!(op.status.phase, OperationPhase::Succeeded);
+        assert_eq!(op.status.message.as_deref(), Some("node n1 drained: 3 members moved"));
+        assert_eq!(op.status.finished_at, Some(at(5)));
+    }
+
+    #[test]
+    fn an_evicted_member_is_never_asked_for_again_even_while_still_bound() {
+        let mut op = drain(3, None, OnDeadline::Fail);
+        let members = vec![member(0, "n1", true)];
+        assert_eq!(pass(&mut op, &members, false, at(1)), vec!["db-r-0"]);
+        record(&mut op.status, "db-r-0", false, Outcome::Evicted("allowed".into()), at(1));
+        for t in 2..20 {
+            assert!(pass(&mut op, &members, true, at(t)).is_empty());
+        }
+        assert_eq!(op.status.steps[0].attempts, 1);
+    }
+
+    #[test]
+    fn refused_ones_are_retried_after_a_pause_or_when_a_budget_changed_and_the_blocker_keeps_its_since() {
+        let mut op = drain(1, None, OnDeadline::Fail);
+        let members = vec![member(0, "n1", true)];
+        assert_eq!(pass(&mut op, &members, false, at(1)), vec!["db-r-0"]);
+        let refused = || Outcome::Refused { message: "budget q needs 2 healthy, has 2".into(), never: false };
+        record(&mut op.status, "db-r-0", false, refused(), at(1));
+        assert!(pass(&mut op, &members, false, at(2)).is_empty(), "not due yet");
+        assert_eq!(next_pass(&op, at(2)), Some(Duration::from_secs(4)));
+        assert_eq!(pass(&mut op, &members, true, at(2)), vec!["db-r-0"], "a budget changed: due");
+        record(&mut op.status, "db-r-0", false, refused(), at(2));
+        assert_eq!(pass(&mut op, &members, false, at(6)), vec!["db-r-0"], "5 s after the first refusal");
+        let blocker = op.status.blocker.clone().unwrap();
+        assert_eq!((blocker.message.as_str(), blocker.since), ("budget q needs 2 healthy, has 2", at(1)));
+        assert_eq!(op.status.history.iter().filter(|h| h.message.contains("refused")).count(), 1, "said once");
+    }
+
+    #[test]
+    fn a_budget_that_never_allows_is_the_blocker_at_once() {
+        let mut op = drain(1, None, OnDeadline::Fail);
+        let members = vec![member(0, "n1", true)];
+        pass(&mut op, &members, false, at(1));
+        let never = "budget q can never allow an eviction: minAvailable 3 needs 3 healthy of the 3 members it selects";
+        record(&mut op.status, "db-r-0", false, Outcome::Refused { message: never.into(), never: true }, at(1));
+        pass(&mut op, &members, false, at(2));
+        let blocker = op.status.blocker.unwrap();
+        assert!(blocker.never && blocker.message == never);
+    }
+
+    #[test]
+    fn at_the_deadline_the_rest_fail_stop_or_are_forced() {
+        for (on_deadline, phase) in [
+            (OnDeadline::Fail, OperationPhase::Failed),
+            (OnDeadline::Stop, OperationPhase::Stopped),
+            (OnDeadline::Force, OperationPhase::Running),
+        ] {
+            let mut op = drain(2, Some(30), on_deadline);
+            let members = vec![member(0, "n1", true), member(1, "n1", true)];
+            for name in pass(&mut op, &members, false, at(1)) {
+                let refused = Outcome::Refused { message: "budget q needs 2 healthy, has 2".into(), never: false };
+                record(&mut op.status, &name, false, refused, at(1));
+            }
+            assert_eq!(pass(&mut op, &members, false, at(29)).len(), 2, "asked again before the deadline");
+            assert_eq!(op.status.phase, OperationPhase::Running);
+            let orders = pass(&mut op, &members, false, at(30));
+            assert_eq!(op.status.phase, phase, "{on_deadline:?}");
+            if on_deadline == OnDeadline::Force {
+                assert_eq!(orders, vec!["db-r-0", "db-r-1"]);
+            } else {
+                assert!(orders.is_empty());
+                let message = op.status.message.clone().unwrap();
+                assert!(
+                    message.starts_with("the deadline (30s) passed with 2 of 2 members still on n1 (db-r-0, db-r-1)")
+                        && message.ends_with("budget q needs 2 healthy, has 2"),
+                    "{message}"
+                );
+                let (status, orders) =
+                    drain_pass(&op, &DrainView { members: &members, reported: &BTreeSet::new() }, true, at(40));
+                assert!(orders.is_empty() && status == op.status, "a finished Operation never changes");
+            }
+        }
+    }
+
+    #[test]
+    fn cancel_ends_it_and_nothing_more_is_asked_for() {
+        let mut op = drain(1, None, OnDeadline::Fail);
+        let members = vec![member(0, "n1", true), member(1, "n1", true)];
+        pass(&mut op, &members, false, at(1));
+        record(&mut op.status, "db-r-0", false, Outcome::Evicted("allowed".into()), at(1));
+        op.spec.cancel = true;
+        assert!(pass(&mut op, &members, true, at(2)).is_empty());
+        assert_eq!(op.status.phase, OperationPhase::Cancelled);
+        assert!(op.status.message.unwrap().starts_with("cancelled with 0 of 2 members done (1 on their way go on)"));
+    }
+
+    #[test]
+    fn an_empty_node_is_drained_at_once_and_a_member_gone_is_done() {
+        let mut op = drain(1, None, OnDeadline::Fail);
+        pass(&mut op, &[member(0, "n2", true)], false, at(1));
+        assert_eq!(op.status.phase, OperationPhase::Succeeded);
+        let mut op = drain(1, None, OnDeadline::Fail);
+        pass(&mut op, &[member(0, "n1", true)], false, at(1));
+        pass(&mut op, &[], false, at(2));
+        assert_eq!((op.status.phase, op.status.done), (OperationPhase::Succeeded, 1));
+    }
+
+    proptest! {
+        /// Whatever happens to the members between passes, no more than
+        /// maxParallel are ever on their way, and none is asked for twice
+        /// once evicted.
+        #[test]
+        fn never_more_than_max_parallel_on_the_way_and_never_twice(
+            max_parallel in 1u32..4,
+            moves in proptest::collection::vec((0usize..6, any::<bool>(), any::<bool>(), any::<bool>()), 1..60),
+        ) {
+            let mut op = drain(max_parallel, None, OnDeadline::Fail);
+            let mut members: Vec<Member> = (0..6).map(|i| member(i, "n1", true)).collect();
+            let mut evicted = BTreeSet::new();
+            for (t, (i, allow, ready, retry)) in moves.into_iter().enumerate() {
+                let now = at(t as u64 + 1);
+                for name in pass(&mut op, &members, retry, now) {
+                    prop_assert!(!evicted.contains(&name), "{name} asked for again");
+                    if allow {
+                        evicted.insert(name.clone());
+                        record(&mut op.status, &name, false, Outcome::Evicted("ok".into()), now);
+                    } else {
+                        record(&mut op.status, &name, false, Outcome::Refused { message: "no".into(), never: false }, now);
+                    }
+                }
+                let on_the_way = op.status.steps.iter().filter(|s| s.state == StepState::Evicted).count();
+                prop_assert!(on_the_way <= max_parallel as usize);
+                // An evicted member moves away, and becomes ready (or not).
+                let name = format!("db-r-{i}");
+                if evicted.contains(&name) {
+                    members[i].spec.node = Some("n2".into());
+                    members[i].status.ready = ready;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! `herd node drain|undrain` and `herd operation cancel`: a drain is an
+//! Operation the server carries out; the CLI creates it and follows it
+//! (a progress bar, the blocker and since when, each step as it
+//! happens), and detaches on Ctrl-C without cancelling it.
+
+use std::time::{Duration, SystemTime};
+
+use anyhow::{Context, bail};
+use herd_client::Client;
+use herd_core::api::{NodeRoleRequest, StatusReason};
+use herd_core::kinds::{
+    MemberSpec, NodeRole, NodeSpec, OnDeadline, Operation, OperationAction, OperationPhase, OperationSpec, TARGET_LABEL,
+};
+use herd_core::time::HumanDuration;
+use herd_core::units::short_duration;
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// How often a followed Operation is read.
+const FOLLOW_EVERY: Duration = Duration::from_millis(500);
+
+pub struct Drain {
+    pub node: String,
+    pub deadline: Option<HumanDuration>,
+    pub on_deadline: OnDeadline,
+    pub max_parallel: u32,
+}
+
+/// Starts a drain and follows it unless `detach`.
+pub async fn drain(client: &Client, drain: Drain, detach: bool) -> anyhow::Result<()> {
+    let stamp = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_millis();
+    let spec = OperationSpec {
+        action: OperationAction::Drain { node: drain.node.clone() },
+        deadline: drain.deadline,
+        on_deadline: drain.on_deadline,
+        max_parallel: drain.max_parallel,
+        cancel: false,
+    };
+    let operation = client.create(&Operation::new(format!("drain-{}-{stamp}", drain.node), spec)).await?;
+    let name = operation.metadata.name;
+    println!("operation/{name} created: draining node {}", drain.node);
+    if detach {
+        println!("follow it with `herd describe operation {name}`; cancel it with `herd operation cancel {name}`");
+        return Ok(());
+    }
+    follow(client, &name).await
+}
+
+/// Follows an Operation to its end; Ctrl-C detaches.
+async fn follow(client: &Client, name: &str) -> anyhow::Result<()> {
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{bar:30}] {pos}/{len} members {wide_msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("#>-"),
+    );
+    let say = |line: String| if bar.is_hidden() { eprintln!("{line}") } else { bar.println(line) };
+    let mut seen_history: Option<herd_core::time::Timestamp> = None;
+    loop {
+        let operation = client.get::<OperationSpec>(name).await?;
+        let status = &operation.status;
+        for entry in status.history.iter().filter(|h| seen_history.is_none_or(|seen| h.at > seen)) {
+            say(format!("{}  {}", entry.at, entry.message));
+        }
+        seen_history = status.history.last().map(|h| h.at).or(seen_history);
+        bar.set_length(u64::from(status.total));
+        bar.set_position(u64::from(status.done));
+        let blocker = status.blocker.as_ref().map(|b| {
+            let since = short_duration(b.since.system_time().elapsed().unwrap_or_default());
+            let never = if b.never { " [never allows: change the budget or add members]" } else { "" };
+            format!("blocked {since}: {}{never}", b.message)
+        });
+        bar.set_message(blocker.unwrap_or_default());
+        if status.phase.is_finished() {
+            bar.finish_and_clear();
+            let message = status.message.clone().unwrap_or_default();
+            return match status.phase {
+                OperationPhase::Succeeded => {
+                    println!("operation/{name} succeeded: {message}");
+                    Ok(())
+                }
+                OperationPhase::Stopped => {
+                    println!("operation/{name} stopped: {message}");
+                    Ok(())
+                }
+                phase => bail!("operation/{name} {}: {message}", phase_word(phase)),
+            };
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(FOLLOW_EVERY) => {}
+            _ = tokio::signal::ctrl_c() => {
+                bar.abandon();
+                println!(
+                    "detached; operation/{name} goes on (`herd describe operation {name}`; \
+                     `herd operation cancel {name}` stops it)"
+                );
+                return Ok(());
+            }
+        }
+    }
+}
+
+fn phase_word(phase: OperationPhase) -> &'static str {
+    match phase {
+        OperationPhase::Pending => "pending",
+        OperationPhase::Running => "running",
+        OperationPhase::Succeeded => "succeeded",
+        OperationPhase::Failed => "failed",
+        OperationPhase::Stopped => "stopped",
+        OperationPhase::Cancelled => "cancelled",
+    }
+}
+
+/// What a drain of `node` would meet now: each member's eviction asked of
+/// its budgets alone (each as if it were the only one).
+pub async fn drain_dry_run(client: &Client, node: &str) -> anyhow::Result<()> {
+    let mut members: Vec<_> =
+        client.list::<MemberSpec>("").await?.into_iter().filter(|m| m.spec.node.as_deref() == Some(node)).collect();
+    members.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    println!("node {node} hosts {} member(s); each eviction asked alone (dry run: nothing changed):", members.len());
+    for member in &members {
+        let name = &member.metadata.name;
+        match client.evict_member(name, true).await {
+            Ok(eviction) => println!("  {name}: allowed: {}", eviction.message),
+            Err(error) if error.reason() == Some(StatusReason::TooManyRequests) => {
+                println!("  {name}: refused now: {error}")
+            }
+            Err(error) => println!("  {name}: cannot be evicted: {error}"),
+        }
+    }
+    Ok(())
+}
+
+/// Cancels an Operation (only `spec.cancel` changes).
+pub async fn cancel(client: &Client, name: &str) -> anyhow::Result<()> {
+    for _ in 0..5 {
+        let mut operation = client.get::<OperationSpec>(name).await?;
+        if operation.status.phase.is_finished() {
+            println!("operation/{name} has ended already ({})", phase_word(operation.status.phase));
+            return Ok(());
+        }
+        if operation.spec.cancel {
+            println!("operation/{name}: cancel asked already");
+            return Ok(());
+        }
+        operation.spec.cancel = true;
+        match client.update(&operation).await {
+            Ok(_) => {
+                println!("operation/{name}: cancel asked; nothing more is started (members on their way go on)");
+                return Ok(());
+            }
+            Err(error) if error.reason() == Some(StatusReason::Conflict) => continue,
+            Err(error) => return Err(error.into()),
+        }
+    }
+    bail!("operation/{name} kept changing; try again")
+}
+
+/// Cancels the drains still running on `node`, then makes it regular.
+pub async fn undrain(client: &Client, node: &str) -> anyhow::Result<()> {
+    let operations = client.list::<OperationSpec>(&format!("{TARGET_LABEL}={node}")).await?;
+    for operation in operations.iter().filter(|o| !o.status.phase.is_finished()) {
+        cancel(client, &operation.metadata.name).await?;
+    }
+    let role = client.get::<NodeSpec>(node).await?.spec.role;
+    if role != NodeRole::Drained {
+        println!("node/{node} is not drained (its role is {}); nothing to do", serde_json::to_value(role)?);
+        return Ok(());
+    }
+    let request = NodeRoleRequest { role: Some(NodeRole::Regular), master_capable: None, auto_promote: false };
+    client.change_node_role(node, &request).await.with_context(|| format!("undraining node {node}"))?;
+    println!("node/{node} regular: it takes new members again");
+    Ok(())
+}
