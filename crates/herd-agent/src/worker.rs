@@ -363,8 +363,14 @@ async fn fetch(
         volumes::hash_into(target, &mut hasher).map_err(local_io(job, "hashing", target))?;
     }
     if from == size {
-        // Fetched whole by an earlier attempt, perhaps not yet on disk.
-        std::fs::File::open(target).and_then(|file| file.sync_data()).map_err(local_io(job, "syncing", target))?;
+        // Fetched whole by an earlier attempt (perhaps not yet on disk), or
+        // an empty file, made here (opened to append: nothing is cut).
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(target)
+            .and_then(|file| file.sync_data())
+            .map_err(local_io(job, "syncing", target))?;
         return Ok((0, size, hasher.finalize().to_hex().to_string()));
     }
     let file = std::fs::OpenOptions::new()

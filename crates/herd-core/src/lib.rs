@@ -22,6 +22,7 @@ pub mod lifecycle;
 pub mod member_check;
 pub mod member_sync;
 pub mod meta;
+pub mod migration;
 pub mod node_health;
 pub mod node_loss;
 pub mod notifies;

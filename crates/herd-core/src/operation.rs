@@ -22,12 +22,21 @@ use crate::kinds::operation::{
     Blocker, HISTORY_KEPT, HistoryEntry, OnDeadline, Operation, OperationAction, OperationPhase, OperationStatus,
     OperationStep, StepState,
 };
+use crate::migration::MIGRATE_ANNOTATION;
+use crate::node_loss::REPLACE_ANNOTATION;
 use crate::time::Timestamp;
 
 /// How soon a refused eviction is asked again when nothing changed
 /// meanwhile (kubectl drain retries every 5 s); a change of any budget
 /// makes every refused one due at once.
 pub const RETRY_REFUSED: Duration = Duration::from_secs(5);
+
+/// How long after its `attempts`-th failed move a member is asked for
+/// again: 5 s more each time, at most a minute (a budget change does not
+/// hurry it: the move itself failed).
+fn move_retry(attempts: u32) -> Duration {
+    RETRY_REFUSED.saturating_mul(attempts.clamp(1, 12))
+}
 
 /// What the drain sees of the cluster at one moment.
 pub struct DrainView<'a> {
@@ -86,6 +95,13 @@ pub fn refuse(status: &OperationStatus, message: String, now: Timestamp) -> Oper
     next
 }
 
+/// Whether an evicted member is still bound to `node` with no move asked
+/// for or under way: its move failed and was dropped.
+fn abandoned(member: &Member, node: &str) -> bool {
+    let asked = [REPLACE_ANNOTATION, MIGRATE_ANNOTATION].iter().any(|a| member.metadata.annotations.contains_key(*a));
+    member.spec.node.as_deref() == Some(node) && !asked && member.status.migration.is_none()
+}
+
 /// Where a member bound elsewhere stands: ready, or why not.
 fn arrived(member: &Member, node: &str, reported: &BTreeSet<String>) -> Result<(), String> {
     let name = &member.metadata.name;
@@ -141,6 +157,13 @@ pub fn drain_pass(
                 moved(step, StepState::Done, "gone (deleted)".into());
                 notes.push(format!("{} is gone", step.member));
             }
+            // Its move was given up (a failed migration): it stays here,
+            // and is asked for again after a pause.
+            (StepState::Evicted, Some(member)) if abandoned(member, node) => {
+                let why = member.status.reason.clone().unwrap_or_else(|| "its move was given up".into());
+                moved(step, StepState::MoveFailed, format!("{} stayed on {node}: {why}", step.member));
+                notes.push(format!("{} stayed on {node}: {why}", step.member));
+            }
             (StepState::Evicted, Some(member)) => match arrived(member, node, view.reported) {
                 Ok(()) => {
                     let place = member.spec.node.clone().unwrap_or_default();
@@ -149,11 +172,13 @@ pub fn drain_pass(
                 }
                 Err(why) => waiting_on.push(why),
             },
-            (StepState::Waiting | StepState::Refused, Some(member)) if member.spec.node.as_deref() != Some(node) => {
+            (StepState::Waiting | StepState::Refused | StepState::MoveFailed, Some(member))
+                if member.spec.node.as_deref() != Some(node) =>
+            {
                 moved(step, StepState::Evicted, "moved off the node by something else".into());
                 notes.push(format!("{} left {node} (not by this drain)", step.member));
             }
-            (StepState::Waiting | StepState::Refused, Some(_)) => {}
+            (StepState::Waiting | StepState::Refused | StepState::MoveFailed, Some(_)) => {}
         }
     }
     for message in notes {
@@ -161,8 +186,11 @@ pub fn drain_pass(
     }
     status.total = u32::try_from(status.steps.len()).unwrap_or(u32::MAX);
     status.done = u32::try_from(status.steps.iter().filter(|s| s.state == StepState::Done).count()).unwrap_or(0);
-    let left: Vec<&OperationStep> =
-        status.steps.iter().filter(|s| matches!(s.state, StepState::Waiting | StepState::Refused)).collect();
+    let left: Vec<&OperationStep> = status
+        .steps
+        .iter()
+        .filter(|s| matches!(s.state, StepState::Waiting | StepState::Refused | StepState::MoveFailed))
+        .collect();
     let in_flight = status.steps.iter().filter(|s| s.state == StepState::Evicted).count();
     if left.is_empty() && in_flight == 0 {
         status.blocker = None;
@@ -211,6 +239,7 @@ pub fn drain_pass(
     let due = |s: &&OperationStep| match s.state {
         StepState::Waiting => true,
         StepState::Refused => retry_refused || s.since.age(now) >= RETRY_REFUSED,
+        StepState::MoveFailed => s.since.age(now) >= move_retry(s.attempts),
         _ => false,
     };
     let orders =
@@ -227,7 +256,7 @@ fn progress(status: &OperationStatus, node: &str) -> String {
 /// can never allow first), else the members on their way that are not
 /// ready yet.
 fn blocker(status: &OperationStatus, waiting_on: &[String]) -> Option<Blocker> {
-    let refused = status.steps.iter().filter(|s| s.state == StepState::Refused);
+    let refused = status.steps.iter().filter(|s| matches!(s.state, StepState::Refused | StepState::MoveFailed));
     if let Some(old) = &status.blocker
         && old.never
         && refused.clone().any(|s| s.message.as_deref() == Some(old.message.as_str()))
@@ -291,8 +320,14 @@ pub fn next_pass(operation: &Operation, now: Timestamp) -> Option<Duration> {
     let retry = status
         .steps
         .iter()
-        .filter(|s| s.state == StepState::Refused)
-        .map(|s| RETRY_REFUSED.saturating_sub(s.since.age(now)))
+        .filter_map(|s| {
+            match s.state {
+                StepState::Refused => Some(RETRY_REFUSED),
+                StepState::MoveFailed => Some(move_retry(s.attempts)),
+                _ => None,
+            }
+            .map(|pause| pause.saturating_sub(s.since.age(now)))
+        })
         .min();
     let deadline = match (operation.spec.deadline, status.started_at) {
         (Some(deadline), Some(started)) => Some(deadline.get().saturating_sub(started.age(now))),
@@ -338,6 +373,13 @@ mod tests {
         operation
     }
 
+    /// An approved eviction: recorded, and the member asked to move.
+    fn evicted(op: &mut Operation, members: &mut [Member], name: &str, now: Timestamp) {
+        record(&mut op.status, name, false, Outcome::Evicted("allowed".into()), now);
+        let member = members.iter_mut().find(|m| m.metadata.name == name).unwrap();
+        member.metadata.annotations.insert(REPLACE_ANNOTATION.into(), now.to_string());
+    }
+
     fn pass(op: &mut Operation, members: &[Member], retry: bool, now: Timestamp) -> Vec<String> {
         let reported = BTreeSet::new();
         let (status, orders) = drain_pass(op, &DrainView { members, reported: &reported }, retry, now);
@@ -353,7 +395,7 @@ mod tests {
         assert_eq!(pass(&mut op, &members, false, at(1)), vec!["db-r-0", "db-r-1"]);
         assert_eq!(op.status.total, 3, "only the drained node's members");
         for name in ["db-r-0", "db-r-1"] {
-            record(&mut op.status, name, false, Outcome::Evicted("allowed".into()), at(1));
+            evicted(&mut op, &mut members, name, at(1));
         }
         assert!(pass(&mut op, &members, false, at(2)).is_empty(), "two on their way: no room");
         members[0].spec.node = Some("n3".into());
@@ -365,7 +407,7 @@ mod tests {
         assert_eq!(pass(&mut op, &members, false, at(4)), vec!["db-r-2"]);
         assert_eq!((op.status.done, op.status.total), (1, 3));
         for (i, name) in [(1, "db-r-1"), (2, "db-r-2")] {
-            record(&mut op.status, name, false, Outcome::Evicted("allowed".into()), at(4));
+            evicted(&mut op, &mut members, name, at(4));
             members[i].spec.node = Some("n2".into());
         }
         pass(&mut op, &members, false, at(5));
@@ -375,11 +417,28 @@ mod tests {
     }
 
     #[test]
-    fn an_evicted_member_is_never_asked_for_again_even_while_still_bound() {
-        let mut op = drain(3, None, OnDeadline::Fail);
-        let members = vec![member(0, "n1", true)];
+    fn a_move_given_up_is_asked_for_again_after_a_pause() {
+        let mut op = drain(1, None, OnDeadline::Fail);
+        let mut members = vec![member(0, "n1", true)];
         assert_eq!(pass(&mut op, &members, false, at(1)), vec!["db-r-0"]);
         record(&mut op.status, "db-r-0", false, Outcome::Evicted("allowed".into()), at(1));
+        members[0].metadata.annotations.insert(MIGRATE_ANNOTATION.into(), "t".into());
+        assert!(pass(&mut op, &members, false, at(2)).is_empty(), "moving");
+        members[0].metadata.annotations.clear();
+        members[0].status.reason = Some("moving it to n3 failed: disk full".into());
+        assert!(pass(&mut op, &members, false, at(3)).is_empty(), "given up: a pause first");
+        assert_eq!(op.status.steps[0].state, StepState::MoveFailed);
+        assert!(pass(&mut op, &members, true, at(4)).is_empty(), "a budget change does not hurry it");
+        assert!(op.status.blocker.as_ref().unwrap().message.contains("stayed on n1: moving it to n3 failed"));
+        assert_eq!(pass(&mut op, &members, false, at(8)), vec!["db-r-0"]);
+    }
+
+    #[test]
+    fn an_evicted_member_is_never_asked_for_again_even_while_still_bound() {
+        let mut op = drain(3, None, OnDeadline::Fail);
+        let mut members = vec![member(0, "n1", true)];
+        assert_eq!(pass(&mut op, &members, false, at(1)), vec!["db-r-0"]);
+        evicted(&mut op, &mut members, "db-r-0", at(1));
         for t in 2..20 {
             assert!(pass(&mut op, &members, true, at(t)).is_empty());
         }
@@ -452,9 +511,9 @@ mod tests {
     #[test]
     fn cancel_ends_it_and_nothing_more_is_asked_for() {
         let mut op = drain(1, None, OnDeadline::Fail);
-        let members = vec![member(0, "n1", true), member(1, "n1", true)];
+        let mut members = vec![member(0, "n1", true), member(1, "n1", true)];
         pass(&mut op, &members, false, at(1));
-        record(&mut op.status, "db-r-0", false, Outcome::Evicted("allowed".into()), at(1));
+        evicted(&mut op, &mut members, "db-r-0", at(1));
         op.spec.cancel = true;
         assert!(pass(&mut op, &members, true, at(2)).is_empty());
         assert_eq!(op.status.phase, OperationPhase::Cancelled);
@@ -483,14 +542,14 @@ mod tests {
         ) {
             let mut op = drain(max_parallel, None, OnDeadline::Fail);
             let mut members: Vec<Member> = (0..6).map(|i| member(i, "n1", true)).collect();
-            let mut evicted = BTreeSet::new();
+            let mut gone_out = BTreeSet::new();
             for (t, (i, allow, ready, retry)) in moves.into_iter().enumerate() {
                 let now = at(t as u64 + 1);
                 for name in pass(&mut op, &members, retry, now) {
-                    prop_assert!(!evicted.contains(&name), "{name} asked for again");
+                    prop_assert!(!gone_out.contains(&name), "{name} asked for again");
                     if allow {
-                        evicted.insert(name.clone());
-                        record(&mut op.status, &name, false, Outcome::Evicted("ok".into()), now);
+                        gone_out.insert(name.clone());
+                        evicted(&mut op, &mut members, &name, now);
                     } else {
                         record(&mut op.status, &name, false, Outcome::Refused { message: "no".into(), never: false }, now);
                     }
@@ -499,7 +558,7 @@ mod tests {
                 prop_assert!(on_the_way <= max_parallel as usize);
                 // An evicted member moves away, and becomes ready (or not).
                 let name = format!("db-r-{i}");
-                if evicted.contains(&name) {
+                if gone_out.contains(&name) {
                     members[i].spec.node = Some("n2".into());
                     members[i].status.ready = ready;
                 }

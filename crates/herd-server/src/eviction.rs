@@ -8,13 +8,14 @@
 //!
 //! What an approved eviction does: a member without persistent volumes is
 //! placed again on another node, as a new member (the app-cluster
-//! controller's replace path, `herd.io/replace`). One with persistent
-//! volumes would be migrated with its data; that is not built yet, and
-//! such an eviction is refused before any budget is asked.
+//! controller's replace path, `herd.io/replace`); one with persistent
+//! volumes is moved there with its data (`herd.io/migrate`: the
+//! controller's migration, `herd_core::migration`).
 
 use herd_core::api::Eviction;
 use herd_core::disruption::{self, Verdict};
 use herd_core::kinds::{AppClusterSpec, AppSpec, DisruptionBudgetSpec, EventType, MemberSpec};
+use herd_core::migration::MIGRATE_ANNOTATION;
 use herd_core::node_loss::REPLACE_ANNOTATION;
 
 use crate::error::ApiError;
@@ -29,7 +30,7 @@ const ATTEMPTS: usize = 16;
 pub async fn evict(objects: &Objects, events: &EventRecorder, name: &str, dry_run: bool) -> Result<Eviction, ApiError> {
     for _ in 0..ATTEMPTS {
         let member = objects.require::<MemberSpec>(name).await?;
-        refuse_persistent(objects, &member).await?;
+        let request = move_request(objects, &member).await?;
         let (budgets, _) = objects.list::<DisruptionBudgetSpec>().await?;
         let selecting: Vec<_> = budgets.into_iter().filter(|b| disruption::selects(b, &member)).collect();
         // Asked again while the first eviction is under way (approved, asked
@@ -37,8 +38,11 @@ pub async fn evict(objects: &Objects, events: &EventRecorder, name: &str, dry_ru
         // second move, which would chase the member from node to node.
         let budget_names: Vec<String> = selecting.iter().map(|b| b.metadata.name.clone()).collect();
         let approved = selecting.iter().any(|b| b.status.disrupted_members.contains_key(name));
-        let moving = member.status.moved_from.is_some() && !member.status.was_configured();
-        if approved || moving || member.metadata.annotations.contains_key(REPLACE_ANNOTATION) {
+        let moving = (member.status.moved_from.is_some() && !member.status.was_configured())
+            || member.status.migration.is_some();
+        let asked =
+            [REPLACE_ANNOTATION, MIGRATE_ANNOTATION].iter().any(|a| member.metadata.annotations.contains_key(*a));
+        if approved || moving || asked {
             let message = format!("member {name} is being evicted (or replaced) already");
             return Ok(Eviction { member: name.to_string(), budgets: budget_names, dry_run, message });
         }
@@ -53,10 +57,11 @@ pub async fn evict(objects: &Objects, events: &EventRecorder, name: &str, dry_ru
         if !refusals.is_empty() {
             return Err(ApiError::TooManyRequests(format!("cannot evict member {name}: {}", refusals.join("; and "))));
         }
+        let what = request.what(name);
         let message = if budget_names.is_empty() {
-            format!("member {name} is placed again on another node (no budget selects it)")
+            format!("{what} (no budget selects it)")
         } else {
-            format!("member {name} is placed again on another node (allowed by {})", budget_names.join(", "))
+            format!("{what} (allowed by {})", budget_names.join(", "))
         };
         let answer = Eviction { member: name.to_string(), budgets: budget_names, dry_run, message };
         if dry_run {
@@ -70,7 +75,7 @@ pub async fn evict(objects: &Objects, events: &EventRecorder, name: &str, dry_ru
             staged.push(Staged::of(budget, approved, Part::Status)?);
         }
         let mut moved = member.clone();
-        moved.metadata.annotations.insert(REPLACE_ANNOTATION.into(), at.to_string());
+        moved.metadata.annotations.insert(request.annotation().into(), at.to_string());
         staged.push(Staged::of(&member, moved, Part::Spec)?);
         match objects.commit_staged(staged).await {
             Ok(()) => {
@@ -89,33 +94,51 @@ pub async fn evict(objects: &Objects, events: &EventRecorder, name: &str, dry_ru
 /// count a crash.
 pub async fn force(objects: &Objects, events: &EventRecorder, name: &str) -> Result<String, ApiError> {
     let member = objects.require::<MemberSpec>(name).await?;
-    refuse_persistent(objects, &member).await?;
+    let request = move_request(objects, &member).await?;
     let at = now().to_string();
     objects
         .modify::<MemberSpec, ObjectsError>(name, Part::Spec, |member| {
-            Ok(member.metadata.annotations.insert(REPLACE_ANNOTATION.into(), at.clone()).is_none())
+            Ok(member.metadata.annotations.insert(request.annotation().into(), at.clone()).is_none())
         })
         .await?;
-    let message = format!("member {name} is placed again on another node; its budgets were not asked");
+    let message = format!("{}; its budgets were not asked", request.what(name));
     events.record(&member, EventType::Warning, "MemberForcedOut", message.clone()).await;
     Ok(message)
 }
 
-/// A member with persistent volumes is moved with its data by a
-/// migration, which evictions do not do yet.
-async fn refuse_persistent(objects: &Objects, member: &herd_core::kinds::Member) -> Result<(), ApiError> {
-    let Some(cluster) = objects.get::<AppClusterSpec>(&member.spec.cluster).await? else { return Ok(()) };
-    let Some(app) = objects.get::<AppSpec>(&cluster.spec.app_ref).await? else { return Ok(()) };
-    let persistent: Vec<&str> =
-        app.spec.role(&member.spec.role).map(|role| role.run.persistent_volumes().collect()).unwrap_or_default();
-    if persistent.is_empty() {
-        return Ok(());
+/// How an evicted member leaves its node.
+#[derive(Clone, Copy)]
+enum MoveRequest {
+    /// Placed again elsewhere as a new member (no data to keep).
+    Replace,
+    /// Moved elsewhere with its persistent volumes.
+    Migrate,
+}
+
+impl MoveRequest {
+    fn annotation(self) -> &'static str {
+        match self {
+            MoveRequest::Replace => REPLACE_ANNOTATION,
+            MoveRequest::Migrate => MIGRATE_ANNOTATION,
+        }
     }
-    Err(ApiError::Conflict(format!(
-        "member {} keeps persistent volumes ({}): evicting it means migrating them with it, which herd does not \
-         do yet; `herd member replace {}` recreates it elsewhere with empty volumes",
-        member.metadata.name,
-        persistent.join(", "),
-        member.metadata.name
-    )))
+
+    fn what(self, name: &str) -> String {
+        match self {
+            MoveRequest::Replace => format!("member {name} is placed again on another node"),
+            MoveRequest::Migrate => format!("member {name} is moved to another node with its data"),
+        }
+    }
+}
+
+/// A member whose role keeps persistent volumes is migrated; the others
+/// are replaced.
+async fn move_request(objects: &Objects, member: &herd_core::kinds::Member) -> Result<MoveRequest, ApiError> {
+    let Some(cluster) = objects.get::<AppClusterSpec>(&member.spec.cluster).await? else {
+        return Ok(MoveRequest::Replace);
+    };
+    let Some(app) = objects.get::<AppSpec>(&cluster.spec.app_ref).await? else { return Ok(MoveRequest::Replace) };
+    let persistent =
+        app.spec.role(&member.spec.role).is_some_and(|role| role.run.persistent_volumes().next().is_some());
+    Ok(if persistent { MoveRequest::Migrate } else { MoveRequest::Replace })
 }

@@ -416,16 +416,22 @@ async fn commands_finish_or_are_reconciled_across_a_server_crash() {
 async fn a_member_migrates_with_its_volumes_and_the_source_copy_goes_only_after() {
     let TwoNodes { server, a_dir, b_dir, .. } = &two_nodes(&[]).await;
     let mut run_spec = member_run();
+    // Two persistent volumes (each its own copy worker) and one that is not.
     run_spec.volumes.push(VolumeSpec { name: "scratch".into(), persistent: false });
+    run_spec.volumes.push(VolumeSpec { name: "logs".into(), persistent: true });
     run(server, "start-m1", "n1", Action::StartMember { member: "m1".into(), run: run_spec.clone() }).await;
     fill_volume(&a_dir.join("volumes/m1/data"), 11, 6, 2 << 20);
+    fill_volume(&a_dir.join("volumes/m1/logs"), 12, 3, 1 << 20);
+    std::fs::write(a_dir.join("volumes/m1/logs/empty.err"), b"").unwrap();
     let expected = herd_agent::volumes::manifest(&a_dir.join("volumes/m1/data")).unwrap();
+    let expected_logs = herd_agent::volumes::manifest(&a_dir.join("volumes/m1/logs")).unwrap();
 
     let migrate = Action::MigrateMember { member: "m1".into(), from_node: "n1".into(), run: run_spec };
     let moved = run(server, "move-m1", "n2", migrate).await;
     assert_eq!(moved.status.state_by_management, ManagementState::Completed, "{:?}", moved.status);
     let instance = moved.status.answer.unwrap().details["instanceId"].clone();
     assert_eq!(herd_agent::volumes::manifest(&b_dir.join("volumes/m1/data")).unwrap(), expected);
+    assert_eq!(herd_agent::volumes::manifest(&b_dir.join("volumes/m1/logs")).unwrap(), expected_logs);
     assert!(!a_dir.join("volumes/m1").exists(), "the source copy is gone");
     eventually(Duration::from_secs(10), "m1 runs on n2 only", || async {
         let n1 = server.admin().get::<NodeSpec>("n1").await.ok()?;

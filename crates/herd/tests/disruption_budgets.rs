@@ -22,7 +22,7 @@ async fn a_budget_counts_ready_members_and_a_crash_only_lowers_the_count() {
     let server = &nodes.server;
     let budgets = budget_yaml("web-quorum", "herd.io/cluster=web", "minAvailable: 2")
         + &budget_yaml("web-all", "herd.io/cluster=web", "minAvailable: 100%");
-    apply_web(&nodes, "web", 3, &budgets);
+    apply_web(server, nodes.dir.path(), "web", 3, &budgets);
     let members = configured(server, "web", 3, Duration::from_secs(60)).await;
 
     let counted = counted(server, "web-quorum", 3, 1).await;
@@ -106,7 +106,7 @@ fn evict(server: &TestServer, member: &str, dry_run: bool) -> std::process::Outp
 async fn an_eviction_waits_for_the_last_one_to_be_ready_again() {
     let nodes = nodes(3).await;
     let server = &nodes.server;
-    apply_web(&nodes, "web", 3, &budget_yaml("web-quorum", "herd.io/cluster=web", "minAvailable: 2"));
+    apply_web(server, nodes.dir.path(), "web", 3, &budget_yaml("web-quorum", "herd.io/cluster=web", "minAvailable: 2"));
     let before = configured(server, "web", 3, Duration::from_secs(60)).await;
     counted(server, "web-quorum", 3, 1).await;
 
@@ -167,7 +167,7 @@ async fn an_eviction_waits_for_the_last_one_to_be_ready_again() {
 async fn concurrent_evictions_never_share_one_allowance() {
     let nodes = nodes(3).await;
     let server = &nodes.server;
-    apply_web(&nodes, "big", 6, &budget_yaml("big-five", "herd.io/cluster=big", "minAvailable: 5"));
+    apply_web(server, nodes.dir.path(), "big", 6, &budget_yaml("big-five", "herd.io/cluster=big", "minAvailable: 5"));
     configured(server, "big", 6, Duration::from_secs(60)).await;
     counted(server, "big-five", 6, 1).await;
     let admin = server.admin();

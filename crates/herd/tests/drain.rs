@@ -45,7 +45,7 @@ fn operation_name(out: &std::process::Output) -> String {
 async fn a_drain_moves_every_member_off_the_node_under_its_budget() {
     let nodes = nodes(3).await;
     let server = &nodes.server;
-    apply_web(&nodes, "web", 6, &budget_yaml("web-one", "herd.io/cluster=web", "maxUnavailable: 1"));
+    apply_web(server, nodes.dir.path(), "web", 6, &budget_yaml("web-one", "herd.io/cluster=web", "maxUnavailable: 1"));
     let before = configured(server, "web", 6, Duration::from_secs(90)).await;
     counted(server, "web-one", 6, 1).await;
     let node = before[0].spec.node.clone().unwrap();
@@ -97,7 +97,7 @@ async fn a_drain_moves_every_member_off_the_node_under_its_budget() {
 async fn a_blocked_drain_says_why_within_seconds_fails_at_its_deadline_and_can_be_cancelled() {
     let nodes = nodes(3).await;
     let server = &nodes.server;
-    apply_web(&nodes, "web", 3, &budget_yaml("web-all", "herd.io/cluster=web", "minAvailable: 3"));
+    apply_web(server, nodes.dir.path(), "web", 3, &budget_yaml("web-all", "herd.io/cluster=web", "minAvailable: 3"));
     let before = configured(server, "web", 3, Duration::from_secs(90)).await;
     counted(server, "web-all", 3, 0).await;
     let node = before[0].spec.node.clone().unwrap();
@@ -147,4 +147,93 @@ async fn a_blocked_drain_says_why_within_seconds_fails_at_its_deadline_and_can_b
     for (a, b) in after.iter().zip(&before) {
         assert_eq!(instance(a), instance(b), "nothing was evicted");
     }
+}
+
+/// Issue 13's failover: two replicas on PostgreSQL, a drain of a node
+/// with 6 members under maxUnavailable 1, and the leading replica killed
+/// (kill -9) in the middle of it. The other replica takes the lease and
+/// finishes the drain from the Operation's status; afterwards the store's
+/// history of the members shows each evicted exactly once and never more
+/// than one of the six not ready at a time.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_drain_goes_on_under_the_next_leader_and_evicts_no_member_twice_on_postgres() {
+    const SHORT: [&str; 6] = ["--lease-duration", "3s", "--renew-deadline", "2s", "--retry-period", "500ms"];
+    let Some(schema) = common::PostgresSchema::create() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut replicas: Vec<common::TestServer> = ["s1", "s2"]
+        .iter()
+        .map(|id| common::TestServer::start_replica(&dir.path().join(id), id, Some(&schema.url), &SHORT))
+        .collect();
+    let servers = format!("{},{}", replicas[0].url, replicas[1].url);
+    common::cluster::quick_heartbeats(&replicas[0]).await;
+    common::apps::own_member_ports(&replicas[0]).await;
+    let node_dirs: Vec<_> = (1..=3).map(|i| dir.path().join(format!("n{i}"))).collect();
+    let _reapers: Vec<_> = node_dirs.iter().map(|d| common::MemberReaper(d.clone())).collect();
+    let _agents: Vec<_> =
+        node_dirs.iter().enumerate().map(|(i, d)| common::start_agent(&servers, d, &format!("n{}", i + 1))).collect();
+    let admin = replicas[0].admin();
+    for node in ["n1", "n2", "n3"] {
+        eventually(Duration::from_secs(20), "every node Ready", || async {
+            admin.get::<NodeSpec>(node).await.ok().filter(|n| n.status.ready)
+        })
+        .await;
+    }
+    // All six on n1: the other nodes are cordoned while they are placed.
+    for node in ["n2", "n3"] {
+        let out = herd(&replicas[0], &["node", "modify", node, "--role", "drained"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    apply_web(&replicas[0], dir.path(), "web", 6, &budget_yaml("web-one", "herd.io/cluster=web", "maxUnavailable: 1"));
+    let before = configured(&replicas[0], "web", 6, Duration::from_secs(90)).await;
+    assert!(before.iter().all(|m| m.spec.node.as_deref() == Some("n1")));
+    for node in ["n2", "n3"] {
+        assert!(herd(&replicas[0], &["node", "undrain", node]).status.success());
+    }
+    counted(&replicas[0], "web-one", 6, 1).await;
+    let start = admin.list_values("members", "").await.unwrap().metadata.resource_version;
+
+    let out = herd(&replicas[0], &["node", "drain", "n1", "--detach"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let name = operation_name(&out);
+    eventually(Duration::from_secs(60), "two members moved", || async {
+        let op = admin.get::<OperationSpec>(&name).await.ok()?;
+        (op.status.done >= 2).then_some(())
+    })
+    .await;
+    let leader = admin.get::<herd_core::kinds::LeaseSpec>("herd-leader").await.unwrap().spec.holder_identity;
+    let (dead, alive) = if leader == "s1" { (0, 1) } else { (1, 0) };
+    replicas[dead].proc.kill9();
+    let survivor = &replicas[alive];
+    let done = eventually(Duration::from_secs(120), "the drain finished under the next leader", || async {
+        let op = survivor.admin().get::<OperationSpec>(&name).await.ok()?;
+        op.status.phase.is_finished().then_some(op)
+    })
+    .await;
+    assert_eq!(done.status.phase, OperationPhase::Succeeded, "{:?}", done.status);
+    let after = configured(survivor, "web", 6, Duration::from_secs(60)).await;
+    assert!(after.iter().all(|m| m.spec.node.as_deref() != Some("n1")), "n1 is empty");
+
+    // The store's history of the members, from before the drain to now.
+    let mut watch = survivor.admin().watch("members", Some(&start), "herd.io/cluster=web").await.unwrap();
+    let mut ready: std::collections::BTreeMap<String, bool> =
+        before.iter().map(|m| (m.metadata.name.clone(), true)).collect();
+    let mut asked: std::collections::BTreeMap<String, bool> = Default::default();
+    let mut evictions: std::collections::BTreeMap<String, u32> = Default::default();
+    let mut fewest_ready = 6;
+    // Everything up to now comes at once; a quiet moment means all of it came.
+    while let Ok(event) = tokio::time::timeout(Duration::from_secs(3), watch.next()).await {
+        let event = event.unwrap().unwrap();
+        let member: herd_core::kinds::Member = herd_core::Object::from_json_value(event.object).unwrap();
+        let name = member.metadata.name.clone();
+        let now_asked = member.metadata.annotations.contains_key("herd.io/replace");
+        if now_asked && !asked.get(&name).copied().unwrap_or(false) {
+            *evictions.entry(name.clone()).or_default() += 1;
+        }
+        asked.insert(name.clone(), now_asked);
+        ready.insert(name, member.status.ready);
+        fewest_ready = fewest_ready.min(ready.values().filter(|r| **r).count());
+    }
+    assert_eq!(evictions.len(), 6, "every member evicted: {evictions:?}");
+    assert!(evictions.values().all(|n| *n == 1), "no member evicted twice: {evictions:?}");
+    assert!(fewest_ready >= 5, "the budget held: at least 5 of 6 ready at every revision, saw {fewest_ready}");
 }

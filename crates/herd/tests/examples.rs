@@ -170,6 +170,83 @@ async fn etcd_grows_and_shrinks_and_its_member_list_stays_herds() {
     assert!(list_members(server, "etcd").await.iter().all(|m| m.status.state_detail.pending_notify_cmds.is_empty()));
 }
 
+/// Drain of a node with an etcd member (issue 13): the member moves to
+/// the free node with its data (stopped, copied verified, started there
+/// and set up again at its new address), one at a time under the
+/// example's budget (minAvailable 2), while etcd keeps quorum the whole
+/// time: a linearizable read through the two members that stay never
+/// fails. A key written before is read from the moved member after.
+#[tokio::test(flavor = "multi_thread")]
+async fn draining_a_node_moves_its_etcd_member_with_its_data_and_keeps_quorum() {
+    require(&["etcd", "etcdctl"]);
+    let nodes = nodes(4).await;
+    let server = &nodes.server;
+    cordon(&nodes, "n4", true).await;
+    apply(&nodes, &example("etcd"));
+    let members = configured(server, "etcd", 3, Duration::from_secs(90)).await;
+    cordon(&nodes, "n4", false).await;
+    let out = etcdctl(&members[0], &["put", "greeting", "kept through a drain"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let moving = members[0].clone();
+    let node = moving.spec.node.clone().unwrap();
+    let staying: Vec<String> =
+        members[1..].iter().map(|m| format!("http://127.0.0.1:{}", m.spec.ports["client"])).collect();
+
+    // Quorum, watched from outside while the drain runs.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let (stop, endpoints) = (stop.clone(), staying.join(","));
+        std::thread::spawn(move || {
+            let (mut reads, mut failures) = (0, Vec::new());
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let out = Command::new("etcdctl")
+                    .args([&format!("--endpoints={endpoints}"), "--command-timeout=2s", "get", "greeting"])
+                    .args(["--consistency=l", "--print-value-only"])
+                    .output()
+                    .unwrap();
+                reads += 1;
+                if !out.status.success() {
+                    failures.push(text(&out));
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            (reads, failures)
+        })
+    };
+    let out = tokio::task::spawn_blocking({
+        let url = server.url.clone();
+        let node = node.clone();
+        move || {
+            common::herd()
+                .args(["--server", &url, "--token", common::ADMIN_TOKEN, "node", "drain", &node])
+                .output()
+                .unwrap()
+        }
+    })
+    .await
+    .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let members = configured(server, "etcd", 3, Duration::from_secs(60)).await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (reads, failures) = watcher.join().unwrap();
+    assert!(reads >= 5 && failures.is_empty(), "quorum lost in {} of {reads} reads: {failures:?}", failures.len());
+
+    let moved = members.iter().find(|m| m.metadata.name == moving.metadata.name).unwrap();
+    assert_eq!(moved.spec.node.as_deref(), Some("n4"), "moved to the only free node");
+    assert_ne!(instance(moved), instance(&moving));
+    assert!(members.iter().all(|m| m.spec.node.as_deref() != Some(node.as_str())));
+    let out = etcdctl(moved, &["get", "greeting", "--print-value-only"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "kept through a drain", "{}", text(&out));
+    let names: Vec<String> = members.iter().map(|m| m.metadata.name.clone()).collect();
+    eventually(Duration::from_secs(20), "etcd lists the same three members", || async {
+        (etcd_members(moved) == names).then_some(())
+    })
+    .await;
+    healthy(&members);
+    let events = text(&cli(server, &["events"]));
+    assert!(events.contains("MemberMoved"), "{events}");
+}
+
 fn redis_cli(member: &Member, args: &[&str]) -> String {
     let port = member.spec.ports["redis"].to_string();
     let out = Command::new("redis-cli").args(["-h", "127.0.0.1", "-p", &port]).args(args).output().unwrap();

@@ -8,8 +8,8 @@
 use std::collections::BTreeMap;
 
 use herd_client::PeerClient;
-use herd_core::kinds::Answer;
 use herd_core::kinds::command::MemberRun;
+use herd_core::kinds::{AgentState, Answer};
 
 use super::{Executor, Failure};
 
@@ -90,6 +90,12 @@ impl Executor {
                     let copied = self.copy_volume(entry, member, volume, from_node).await.map_err(Moved::NotYet)?;
                     if !copied.success {
                         return Err(Moved::NotYet(copied.message));
+                    }
+                    // Its worker is done: the migration goes on here (the
+                    // next volume's worker is journaled afresh).
+                    entry.worker = None;
+                    if !self.advance(entry, AgentState::Processing, None) {
+                        return Err(Moved::NotYet(format!("journaling the copy of {member}/{volume}")));
                     }
                 }
             }

@@ -152,6 +152,27 @@ pub struct MemberStatus {
     /// new member's own (the last few are kept).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub retired_instances: Vec<String>,
+    /// A move with its data under way (an eviction of a member with
+    /// persistent volumes): `crate::migration` says each step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migration: Option<Migration>,
+}
+
+/// Where a member moves with its data, and how far it got.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Migration {
+    pub from: String,
+    pub to: String,
+    /// Its ports on `to`, allocated when the target was chosen.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub ports: std::collections::BTreeMap<String, u16>,
+    /// The MigrateMember Command succeeded: it runs on `to` with its data.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub done: bool,
+    /// The MigrateMember Command failed, with why: it stays on `from`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed: Option<String>,
 }
 
 fn is_zero(n: &u32) -> bool {

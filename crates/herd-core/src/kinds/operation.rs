@@ -109,6 +109,9 @@ pub enum StepState {
     Refused,
     /// Evicted (approved, or forced at the deadline): on its way elsewhere.
     Evicted,
+    /// Its move failed and was dropped (it stays on the node); asked again
+    /// after a pause that grows with each failure.
+    MoveFailed,
     /// Off the node and ready elsewhere, or gone.
     Done,
 }

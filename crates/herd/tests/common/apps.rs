@@ -31,6 +31,17 @@ pub struct Nodes {
 /// tests of one binary run side by side on one host.
 static PORT_BLOCKS: AtomicU16 = AtomicU16::new(0);
 
+/// Gives the server's members a block of ports of their own: the tests of
+/// one binary run side by side on one host.
+pub async fn own_member_ports(server: &TestServer) {
+    let admin = server.admin();
+    let mut config = admin.get::<ClusterConfigSpec>(CLUSTER_CONFIG_NAME).await.unwrap();
+    let first = 20000 + 400 * PORT_BLOCKS.fetch_add(1, Ordering::SeqCst);
+    config.spec.app_clusters.first_member_port = first;
+    config.spec.app_clusters.last_member_port = first + 399;
+    admin.update(&config).await.unwrap();
+}
+
 pub async fn nodes(n: usize) -> Nodes {
     nodes_on(n, false).await
 }
@@ -49,12 +60,7 @@ async fn nodes_on(n: usize, n1_apart: bool) -> Nodes {
     let mut server = TestServer::start_at(&dir.path().join("server"), listen);
     server.url = server.url.replace("0.0.0.0", "127.0.0.1");
     quick_heartbeats(&server).await;
-    let admin = server.admin();
-    let mut config = admin.get::<ClusterConfigSpec>(CLUSTER_CONFIG_NAME).await.unwrap();
-    let first = 20000 + 400 * PORT_BLOCKS.fetch_add(1, Ordering::SeqCst);
-    config.spec.app_clusters.first_member_port = first;
-    config.spec.app_clusters.last_member_port = first + 399;
-    admin.update(&config).await.unwrap();
+    own_member_ports(&server).await;
     let dirs: Vec<PathBuf> = (1..=n).map(|i| dir.path().join(format!("n{i}"))).collect();
     let reapers = dirs.iter().map(|d| MemberReaper(d.clone())).collect();
     let agents = dirs

@@ -1,11 +1,11 @@
 //! Disruption budgets over a simple App (`web`: one role, no persistent
 //! data), driven through the CLI as an operator would.
 
+use std::path::Path;
 use std::time::Duration;
 
 use herd_core::kinds::{DisruptionBudget, DisruptionBudgetSpec};
 
-use super::apps::Nodes;
 use super::{ADMIN_TOKEN, TestServer, eventually};
 
 /// The members' setup: it only has to succeed.
@@ -21,8 +21,8 @@ pub async fn budget(server: &TestServer, name: &str) -> DisruptionBudget {
 
 /// Applies App `web` (one role `w`, no persistent data), an AppCluster
 /// `name` of it with `members`, and the budgets given as YAML documents.
-pub fn apply_web(nodes: &Nodes, name: &str, members: u32, budgets: &str) {
-    let manifest = nodes.dir.path().join(format!("{name}.yaml"));
+pub fn apply_web(server: &TestServer, dir: &Path, name: &str, members: u32, budgets: &str) {
+    let manifest = dir.join(format!("{name}.yaml"));
     std::fs::write(
         &manifest,
         format!(
@@ -31,7 +31,7 @@ pub fn apply_web(nodes: &Nodes, name: &str, members: u32, budgets: &str) {
         ),
     )
     .unwrap();
-    let out = herd(&nodes.server, &["apply", "-f", manifest.to_str().unwrap()]);
+    let out = herd(server, &["apply", "-f", manifest.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 

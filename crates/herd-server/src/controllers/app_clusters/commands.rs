@@ -28,6 +28,8 @@ pub enum Purpose {
     Configure,
     Notify,
     Remove,
+    /// A move with its data (MigrateMember, on the target node).
+    Migrate,
 }
 
 impl Purpose {
@@ -37,11 +39,14 @@ impl Purpose {
             Purpose::Configure => "configure",
             Purpose::Notify => "notify",
             Purpose::Remove => "remove",
+            Purpose::Migrate => "migrate",
         }
     }
 
     fn parse(text: &str) -> Option<Self> {
-        [Purpose::Start, Purpose::Configure, Purpose::Notify, Purpose::Remove].into_iter().find(|p| p.as_str() == text)
+        [Purpose::Start, Purpose::Configure, Purpose::Notify, Purpose::Remove, Purpose::Migrate]
+            .into_iter()
+            .find(|p| p.as_str() == text)
     }
 }
 
@@ -98,6 +103,16 @@ pub fn configmeta_annotations(generation: i64, topology: String) -> [(&'static s
 
 pub fn notify_annotation(arguments: &[String]) -> (&'static str, String) {
     (NOTIFY_ANNOTATION, serde_json::to_string(arguments).unwrap_or_default())
+}
+
+/// Whether a Command concerns the member's node: it runs there, or moves
+/// the member away from there.
+pub fn concerns(command: &Command, node: Option<&String>) -> bool {
+    let from = match &command.spec.action {
+        Action::MigrateMember { from_node, .. } => Some(from_node),
+        _ => None,
+    };
+    node.is_some_and(|node| *node == command.spec.node || from == Some(node))
 }
 
 /// The member a Command of this controller is for.
@@ -161,6 +176,7 @@ pub fn consume(command: &Command, status: &mut MemberStatus, consumed: &mut Cons
             Ok(()) => consumed.removed.extend(member_of(command).map(str::to_string)),
             Err(why) => status.reason = Some(format!("removing it failed: {why}")),
         },
+        (Purpose::Migrate, _) => herd_core::migration::record_migration(status, result),
         (Purpose::Configure, _) => {}
     }
 }

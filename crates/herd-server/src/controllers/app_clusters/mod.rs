@@ -13,6 +13,7 @@
 
 mod commands;
 mod issuing;
+mod migrating;
 mod placing;
 mod recovery;
 
@@ -227,6 +228,7 @@ impl AppClusterController {
         if let Some(app) = pass.app {
             self.check_members(&mut pass, app).await;
             self.recover_members(&mut pass, app).await?;
+            self.migrate_members(&mut pass, app).await?;
             self.sync_roles(&mut pass).await?;
             self.sync_members(&mut pass, app).await?;
             self.send_notifies(&mut pass, app).await?;
@@ -282,13 +284,13 @@ impl AppClusterController {
             let member = pass.members.iter_mut().find(|m| m.metadata.name == member_name);
             if !command.status.state_by_management.is_settled() {
                 // One left on a node the member no longer is on does not hold it here.
-                if member.is_none_or(|m| m.spec.node.as_ref() == Some(&command.spec.node)) {
+                if member.is_none_or(|m| commands::concerns(command, m.spec.node.as_ref())) {
                     pass.busy.insert(member_name.to_string());
                 }
                 continue;
             }
             // One for another node (a stray removed there) says nothing of it here.
-            if let Some(member) = member.filter(|m| m.spec.node.as_ref() == Some(&command.spec.node)) {
+            if let Some(member) = member.filter(|m| commands::concerns(command, m.spec.node.as_ref())) {
                 consume(command, &mut member.status, &mut consumed);
             }
             read.push((member_name.to_string(), command.metadata.name.clone()));
@@ -572,12 +574,16 @@ impl AppClusterController {
         // Command: its strays are removed once it is back.
         for node in self.nodes.list().into_iter().filter(|n| n.status.ready) {
             for report in node.status.members.iter().filter(|r| r.cluster.is_some() && r.wanted) {
-                let cached = self.members.get(&report.name);
-                if cached.as_ref().is_some_and(|m| m.spec.node.as_ref() == Some(&node.metadata.name)) {
+                // Bound there, or moving there with its data.
+                let belongs = |m: &Member| {
+                    m.spec.node.as_ref() == Some(&node.metadata.name)
+                        || m.status.migration.as_ref().is_some_and(|to| to.to == node.metadata.name)
+                };
+                if self.members.get(&report.name).as_ref().is_some_and(belongs) {
                     continue;
                 }
                 let stored = self.objects.get::<MemberSpec>(&report.name).await?;
-                if stored.as_ref().is_some_and(|m| m.spec.node.as_ref() == Some(&node.metadata.name)) {
+                if stored.as_ref().is_some_and(belongs) {
                     continue;
                 }
                 let mut stray = Member::new(report.name.clone(), MemberSpec::default());

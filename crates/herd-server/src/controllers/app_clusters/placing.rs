@@ -57,6 +57,11 @@ impl Bookings {
                 taken.ports.entry(book.host(node)).or_default().extend(member.spec.ports.values());
                 *taken.members.entry(node.clone()).or_default() += 1;
             }
+            // A member on its way holds its ports on its target too.
+            if let Some(migration) = &member.status.migration {
+                taken.ports.entry(book.host(&migration.to)).or_default().extend(migration.ports.values());
+                *taken.members.entry(migration.to.clone()).or_default() += 1;
+            }
         }
         Bookings { taken: Mutex::new(taken), ..book }
     }
@@ -134,6 +139,25 @@ impl AppClusterController {
         });
         futures_util::future::join_all(events).await;
         Ok(())
+    }
+
+    /// Where bound member `i` would move with its data: another node that
+    /// could take it now, and its ports there (booked), or why none can.
+    pub(super) fn move_target(
+        &self,
+        pass: &Pass<'_>,
+        i: usize,
+        app_role: &AppRole,
+    ) -> Result<(String, BTreeMap<String, u16>), String> {
+        let mut moving = pass.members[i].clone();
+        moving.status.moved_from = moving.spec.node.take();
+        let selector = pass.cluster.spec.role(&moving.spec.role).map(|r| r.node_selector.clone()).unwrap_or_default();
+        let peers: Vec<Member> = pass.members.iter().filter(|m| m.spec.role == moving.spec.role).cloned().collect();
+        let spread = app_role.placement.spread;
+        let place = |bound: &dyn Fn(&str) -> usize| place(&moving, &selector, spread, pass.nodes, &peers, bound);
+        pass.bookings.book(place, &app_role.ports, pass.settings.member_ports()).map_err(|refused| match refused {
+            Refused::Unplaceable(why) | Refused::NoPorts(why) => why,
+        })
     }
 
     /// Member `i` bound to a node with its ports, or None (the reason in

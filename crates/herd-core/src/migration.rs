@@ -1,0 +1,133 @@
+//! Moving an app-cluster member with its data (an eviction of a member
+//! with persistent volumes, seed 004): a target chosen and recorded in
+//! the member's status first, then a MigrateMember Command (stop it
+//! where it is, copy its volumes verified, start it on the target), then
+//! the member bound to the target and set up again there (its address
+//! changed: the app's setup learns it), as a restart that keeps its data.
+//! Each step is decided from the member's status alone, so a leader that
+//! takes over goes on from the last one written. Pure.
+
+use crate::kinds::member::{Member, MemberState, MemberStatus, Migration};
+
+/// The annotation an eviction sets on a member with persistent volumes to
+/// ask for it to be moved with its data.
+pub const MIGRATE_ANNOTATION: &str = "herd.io/migrate";
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MigrationStep {
+    Nothing,
+    /// Choose the target node and its ports (record them in the status).
+    Choose,
+    /// Issue the MigrateMember Command for the recorded target.
+    Issue,
+    /// It runs on the target: bind it there (`status` from [`rebound`]).
+    Rebind,
+    /// The Command failed: the request is dropped; it stays where it is.
+    GiveUp(String),
+}
+
+/// The next step of the member's move; `busy`: a Command of its is not
+/// settled yet.
+pub fn migration_step(member: &Member, busy: bool) -> MigrationStep {
+    let asked = member.metadata.annotations.contains_key(MIGRATE_ANNOTATION);
+    match &member.status.migration {
+        None if asked && member.spec.node.is_some() && !busy => MigrationStep::Choose,
+        None => MigrationStep::Nothing,
+        Some(Migration { failed: Some(why), .. }) => MigrationStep::GiveUp(why.clone()),
+        Some(Migration { done: true, .. }) => MigrationStep::Rebind,
+        Some(_) if busy => MigrationStep::Nothing,
+        Some(_) => MigrationStep::Issue,
+    }
+}
+
+/// Records the MigrateMember Command's outcome.
+pub fn record_migration(status: &mut MemberStatus, result: Result<(), String>) {
+    let Some(migration) = &mut status.migration else { return };
+    match result {
+        Ok(()) => migration.done = true,
+        Err(why) => migration.failed = Some(why),
+    }
+}
+
+/// The status of a member that now runs on its target: the move is over,
+/// it is not placed back on its old node, and it is created again from
+/// its new instance, its setup run again (persistent data kept; its
+/// address changed). Nothing is sent to its old instance any more.
+pub fn rebound(status: &MemberStatus) -> MemberStatus {
+    let mut next = status.clone();
+    if let Some(migration) = next.migration.take() {
+        next.moved_from = Some(migration.from.clone());
+        next.reason = Some(format!("moved from {} to {} with its data", migration.from, migration.to));
+    }
+    next.state = MemberState::CreatePending;
+    let detail = &mut next.state_detail;
+    detail.last_setup_generation = None;
+    detail.configuring_instance = None;
+    detail.setup_launched_instance = None;
+    next.ready = false;
+    next
+}
+
+/// The status of a member whose move failed: it stays where it is.
+pub fn given_up(status: &MemberStatus, why: &str) -> MemberStatus {
+    let mut next = status.clone();
+    if let Some(migration) = next.migration.take() {
+        next.reason = Some(format!("moving it to {} failed: {why}", migration.to));
+    }
+    next
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kinds::MemberSpec;
+
+    fn member(asked: bool, migration: Option<Migration>) -> Member {
+        let spec = MemberSpec {
+            cluster: "db".into(),
+            role: "r".into(),
+            index: 0,
+            node: Some("n1".into()),
+            ..Default::default()
+        };
+        let mut member = Member::new("db-r-0", spec);
+        if asked {
+            member.metadata.annotations.insert(MIGRATE_ANNOTATION.into(), "now".into());
+        }
+        member.status.migration = migration;
+        member.status.state_detail.last_setup_generation = Some(3);
+        member
+    }
+
+    fn target() -> Migration {
+        Migration { from: "n1".into(), to: "n3".into(), ..Default::default() }
+    }
+
+    #[test]
+    fn each_step_follows_from_the_status_alone() {
+        assert_eq!(migration_step(&member(false, None), false), MigrationStep::Nothing);
+        assert_eq!(migration_step(&member(true, None), true), MigrationStep::Nothing, "busy: after its Command");
+        assert_eq!(migration_step(&member(true, None), false), MigrationStep::Choose);
+        assert_eq!(migration_step(&member(true, Some(target())), false), MigrationStep::Issue);
+        assert_eq!(migration_step(&member(true, Some(target())), true), MigrationStep::Nothing, "under way");
+        let mut done = member(true, Some(target()));
+        record_migration(&mut done.status, Ok(()));
+        assert_eq!(migration_step(&done, false), MigrationStep::Rebind);
+        let mut failed = member(true, Some(target()));
+        record_migration(&mut failed.status, Err("disk full".into()));
+        assert_eq!(migration_step(&failed, false), MigrationStep::GiveUp("disk full".into()));
+    }
+
+    #[test]
+    fn a_rebound_member_is_set_up_again_and_kept_off_its_old_node() {
+        let moved = rebound(&member(true, Some(Migration { done: true, ..target() })).status);
+        assert_eq!(moved.migration, None);
+        assert_eq!(moved.moved_from.as_deref(), Some("n1"));
+        assert_eq!(moved.state_detail.last_setup_generation, None, "its setup runs again");
+        assert_eq!(moved.state, MemberState::CreatePending, "created again from its new instance");
+        let failed = given_up(&member(true, Some(target())).status, "disk full");
+        assert_eq!(failed.migration, None);
+        assert_eq!(failed.reason.as_deref(), Some("moving it to n3 failed: disk full"));
+        assert_eq!(failed.state_detail.last_setup_generation, Some(3), "nothing else changes");
+    }
+}
