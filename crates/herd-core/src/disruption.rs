@@ -42,7 +42,9 @@ pub fn unhealthy_reason(member: &Member) -> String {
         MemberState::ConfigError => "in config error".to_string(),
         MemberState::DeletePending | MemberState::Deleting => "being removed".to_string(),
         MemberState::Configured => match status.state_detail.last_known_state {
-            LastKnownState::Unresponsive => "configured, but its readiness check fails".to_string(),
+            LastKnownState::Unresponsive => {
+                "configured, but its readiness check fails (or has not passed yet)".to_string()
+            }
             LastKnownState::Terminated | LastKnownState::Absent => {
                 "configured, but its process is not running".to_string()
             }

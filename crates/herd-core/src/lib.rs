@@ -30,6 +30,7 @@ pub mod operation;
 pub mod placement;
 pub mod reconcile;
 pub mod resource;
+pub mod restart;
 pub mod role_sync;
 pub mod roles;
 pub mod selection;

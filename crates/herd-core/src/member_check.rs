@@ -25,7 +25,7 @@ pub enum Restart {
 }
 
 /// What the node reports of the member's process, and whether its
-/// readiness check passes (None: no check, or no result yet).
+/// readiness check passes (None: no check).
 #[derive(Clone, Copy, Debug)]
 pub struct Seen<'a> {
     pub report: Option<&'a MemberReport>,
@@ -34,12 +34,16 @@ pub struct Seen<'a> {
 
 impl<'a> Seen<'a> {
     /// What a node's report says, the readiness result counted only when
-    /// it was taken of the instance that runs now.
-    pub fn from_report(report: Option<&'a MemberReport>) -> Self {
-        let check_passes = report.and_then(|r| {
+    /// it was taken of the instance that runs now. With `has_check` (the
+    /// role has a readiness check), an instance not checked yet does not
+    /// pass: a member just restarted is not ready before its check says
+    /// so (budgets count on it).
+    pub fn from_report(report: Option<&'a MemberReport>, has_check: bool) -> Self {
+        let result = report.and_then(|r| {
             let check = r.readiness.as_ref()?;
             (r.instance_id.as_deref() == Some(check.instance_id.as_str())).then_some(check.passing)
         });
+        let check_passes = if has_check { Some(result.unwrap_or(false)) } else { result };
         Seen { report, check_passes }
     }
 }
@@ -143,6 +147,9 @@ mod tests {
         assert_eq!(last_known_state(seen(Some(&running))), LastKnownState::Running);
         let failing = Seen { report: Some(&running), check_passes: Some(false) };
         assert_eq!(last_known_state(failing), LastKnownState::Unresponsive);
+        // A role with a readiness check: an instance not checked yet does not pass.
+        assert_eq!(last_known_state(Seen::from_report(Some(&running), true)), LastKnownState::Unresponsive);
+        assert_eq!(last_known_state(Seen::from_report(Some(&running), false)), LastKnownState::Running);
     }
 
     #[test]

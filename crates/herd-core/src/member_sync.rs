@@ -369,7 +369,7 @@ mod tests {
     fn rule_a_persistent_restart_after_a_successful_setup_sets_up_nothing() {
         let mut status = configured_as_a();
         let again = report("b", Some(finished("a", 0)));
-        check_member(&mut status, Seen::from_report(Some(&again)), true);
+        check_member(&mut status, Seen::from_report(Some(&again), false), true);
         assert_eq!(member_sync(&mut status, &facts(Some(&again))), Step::Wait);
         assert_eq!(status.state, MemberState::Configured);
         assert_eq!(status.state_detail.last_configured_instance.as_deref(), Some("b"));
@@ -379,7 +379,7 @@ mod tests {
     fn rule_a_clean_slate_restart_sets_up_again() {
         let mut status = configured_as_a();
         let again = report("b", None);
-        check_member(&mut status, Seen::from_report(Some(&again)), false);
+        check_member(&mut status, Seen::from_report(Some(&again), false), false);
         let ephemeral = MemberFacts { persistent: false, ..facts(Some(&again)) };
         assert_eq!(member_sync(&mut status, &ephemeral), Step::Configure { run_setup: true });
     }
@@ -405,7 +405,7 @@ mod tests {
         member_sync(&mut status, &facts(Some(&failed)));
         assert_eq!(status.state, MemberState::ConfigError);
         let again = report("b", Some(finished("a", 1)));
-        check_member(&mut status, Seen::from_report(Some(&again)), true);
+        check_member(&mut status, Seen::from_report(Some(&again), false), true);
         assert_eq!(member_sync(&mut status, &facts(Some(&again))), Step::Configure { run_setup: true });
     }
 
@@ -538,7 +538,7 @@ mod tests {
                     Event::SpecChange => generation += 1,
                     Event::Pass => {
                         let seen = report(&me, file.clone());
-                        check_member(&mut status, Seen::from_report(Some(&seen)), persistent);
+                        check_member(&mut status, Seen::from_report(Some(&seen), false), persistent);
                         let facts = MemberFacts {
                             generation,
                             persistent,

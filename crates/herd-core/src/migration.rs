@@ -80,17 +80,9 @@ pub fn given_up(status: &MemberStatus, why: &str) -> MemberStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kinds::MemberSpec;
 
     fn member(asked: bool, migration: Option<Migration>) -> Member {
-        let spec = MemberSpec {
-            cluster: "db".into(),
-            role: "r".into(),
-            index: 0,
-            node: Some("n1".into()),
-            ..Default::default()
-        };
-        let mut member = Member::new("db-r-0", spec);
+        let mut member = crate::kinds::member::bound_member(0, "n1");
         if asked {
             member.metadata.annotations.insert(MIGRATE_ANNOTATION.into(), "now".into());
         }

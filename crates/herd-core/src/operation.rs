@@ -17,11 +17,11 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use crate::disruption::unhealthy_reason;
-use crate::kinds::Member;
 use crate::kinds::operation::{
     Blocker, HISTORY_KEPT, HistoryEntry, OnDeadline, Operation, OperationAction, OperationPhase, OperationStatus,
     OperationStep, StepState,
 };
+use crate::kinds::{Member, MemberState};
 use crate::migration::MIGRATE_ANNOTATION;
 use crate::node_loss::REPLACE_ANNOTATION;
 use crate::time::Timestamp;
@@ -38,9 +38,9 @@ fn move_retry(attempts: u32) -> Duration {
     RETRY_REFUSED.saturating_mul(attempts.clamp(1, 12))
 }
 
-/// What the drain sees of the cluster at one moment.
-pub struct DrainView<'a> {
-    /// Every member (the drain picks those bound to its node).
+/// What an Operation sees of the cluster at one moment.
+pub struct View<'a> {
+    /// Every member (the Operation picks those it works on).
     pub members: &'a [Member],
     /// The members whose process the drained node still reports.
     pub reported: &'a BTreeSet<String>,
@@ -118,25 +118,124 @@ fn arrived(member: &Member, node: &str, reported: &BTreeSet<String>) -> Result<(
     Ok(())
 }
 
-/// One pass of a drain at `now`: its steps brought up to date with the
-/// members (new ones on the node added, moved ones done), then what to
-/// ask for: as many evictions as `maxParallel` leaves room for, of
-/// members not yet asked or refused and due again (`retry_refused`: a
-/// budget changed since, so every refused one is). At the deadline the
-/// rest fail, stop or are forced as the spec says.
-pub fn drain_pass(
-    operation: &Operation,
-    view: &DrainView,
-    retry_refused: bool,
-    now: Timestamp,
-) -> (OperationStatus, Vec<Order>) {
+/// Where a step's member stands, as its Operation judges it.
+enum Standing {
+    /// It did what was asked (moved and ready elsewhere, or restarted and ready).
+    Done(String),
+    /// On its way; why it is not done yet.
+    Waiting(String),
+    /// Its move was dropped (a failed migration): it stayed.
+    Stayed(String),
+    /// It did not come back (a restart that ended in config error): the
+    /// Operation stops.
+    Broken(String),
+    /// Moved off the node by something else (a drain).
+    Left,
+    /// Still to be asked for.
+    NotYet,
+}
+
+fn standing(action: &OperationAction, step: &OperationStep, member: &Member, view: &View) -> Standing {
+    match action {
+        OperationAction::Drain { node } => {
+            let asked = step.state == StepState::Evicted;
+            if asked && abandoned(member, node) {
+                let why = member.status.reason.clone().unwrap_or_else(|| "its move was given up".into());
+                return Standing::Stayed(format!("{} stayed on {node}: {why}", step.member));
+            }
+            if !asked {
+                return if member.spec.node.as_deref() != Some(node) { Standing::Left } else { Standing::NotYet };
+            }
+            match arrived(member, node, view.reported) {
+                Ok(()) => Standing::Done(format!("ready on {}", member.spec.node.as_deref().unwrap_or_default())),
+                Err(why) => Standing::Waiting(why),
+            }
+        }
+        OperationAction::Restart { .. } => {
+            if step.state != StepState::Evicted {
+                return Standing::NotYet;
+            }
+            let detail = &member.status.state_detail;
+            let name = &member.metadata.name;
+            let other = |instance: &Option<String>| instance.is_some() && *instance != step.instance;
+            match member.status.state {
+                MemberState::ConfigError if other(&detail.configuring_instance) => Standing::Broken(format!(
+                    "{name} did not come back configured after its restart: {}",
+                    detail.config_error_detail.as_deref().unwrap_or("config error")
+                )),
+                MemberState::Configured if other(&detail.last_configured_instance) && member.status.ready => {
+                    let instance = detail.last_configured_instance.as_deref().unwrap_or_default();
+                    Standing::Done(format!("restarted: runs as instance {instance}"))
+                }
+                _ => Standing::Waiting(format!("{name} is {}", unhealthy_reason(member))),
+            }
+        }
+    }
+}
+
+/// The members an Operation works on, in the order it takes them.
+fn selected<'a>(action: &OperationAction, members: &'a [Member]) -> Vec<&'a Member> {
+    let mut picked: Vec<&Member> = members
+        .iter()
+        .filter(|m| match action {
+            OperationAction::Drain { node } => m.spec.node.as_deref() == Some(node.as_str()),
+            OperationAction::Restart { cluster, role, .. } => {
+                m.spec.cluster == *cluster
+                    && m.spec.role == *role
+                    && !matches!(m.status.state, MemberState::DeletePending | MemberState::Deleting)
+            }
+        })
+        .collect();
+    picked.sort_by_key(|m| (m.spec.index, m.metadata.name.clone()));
+    picked
+}
+
+/// What an Operation says of itself when done, cancelled or past its deadline.
+fn said(action: &OperationAction, status: &OperationStatus, what: Said) -> String {
+    let (done, total) = (status.done, status.total);
+    match (action, what) {
+        (OperationAction::Drain { node }, Said::Done) => format!("node {node} drained: {total} members moved"),
+        (OperationAction::Restart { cluster, role, .. }, Said::Done) => {
+            format!("role {role} of {cluster} restarted: {total} members, each once")
+        }
+        (OperationAction::Drain { node }, Said::Cancelled(in_flight)) => format!(
+            "cancelled with {done} of {total} members done ({in_flight} on their way go on); node {node} stays \
+             drained (`herd node undrain {node}` takes members again)"
+        ),
+        (OperationAction::Restart { .. }, Said::Cancelled(in_flight)) => {
+            format!("cancelled with {done} of {total} members restarted ({in_flight} restarting go on)")
+        }
+        (OperationAction::Drain { node }, Said::Progress) => {
+            format!("draining {node}: {done} of {total} members moved")
+        }
+        (OperationAction::Restart { role, .. }, Said::Progress) => {
+            format!("restarting role {role}: {done} of {total} members restarted")
+        }
+    }
+}
+
+enum Said {
+    Done,
+    Cancelled(usize),
+    Progress,
+}
+
+/// One pass of an Operation at `now`: its steps brought up to date with
+/// the members (new ones added, those that did what was asked done), then
+/// what to ask for: as many evictions as `maxParallel` leaves room for
+/// (a rolling restart's canaries first, alone), of members not yet asked
+/// or refused and due again (`retry_refused`: a budget changed since, so
+/// every refused one is). At the deadline the rest fail, stop or are
+/// forced as the spec says; a restarted member that does not come back
+/// configured stops a rolling restart.
+pub fn pass(operation: &Operation, view: &View, retry_refused: bool, now: Timestamp) -> (OperationStatus, Vec<Order>) {
     let spec = &operation.spec;
     let mut status = operation.status.clone();
     if status.phase != OperationPhase::Running {
         return (status, Vec::new());
     }
-    let OperationAction::Drain { node } = &spec.action;
-    for member in view.members.iter().filter(|m| m.spec.node.as_deref() == Some(node.as_str())) {
+    let action = &spec.action;
+    for member in selected(action, view.members) {
         if !status.steps.iter().any(|s| s.member == member.metadata.name) {
             let step = OperationStep { member: member.metadata.name.clone(), since: now, ..Default::default() };
             status.steps.push(step);
@@ -144,41 +243,37 @@ pub fn drain_pass(
     }
     let mut notes = Vec::new();
     let mut waiting_on = Vec::new();
+    let mut broken = None;
     for step in &mut status.steps {
-        let member = view.members.iter().find(|m| m.metadata.name == step.member);
         let moved = |step: &mut OperationStep, state: StepState, message: String| {
             step.state = state;
             step.since = now;
             step.message = Some(message);
         };
-        match (step.state, member) {
-            (StepState::Done, _) => {}
-            (_, None) => {
-                moved(step, StepState::Done, "gone (deleted)".into());
-                notes.push(format!("{} is gone", step.member));
+        if step.state == StepState::Done {
+            continue;
+        }
+        let Some(member) = view.members.iter().find(|m| m.metadata.name == step.member) else {
+            moved(step, StepState::Done, "gone (deleted)".into());
+            notes.push(format!("{} is gone", step.member));
+            continue;
+        };
+        match standing(action, step, member, view) {
+            Standing::Done(how) => {
+                notes.push(format!("{}: {how}", step.member));
+                moved(step, StepState::Done, how);
             }
-            // Its move was given up (a failed migration): it stays here,
-            // and is asked for again after a pause.
-            (StepState::Evicted, Some(member)) if abandoned(member, node) => {
-                let why = member.status.reason.clone().unwrap_or_else(|| "its move was given up".into());
-                moved(step, StepState::MoveFailed, format!("{} stayed on {node}: {why}", step.member));
-                notes.push(format!("{} stayed on {node}: {why}", step.member));
+            Standing::Waiting(why) => waiting_on.push(why),
+            Standing::Stayed(why) => {
+                notes.push(why.clone());
+                moved(step, StepState::MoveFailed, why);
             }
-            (StepState::Evicted, Some(member)) => match arrived(member, node, view.reported) {
-                Ok(()) => {
-                    let place = member.spec.node.clone().unwrap_or_default();
-                    moved(step, StepState::Done, format!("ready on {place}"));
-                    notes.push(format!("{} is ready on {place}", step.member));
-                }
-                Err(why) => waiting_on.push(why),
-            },
-            (StepState::Waiting | StepState::Refused | StepState::MoveFailed, Some(member))
-                if member.spec.node.as_deref() != Some(node) =>
-            {
+            Standing::Broken(why) => broken = Some(why),
+            Standing::Left => {
+                notes.push(format!("{} left the node (not by this drain)", step.member));
                 moved(step, StepState::Evicted, "moved off the node by something else".into());
-                notes.push(format!("{} left {node} (not by this drain)", step.member));
             }
-            (StepState::Waiting | StepState::Refused | StepState::MoveFailed, Some(_)) => {}
+            Standing::NotYet => {}
         }
     }
     for message in notes {
@@ -186,6 +281,11 @@ pub fn drain_pass(
     }
     status.total = u32::try_from(status.steps.len()).unwrap_or(u32::MAX);
     status.done = u32::try_from(status.steps.iter().filter(|s| s.state == StepState::Done).count()).unwrap_or(0);
+    if let Some(why) = broken {
+        status.blocker = None;
+        finish(&mut status, OperationPhase::Failed, format!("{why}; the rest were left as they are"), now);
+        return (status, Vec::new());
+    }
     let left: Vec<&OperationStep> = status
         .steps
         .iter()
@@ -194,16 +294,12 @@ pub fn drain_pass(
     let in_flight = status.steps.iter().filter(|s| s.state == StepState::Evicted).count();
     if left.is_empty() && in_flight == 0 {
         status.blocker = None;
-        let message = format!("node {node} drained: {} members moved", status.total);
+        let message = said(action, &status, Said::Done);
         finish(&mut status, OperationPhase::Succeeded, message, now);
         return (status, Vec::new());
     }
     if spec.cancel {
-        let message = format!(
-            "cancelled with {} of {} members done ({in_flight} on their way go on); node {node} stays drained \
-             (`herd node undrain {node}` takes members again)",
-            status.done, status.total
-        );
+        let message = said(action, &status, Said::Cancelled(in_flight));
         finish(&mut status, OperationPhase::Cancelled, message, now);
         return (status, Vec::new());
     }
@@ -221,7 +317,7 @@ pub fn drain_pass(
                 let phase =
                     if spec.on_deadline == OnDeadline::Fail { OperationPhase::Failed } else { OperationPhase::Stopped };
                 let message = format!(
-                    "the deadline ({deadline}) passed with {} of {} members still on {node} ({}): {why}",
+                    "the deadline ({deadline}) passed with {} of {} members not done ({}): {why}",
                     names.len(),
                     status.total,
                     names.join(", ")
@@ -235,21 +331,38 @@ pub fn drain_pass(
             }
         }
     }
-    let room = usize::try_from(spec.max_parallel).unwrap_or(usize::MAX).saturating_sub(in_flight);
+    // A rolling restart's canaries go first, and alone.
+    let canaries = match action {
+        OperationAction::Restart { canary, .. } => usize::try_from(*canary).unwrap_or(usize::MAX),
+        OperationAction::Drain { .. } => 0,
+    };
+    let canaries_done = status.steps.iter().take(canaries).all(|s| s.state == StepState::Done);
+    let limit = if canaries_done { spec.max_parallel } else { u32::try_from(canaries).unwrap_or(u32::MAX) };
+    let room = usize::try_from(limit).unwrap_or(usize::MAX).saturating_sub(in_flight);
     let due = |s: &&OperationStep| match s.state {
         StepState::Waiting => true,
         StepState::Refused => retry_refused || s.since.age(now) >= RETRY_REFUSED,
         StepState::MoveFailed => s.since.age(now) >= move_retry(s.attempts),
         _ => false,
     };
-    let orders =
-        left.iter().copied().filter(due).take(room).map(|s| Order { member: s.member.clone(), force: false }).collect();
-    status.message = Some(progress(&status, node));
+    let eligible = status.steps.len().min(if canaries_done { usize::MAX } else { canaries });
+    let orders: Vec<Order> = status.steps[..eligible]
+        .iter()
+        .filter(|s| left.iter().any(|l| l.member == s.member))
+        .filter(due)
+        .take(room)
+        .map(|s| Order { member: s.member.clone(), force: false })
+        .collect();
+    // The instance each is asked for as: a restart is done once another runs.
+    for order in &orders {
+        let member = view.members.iter().find(|m| m.metadata.name == order.member);
+        let instance = member.and_then(|m| m.status.state_detail.last_configured_instance.clone());
+        if let Some(step) = status.steps.iter_mut().find(|s| s.member == order.member) {
+            step.instance = instance;
+        }
+    }
+    status.message = Some(said(action, &status, Said::Progress));
     (status, orders)
-}
-
-fn progress(status: &OperationStatus, node: &str) -> String {
-    format!("draining {node}: {} of {} members moved", status.done, status.total)
 }
 
 /// What keeps the drain from going on: the oldest refusal (a budget that
@@ -343,8 +456,8 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::kinds::MemberState;
     use crate::kinds::operation::OperationSpec;
-    use crate::kinds::{MemberSpec, MemberState};
     use crate::time::HumanDuration;
 
     fn at(secs: u64) -> Timestamp {
@@ -352,9 +465,7 @@ mod tests {
     }
 
     fn member(index: u32, node: &str, ready: bool) -> Member {
-        let spec =
-            MemberSpec { cluster: "db".into(), role: "r".into(), index, node: Some(node.into()), ..Default::default() };
-        let mut member = Member::new(format!("db-r-{index}"), spec);
+        let mut member = crate::kinds::member::bound_member(index, node);
         member.status.ready = ready;
         member.status.state = if ready { MemberState::Configured } else { MemberState::Creating };
         member
@@ -382,7 +493,7 @@ mod tests {
 
     fn pass(op: &mut Operation, members: &[Member], retry: bool, now: Timestamp) -> Vec<String> {
         let reported = BTreeSet::new();
-        let (status, orders) = drain_pass(op, &DrainView { members, reported: &reported }, retry, now);
+        let (status, orders) = super::pass(op, &View { members, reported: &reported }, retry, now);
         op.status = status;
         orders.into_iter().map(|o| o.member).collect()
     }
@@ -497,12 +608,12 @@ mod tests {
                 assert!(orders.is_empty());
                 let message = op.status.message.clone().unwrap();
                 assert!(
-                    message.starts_with("the deadline (30s) passed with 2 of 2 members still on n1 (db-r-0, db-r-1)")
+                    message.starts_with("the deadline (30s) passed with 2 of 2 members not done (db-r-0, db-r-1)")
                         && message.ends_with("budget q needs 2 healthy, has 2"),
                     "{message}"
                 );
                 let (status, orders) =
-                    drain_pass(&op, &DrainView { members: &members, reported: &BTreeSet::new() }, true, at(40));
+                    super::pass(&op, &View { members: &members, reported: &BTreeSet::new() }, true, at(40));
                 assert!(orders.is_empty() && status == op.status, "a finished Operation never changes");
             }
         }
@@ -529,6 +640,52 @@ mod tests {
         pass(&mut op, &[member(0, "n1", true)], false, at(1));
         pass(&mut op, &[], false, at(2));
         assert_eq!((op.status.phase, op.status.done), (OperationPhase::Succeeded, 1));
+    }
+
+    #[test]
+    fn a_rolling_restart_takes_its_canary_alone_first_and_stops_when_one_does_not_come_back() {
+        let restart = |canary| {
+            let spec = OperationSpec {
+                action: OperationAction::Restart { cluster: "db".into(), role: "r".into(), canary },
+                max_parallel: 2,
+                ..Default::default()
+            };
+            let mut op = Operation::new("restart-db", spec);
+            op.status = begin(&op.status, "restarting".into(), at(0));
+            op
+        };
+        let mut members: Vec<Member> = (0..4).map(|i| member(i, "n1", true)).collect();
+        for m in &mut members {
+            m.status.state_detail.last_configured_instance = Some(format!("{}-a", m.metadata.name));
+        }
+        let mut op = restart(1);
+        assert_eq!(pass(&mut op, &members, false, at(1)), vec!["db-r-0"], "the canary alone");
+        assert_eq!(op.status.steps[0].instance.as_deref(), Some("db-r-0-a"));
+        evicted(&mut op, &mut members, "db-r-0", at(1));
+        assert!(pass(&mut op, &members, false, at(2)).is_empty(), "nothing else until it is back");
+        members[0].status.state_detail.last_configured_instance = Some("db-r-0-b".into());
+        assert_eq!(pass(&mut op, &members, false, at(3)), vec!["db-r-1", "db-r-2"], "then max parallel");
+        assert_eq!(op.status.done, 1);
+
+        // A broken canary: config error as a new instance stops it all.
+        let mut members: Vec<Member> = (0..4).map(|i| member(i, "n1", true)).collect();
+        for m in &mut members {
+            m.status.state_detail.last_configured_instance = Some(format!("{}-a", m.metadata.name));
+        }
+        let mut op = restart(1);
+        pass(&mut op, &members, false, at(1));
+        evicted(&mut op, &mut members, "db-r-0", at(1));
+        members[0].status.state = MemberState::ConfigError;
+        members[0].status.ready = false;
+        members[0].status.state_detail.configuring_instance = Some("db-r-0-b".into());
+        members[0].status.state_detail.config_error_detail = Some("setup exited with 1".into());
+        assert!(pass(&mut op, &members, false, at(2)).is_empty());
+        assert_eq!(op.status.phase, OperationPhase::Failed);
+        let message = op.status.message.unwrap();
+        assert!(
+            message.starts_with("db-r-0 did not come back configured after its restart: setup exited with 1"),
+            "{message}"
+        );
     }
 
     proptest! {

@@ -17,6 +17,7 @@ use herd_core::disruption::{self, Verdict};
 use herd_core::kinds::{AppClusterSpec, AppSpec, DisruptionBudgetSpec, EventType, MemberSpec};
 use herd_core::migration::MIGRATE_ANNOTATION;
 use herd_core::node_loss::REPLACE_ANNOTATION;
+use herd_core::restart::RESTART_ANNOTATION;
 
 use crate::error::ApiError;
 use crate::events::EventRecorder;
@@ -25,12 +26,32 @@ use crate::objects::{Objects, ObjectsError, Part, Staged, now};
 /// How many times an approval that lost a race is decided again.
 const ATTEMPTS: usize = 16;
 
+/// What a voluntary disruption does to the member once its budgets allow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Disruption {
+    /// Moved to another node (the eviction API, a drain).
+    Move,
+    /// Restarted in place (a rolling restart).
+    Restart,
+}
+
 /// Asks the budgets to evict member `name` and, if all allow and this is
 /// not a dry run, approves it and asks for the member to be moved.
 pub async fn evict(objects: &Objects, events: &EventRecorder, name: &str, dry_run: bool) -> Result<Eviction, ApiError> {
+    disrupt(objects, events, name, dry_run, Disruption::Move).await
+}
+
+/// As [`evict`], for a disruption of either kind.
+pub async fn disrupt(
+    objects: &Objects,
+    events: &EventRecorder,
+    name: &str,
+    dry_run: bool,
+    how: Disruption,
+) -> Result<Eviction, ApiError> {
     for _ in 0..ATTEMPTS {
         let member = objects.require::<MemberSpec>(name).await?;
-        let request = move_request(objects, &member).await?;
+        let request = move_request(objects, &member, how).await?;
         let (budgets, _) = objects.list::<DisruptionBudgetSpec>().await?;
         let selecting: Vec<_> = budgets.into_iter().filter(|b| disruption::selects(b, &member)).collect();
         // Asked again while the first eviction is under way (approved, asked
@@ -92,9 +113,9 @@ pub async fn evict(objects: &Objects, events: &EventRecorder, name: &str, dry_ru
 /// Evicts member `name` without asking its budgets: a drain whose deadline
 /// passed with `onDeadline: force` (Nomad's). The budgets count it as they
 /// count a crash.
-pub async fn force(objects: &Objects, events: &EventRecorder, name: &str) -> Result<String, ApiError> {
+pub async fn force(objects: &Objects, events: &EventRecorder, name: &str, how: Disruption) -> Result<String, ApiError> {
     let member = objects.require::<MemberSpec>(name).await?;
-    let request = move_request(objects, &member).await?;
+    let request = move_request(objects, &member, how).await?;
     let at = now().to_string();
     objects
         .modify::<MemberSpec, ObjectsError>(name, Part::Spec, |member| {
@@ -113,6 +134,8 @@ enum MoveRequest {
     Replace,
     /// Moved elsewhere with its persistent volumes.
     Migrate,
+    /// Restarted where it is.
+    Restart,
 }
 
 impl MoveRequest {
@@ -120,6 +143,7 @@ impl MoveRequest {
         match self {
             MoveRequest::Replace => REPLACE_ANNOTATION,
             MoveRequest::Migrate => MIGRATE_ANNOTATION,
+            MoveRequest::Restart => RESTART_ANNOTATION,
         }
     }
 
@@ -127,13 +151,21 @@ impl MoveRequest {
         match self {
             MoveRequest::Replace => format!("member {name} is placed again on another node"),
             MoveRequest::Migrate => format!("member {name} is moved to another node with its data"),
+            MoveRequest::Restart => format!("member {name} is restarted where it is"),
         }
     }
 }
 
 /// A member whose role keeps persistent volumes is migrated; the others
-/// are replaced.
-async fn move_request(objects: &Objects, member: &herd_core::kinds::Member) -> Result<MoveRequest, ApiError> {
+/// are replaced; a restart is a restart.
+async fn move_request(
+    objects: &Objects,
+    member: &herd_core::kinds::Member,
+    how: Disruption,
+) -> Result<MoveRequest, ApiError> {
+    if how == Disruption::Restart {
+        return Ok(MoveRequest::Restart);
+    }
     let Some(cluster) = objects.get::<AppClusterSpec>(&member.spec.cluster).await? else {
         return Ok(MoveRequest::Replace);
     };

@@ -124,6 +124,12 @@ pub enum Command {
         #[command(subcommand)]
         command: OperationCommand,
     },
+    /// App clusters.
+    #[command(name = "appcluster")]
+    AppCluster {
+        #[command(subcommand)]
+        command: AppClusterCommand,
+    },
     /// App-cluster members.
     Member {
         #[command(subcommand)]
@@ -189,6 +195,35 @@ pub enum MemberCommand {
         /// Do not ask.
         #[arg(long)]
         yes: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum AppClusterCommand {
+    /// Restart every member of one role in place, each asked of its
+    /// disruption budgets first (a durable Operation, followed as `herd
+    /// node drain` is): the canaries first, alone, and the rest only once
+    /// they came back configured; a member that does not come back stops
+    /// it. Exit code 0 restarted, 1 failed or cancelled.
+    Restart {
+        name: String,
+        #[arg(long)]
+        role: String,
+        /// How many members go first, alone.
+        #[arg(long, default_value_t = 1)]
+        canary: u32,
+        /// How many members may restart at once after the canaries.
+        #[arg(long, default_value_t = 1)]
+        max_parallel: u32,
+        /// How long it may take [default: no deadline].
+        #[arg(long, value_parser = duration)]
+        deadline: Option<HumanDuration>,
+        /// What happens to the members left at the deadline.
+        #[arg(long, value_enum, default_value = "fail")]
+        on_deadline: OnDeadlineArg,
+        /// Start it and return; do not follow it.
+        #[arg(long)]
+        detach: bool,
     },
 }
 

@@ -207,7 +207,13 @@ fn columns(kind: &str) -> Vec<Column> {
         ],
         "Operation" => vec![
             name,
-            col("ACTION", |v| format!("{} {}", text(v, "/spec/action/type"), text(v, "/spec/action/node"))),
+            col("ACTION", |v| {
+                let target = match text(v, "/spec/action/type").as_str() {
+                    "Restart" => format!("{}/{}", text(v, "/spec/action/cluster"), text(v, "/spec/action/role")),
+                    _ => text(v, "/spec/action/node"),
+                };
+                format!("{} {target}", text(v, "/spec/action/type"))
+            }),
             col("PHASE", |v| {
                 let phase = text(v, "/status/phase");
                 if phase.is_empty() { "Pending".into() } else { phase }

@@ -237,3 +237,49 @@ async fn a_drain_goes_on_under_the_next_leader_and_evicts_no_member_twice_on_pos
     assert!(evictions.values().all(|n| *n == 1), "no member evicted twice: {evictions:?}");
     assert!(fewest_ready >= 5, "the budget held: at least 5 of 6 ready at every revision, saw {fewest_ready}");
 }
+
+/// A rolling restart whose canary does not come back (its setup fails
+/// once the marker file exists) stops there: the Operation fails naming
+/// it, and no other member was restarted. A role that does not exist is
+/// refused naming the field.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rolling_restart_stops_at_a_broken_canary() {
+    let nodes = nodes(3).await;
+    let server = &nodes.server;
+    let marker = nodes.dir.path().join("broken");
+    let manifest = nodes.dir.path().join("web.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "apiVersion: herd/v1\nkind: App\nmetadata: {{name: web}}\nspec:\n  roles:\n  - name: w\n    run: {{command: [sleep, '600']}}\n    setup: {{script: '[ ! -e {} ]'}}\n\
+             ---\napiVersion: herd/v1\nkind: AppCluster\nmetadata: {{name: web}}\nspec:\n  appRef: web\n  roles: [{{name: w, members: 3}}]\n{}",
+            marker.display(),
+            budget_yaml("web-one", "herd.io/cluster=web", "maxUnavailable: 1")
+        ),
+    )
+    .unwrap();
+    assert!(herd(server, &["apply", "-f", manifest.to_str().unwrap()]).status.success());
+    let before = configured(server, "web", 3, Duration::from_secs(90)).await;
+    counted(server, "web-one", 3, 1).await;
+
+    let out = herd(server, &["appcluster", "restart", "web", "--role", "nope"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("spec.action.role: AppCluster web has no role \"nope\" (its roles: w)"),
+        "{}",
+        stderr(&out)
+    );
+
+    std::fs::write(&marker, b"").unwrap();
+    let out = herd_blocking(server, &["appcluster", "restart", "web", "--role", "w", "--canary", "1"]).await;
+    assert_eq!(out.status.code(), Some(1), "{}\n{}", stdout(&out), stderr(&out));
+    assert!(stderr(&out).contains("web-w-0 did not come back configured after its restart"), "{}", stderr(&out));
+    let after = common::apps::list_members(server, "web").await;
+    for (a, b) in after.iter().zip(&before) {
+        if a.metadata.name == "web-w-0" {
+            assert_eq!(a.status.state, herd_core::kinds::MemberState::ConfigError);
+        } else {
+            assert_eq!(instance(a), instance(b), "{} was not restarted", a.metadata.name);
+        }
+    }
+}

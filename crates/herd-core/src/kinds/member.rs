@@ -156,6 +156,19 @@ pub struct MemberStatus {
     /// persistent volumes): `crate::migration` says each step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub migration: Option<Migration>,
+    /// A restart in place under way (a rolling restart): `crate::restart`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart: Option<RestartProgress>,
+}
+
+/// A member being restarted in place: the instance it replaces, and
+/// whether that one is stopped yet.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RestartProgress {
+    pub instance: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stopped: bool,
 }
 
 /// Where a member moves with its data, and how far it got.
@@ -173,6 +186,15 @@ pub struct Migration {
     /// The MigrateMember Command failed, with why: it stays on `from`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failed: Option<String>,
+}
+
+/// Member `db-r-<index>` of cluster `db`, role `r`, bound to `node`: the
+/// core's tests' fixture.
+#[cfg(test)]
+pub(crate) fn bound_member(index: u32, node: &str) -> Member {
+    let spec =
+        MemberSpec { cluster: "db".into(), role: "r".into(), index, node: Some(node.into()), ..Default::default() };
+    Member::new(member_name("db", "r", index), spec)
 }
 
 fn is_zero(n: &u32) -> bool {

@@ -22,7 +22,7 @@ pub use disruption_budget::{
 };
 pub use event::{Event, EventSpec, EventType, InvolvedObject};
 pub use lease::{Lease, LeaseSpec};
-pub use member::{LastKnownState, Member, MemberSpec, MemberState, MemberStatus, Migration};
+pub use member::{LastKnownState, Member, MemberSpec, MemberState, MemberStatus, Migration, RestartProgress};
 pub use node::{Condition, ConditionStatus, Node, NodeRole, NodeSpec, NodeStatus};
 pub use operation::{
     Blocker, OnDeadline, Operation, OperationAction, OperationPhase, OperationSpec, OperationStatus, OperationStep,

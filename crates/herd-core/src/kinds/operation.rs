@@ -1,5 +1,6 @@
 //! `Operation`: durable server-side work that takes a while and must
-//! survive a leader failover (DESIGN section 9): the drain of a node. The
+//! survive a leader failover (DESIGN section 9): the drain of a node, the
+//! rolling restart of a role. The
 //! spec says what to do and how (a deadline and what happens at it, how
 //! many members move at once); only `cancel` may change afterwards. The
 //! status is the leader's record of every step (`crate::operation`
@@ -47,6 +48,15 @@ pub enum OperationAction {
     /// Mark the node drained (no new members) and evict every member it
     /// hosts, under the disruption budgets.
     Drain { node: String },
+    /// Restart every member of one role of an AppCluster in place, each
+    /// asked of its budgets first: `canary` of them first, alone, and the
+    /// rest only once those came back configured (BOSH's canaries).
+    Restart {
+        cluster: String,
+        role: String,
+        #[serde(default)]
+        canary: u32,
+    },
 }
 
 impl Default for OperationAction {
@@ -60,6 +70,7 @@ impl OperationAction {
     pub fn target(&self) -> &str {
         match self {
             OperationAction::Drain { node } => node,
+            OperationAction::Restart { cluster, .. } => cluster,
         }
     }
 }
@@ -132,6 +143,10 @@ pub struct OperationStep {
     /// The last refusal, or where it stands.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The instance it ran as when asked for (a restart is done once
+    /// another runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
 }
 
 /// What keeps an Operation from going on, and since when.
@@ -191,6 +206,10 @@ impl Resource for OperationSpec {
     fn validate_spec(&self, path: &FieldPath, errors: &mut ValidationErrors) {
         match &self.action {
             OperationAction::Drain { node } => check_name(&path.child("action").child("node"), node, errors),
+            OperationAction::Restart { cluster, role, .. } => {
+                check_name(&path.child("action").child("cluster"), cluster, errors);
+                check_name(&path.child("action").child("role"), role, errors);
+            }
         }
         if self.max_parallel == 0 {
             errors.add(&path.child("maxParallel"), "must be at least 1 (how many members may move at once)");

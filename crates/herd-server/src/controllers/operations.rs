@@ -1,9 +1,10 @@
-//! The operations controller (leader only): carries out drains
-//! (`herd_core::operation` decides each step). A Pending drain marks its
-//! node drained (under the pool's rules, promoting another candidate if
-//! the node was one) and starts; a Running one asks for the evictions the
-//! pass decided, through the same eviction path as the API, records how
-//! each went and writes the status. Everything it needs to go on is in
+//! The operations controller (leader only): carries out drains and
+//! rolling restarts (`herd_core::operation` decides each step). A Pending
+//! drain marks its node drained (under the pool's rules, promoting another
+//! candidate if the node was one) and starts; a Running Operation asks for
+//! the evictions (a restart's: restarts in place) the pass decided,
+//! through the same path as the eviction API, records how each went and
+//! writes the status. Everything it needs to go on is in
 //! that status, so a new leader resumes a drain where the old one was: a
 //! member whose approval was never recorded is asked again, and the
 //! eviction API answers that its eviction is under way.
@@ -16,12 +17,13 @@ use herd_core::kinds::{
     DisruptionBudgetSpec, MemberSpec, NodeRole, NodeSpec, Operation, OperationAction, OperationPhase, OperationSpec,
     OperationStatus,
 };
-use herd_core::operation::{self, DrainView, Outcome};
+use herd_core::operation::{self, Outcome, View};
 use herd_core::roles::RoleChange;
 
 use crate::controllers::runtime::{Controller, Next};
 use crate::error::ApiError;
 use crate::events::EventRecorder;
+use crate::eviction::Disruption;
 use crate::nodes::cluster_config;
 use crate::objects::{Objects, ObjectsError, Part, now};
 use crate::reflector::Reflector;
@@ -59,10 +61,9 @@ impl OperationsController {
         OperationsController { objects, operations, members, budgets, nodes, config, events, budgets_seen: Vec::new() }
     }
 
-    /// Takes up a Pending drain: its node marked drained, or the reason it
-    /// cannot be.
+    /// Takes up a Pending Operation: a drain's node marked drained, or the
+    /// reason it cannot be.
     async fn begin(&self, op: &Operation) -> Result<OperationStatus, ObjectsError> {
-        let OperationAction::Drain { node } = &op.spec.action;
         let at = now();
         let other = self.operations.list().into_iter().find(|other| {
             other.metadata.name != op.metadata.name
@@ -70,9 +71,17 @@ impl OperationsController {
                 && other.status.phase == OperationPhase::Running
         });
         if let Some(other) = other {
-            let why = format!("node {node} is being drained by operation {} already", other.metadata.name);
+            let why = format!("operation {} does the same already", other.metadata.name);
             return Ok(operation::refuse(&op.status, why, at));
         }
+        let node = match &op.spec.action {
+            OperationAction::Drain { node } => node,
+            OperationAction::Restart { cluster, role, canary } => {
+                let canaries = if *canary > 0 { format!(", {canary} canary first") } else { String::new() };
+                let said = format!("restarting role {role} of {cluster}{canaries}");
+                return Ok(operation::begin(&op.status, said, at));
+            }
+        };
         let pool = cluster_config(&self.config).candidate_pool_size as usize;
         let change = RoleChange::Role(NodeRole::Drained);
         match crate::node_roles::change(&self.objects, &self.events, pool, node, change, true).await {
@@ -93,20 +102,27 @@ impl OperationsController {
         }
     }
 
-    /// One pass of a Running drain: the evictions it decided, asked for.
-    async fn drain(&self, op: &Operation, retry_refused: bool) -> OperationStatus {
-        let OperationAction::Drain { node } = &op.spec.action;
+    /// One pass of a Running Operation: the evictions it decided, asked for.
+    async fn work(&self, op: &Operation, retry_refused: bool) -> OperationStatus {
+        let (how, node) = match &op.spec.action {
+            OperationAction::Drain { node } => (Disruption::Move, Some(node)),
+            OperationAction::Restart { .. } => (Disruption::Restart, None),
+        };
         let members = self.members.list();
-        let reported: BTreeSet<String> =
-            self.nodes.get(node).map(|n| n.status.members.iter().map(|m| m.name.clone()).collect()).unwrap_or_default();
-        let view = DrainView { members: &members, reported: &reported };
+        let reported: BTreeSet<String> = node
+            .and_then(|node| self.nodes.get(node))
+            .map(|n| n.status.members.iter().map(|m| m.name.clone()).collect())
+            .unwrap_or_default();
+        let view = View { members: &members, reported: &reported };
         let at = now();
-        let (mut status, orders) = operation::drain_pass(op, &view, retry_refused, at);
+        let (mut status, orders) = operation::pass(op, &view, retry_refused, at);
         for order in orders {
             let asked = if order.force {
-                crate::eviction::force(&self.objects, &self.events, &order.member).await
+                crate::eviction::force(&self.objects, &self.events, &order.member, how).await
             } else {
-                crate::eviction::evict(&self.objects, &self.events, &order.member, false).await.map(|e| e.message)
+                crate::eviction::disrupt(&self.objects, &self.events, &order.member, false, how)
+                    .await
+                    .map(|e| e.message)
             };
             let outcome = match asked {
                 Ok(message) => Outcome::Evicted(message),
@@ -146,7 +162,7 @@ impl Controller for OperationsController {
         for op in self.operations.list() {
             let status = match op.status.phase {
                 OperationPhase::Pending => self.begin(&op).await?,
-                OperationPhase::Running => self.drain(&op, retry_refused).await,
+                OperationPhase::Running => self.work(&op, retry_refused).await,
                 _ => continue,
             };
             if let Some(due) = operation::next_pass(&Operation { status: status.clone(), ..op.clone() }, now()) {

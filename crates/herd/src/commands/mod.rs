@@ -15,9 +15,11 @@ use anyhow::Context;
 use clap::CommandFactory;
 
 use crate::cli::{
-    Cli, ClusterCommand, Command, CommandAction, MemberCommand, NodeCommand, OperationCommand, TokenCommand,
+    AppClusterCommand, Cli, ClusterCommand, Command, CommandAction, MemberCommand, NodeCommand, OperationCommand,
+    TokenCommand,
 };
 use crate::context;
+use herd_core::kinds::OperationAction;
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let conn = cli.conn;
@@ -88,8 +90,18 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             if dry_run {
                 return operation::drain_dry_run(&client, &name).await;
             }
-            let drain = operation::Drain { node: name, deadline, on_deadline: on_deadline.into(), max_parallel };
-            operation::drain(&client, drain, detach).await
+            let action = OperationAction::Drain { node: name.clone() };
+            let limits = operation::Limits { deadline, on_deadline: on_deadline.into(), max_parallel };
+            operation::start(&client, &format!("drain-{name}"), action, limits, detach).await
+        }
+        Command::AppCluster {
+            command: AppClusterCommand::Restart { name, role, canary, max_parallel, deadline, on_deadline, detach },
+        } => {
+            let client = context::client(&conn)?;
+            let prefix = format!("restart-{name}-{role}");
+            let action = OperationAction::Restart { cluster: name, role, canary };
+            let limits = operation::Limits { deadline, on_deadline: on_deadline.into(), max_parallel };
+            operation::start(&client, &prefix, action, limits, detach).await
         }
         Command::Node { command: NodeCommand::Undrain { name } } => {
             operation::undrain(&context::client(&conn)?, &name).await

@@ -1,5 +1,6 @@
-//! `herd node drain|undrain` and `herd operation cancel`: a drain is an
-//! Operation the server carries out; the CLI creates it and follows it
+//! `herd node drain|undrain`, `herd appcluster restart` and `herd
+//! operation cancel`: a drain or a rolling restart is an Operation the
+//! server carries out; the CLI creates it and follows it
 //! (a progress bar, the blocker and since when, each step as it
 //! happens), and detaches on Ctrl-C without cancelling it.
 
@@ -18,26 +19,37 @@ use indicatif::{ProgressBar, ProgressStyle};
 /// How often a followed Operation is read.
 const FOLLOW_EVERY: Duration = Duration::from_millis(500);
 
-pub struct Drain {
-    pub node: String,
+/// How long an Operation may take and how many members it moves at once.
+pub struct Limits {
     pub deadline: Option<HumanDuration>,
     pub on_deadline: OnDeadline,
     pub max_parallel: u32,
 }
 
-/// Starts a drain and follows it unless `detach`.
-pub async fn drain(client: &Client, drain: Drain, detach: bool) -> anyhow::Result<()> {
+/// Starts an Operation (named `<prefix>-<milliseconds>`) and follows it
+/// unless `detach`.
+pub async fn start(
+    client: &Client,
+    prefix: &str,
+    action: OperationAction,
+    limits: Limits,
+    detach: bool,
+) -> anyhow::Result<()> {
     let stamp = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_millis();
+    let what = match &action {
+        OperationAction::Drain { node } => format!("draining node {node}"),
+        OperationAction::Restart { cluster, role, .. } => format!("restarting role {role} of {cluster}"),
+    };
     let spec = OperationSpec {
-        action: OperationAction::Drain { node: drain.node.clone() },
-        deadline: drain.deadline,
-        on_deadline: drain.on_deadline,
-        max_parallel: drain.max_parallel,
+        action,
+        deadline: limits.deadline,
+        on_deadline: limits.on_deadline,
+        max_parallel: limits.max_parallel,
         cancel: false,
     };
-    let operation = client.create(&Operation::new(format!("drain-{}-{stamp}", drain.node), spec)).await?;
+    let operation = client.create(&Operation::new(format!("{prefix}-{stamp}"), spec)).await?;
     let name = operation.metadata.name;
-    println!("operation/{name} created: draining node {}", drain.node);
+    println!("operation/{name} created: {what}");
     if detach {
         println!("follow it with `herd describe operation {name}`; cancel it with `herd operation cancel {name}`");
         return Ok(());

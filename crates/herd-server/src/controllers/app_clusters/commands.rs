@@ -30,6 +30,8 @@ pub enum Purpose {
     Remove,
     /// A move with its data (MigrateMember, on the target node).
     Migrate,
+    /// The stop of a restart in place.
+    Restart,
 }
 
 impl Purpose {
@@ -40,11 +42,12 @@ impl Purpose {
             Purpose::Notify => "notify",
             Purpose::Remove => "remove",
             Purpose::Migrate => "migrate",
+            Purpose::Restart => "restart",
         }
     }
 
     fn parse(text: &str) -> Option<Self> {
-        [Purpose::Start, Purpose::Configure, Purpose::Notify, Purpose::Remove, Purpose::Migrate]
+        [Purpose::Start, Purpose::Configure, Purpose::Notify, Purpose::Remove, Purpose::Migrate, Purpose::Restart]
             .into_iter()
             .find(|p| p.as_str() == text)
     }
@@ -177,6 +180,11 @@ pub fn consume(command: &Command, status: &mut MemberStatus, consumed: &mut Cons
             Err(why) => status.reason = Some(format!("removing it failed: {why}")),
         },
         (Purpose::Migrate, _) => herd_core::migration::record_migration(status, result),
+        (Purpose::Restart, _) => match (result, &mut status.restart) {
+            (Ok(()), Some(restart)) => restart.stopped = true,
+            (Ok(()), None) => {}
+            (Err(why), _) => status.reason = Some(format!("stopping it for its restart failed: {why}")),
+        },
         (Purpose::Configure, _) => {}
     }
 }

@@ -16,6 +16,7 @@ mod issuing;
 mod migrating;
 mod placing;
 mod recovery;
+mod restarting;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -229,6 +230,7 @@ impl AppClusterController {
             self.check_members(&mut pass, app).await;
             self.recover_members(&mut pass, app).await?;
             self.migrate_members(&mut pass, app).await?;
+            self.restart_members(&mut pass, app).await?;
             self.sync_roles(&mut pass).await?;
             self.sync_members(&mut pass, app).await?;
             self.send_notifies(&mut pass, app).await?;
@@ -307,8 +309,10 @@ impl AppClusterController {
                 continue;
             }
             let report = report_of(pass.nodes, member);
-            let persistent = app.role(&member.spec.role).is_some_and(|r| r.run.volumes.iter().any(|v| v.persistent));
-            if let Some(restart) = check_member(&mut member.status, Seen::from_report(report), persistent) {
+            let role = app.role(&member.spec.role);
+            let persistent = role.is_some_and(|r| r.run.volumes.iter().any(|v| v.persistent));
+            let seen = Seen::from_report(report, role.is_some_and(|r| r.readiness.is_some()));
+            if let Some(restart) = check_member(&mut member.status, seen, persistent) {
                 restarts.push((member.clone(), restart));
             }
         }
