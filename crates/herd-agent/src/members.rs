@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use herd_core::Timestamp;
 use herd_core::api::{MemberReport, ReadinessReport};
-use herd_core::kinds::command::{MemberRun, VolumeSpec};
+use herd_core::kinds::command::{DrainHook, MemberRun, VolumeSpec};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
@@ -369,6 +369,12 @@ impl Members {
     /// Stops a member: SIGTERM to its group, SIGKILL after the grace
     /// period. Its volumes stay.
     pub async fn stop(&self, member: &str) -> Result<(), MemberError> {
+        let record = self.record(member).ok_or(MemberError::Unknown(member.into()))?;
+        if let (Some(hook), Some(process)) = (&record.run.drain, &record.process)
+            && procs::is_alive(process.pid, process.start_ticks)
+        {
+            self.drain_hook(&record, hook).await;
+        }
         let process = {
             let mut slots = self.lock();
             let slot = slots.get_mut(member).ok_or(MemberError::Unknown(member.into()))?;
@@ -393,6 +399,40 @@ impl Members {
         }
         tracing::info!(member, instance = %process.instance_id, "stopped a member");
         self.persist(member)
+    }
+
+    /// Runs the member's drain hook (`sh -c <script> herd-drain --drain`,
+    /// in its environment) for at most its timeout; what it says is logged.
+    async fn drain_hook(&self, record: &MemberRecord, hook: &DrainHook) {
+        let member = &record.name;
+        let mut command = tokio::process::Command::new("sh");
+        command.args(["-c", &hook.script, "herd-drain", "--drain"]).current_dir(self.member_dir(member));
+        command.envs(&record.run.env).envs(self.member_env(record));
+        if let Some(process) = &record.process {
+            command.env("HERD_INSTANCE_ID", &process.instance_id);
+        }
+        command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0).kill_on_drop(true);
+        let child = match command.spawn() {
+            Ok(child) => child,
+            Err(error) => {
+                tracing::warn!(member, %error, "could not start the drain hook; stopping the member anyway");
+                return;
+            }
+        };
+        let pid = child.id().unwrap_or_default();
+        match tokio::time::timeout(hook.timeout.get(), child.wait_with_output()).await {
+            Ok(Ok(output)) => tracing::info!(
+                member,
+                status = %output.status,
+                stderr = %String::from_utf8_lossy(&output.stderr).trim(),
+                "drain hook ran"
+            ),
+            Ok(Err(error)) => tracing::warn!(member, %error, "the drain hook failed; stopping the member anyway"),
+            Err(_) => {
+                let _ = procs::signal_group(pid, libc::SIGKILL);
+                tracing::warn!(member, timeout = %hook.timeout, "the drain hook ran out of time; stopping the member");
+            }
+        }
     }
 
     /// Forgets a member: stopped, its volumes, directory and record
@@ -604,6 +644,7 @@ mod tests {
             env: BTreeMap::new(),
             volumes,
             readiness: None,
+            drain: None,
         }
     }
 

@@ -139,6 +139,7 @@ mod tests {
                 env: env.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
                 volumes: vec![],
                 readiness: None,
+                drain: None,
             },
             wanted: true,
             process: None,

@@ -84,6 +84,7 @@ async fn copies_and_migrations_onto_a_disk_that_fills_at_random_moments_settle_t
         env: Default::default(),
         volumes: vec![VolumeSpec { name: "data".into(), persistent: true }],
         readiness: None,
+        drain: None,
     };
     let command = |name: String, node: &str, action| {
         let spec = CommandSpec { node: node.into(), timeout: Some(HumanDuration(Duration::from_secs(60))), action };

@@ -240,19 +240,22 @@ async fn a_drain_goes_on_under_the_next_leader_and_evicts_no_member_twice_on_pos
 
 /// A rolling restart whose canary does not come back (its setup fails
 /// once the marker file exists) stops there: the Operation fails naming
-/// it, and no other member was restarted. A role that does not exist is
+/// it, and no other member was restarted. The role's drain hook ran once,
+/// for the canary, before it was stopped. A role that does not exist is
 /// refused naming the field.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_rolling_restart_stops_at_a_broken_canary() {
     let nodes = nodes(3).await;
     let server = &nodes.server;
     let marker = nodes.dir.path().join("broken");
+    let drained = nodes.dir.path().join("drained");
     let manifest = nodes.dir.path().join("web.yaml");
     std::fs::write(
         &manifest,
         format!(
-            "apiVersion: herd/v1\nkind: App\nmetadata: {{name: web}}\nspec:\n  roles:\n  - name: w\n    run: {{command: [sleep, '600']}}\n    setup: {{script: '[ ! -e {} ]'}}\n\
+            "apiVersion: herd/v1\nkind: App\nmetadata: {{name: web}}\nspec:\n  roles:\n  - name: w\n    run:\n      command: [sleep, '600']\n      drain: {{script: 'echo \"$HERD_MEMBER $1\" >> {}', timeout: 5s}}\n    setup: {{script: '[ ! -e {} ]'}}\n\
              ---\napiVersion: herd/v1\nkind: AppCluster\nmetadata: {{name: web}}\nspec:\n  appRef: web\n  roles: [{{name: w, members: 3}}]\n{}",
+            drained.display(),
             marker.display(),
             budget_yaml("web-one", "herd.io/cluster=web", "maxUnavailable: 1")
         ),
@@ -274,6 +277,8 @@ async fn a_rolling_restart_stops_at_a_broken_canary() {
     let out = herd_blocking(server, &["appcluster", "restart", "web", "--role", "w", "--canary", "1"]).await;
     assert_eq!(out.status.code(), Some(1), "{}\n{}", stdout(&out), stderr(&out));
     assert!(stderr(&out).contains("web-w-0 did not come back configured after its restart"), "{}", stderr(&out));
+    let hooked = std::fs::read_to_string(&drained).unwrap_or_default();
+    assert_eq!(hooked, "web-w-0 --drain\n", "the drain hook ran for the canary only, before its stop");
     let after = common::apps::list_members(server, "web").await;
     for (a, b) in after.iter().zip(&before) {
         if a.metadata.name == "web-w-0" {

@@ -519,6 +519,7 @@ mod tests {
             env: BTreeMap::new(),
             volumes: vec![],
             readiness: None,
+            drain: None,
         };
         executor.accept(command("start", 1, Action::StartMember { member: "m".into(), run }));
         settled(&executor, "start").await;

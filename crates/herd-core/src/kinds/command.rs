@@ -105,6 +105,26 @@ pub struct MemberRun {
     /// with the member.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub readiness: Option<super::app::ReadinessCheck>,
+    /// BOSH's drain script: run by the agent before it stops the member
+    /// (a restart, a move, a removal), with `--drain`, for at most its
+    /// timeout; the member is stopped afterwards whatever it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain: Option<DrainHook>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DrainHook {
+    /// The script's text, run by `sh` in the member's environment as
+    /// `<script> --drain`.
+    pub script: String,
+    /// How long it may take before the member is stopped anyway [default: 30s].
+    #[serde(default = "default_drain_timeout")]
+    pub timeout: HumanDuration,
+}
+
+fn default_drain_timeout() -> HumanDuration {
+    HumanDuration::from_secs(30)
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -29,6 +29,7 @@ pub fn member_run() -> MemberRun {
         env: [("GREETING".to_string(), "hi".to_string())].into(),
         volumes: vec![VolumeSpec { name: "data".into(), persistent: true }],
         readiness: None,
+        drain: None,
     }
 }
 

@@ -1,0 +1,224 @@
+//! Drain (issue 13) on real agents: the time a drain Operation takes to
+//! move 10 members of a trivial app off a node under a budget of
+//! `maxUnavailable: 1`, beside two baselines measured in the same run:
+//!
+//! - the floor the issue names: each member's own work in sequence (its
+//!   process stopped, a new one started and its setup run, directly);
+//! - the same evictions driven by hand through the API, one after the
+//!   other (ask, retry a refusal at once, wait until the member is ready
+//!   elsewhere): what a client-side drain such as `kubectl drain` does, so
+//!   the figure is the Operation's own cost.
+//!
+//! `cargo build --release -p herd -p herd-bench && target/release/drain`
+//! Options (environment): BENCH_MEMBERS (default 10), BENCH_ROUNDS
+//! (default 3), HERD_BIN.
+
+mod processes;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use herd_client::Client;
+use herd_core::api::NodeRoleRequest;
+use herd_core::kinds::{MemberSpec, NodeRole, NodeSpec, Operation, OperationAction, OperationPhase, OperationSpec};
+use processes::{ADMIN, Killed, env_u64, herd_binary, start, wait_for};
+
+const SETUP: &str = "case \"$1\" in --configure) echo configured >\"$HERD_VOLUME_HERD/bench\" ;; esac\n";
+const RUN: [&str; 2] = ["sleep", "3600"];
+const NODES: [&str; 3] = ["node-1", "node-2", "node-3"];
+
+/// One member's own work, directly: its process stopped, a new one
+/// started, its setup run.
+fn member_floor(dir: &Path) -> anyhow::Result<Duration> {
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(dir.join("setup.sh"), SETUP)?;
+    let mut old = Command::new(RUN[0]).arg(RUN[1]).stdin(Stdio::null()).spawn()?;
+    let started = Instant::now();
+    old.kill()?;
+    old.wait()?;
+    let mut new = Command::new(RUN[0]).arg(RUN[1]).stdin(Stdio::null()).spawn()?;
+    let setup =
+        Command::new("sh").arg(dir.join("setup.sh")).arg("--configure").env("HERD_VOLUME_HERD", dir).status()?;
+    let took = started.elapsed();
+    let _ = new.kill();
+    let _ = new.wait();
+    if !setup.success() {
+        bail!("the setup script failed when run directly");
+    }
+    Ok(took)
+}
+
+async fn role(admin: &Client, node: &str, role: NodeRole) -> anyhow::Result<()> {
+    let request = NodeRoleRequest { role: Some(role), master_capable: None, auto_promote: true };
+    admin.change_node_role(node, &request).await?;
+    Ok(())
+}
+
+async fn members(admin: &Client, cluster: &str) -> Vec<herd_core::kinds::Member> {
+    admin.list::<MemberSpec>(&format!("herd.io/cluster={cluster}")).await.unwrap_or_default()
+}
+
+/// Every member of `cluster` off `node`, bound elsewhere and ready.
+async fn all_moved(admin: &Client, cluster: &str, node: &str, count: usize) -> bool {
+    let members = members(admin, cluster).await;
+    members.len() == count && members.iter().all(|m| m.status.ready && m.spec.node.as_deref() != Some(node))
+}
+
+/// Cluster `name` of `count` members, all on node-1 (the others drained
+/// while they are placed), configured and ready; its budget counted.
+async fn cluster_on_node_1(admin: &Client, name: &str, count: u64) -> anyhow::Result<()> {
+    for node in &NODES[1..] {
+        role(admin, node, NodeRole::Drained).await?;
+    }
+    let cluster = serde_json::json!({"metadata": {"name": name}, "spec": {"appRef": "trivial", "roles": [{"name": "m", "members": count}]}});
+    admin.create_value("appclusters", &cluster, Default::default()).await?;
+    let budget = serde_json::json!({"metadata": {"name": name}, "spec": {"selector": format!("herd.io/cluster={name}"), "maxUnavailable": 1}});
+    admin.create_value("disruptionbudgets", &budget, Default::default()).await?;
+    wait_for("the cluster ready on node-1", Duration::from_secs(300), async || {
+        let members = members(admin, name).await;
+        let ready = members.len() == count as usize
+            && members.iter().all(|m| m.status.ready && m.spec.node.as_deref() == Some("node-1"));
+        ready.then_some(())
+    })
+    .await?;
+    for node in &NODES[1..] {
+        role(admin, node, NodeRole::Regular).await?;
+    }
+    wait_for("the budget counted", Duration::from_secs(60), async || {
+        let budget = admin.get::<herd_core::kinds::DisruptionBudgetSpec>(name).await.ok()?;
+        (budget.status.current_healthy == count as u32 && budget.status.disruptions_allowed == 1).then_some(())
+    })
+    .await
+}
+
+async fn clean_up(admin: &Client, name: &str) -> anyhow::Result<()> {
+    admin.delete_value("appclusters", name, Default::default()).await?;
+    admin.delete_value("disruptionbudgets", name, Default::default()).await?;
+    wait_for("its members gone", Duration::from_secs(120), async || members(admin, name).await.is_empty().then_some(()))
+        .await?;
+    role(admin, "node-1", NodeRole::Regular).await
+}
+
+/// The drain Operation, from its creation to Succeeded.
+async fn drain_operation(admin: &Client, name: &str) -> anyhow::Result<Duration> {
+    let spec = OperationSpec {
+        action: OperationAction::Drain { node: "node-1".into() },
+        max_parallel: 1,
+        ..Default::default()
+    };
+    let started = Instant::now();
+    admin.create(&Operation::new(format!("drain-{name}"), spec)).await?;
+    let done = wait_for("the drain finished", Duration::from_secs(600), async || {
+        let op = admin.get::<OperationSpec>(&format!("drain-{name}")).await.ok()?;
+        op.status.phase.is_finished().then_some(op)
+    })
+    .await?;
+    let took = started.elapsed();
+    if done.status.phase != OperationPhase::Succeeded {
+        bail!("the drain ended {:?}: {:?}", done.status.phase, done.status.message);
+    }
+    Ok(took)
+}
+
+/// The same by hand: node-1 drained, then each member evicted through the
+/// API in turn (a refusal asked again at once) and waited for until it is
+/// ready elsewhere.
+async fn drain_by_hand(admin: &Client, name: &str, count: usize) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    role(admin, "node-1", NodeRole::Drained).await?;
+    let mut names: Vec<String> = members(admin, name).await.into_iter().map(|m| m.metadata.name).collect();
+    names.sort();
+    for member in &names {
+        wait_for("the eviction allowed", Duration::from_secs(120), async || {
+            admin.evict_member(member, false).await.ok()
+        })
+        .await?;
+        wait_for("the member ready elsewhere", Duration::from_secs(120), async || {
+            let m = admin.get::<MemberSpec>(member).await.ok()?;
+            (m.status.ready && m.spec.node.as_deref() != Some("node-1")).then_some(())
+        })
+        .await?;
+    }
+    if !all_moved(admin, name, "node-1", count).await {
+        bail!("not every member moved");
+    }
+    Ok(started.elapsed())
+}
+
+fn median(values: &mut [Duration]) -> Duration {
+    values.sort();
+    values[values.len() / 2]
+}
+
+fn secs(d: Duration) -> String {
+    format!("{:.2} s", d.as_secs_f64())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let count = env_u64("BENCH_MEMBERS", 10);
+    let rounds = env_u64("BENCH_ROUNDS", 3);
+    let herd = herd_binary()?;
+    let dir = tempfile::tempdir()?;
+    println!("drain benchmark: {count} members on one of 3 nodes (2 s heartbeats), maxUnavailable 1, {rounds} rounds");
+    let (server, url) =
+        start(&herd, &["server", "--listen", "127.0.0.1:0", "--insecure-http"], &dir.path().join("server"))?;
+    let mut children = Killed(vec![server]);
+    let agent_dirs: Vec<PathBuf> = NODES.iter().map(|n| dir.path().join(n)).collect();
+    for (node, data) in NODES.iter().zip(&agent_dirs) {
+        children.0.push(start(&herd, &["--server", &url, "agent", "--name", node], data)?.0);
+    }
+    let admin = Client::new(vec![url.clone()], Some(ADMIN.into()));
+    let outcome = measure(&admin, count, rounds, dir.path()).await;
+    drop(children);
+    for data in &agent_dirs {
+        herd_agent::members::stop_processes(data).await;
+    }
+    outcome
+}
+
+async fn measure(admin: &Client, count: u64, rounds: u64, dir: &Path) -> anyhow::Result<()> {
+    wait_for("the agents Ready", Duration::from_secs(30), async || {
+        let nodes = admin.list::<NodeSpec>("").await.unwrap_or_default();
+        (nodes.iter().filter(|n| n.status.ready).count() == NODES.len()).then_some(())
+    })
+    .await?;
+    let app = serde_json::json!({"metadata": {"name": "trivial"}, "spec": {"roles": [{
+        "name": "m", "run": {"command": RUN}, "setup": {"script": SETUP}
+    }]}});
+    admin.create_value("apps", &app, Default::default()).await?;
+    let mut floors = Vec::new();
+    for round in 0..rounds {
+        let mut total = Duration::ZERO;
+        for i in 0..count {
+            total += member_floor(&dir.join(format!("floor-{round}-{i}")))?;
+        }
+        floors.push(total);
+    }
+    let floor = median(&mut floors);
+    let (mut operations, mut by_hand) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let name = format!("op-{round}");
+        cluster_on_node_1(admin, &name, count).await?;
+        operations.push(drain_operation(admin, &name).await?);
+        clean_up(admin, &name).await?;
+        let name = format!("hand-{round}");
+        cluster_on_node_1(admin, &name, count).await?;
+        by_hand.push(drain_by_hand(admin, &name, count as usize).await?);
+        clean_up(admin, &name).await?;
+    }
+    let shown = |v: &[Duration]| v.iter().map(|d| secs(*d)).collect::<Vec<_>>();
+    let (op_rounds, hand_rounds) = (shown(&operations), shown(&by_hand));
+    let (op, hand) = (median(&mut operations), median(&mut by_hand));
+    println!("floor (each member stopped, started and set up directly, in sequence): median {}", secs(floor));
+    println!("evictions by hand through the API, one after the other: median {}   rounds {hand_rounds:?}", secs(hand));
+    println!(
+        "drain Operation: median {}   rounds {op_rounds:?}\n  {:.2}x the evictions by hand (goal 1.2x); {:.0}x the floor of the members' own work",
+        secs(op),
+        op.as_secs_f64() / hand.as_secs_f64(),
+        op.as_secs_f64() / floor.as_secs_f64()
+    );
+    Ok(())
+}
