@@ -96,8 +96,10 @@ async fn cluster_on_node_1(admin: &Client, name: &str, count: u64) -> anyhow::Re
 async fn clean_up(admin: &Client, name: &str) -> anyhow::Result<()> {
     admin.delete_value("appclusters", name, Default::default()).await?;
     admin.delete_value("disruptionbudgets", name, Default::default()).await?;
-    wait_for("its members gone", Duration::from_secs(120), async || members(admin, name).await.is_empty().then_some(()))
-        .await?;
+    wait_for("its members gone", Duration::from_secs(120), async || {
+        members(admin, name).await.is_empty().then_some(())
+    })
+    .await?;
     role(admin, "node-1", NodeRole::Regular).await
 }
 

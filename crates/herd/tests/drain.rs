@@ -114,9 +114,16 @@ async fn a_blocked_drain_says_why_within_seconds_fails_at_its_deadline_and_can_b
 
     // Without a deadline: the budget that never allows is the blocker
     // within seconds, and the Operation waits (the budget may change).
-    let out = herd(server, &["node", "drain", &node, "--detach"]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let name = operation_name(&out);
+    // The CLI following it detaches on Ctrl-C; the drain goes on.
+    let mut following = common::herd()
+        .args(["--server", &server.url, "--token", common::ADMIN_TOKEN, "node", "drain", &node])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(following.stdout.as_mut().unwrap()), &mut first).unwrap();
+    let name = first.trim_start_matches("operation/").split(' ').next().unwrap().trim().to_string();
     let asked = Instant::now();
     let blocked = eventually(Duration::from_secs(10), "the drain blocked by a budget that never allows", || async {
         let op = server.admin().get::<OperationSpec>(&name).await.ok()?;
@@ -126,6 +133,14 @@ async fn a_blocked_drain_says_why_within_seconds_fails_at_its_deadline_and_can_b
     assert!(asked.elapsed() < Duration::from_secs(10));
     assert!(blocked.1.message.contains("budget web-all can never allow an eviction"), "{:?}", blocked.1);
     assert_eq!(blocked.0.status.phase, OperationPhase::Running);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let _ = std::process::Command::new("kill").args(["-INT", &following.id().to_string()]).status();
+    let followed = following.wait_with_output().unwrap();
+    assert!(followed.status.success(), "{}", String::from_utf8_lossy(&followed.stderr));
+    assert!(stdout(&followed).contains(&format!("detached; operation/{name} goes on")), "{}", stdout(&followed));
+    assert!(stderr(&followed).contains("refused: cannot evict member"), "steps are told: {}", stderr(&followed));
+    let op = server.admin().get::<OperationSpec>(&name).await.unwrap();
+    assert_eq!(op.status.phase, OperationPhase::Running, "Ctrl-C does not cancel it");
     let described = stdout(&herd(server, &["describe", "operation", &name]));
     assert!(described.contains("blocked (it never will as it stands): cannot evict member"), "{described}");
     assert!(described.contains("budget web-all can never allow an eviction"), "{described}");
