@@ -9,6 +9,8 @@
 //!   elsewhere): what a client-side drain such as `kubectl drain` does, so
 //!   the figure is the Operation's own cost.
 //!
+//! Two apps: a trivial setup, and one whose setup takes half a second.
+//!
 //! `cargo build --release -p herd -p herd-bench && target/release/drain`
 //! Options (environment): BENCH_MEMBERS (default 10), BENCH_ROUNDS
 //! (default 3), HERD_BIN.
@@ -25,15 +27,21 @@ use herd_core::api::NodeRoleRequest;
 use herd_core::kinds::{MemberSpec, NodeRole, NodeSpec, Operation, OperationAction, OperationPhase, OperationSpec};
 use processes::{ADMIN, Killed, env_u64, herd_binary, start, wait_for};
 
-const SETUP: &str = "case \"$1\" in --configure) echo configured >\"$HERD_VOLUME_HERD/bench\" ;; esac\n";
+/// The apps drained: a trivial setup, and one that takes half a second
+/// (as a real app's setup does: etcd's example takes about that).
+const APPS: [(&str, &str); 2] = [("trivial", ""), ("half-second", "sleep 0.5; ")];
+
+fn setup(pause: &str) -> String {
+    format!("case \"$1\" in --configure) {pause}echo configured >\"$HERD_VOLUME_HERD/bench\" ;; esac\n")
+}
 const RUN: [&str; 2] = ["sleep", "3600"];
 const NODES: [&str; 3] = ["node-1", "node-2", "node-3"];
 
 /// One member's own work, directly: its process stopped, a new one
 /// started, its setup run.
-fn member_floor(dir: &Path) -> anyhow::Result<Duration> {
+fn member_floor(dir: &Path, pause: &str) -> anyhow::Result<Duration> {
     std::fs::create_dir_all(dir)?;
-    std::fs::write(dir.join("setup.sh"), SETUP)?;
+    std::fs::write(dir.join("setup.sh"), setup(pause))?;
     let mut old = Command::new(RUN[0]).arg(RUN[1]).stdin(Stdio::null()).spawn()?;
     let started = Instant::now();
     old.kill()?;
@@ -68,11 +76,11 @@ async fn all_moved(admin: &Client, cluster: &str, node: &str, count: usize) -> b
 
 /// Cluster `name` of `count` members, all on node-1 (the others drained
 /// while they are placed), configured and ready; its budget counted.
-async fn cluster_on_node_1(admin: &Client, name: &str, count: u64) -> anyhow::Result<()> {
+async fn cluster_on_node_1(admin: &Client, name: &str, app: &str, count: u64) -> anyhow::Result<()> {
     for node in &NODES[1..] {
         role(admin, node, NodeRole::Drained).await?;
     }
-    let cluster = serde_json::json!({"metadata": {"name": name}, "spec": {"appRef": "trivial", "roles": [{"name": "m", "members": count}]}});
+    let cluster = serde_json::json!({"metadata": {"name": name}, "spec": {"appRef": app, "roles": [{"name": "m", "members": count}]}});
     admin.create_value("appclusters", &cluster, Default::default()).await?;
     let budget = serde_json::json!({"metadata": {"name": name}, "spec": {"selector": format!("herd.io/cluster={name}"), "maxUnavailable": 1}});
     admin.create_value("disruptionbudgets", &budget, Default::default()).await?;
@@ -187,37 +195,55 @@ async fn measure(admin: &Client, count: u64, rounds: u64, dir: &Path) -> anyhow:
         (nodes.iter().filter(|n| n.status.ready).count() == NODES.len()).then_some(())
     })
     .await?;
-    let app = serde_json::json!({"metadata": {"name": "trivial"}, "spec": {"roles": [{
-        "name": "m", "run": {"command": RUN}, "setup": {"script": SETUP}
-    }]}});
-    admin.create_value("apps", &app, Default::default()).await?;
+    for (app, pause) in APPS {
+        let spec = serde_json::json!({"metadata": {"name": app}, "spec": {"roles": [{
+            "name": "m", "run": {"command": RUN}, "setup": {"script": setup(pause)}
+        }]}});
+        admin.create_value("apps", &spec, Default::default()).await?;
+        measure_app(admin, app, pause, count, rounds, dir).await?;
+    }
+    Ok(())
+}
+
+async fn measure_app(
+    admin: &Client,
+    app: &str,
+    pause: &str,
+    count: u64,
+    rounds: u64,
+    dir: &Path,
+) -> anyhow::Result<()> {
     let mut floors = Vec::new();
     for round in 0..rounds {
         let mut total = Duration::ZERO;
         for i in 0..count {
-            total += member_floor(&dir.join(format!("floor-{round}-{i}")))?;
+            total += member_floor(&dir.join(format!("floor-{app}-{round}-{i}")), pause)?;
         }
         floors.push(total);
     }
     let floor = median(&mut floors);
     let (mut operations, mut by_hand) = (Vec::new(), Vec::new());
     for round in 0..rounds {
-        let name = format!("op-{round}");
-        cluster_on_node_1(admin, &name, count).await?;
+        let name = format!("{app}-op-{round}");
+        cluster_on_node_1(admin, &name, app, count).await?;
         operations.push(drain_operation(admin, &name).await?);
         clean_up(admin, &name).await?;
-        let name = format!("hand-{round}");
-        cluster_on_node_1(admin, &name, count).await?;
+        let name = format!("{app}-hand-{round}");
+        cluster_on_node_1(admin, &name, app, count).await?;
         by_hand.push(drain_by_hand(admin, &name, count as usize).await?);
         clean_up(admin, &name).await?;
     }
     let shown = |v: &[Duration]| v.iter().map(|d| secs(*d)).collect::<Vec<_>>();
     let (op_rounds, hand_rounds) = (shown(&operations), shown(&by_hand));
     let (op, hand) = (median(&mut operations), median(&mut by_hand));
-    println!("floor (each member stopped, started and set up directly, in sequence): median {}", secs(floor));
-    println!("evictions by hand through the API, one after the other: median {}   rounds {hand_rounds:?}", secs(hand));
+    println!("app {app}:");
+    println!("  floor (each member stopped, started and set up directly, in sequence): median {}", secs(floor));
     println!(
-        "drain Operation: median {}   rounds {op_rounds:?}\n  {:.2}x the evictions by hand (goal 1.2x); {:.0}x the floor of the members' own work",
+        "  evictions by hand through the API, one after the other: median {}   rounds {hand_rounds:?}",
+        secs(hand)
+    );
+    println!(
+        "  drain Operation: median {}   rounds {op_rounds:?}\n  {:.2}x the evictions by hand; {:.2}x the floor of the members' own work (goal 1.2x)",
         secs(op),
         op.as_secs_f64() / hand.as_secs_f64(),
         op.as_secs_f64() / floor.as_secs_f64()

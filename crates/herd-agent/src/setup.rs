@@ -102,8 +102,13 @@ pub fn configure(
     let pid_file = members.member_dir(member).join(PID_FILE);
     write_atomic(&pid_file, format!("{pid} {ticks}").as_bytes(), 0o644)
         .map_err(|e| format!("writing {}: {e}", pid_file.display()))?;
-    // Reaped here while the agent lives; by init once it is gone.
-    std::thread::spawn(move || child.wait());
+    // Reaped here while the agent lives (by init once it is gone); its end
+    // is reported at once, not at the next look at the status files.
+    let members = members.clone();
+    std::thread::spawn(move || {
+        let _ = child.wait();
+        members.tell_changed();
+    });
     tracing::info!(member, instance, pid, "launched a member's setup");
     Ok(format!("the setup of member {member} as {instance} was launched (pid {pid})"))
 }

@@ -26,10 +26,17 @@ use crate::migration::MIGRATE_ANNOTATION;
 use crate::node_loss::REPLACE_ANNOTATION;
 use crate::time::Timestamp;
 
-/// How soon a refused eviction is asked again when nothing changed
-/// meanwhile (kubectl drain retries every 5 s); a change of any budget
-/// makes every refused one due at once.
+/// How soon a refused eviction is asked again at most, when nothing
+/// changed meanwhile (kubectl drain retries every 5 s); a change of any
+/// budget makes every refused one due at once.
 pub const RETRY_REFUSED: Duration = Duration::from_secs(5);
+
+/// How long after its `attempts`-th refusal a member is asked again: 250
+/// ms, doubling, at most [`RETRY_REFUSED`] (a budget recounted just after
+/// the refusal is not waited out).
+fn refused_retry(attempts: u32) -> Duration {
+    Duration::from_millis(250).saturating_mul(1 << attempts.saturating_sub(1).min(5)).min(RETRY_REFUSED)
+}
 
 /// How long after its `attempts`-th failed move a member is asked for
 /// again: 5 s more each time, at most a minute (a budget change does not
@@ -341,7 +348,7 @@ pub fn pass(operation: &Operation, view: &View, retry_refused: bool, now: Timest
     let room = usize::try_from(limit).unwrap_or(usize::MAX).saturating_sub(in_flight);
     let due = |s: &&OperationStep| match s.state {
         StepState::Waiting => true,
-        StepState::Refused => retry_refused || s.since.age(now) >= RETRY_REFUSED,
+        StepState::Refused => retry_refused || tried(s).age(now) >= refused_retry(s.attempts),
         StepState::MoveFailed => s.since.age(now) >= move_retry(s.attempts),
         _ => false,
     };
@@ -392,10 +399,16 @@ fn blocker(status: &OperationStatus, waiting_on: &[String]) -> Option<Blocker> {
     Some(Blocker { message: format!("waiting for {message}"), since, never: false })
 }
 
+/// When a step's member was last asked for.
+fn tried(step: &OperationStep) -> Timestamp {
+    step.tried_at.unwrap_or(step.since)
+}
+
 /// Records how the eviction of `member` went.
 pub fn record(status: &mut OperationStatus, member: &str, force: bool, outcome: Outcome, now: Timestamp) {
     let Some(step) = status.steps.iter_mut().find(|s| s.member == member) else { return };
     step.attempts += 1;
+    step.tried_at = Some(now);
     match outcome {
         Outcome::Evicted(message) => {
             step.state = StepState::Evicted;
@@ -433,13 +446,10 @@ pub fn next_pass(operation: &Operation, now: Timestamp) -> Option<Duration> {
     let retry = status
         .steps
         .iter()
-        .filter_map(|s| {
-            match s.state {
-                StepState::Refused => Some(RETRY_REFUSED),
-                StepState::MoveFailed => Some(move_retry(s.attempts)),
-                _ => None,
-            }
-            .map(|pause| pause.saturating_sub(s.since.age(now)))
+        .filter_map(|s| match s.state {
+            StepState::Refused => Some(refused_retry(s.attempts).saturating_sub(tried(s).age(now))),
+            StepState::MoveFailed => Some(move_retry(s.attempts).saturating_sub(s.since.age(now))),
+            _ => None,
         })
         .min();
     let deadline = match (operation.spec.deadline, status.started_at) {
@@ -563,11 +573,14 @@ mod tests {
         assert_eq!(pass(&mut op, &members, false, at(1)), vec!["db-r-0"]);
         let refused = || Outcome::Refused { message: "budget q needs 2 healthy, has 2".into(), never: false };
         record(&mut op.status, "db-r-0", false, refused(), at(1));
-        assert!(pass(&mut op, &members, false, at(2)).is_empty(), "not due yet");
-        assert_eq!(next_pass(&op, at(2)), Some(Duration::from_secs(4)));
-        assert_eq!(pass(&mut op, &members, true, at(2)), vec!["db-r-0"], "a budget changed: due");
-        record(&mut op.status, "db-r-0", false, refused(), at(2));
-        assert_eq!(pass(&mut op, &members, false, at(6)), vec!["db-r-0"], "5 s after the first refusal");
+        assert_eq!(next_pass(&op, at(1)), Some(Duration::from_millis(250)), "first again after 250 ms");
+        assert_eq!(pass(&mut op, &members, true, at(1)), vec!["db-r-0"], "a budget changed: due");
+        for t in 2..12 {
+            record(&mut op.status, "db-r-0", false, refused(), at(t));
+        }
+        assert!(pass(&mut op, &members, false, at(15)).is_empty(), "not due yet: every 5 s at most");
+        assert_eq!(next_pass(&op, at(15)), Some(Duration::from_secs(1)));
+        assert_eq!(pass(&mut op, &members, false, at(16)), vec!["db-r-0"], "5 s after the last refusal");
         let blocker = op.status.blocker.clone().unwrap();
         assert_eq!((blocker.message.as_str(), blocker.since), ("budget q needs 2 healthy, has 2", at(1)));
         assert_eq!(op.status.history.iter().filter(|h| h.message.contains("refused")).count(), 1, "said once");

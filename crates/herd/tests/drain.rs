@@ -49,20 +49,25 @@ async fn a_drain_moves_every_member_off_the_node_under_its_budget() {
     let before = configured(server, "web", 6, Duration::from_secs(90)).await;
     counted(server, "web-one", 6, 1).await;
     let node = before[0].spec.node.clone().unwrap();
-    let on_node: Vec<String> =
-        before.iter().filter(|m| m.spec.node.as_deref() == Some(&node)).map(|m| m.metadata.name.clone()).collect();
 
     let dry = herd(server, &["node", "drain", &node, "--dry-run"]);
     assert!(dry.status.success(), "{}", stderr(&dry));
-    assert!(stdout(&dry).contains(&format!("{}: allowed", on_node[0])), "{}", stdout(&dry));
+    assert!(stdout(&dry).contains(&format!("{}: allowed", before[0].metadata.name)), "{}", stdout(&dry));
     assert!(server.admin().list::<OperationSpec>("").await.unwrap().is_empty(), "a dry run creates nothing");
 
+    // What the node holds as the drain starts.
+    let at_start = common::apps::list_members(server, "web").await;
+    let on_node: Vec<String> =
+        at_start.iter().filter(|m| m.spec.node.as_deref() == Some(&node)).map(|m| m.metadata.name.clone()).collect();
     let out = herd_blocking(server, &["node", "drain", &node]).await;
     assert!(out.status.success(), "{}\n{}", stdout(&out), stderr(&out));
+    let placed: Vec<(String, Option<String>)> =
+        at_start.iter().map(|m| (m.metadata.name.clone(), m.spec.node.clone())).collect();
     assert!(
         stdout(&out).contains(&format!("succeeded: node {node} drained: {} members moved", on_node.len())),
-        "{}",
-        stdout(&out)
+        "{}\n{}\nat the start: {placed:?}",
+        stdout(&out),
+        stderr(&out)
     );
     assert!(stderr(&out).contains("evicted:"), "each step is told as it happens: {}", stderr(&out));
 

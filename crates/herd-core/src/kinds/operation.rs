@@ -134,9 +134,11 @@ pub struct OperationStep {
     pub state: StepState,
     /// Since when it is in this state.
     pub since: Timestamp,
-    /// Evictions asked for it so far.
+    /// Evictions asked for it so far, and when the last was.
     #[serde(default)]
     pub attempts: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tried_at: Option<Timestamp>,
     /// Evicted without asking the budgets (the deadline's `force`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub forced: bool,
