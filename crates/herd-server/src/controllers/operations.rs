@@ -25,7 +25,7 @@ use crate::error::ApiError;
 use crate::events::EventRecorder;
 use crate::eviction::Disruption;
 use crate::nodes::cluster_config;
-use crate::objects::{Objects, ObjectsError, Part, now};
+use crate::objects::{Objects, ObjectsError, now};
 use crate::reflector::Reflector;
 use herd_core::kinds::ClusterConfigSpec;
 
@@ -159,7 +159,12 @@ impl Controller for OperationsController {
         let retry_refused = budgets_now != self.budgets_seen;
         self.budgets_seen = budgets_now;
         let mut next = PASS_INTERVAL;
-        for op in self.operations.list() {
+        let unfinished = self.operations.map(|o| (!o.status.phase.is_finished()).then(|| o.metadata.name.clone()));
+        for name in unfinished.into_iter().flatten() {
+            // Read from the store, not the cache: a pass must start from the
+            // last status written (the cache may not show it yet, and a pass
+            // on an older one would forget the steps taken since).
+            let Some(op) = self.objects.get::<OperationSpec>(&name).await? else { continue };
             let status = match op.status.phase {
                 OperationPhase::Pending => self.begin(&op).await?,
                 OperationPhase::Running => self.work(&op, retry_refused).await,
@@ -171,19 +176,12 @@ impl Controller for OperationsController {
             if status == op.status {
                 continue;
             }
-            let name = op.metadata.name.clone();
-            let written = self
-                .objects
-                .modify::<OperationSpec, ObjectsError>(&name, Part::Status, |stored| {
-                    if stored.status.phase.is_finished() || stored.status == status {
-                        return Ok(false);
-                    }
-                    stored.status = status.clone();
-                    Ok(true)
-                })
-                .await;
-            match written {
+            // Only over the object this pass started from: anything written
+            // meanwhile (a cancel, a pass of another leader) is where the
+            // next pass starts (an eviction asked again is the same one).
+            match self.objects.update_status(Operation { status, ..op }, false).await {
                 Ok(_) | Err(ObjectsError::NotFound { .. }) => {}
+                Err(ObjectsError::Conflict { .. }) => next = Duration::from_millis(100),
                 Err(other) => return Err(other),
             }
         }
