@@ -52,14 +52,16 @@ pub enum OutputFormat {
     Wide,
     Json,
     Yaml,
+    /// `kind/name` lines (objects only: `herd get`, `herd events`).
+    Name,
 }
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// List objects of a kind, or show one.
+    /// List objects of a kind, or show one; with no kind, the kinds.
     Get {
         /// node, clusterconfig, lease, event (singular, plural or short name).
-        kind: String,
+        kind: Option<String>,
         name: Option<String>,
         /// Only objects whose labels match, e.g. `zone=a,role!=db`.
         #[arg(long, short = 'l')]
@@ -155,6 +157,8 @@ pub enum Command {
     /// heartbeat, keep the configuration serial as master candidates and
     /// carry out Commands on simulated members (no processes, no files).
     SimNodes(SimArgs),
+    /// The versions of this client and of the server it reaches.
+    Version,
     /// Print a shell completion script.
     Completion { shell: clap_complete::Shell },
     /// Internal: a detached copy worker, started by the agent.

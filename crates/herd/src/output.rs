@@ -257,8 +257,19 @@ pub fn print(kind: &str, value: &Value, items: &[Value], format: OutputFormat) -
                 println!("{}", table(kind, items, format == OutputFormat::Wide));
             }
         }
+        OutputFormat::Name => {
+            let kind = kind.to_ascii_lowercase();
+            for item in items {
+                println!("{kind}/{}", text(item, "/metadata/name"));
+            }
+        }
     }
     Ok(())
+}
+
+/// For commands whose output is not a list of objects.
+pub fn no_names(command: &str) -> anyhow::Error {
+    anyhow::anyhow!("-o name lists objects (herd get, herd events); {command} has none: use table, wide, json or yaml")
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ pub async fn status(client: &Client, format: OutputFormat) -> anyhow::Result<()>
             println!("{}", render(&status, Timestamp::from_system_time(SystemTime::now())));
             Ok(())
         }
+        OutputFormat::Name => Err(crate::output::no_names("herd cluster status")),
         OutputFormat::Json | OutputFormat::Yaml => {
             output::print("ClusterStatus", &serde_json::to_value(&status)?, &[], format)
         }
@@ -50,6 +51,7 @@ pub async fn verify(client: &Client, format: OutputFormat) -> anyhow::Result<i32
                 if report.offline.is_empty() { "none".to_string() } else { report.offline.join(", ") }
             );
         }
+        OutputFormat::Name => return Err(crate::output::no_names("herd cluster verify")),
         OutputFormat::Json | OutputFormat::Yaml => {
             output::print("ClusterVerify", &serde_json::to_value(&report)?, &[], format)?;
         }

@@ -29,6 +29,19 @@ pub async fn get(
     }
 }
 
+/// `herd get` with no kind: the kinds and the names they go by.
+pub fn kinds() {
+    let mut table = comfy_table::Table::new();
+    table.load_preset(comfy_table::presets::NOTHING);
+    table.set_header(["NAME", "SHORT", "KIND"]);
+    for kind in kinds::all() {
+        table.add_row([kind.plural, kind.short, kind.kind]);
+    }
+    for line in table.lines() {
+        println!("{}", line.strip_prefix(' ').unwrap_or(&line).trim_end());
+    }
+}
+
 fn timestamp(event: &Value) -> String {
     event.pointer("/spec/lastTimestamp").and_then(Value::as_str).unwrap_or_default().to_string()
 }

@@ -24,8 +24,20 @@ use herd_core::kinds::OperationAction;
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let conn = cli.conn;
     match cli.command {
-        Command::Get { kind, name, selector, output } => {
+        Command::Get { kind: None, .. } => {
+            get::kinds();
+            Ok(())
+        }
+        Command::Get { kind: Some(kind), name, selector, output } => {
             get::get(&context::client(&conn)?, &kind, name.as_deref(), selector.as_deref().unwrap_or(""), output).await
+        }
+        Command::Version => {
+            println!("client: herd {}", env!("CARGO_PKG_VERSION"));
+            let status = context::client(&conn)?.cluster_status().await.context("asking the server its version")?;
+            let answering = status.replicas.iter().find(|r| r.name == status.served_by);
+            let version = answering.map_or("unknown", |r| r.version.as_str());
+            println!("server: herd {version} (replica {})", status.served_by);
+            Ok(())
         }
         Command::Describe { kind, name } => get::describe(&context::client(&conn)?, &kind, &name).await,
         Command::Events { for_object, output } => {

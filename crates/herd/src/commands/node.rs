@@ -40,6 +40,7 @@ pub async fn volumes(client: &Client, node: &str, format: OutputFormat) -> anyho
             println!("{}", render(node, &stored));
             Ok(())
         }
+        OutputFormat::Name => Err(crate::output::no_names("herd node volumes")),
         OutputFormat::Json | OutputFormat::Yaml => {
             output::print("StoredVolumeList", &serde_json::to_value(&stored)?, &[], format)
         }

@@ -29,6 +29,7 @@ pub async fn list(client: &Client, format: OutputFormat) -> anyhow::Result<()> {
             println!("{}", render(&tokens.items, Timestamp::from_system_time(SystemTime::now())));
             Ok(())
         }
+        OutputFormat::Name => Err(crate::output::no_names("herd token list")),
         OutputFormat::Json | OutputFormat::Yaml => {
             output::print("JoinTokenList", &serde_json::to_value(&tokens.items)?, &[], format)
         }

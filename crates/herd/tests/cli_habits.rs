@@ -1,0 +1,41 @@
+//! The CLI habits kubectl users bring (issue 14), through the real binary
+//! against a real server: `herd get` with no kind lists the kinds, `-o
+//! name` prints `kind/name` lines (and is refused, naming why, where there
+//! are no objects to name), and `herd version` gives both versions.
+
+mod common;
+
+use common::TestServer;
+use common::cluster::cli;
+
+fn stdout(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn get_lists_the_kinds_names_only_output_and_both_versions() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path());
+
+    let out = cli(&server, &["get"]);
+    assert!(out.status.success(), "{out:?}");
+    let kinds = stdout(&out);
+    assert!(kinds.starts_with("NAME"), "{kinds}");
+    for row in ["disruptionbudgets  budget", "operations         op", "nodes              no"] {
+        assert!(kinds.contains(row), "{row:?} in {kinds}");
+    }
+
+    let out = cli(&server, &["get", "clusterconfig", "-o", "name"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(stdout(&out), "clusterconfig/cluster\n");
+    let out = cli(&server, &["get", "operations", "-o", "name"]);
+    assert!(out.status.success() && stdout(&out).is_empty(), "{out:?}");
+    let out = cli(&server, &["token", "list", "-o", "name"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("-o name lists objects"), "{out:?}");
+
+    let out = cli(&server, &["version"]);
+    assert!(out.status.success(), "{out:?}");
+    let version = env!("CARGO_PKG_VERSION");
+    assert!(stdout(&out).starts_with(&format!("client: herd {version}\nserver: herd {version} (replica ")), "{out:?}");
+}
