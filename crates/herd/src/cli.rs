@@ -68,6 +68,10 @@ pub enum Command {
         selector: Option<String>,
         #[arg(long, short, value_enum, default_value_t)]
         output: OutputFormat,
+        /// After the objects as they are, each change as it comes (until
+        /// Ctrl-C).
+        #[arg(long, short = 'w')]
+        watch: bool,
     },
     /// Show one object in detail, with its recent events.
     Describe { kind: String, name: String },

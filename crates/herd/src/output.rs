@@ -229,10 +229,16 @@ fn columns(kind: &str) -> Vec<Column> {
 }
 
 pub fn table(kind: &str, items: &[Value], wide_output: bool) -> String {
+    render(kind, items, wide_output, true)
+}
+
+fn render(kind: &str, items: &[Value], wide_output: bool, header: bool) -> String {
     let columns: Vec<Column> = columns(kind).into_iter().filter(|c| wide_output || !c.wide_only).collect();
     let mut table = Table::new();
     table.load_preset(presets::NOTHING);
-    table.set_header(columns.iter().map(|c| c.header));
+    if header {
+        table.set_header(columns.iter().map(|c| c.header));
+    }
     for item in items {
         table.add_row(columns.iter().map(|c| (c.cell)(item)));
     }
@@ -263,6 +269,19 @@ pub fn print(kind: &str, value: &Value, items: &[Value], format: OutputFormat) -
                 println!("{kind}/{}", text(item, "/metadata/name"));
             }
         }
+    }
+    Ok(())
+}
+
+/// One changed object of a watch, in the chosen format (a table row
+/// without its header).
+pub fn print_change(kind: &str, object: &Value, format: OutputFormat) -> anyhow::Result<()> {
+    match format {
+        OutputFormat::Table | OutputFormat::Wide => {
+            println!("{}", render(kind, std::slice::from_ref(object), format == OutputFormat::Wide, false))
+        }
+        OutputFormat::Yaml => print!("---\n{}", serde_saphyr::to_string(object)?),
+        OutputFormat::Json | OutputFormat::Name => print(kind, object, std::slice::from_ref(object), format)?,
     }
     Ok(())
 }

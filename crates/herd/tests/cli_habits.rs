@@ -1,7 +1,8 @@
 //! The CLI habits kubectl users bring (issue 14), through the real binary
 //! against a real server: `herd get` with no kind lists the kinds, `-o
 //! name` prints `kind/name` lines (and is refused, naming why, where there
-//! are no objects to name), and `herd version` gives both versions.
+//! are no objects to name), `herd version` gives both versions, and `herd
+//! get -w` shows the objects, then a change made after it started.
 
 mod common;
 
@@ -38,4 +39,28 @@ async fn get_lists_the_kinds_names_only_output_and_both_versions() {
     assert!(out.status.success(), "{out:?}");
     let version = env!("CARGO_PKG_VERSION");
     assert!(stdout(&out).starts_with(&format!("client: herd {version}\nserver: herd {version} (replica ")), "{out:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn get_watch_shows_the_objects_then_each_change() {
+    use std::time::Duration;
+
+    use herd_core::kinds::ClusterConfigSpec;
+    use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
+
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path());
+    let mut command = common::herd();
+    command.args(["--server", &server.url, "--token", common::ADMIN_TOKEN, "get", "clusterconfig", "-w"]);
+    let mut watching = common::Proc::spawn(command);
+    watching.wait_for_line("NAME", Duration::from_secs(10));
+    watching.wait_for_line("cluster", Duration::from_secs(10));
+
+    let admin = server.admin();
+    let mut config = admin.get::<ClusterConfigSpec>(CLUSTER_CONFIG_NAME).await.unwrap();
+    config.metadata.labels.insert("watched".into(), "yes".into());
+    admin.update(&config).await.unwrap();
+    let row = watching.wait_for_line("cluster", Duration::from_secs(10));
+    assert!(!row.contains("NAME"), "a change is a row without the header: {row}");
+    watching.kill9();
 }

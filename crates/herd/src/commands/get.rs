@@ -29,6 +29,32 @@ pub async fn get(
     }
 }
 
+/// `herd get -w`: the objects (or the one named) as they are, then each
+/// change as the store's watch brings it, from the list's revision on (so
+/// none is missed between the two).
+pub async fn watch(
+    client: &Client,
+    kind: &str,
+    name: Option<&str>,
+    selector: &str,
+    format: OutputFormat,
+) -> anyhow::Result<()> {
+    let kind = kinds::resolve(kind)?;
+    let list = client.list_values(kind.plural, selector).await?;
+    let named =
+        |object: &Value| name.is_none_or(|name| object.pointer("/metadata/name").and_then(Value::as_str) == Some(name));
+    let items: Vec<Value> = list.items.iter().filter(|o| named(o)).cloned().collect();
+    output::print(kind.kind, &json!({ "kind": format!("{}List", kind.kind), "items": items }), &items, format)?;
+    let mut changes = client.watch(kind.plural, Some(&list.metadata.resource_version), selector).await?;
+    while let Some(event) = changes.next().await {
+        let event = event?;
+        if named(&event.object) {
+            output::print_change(kind.kind, &event.object, format)?;
+        }
+    }
+    anyhow::bail!("the server ended the watch")
+}
+
 /// `herd get` with no kind: the kinds and the names they go by.
 pub fn kinds() {
     let mut table = comfy_table::Table::new();

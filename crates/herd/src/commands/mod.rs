@@ -28,8 +28,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             get::kinds();
             Ok(())
         }
-        Command::Get { kind: Some(kind), name, selector, output } => {
-            get::get(&context::client(&conn)?, &kind, name.as_deref(), selector.as_deref().unwrap_or(""), output).await
+        Command::Get { kind: Some(kind), name, selector, output, watch } => {
+            let selector = selector.as_deref().unwrap_or("");
+            let client = context::client(&conn)?;
+            if watch {
+                return get::watch(&client, &kind, name.as_deref(), selector, output).await;
+            }
+            get::get(&client, &kind, name.as_deref(), selector, output).await
         }
         Command::Version => {
             println!("client: herd {}", env!("CARGO_PKG_VERSION"));
