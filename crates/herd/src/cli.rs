@@ -97,6 +97,9 @@ pub enum Command {
         for_object: Option<String>,
         #[arg(long, short, value_enum, default_value_t)]
         output: OutputFormat,
+        /// After the events so far, each new one as it comes (until Ctrl-C).
+        #[arg(long, short = 'w')]
+        watch: bool,
     },
     /// Print the end of a member's log (kept by its node's agent).
     Logs {

@@ -64,3 +64,34 @@ async fn get_watch_shows_the_objects_then_each_change() {
     assert!(!row.contains("NAME"), "a change is a row without the header: {row}");
     watching.kill9();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn events_watch_shows_a_new_event_about_the_object_followed() {
+    use std::time::Duration;
+
+    use herd_core::kinds::{EventSpec, InvolvedObject};
+
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path());
+    let now = herd_core::Timestamp::from_system_time(std::time::SystemTime::now());
+    let event = |node: &str, message: &str| EventSpec {
+        reason: "Probe".into(),
+        message: message.into(),
+        involved_object: InvolvedObject { kind: "Node".into(), name: node.into(), uid: None },
+        count: 1,
+        first_timestamp: now,
+        last_timestamp: now,
+        ..Default::default()
+    };
+    let admin = server.admin();
+    admin.create(&herd_core::Object::new("before", event("n9", "there before the watch"))).await.unwrap();
+    let mut command = common::herd();
+    command.args(["--server", &server.url, "--token", common::ADMIN_TOKEN, "events", "-w", "--for", "node/n9"]);
+    let mut watching = common::Proc::spawn(command);
+    watching.wait_for_line("there before the watch", Duration::from_secs(10));
+    admin.create(&herd_core::Object::new("other", event("n8", "about another node"))).await.unwrap();
+    admin.create(&herd_core::Object::new("probe", event("n9", "followed from the test"))).await.unwrap();
+    let line = watching.wait_for_line("Probe", Duration::from_secs(10));
+    assert!(line.contains("followed from the test"), "only events about node/n9: {line}");
+    watching.kill9();
+}

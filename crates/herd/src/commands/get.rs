@@ -72,25 +72,29 @@ fn timestamp(event: &Value) -> String {
     event.pointer("/spec/lastTimestamp").and_then(Value::as_str).unwrap_or_default().to_string()
 }
 
-/// Events about one object (`kind/name`), or all, oldest first.
-async fn list_events(client: &Client, about: Option<(&str, &str)>) -> anyhow::Result<Vec<Value>> {
-    let mut events: Vec<Value> = client
-        .list_values("events", "")
-        .await?
-        .items
-        .into_iter()
-        .filter(|e| {
-            about.is_none_or(|(kind, name)| {
-                e.pointer("/spec/involvedObject/kind").and_then(Value::as_str) == Some(kind)
-                    && e.pointer("/spec/involvedObject/name").and_then(Value::as_str) == Some(name)
-            })
-        })
-        .collect();
-    events.sort_by_key(timestamp);
-    Ok(events)
+/// Whether an Event is about `about` (`(kind, name)`; None: about anything).
+fn is_about(event: &Value, about: Option<(&str, &str)>) -> bool {
+    about.is_none_or(|(kind, name)| {
+        event.pointer("/spec/involvedObject/kind").and_then(Value::as_str) == Some(kind)
+            && event.pointer("/spec/involvedObject/name").and_then(Value::as_str) == Some(name)
+    })
 }
 
-pub async fn events(client: &Client, for_object: Option<&str>, format: OutputFormat) -> anyhow::Result<()> {
+/// Events about one object (`kind/name`), or all, oldest first, and the
+/// revision they were listed at.
+async fn list_events(client: &Client, about: Option<(&str, &str)>) -> anyhow::Result<(Vec<Value>, String)> {
+    let list = client.list_values("events", "").await?;
+    let mut events: Vec<Value> = list.items.into_iter().filter(|e| is_about(e, about)).collect();
+    events.sort_by_key(timestamp);
+    Ok((events, list.metadata.resource_version))
+}
+
+pub async fn events(
+    client: &Client,
+    for_object: Option<&str>,
+    format: OutputFormat,
+    watch: bool,
+) -> anyhow::Result<()> {
     let about = match for_object {
         Some(spec) => {
             let (kind, name) = spec.split_once('/').context("--for takes kind/name, like node/node-1")?;
@@ -98,8 +102,19 @@ pub async fn events(client: &Client, for_object: Option<&str>, format: OutputFor
         }
         None => None,
     };
-    let events = list_events(client, about).await?;
-    output::print("Event", &json!({ "kind": "EventList", "items": events }), &events, format)
+    let (events, revision) = list_events(client, about).await?;
+    output::print("Event", &json!({ "kind": "EventList", "items": events }), &events, format)?;
+    if !watch {
+        return Ok(());
+    }
+    let mut changes = client.watch("events", Some(&revision), "").await?;
+    while let Some(change) = changes.next().await {
+        let change = change?;
+        if change.type_ != herd_core::api::WatchEventType::Deleted && is_about(&change.object, about) {
+            output::print_change("Event", &change.object, format)?;
+        }
+    }
+    anyhow::bail!("the server ended the watch")
 }
 
 pub async fn describe(client: &Client, kind: &str, name: &str) -> anyhow::Result<()> {
@@ -109,7 +124,7 @@ pub async fn describe(client: &Client, kind: &str, name: &str) -> anyhow::Result
         println!("{summary}");
     }
     print!("{}", serde_saphyr::to_string(&object)?);
-    let events = list_events(client, Some((kind.kind, name))).await?;
+    let (events, _) = list_events(client, Some((kind.kind, name))).await?;
     println!("\nEvents:");
     if events.is_empty() {
         println!("  <none>");

@@ -45,8 +45,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Describe { kind, name } => get::describe(&context::client(&conn)?, &kind, &name).await,
-        Command::Events { for_object, output } => {
-            get::events(&context::client(&conn)?, for_object.as_deref(), output).await
+        Command::Events { for_object, output, watch } => {
+            get::events(&context::client(&conn)?, for_object.as_deref(), output, watch).await
         }
         Command::Apply { file, dry_run } => apply::apply(&context::client(&conn)?, &file, dry_run).await,
         Command::Delete { kind, name, dry_run } => apply::delete(&context::client(&conn)?, &kind, &name, dry_run).await,
