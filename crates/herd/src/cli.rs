@@ -211,6 +211,18 @@ pub enum MemberCommand {
 
 #[derive(Subcommand, Debug)]
 pub enum AppClusterCommand {
+    /// Wait until an AppCluster is configured (every member configured and
+    /// ready, nothing pending), with a progress bar. Exit code 0 when it
+    /// is, 1 at the timeout or when a member is in config error.
+    Wait {
+        name: String,
+        /// The state to wait for (only `configured` for now).
+        #[arg(long = "for", value_parser = ["configured"], default_value = "configured")]
+        state: String,
+        /// How long to wait.
+        #[arg(long, value_parser = duration, default_value = "5m")]
+        timeout: HumanDuration,
+    },
     /// Restart every member of one role in place, each asked of its
     /// disruption budgets first (a durable Operation, followed as `herd
     /// node drain` is): the canaries first, alone, and the rest only once

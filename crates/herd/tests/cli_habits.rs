@@ -95,3 +95,17 @@ async fn events_watch_shows_a_new_event_about_the_object_followed() {
     assert!(line.contains("followed from the test"), "only events about node/n9: {line}");
     watching.kill9();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn appcluster_wait_returns_once_configured_and_says_a_missing_one_is_missing() {
+    let nodes = common::apps::nodes(2).await;
+    let server = &nodes.server;
+    let out = cli(server, &["appcluster", "wait", "nope", "--timeout", "5s"]);
+    assert_eq!(out.status.code(), Some(3), "a missing object is exit code 3: {out:?}");
+    common::budgets::apply_web(server, nodes.dir.path(), "web", 2, "");
+    let out = cli(server, &["appcluster", "wait", "web", "--for", "configured", "--timeout", "90s"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(stdout(&out), "appcluster/web configured: 2 members ready\n");
+    let members = common::apps::list_members(server, "web").await;
+    assert!(members.iter().all(|m| m.status.ready), "it returned only once every member was ready");
+}

@@ -111,6 +111,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let limits = operation::Limits { deadline, on_deadline: on_deadline.into(), max_parallel };
             operation::start(&client, &format!("drain-{name}"), action, limits, detach).await
         }
+        Command::AppCluster { command: AppClusterCommand::Wait { name, state: _, timeout } } => {
+            operation::wait_configured(&context::client(&conn)?, &name, timeout.get()).await
+        }
         Command::AppCluster {
             command: AppClusterCommand::Restart { name, role, canary, max_parallel, deadline, on_deadline, detach },
         } => {

@@ -1,4 +1,4 @@
-//! `herd node drain|undrain`, `herd appcluster restart` and `herd
+//! `herd node drain|undrain`, `herd appcluster restart|wait` and `herd
 //! operation cancel`: a drain or a rolling restart is an Operation the
 //! server carries out; the CLI creates it and follows it
 //! (a progress bar, the blocker and since when, each step as it
@@ -9,8 +9,10 @@ use std::time::{Duration, SystemTime};
 use anyhow::{Context, bail};
 use herd_client::Client;
 use herd_core::api::{NodeRoleRequest, StatusReason};
+use herd_core::kinds::app_cluster::ClusterState;
 use herd_core::kinds::{
-    MemberSpec, NodeRole, NodeSpec, OnDeadline, Operation, OperationAction, OperationPhase, OperationSpec, TARGET_LABEL,
+    AppClusterSpec, MemberSpec, MemberState, NodeRole, NodeSpec, OnDeadline, Operation, OperationAction,
+    OperationPhase, OperationSpec, TARGET_LABEL,
 };
 use herd_core::time::HumanDuration;
 use herd_core::units::short_duration;
@@ -57,14 +59,56 @@ pub async fn start(
     follow(client, &name).await
 }
 
-/// Follows an Operation to its end; Ctrl-C detaches.
-async fn follow(client: &Client, name: &str) -> anyhow::Result<()> {
+/// `herd appcluster wait NAME --for configured`: a progress bar of the
+/// members ready until the cluster is configured, for at most `timeout`;
+/// a member in config error ends the wait at once, naming it.
+pub async fn wait_configured(client: &Client, name: &str, timeout: Duration) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let bar = progress_bar("{spinner} [{bar:30}] {pos}/{len} members ready {wide_msg}");
+    loop {
+        let cluster = client.get::<AppClusterSpec>(name).await?;
+        let members = client.list::<MemberSpec>(&format!("herd.io/cluster={name}")).await?;
+        let wanted: u32 = cluster.spec.roles.iter().map(|r| r.members).sum();
+        let ready = members.iter().filter(|m| m.status.ready).count();
+        bar.set_length(u64::from(wanted));
+        bar.set_position(ready as u64);
+        let current = cluster.status.observed_generation == Some(cluster.metadata.generation);
+        if current && cluster.status.state == ClusterState::Configured {
+            bar.finish_and_clear();
+            println!("appcluster/{name} configured: {wanted} members ready");
+            return Ok(());
+        }
+        if let Some(broken) = members.iter().find(|m| m.status.state == MemberState::ConfigError) {
+            bar.finish_and_clear();
+            let why = broken.status.state_detail.config_error_detail.as_deref().unwrap_or("config error");
+            bail!("appcluster/{name}: member {} is in config error: {why}", broken.metadata.name);
+        }
+        let waiting: Vec<&str> =
+            members.iter().filter(|m| !m.status.ready).map(|m| m.metadata.name.as_str()).take(3).collect();
+        bar.set_message(if waiting.is_empty() { String::new() } else { format!("waiting for {}", waiting.join(", ")) });
+        if tokio::time::Instant::now() >= deadline {
+            bar.finish_and_clear();
+            bail!(
+                "appcluster/{name} is not configured after {}: {ready} of {wanted} members ready ({:?})",
+                humantime::format_duration(timeout),
+                cluster.status.state
+            );
+        }
+        tokio::time::sleep(FOLLOW_EVERY).await;
+    }
+}
+
+fn progress_bar(template: &str) -> ProgressBar {
     let bar = ProgressBar::new(0);
     bar.set_style(
-        ProgressStyle::with_template("{spinner} [{bar:30}] {pos}/{len} members {wide_msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("#>-"),
+        ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar()).progress_chars("#>-"),
     );
+    bar
+}
+
+/// Follows an Operation to its end; Ctrl-C detaches.
+async fn follow(client: &Client, name: &str) -> anyhow::Result<()> {
+    let bar = progress_bar("{spinner} [{bar:30}] {pos}/{len} members {wide_msg}");
     let say = |line: String| if bar.is_hidden() { eprintln!("{line}") } else { bar.println(line) };
     let mut seen_history: Option<herd_core::time::Timestamp> = None;
     loop {
