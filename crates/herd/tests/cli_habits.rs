@@ -1,6 +1,6 @@
 //! The CLI habits kubectl users bring (issue 14), through the real binary
 //! against a real server: `herd get` with no kind lists the kinds, `-o
-//! name` prints `kind/name` lines (and is refused, naming why, where there
+//! name` prints `kind/name` lines, `herd get all` every kind's objects (and is refused, naming why, where there
 //! are no objects to name), `herd version` gives both versions, and `herd
 //! get -w` shows the objects, then a change made after it started.
 
@@ -29,6 +29,14 @@ async fn get_lists_the_kinds_names_only_output_and_both_versions() {
     let out = cli(&server, &["get", "clusterconfig", "-o", "name"]);
     assert!(out.status.success(), "{out:?}");
     assert_eq!(stdout(&out), "clusterconfig/cluster\n");
+    let out = cli(&server, &["get", "all", "-o", "name"]);
+    assert!(out.status.success(), "{out:?}");
+    let names = stdout(&out);
+    for name in ["clusterconfig/cluster\n", "lease/herd-leader\n"] {
+        assert!(names.contains(name), "{name:?} in {names}");
+    }
+    let out = cli(&server, &["get", "all"]);
+    assert!(stdout(&out).contains("clusterconfigs:\nNAME"), "a table per kind: {out:?}");
     let out = cli(&server, &["get", "operations", "-o", "name"]);
     assert!(out.status.success() && stdout(&out).is_empty(), "{out:?}");
     let out = cli(&server, &["token", "list", "-o", "name"]);

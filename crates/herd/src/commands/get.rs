@@ -15,6 +15,9 @@ pub async fn get(
     selector: &str,
     format: OutputFormat,
 ) -> anyhow::Result<()> {
+    if kind == "all" && name.is_none() {
+        return all(client, selector, format).await;
+    }
     let kind = kinds::resolve(kind)?;
     match name {
         Some(name) => {
@@ -27,6 +30,29 @@ pub async fn get(
             output::print(kind.kind, &value, &list.items, format)
         }
     }
+}
+
+/// `herd get all`: every kind's objects, a table each (kinds with none
+/// left out); as JSON or YAML one list of them all.
+async fn all(client: &Client, selector: &str, format: OutputFormat) -> anyhow::Result<()> {
+    let mut everything = Vec::new();
+    for kind in kinds::all() {
+        let items = client.list_values(kind.plural, selector).await?.items;
+        if items.is_empty() {
+            continue;
+        }
+        match format {
+            OutputFormat::Table | OutputFormat::Wide => {
+                println!("{}:\n{}\n", kind.plural, output::table(kind.kind, &items, format == OutputFormat::Wide));
+            }
+            OutputFormat::Name => output::print(kind.kind, &Value::Null, &items, format)?,
+            OutputFormat::Json | OutputFormat::Yaml => everything.extend(items),
+        }
+    }
+    if matches!(format, OutputFormat::Json | OutputFormat::Yaml) {
+        output::print("List", &json!({ "kind": "List", "items": everything }), &everything, format)?;
+    }
+    Ok(())
 }
 
 /// `herd get -w`: the objects (or the one named) as they are, then each
@@ -63,6 +89,7 @@ pub fn kinds() {
     for kind in kinds::all() {
         table.add_row([kind.plural, kind.short, kind.kind]);
     }
+    table.add_row(["all", "", "(every kind above)"]);
     for line in table.lines() {
         println!("{}", line.strip_prefix(' ').unwrap_or(&line).trim_end());
     }
