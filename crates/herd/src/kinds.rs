@@ -1,6 +1,5 @@
 //! The names users type for kinds: `node`, `nodes`, `no`, `Node`.
 
-use anyhow::bail;
 use herd_core::kinds::{
     AppClusterSpec, AppSpec, ClusterConfigSpec, CommandSpec, DisruptionBudgetSpec, EventSpec, LeaseSpec, MemberSpec,
     NodeSpec, OperationSpec, ReplicaSpec,
@@ -54,7 +53,8 @@ pub fn resolve(name: &str) -> anyhow::Result<KindName> {
         }
     }
     let known: Vec<_> = all().iter().map(|k| k.plural).collect();
-    bail!("unknown kind {name:?}; known kinds: {}", known.join(", "))
+    Err(crate::Usage(format!("unknown kind {name:?}; known kinds: {} (`herd get` lists them)", known.join(", ")))
+        .into())
 }
 
 /// The kind named by a manifest's `kind` field (`Node`).

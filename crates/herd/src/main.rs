@@ -18,8 +18,24 @@ use clap::Parser;
 use herd_client::ClientError;
 use herd_core::api::StatusReason;
 
+/// A command given wrongly (an unknown kind, a malformed argument): exit
+/// code 2, as clap's own usage errors.
+#[derive(Debug)]
+pub struct Usage(pub String);
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Usage {}
+
 fn exit_code(error: &anyhow::Error) -> u8 {
     if let Some(herd_server::ServerError::Settings(_)) = error.downcast_ref() {
+        return 2;
+    }
+    if error.downcast_ref::<Usage>().is_some() {
         return 2;
     }
     match error.downcast_ref::<ClientError>().and_then(ClientError::reason) {

@@ -117,3 +117,38 @@ async fn appcluster_wait_returns_once_configured_and_says_a_missing_one_is_missi
     let members = common::apps::list_members(server, "web").await;
     assert!(members.iter().all(|m| m.status.ready), "it returned only once every member was ready");
 }
+
+/// The documented exit codes (README): 0 success, 1 error, 2 usage error,
+/// 3 not found, 4 conflict; across get, describe, delete, logs, apply and
+/// the Operations' commands.
+#[tokio::test(flavor = "multi_thread")]
+async fn exit_codes_are_the_documented_ones_in_every_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path());
+    let invalid = dir.path().join("invalid.yaml");
+    std::fs::write(
+        &invalid,
+        "apiVersion: herd/v1\nkind: DisruptionBudget\nmetadata: {name: b}\nspec: {selector: ''}\n",
+    )
+    .unwrap();
+    let invalid = invalid.to_str().unwrap();
+    for (args, code) in [
+        (&["get", "clusterconfig", "cluster"][..], 0),
+        (&["get", "node", "nope"], 3),
+        (&["describe", "node", "nope"], 3),
+        (&["delete", "node", "nope"], 3),
+        (&["logs", "member/nope"], 3),
+        (&["node", "drain", "nope", "--detach"], 3),
+        (&["appcluster", "restart", "nope", "--role", "r"], 3),
+        (&["operation", "cancel", "nope"], 3),
+        (&["get", "nope"], 2),
+        (&["events", "--for", "node"], 2),
+        (&["get", "nodes", "--bogus"], 2),
+        (&["delete", "clusterconfig", "cluster"], 4),
+        (&["apply", "-f", invalid], 1),
+        (&["apply", "-f", "/nonexistent.yaml"], 1),
+    ] {
+        let out = cli(&server, args);
+        assert_eq!(out.status.code(), Some(code), "herd {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+    }
+}

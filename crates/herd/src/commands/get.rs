@@ -1,6 +1,5 @@
 //! `herd get`, `herd describe`, `herd events`.
 
-use anyhow::Context;
 use herd_client::Client;
 use serde_json::{Value, json};
 
@@ -124,7 +123,8 @@ pub async fn events(
 ) -> anyhow::Result<()> {
     let about = match for_object {
         Some(spec) => {
-            let (kind, name) = spec.split_once('/').context("--for takes kind/name, like node/node-1")?;
+            let (kind, name) =
+                spec.split_once('/').ok_or_else(|| crate::Usage("--for takes kind/name, like node/node-1".into()))?;
             Some((kinds::resolve(kind)?.kind, name))
         }
         None => None,

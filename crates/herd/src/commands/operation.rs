@@ -37,6 +37,11 @@ pub async fn start(
     limits: Limits,
     detach: bool,
 ) -> anyhow::Result<()> {
+    // What it names must exist: a missing one is exit code 3, as everywhere.
+    match &action {
+        OperationAction::Drain { node } => drop(client.get::<NodeSpec>(node).await?),
+        OperationAction::Restart { cluster, .. } => drop(client.get::<AppClusterSpec>(cluster).await?),
+    }
     let stamp = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_millis();
     let what = match &action {
         OperationAction::Drain { node } => format!("draining node {node}"),
