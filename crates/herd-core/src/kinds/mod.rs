@@ -9,6 +9,7 @@ pub mod disruption_budget;
 pub mod event;
 pub mod lease;
 pub mod member;
+pub mod member_run;
 pub mod node;
 pub mod operation;
 pub mod replica;

@@ -1,0 +1,76 @@
+//! `MemberRun`: how a member runs (its process, environment, volumes,
+//! readiness check and drain hook), as a StartMember or MigrateMember
+//! Command carries it and an App's role declares it.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::time::HumanDuration;
+use crate::validation::{FieldPath, ValidationErrors, check_env, check_unique_names};
+
+/// How a member runs: the process and its volumes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MemberRun {
+    /// The program and its arguments.
+    pub command: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub volumes: Vec<VolumeSpec>,
+    /// Run by the agent while the member runs; its result is reported
+    /// with the member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readiness: Option<super::app::ReadinessCheck>,
+    /// BOSH's drain script: run by the agent before it stops the member
+    /// (a restart, a move, a removal), with `--drain`, for at most its
+    /// timeout; the member is stopped afterwards whatever it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain: Option<DrainHook>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DrainHook {
+    /// The script's text, run by `sh` in the member's environment as
+    /// `<script> --drain`.
+    pub script: String,
+    /// How long it may take before the member is stopped anyway [default: 30s].
+    #[serde(default = "default_drain_timeout")]
+    pub timeout: HumanDuration,
+}
+
+fn default_drain_timeout() -> HumanDuration {
+    HumanDuration::from_secs(30)
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct VolumeSpec {
+    pub name: String,
+    /// Persistent volumes survive member restarts; the others are wiped at
+    /// every start.
+    #[serde(default)]
+    pub persistent: bool,
+}
+
+impl MemberRun {
+    /// The names of its persistent volumes (those a restart keeps and a
+    /// move must carry).
+    pub fn persistent_volumes(&self) -> impl Iterator<Item = &str> {
+        self.volumes.iter().filter(|v| v.persistent).map(|v| v.name.as_str())
+    }
+
+    pub(crate) fn validate(&self, path: &FieldPath, errors: &mut ValidationErrors) {
+        if self.command.first().is_none_or(|program| program.is_empty()) {
+            errors.add(&path.child("command"), "must name a program to run");
+        }
+        check_unique_names(&path.child("volumes"), self.volumes.iter().map(|v| v.name.as_str()), errors);
+        check_env(&path.child("env"), &self.env, errors);
+        if let Some(check) = &self.readiness {
+            check.validate(&path.child("readiness"), errors);
+        }
+    }
+}
