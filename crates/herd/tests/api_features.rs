@@ -245,8 +245,8 @@ async fn cli_apply_get_delete_and_exit_codes() {
     // Exit codes: 3 not found, 4 conflict, 2 usage, 1 other errors; bad input names the field.
     assert_eq!(run(&["get", "node", "nope"]).status.code(), Some(3));
     assert_eq!(run(&["delete", "node", "nope"]).status.code(), Some(3));
-    assert_eq!(run(&["get"]).status.code(), Some(2));
-    assert_eq!(run(&["get", "pods"]).status.code(), Some(1));
+    assert_eq!(run(&["get"]).status.code(), Some(0), "with no kind: the kinds");
+    assert_eq!(run(&["get", "pods"]).status.code(), Some(2), "an unknown kind is a usage error");
     std::fs::write(&manifest, "kind: Node\nmetadata:\n  name: n1\nspec:\n  role: boss\n").unwrap();
     let out = run(&["apply", "-f", manifest.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
