@@ -10,10 +10,11 @@
 //! "3,10,30"), BENCH_ROUNDS (default 5), HERD_BIN. The agents heartbeat
 //! every 2 s (the default), and report a member change at once.
 
+mod floors;
 mod processes;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, bail};
@@ -32,19 +33,7 @@ const RUN: [&str; 2] = ["sleep", "3600"];
 
 /// The floor: the member's process started and its setup run directly.
 fn floor(dir: &Path) -> anyhow::Result<Duration> {
-    std::fs::create_dir_all(dir)?;
-    std::fs::write(dir.join("setup.sh"), SETUP)?;
-    let started = Instant::now();
-    let mut member = Command::new(RUN[0]).arg(RUN[1]).stdin(Stdio::null()).spawn()?;
-    let setup =
-        Command::new("sh").arg(dir.join("setup.sh")).arg("--configure").env("HERD_VOLUME_HERD", dir).status()?;
-    let took = started.elapsed();
-    let _ = member.kill();
-    let _ = member.wait();
-    if !setup.success() {
-        bail!("the setup script failed when run directly");
-    }
-    Ok(took)
+    floors::start_and_set_up(dir, SETUP, RUN)
 }
 
 async fn members(admin: &Client, cluster: &str) -> Vec<Member> {

@@ -15,6 +15,7 @@
 //! Options (environment): BENCH_MEMBERS (default 10), BENCH_ROUNDS
 //! (default 3), HERD_BIN.
 
+mod floors;
 mod processes;
 
 use std::path::{Path, PathBuf};
@@ -40,22 +41,12 @@ const NODES: [&str; 3] = ["node-1", "node-2", "node-3"];
 /// One member's own work, directly: its process stopped, a new one
 /// started, its setup run.
 fn member_floor(dir: &Path, pause: &str) -> anyhow::Result<Duration> {
-    std::fs::create_dir_all(dir)?;
-    std::fs::write(dir.join("setup.sh"), setup(pause))?;
     let mut old = Command::new(RUN[0]).arg(RUN[1]).stdin(Stdio::null()).spawn()?;
     let started = Instant::now();
     old.kill()?;
     old.wait()?;
-    let mut new = Command::new(RUN[0]).arg(RUN[1]).stdin(Stdio::null()).spawn()?;
-    let setup =
-        Command::new("sh").arg(dir.join("setup.sh")).arg("--configure").env("HERD_VOLUME_HERD", dir).status()?;
-    let took = started.elapsed();
-    let _ = new.kill();
-    let _ = new.wait();
-    if !setup.success() {
-        bail!("the setup script failed when run directly");
-    }
-    Ok(took)
+    let stopped = started.elapsed();
+    Ok(stopped + floors::start_and_set_up(dir, &setup(pause), RUN)?)
 }
 
 async fn role(admin: &Client, node: &str, role: NodeRole) -> anyhow::Result<()> {

@@ -401,18 +401,25 @@ impl Members {
         self.persist(member)
     }
 
-    /// Runs the member's drain hook (`sh -c <script> herd-drain --drain`,
-    /// in its environment) for at most its timeout; what it says is logged.
-    async fn drain_hook(&self, record: &MemberRecord, hook: &DrainHook) {
-        let member = &record.name;
+    /// `sh -c <script> <args>` in the member's environment (its directory,
+    /// variables and volumes, its instance id), in a process group of its
+    /// own, its output piped: a RunScript, a drain hook.
+    pub fn shell(&self, record: &MemberRecord, script: &str, args: &[&str]) -> tokio::process::Command {
         let mut command = tokio::process::Command::new("sh");
-        command.args(["-c", &hook.script, "herd-drain", "--drain"]).current_dir(self.member_dir(member));
+        command.arg("-c").arg(script).args(args).current_dir(self.member_dir(&record.name));
         command.envs(&record.run.env).envs(self.member_env(record));
         if let Some(process) = &record.process {
             command.env("HERD_INSTANCE_ID", &process.instance_id);
         }
         command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0).kill_on_drop(true);
-        let child = match command.spawn() {
+        command
+    }
+
+    /// Runs the member's drain hook (`sh -c <script> herd-drain --drain`,
+    /// in its environment) for at most its timeout; what it says is logged.
+    async fn drain_hook(&self, record: &MemberRecord, hook: &DrainHook) {
+        let member = &record.name;
+        let child = match self.shell(record, &hook.script, &["herd-drain", "--drain"]).spawn() {
             Ok(child) => child,
             Err(error) => {
                 tracing::warn!(member, %error, "could not start the drain hook; stopping the member anyway");

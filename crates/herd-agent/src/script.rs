@@ -2,7 +2,6 @@
 //! its environment variables and volumes), in a process group of its own
 //! that is killed when the command's deadline passes.
 
-use std::process::Stdio;
 use std::time::SystemTime;
 
 use herd_core::Timestamp;
@@ -34,15 +33,7 @@ pub async fn run(
     deadline: Timestamp,
     started: impl FnOnce(u32),
 ) -> Result<ScriptOutcome, Failure> {
-    let member = &record.name;
-    let mut command = tokio::process::Command::new("sh");
-    command.arg("-c").arg(script).current_dir(members.member_dir(member)).envs(&record.run.env);
-    command.envs(members.member_env(record));
-    if let Some(process) = &record.process {
-        command.env("HERD_INSTANCE_ID", &process.instance_id);
-    }
-    command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0).kill_on_drop(true);
-    let mut child = command.spawn().map_err(|e| format!("starting the script: {e}"))?;
+    let mut child = members.shell(record, script, &[]).spawn().map_err(|e| format!("starting the script: {e}"))?;
     let pid = child.id().unwrap_or_default();
     started(pid);
     let (mut out, mut err) = (child.stdout.take(), child.stderr.take());

@@ -48,7 +48,7 @@ pub fn restart_step(member: &Member, report: Option<&MemberReport>, busy: bool) 
 /// The status with the restart begun: the instance it replaces.
 pub fn begin_restart(status: &MemberStatus, instance: &str) -> MemberStatus {
     let mut next = status.clone();
-    next.restart.get_or_insert_with(|| RestartProgress { instance: instance.to_string(), stopped: false });
+    next.restart.get_or_insert_with(|| RestartProgress { instance: instance.to_string() });
     next.reason = Some(format!("restarting (instance {instance} is stopped, then started again)"));
     next
 }
@@ -81,14 +81,14 @@ mod tests {
         assert_eq!(restart_step(&member(false, None), Some(&i1), false), RestartStep::Nothing);
         assert_eq!(restart_step(&member(true, None), Some(&i1), false), RestartStep::Stop);
         assert_eq!(restart_step(&member(true, None), Some(&i1), true), RestartStep::Nothing, "busy");
-        let begun = RestartProgress { instance: "i1".into(), stopped: false };
+        let begun = RestartProgress { instance: "i1".into() };
         assert_eq!(restart_step(&member(true, Some(begun.clone())), Some(&i1), false), RestartStep::Stop);
-        let stopped = RestartProgress { stopped: true, ..begun };
+        let stopped = begun;
         assert_eq!(restart_step(&member(true, Some(stopped.clone())), Some(&report(None)), false), RestartStep::Start);
         assert_eq!(restart_step(&member(true, Some(stopped.clone())), None, false), RestartStep::Start);
         let i2 = report(Some("i2"));
         assert_eq!(restart_step(&member(true, Some(stopped)), Some(&i2), false), RestartStep::Finish);
         let status = begin_restart(&MemberStatus::default(), "i1");
-        assert_eq!(status.restart, Some(RestartProgress { instance: "i1".into(), stopped: false }));
+        assert_eq!(status.restart, Some(RestartProgress { instance: "i1".into() }));
     }
 }

@@ -161,14 +161,12 @@ pub struct MemberStatus {
     pub restart: Option<RestartProgress>,
 }
 
-/// A member being restarted in place: the instance it replaces, and
-/// whether that one is stopped yet.
+/// A member being restarted in place: the instance it replaces (its
+/// node's report says whether that one still runs).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RestartProgress {
     pub instance: String,
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub stopped: bool,
 }
 
 /// Where a member moves with its data, and how far it got.

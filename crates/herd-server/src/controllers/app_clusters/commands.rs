@@ -180,11 +180,11 @@ pub fn consume(command: &Command, status: &mut MemberStatus, consumed: &mut Cons
             Err(why) => status.reason = Some(format!("removing it failed: {why}")),
         },
         (Purpose::Migrate, _) => herd_core::migration::record_migration(status, result),
-        (Purpose::Restart, _) => match (result, &mut status.restart) {
-            (Ok(()), Some(restart)) => restart.stopped = true,
-            (Ok(()), None) => {}
-            (Err(why), _) => status.reason = Some(format!("stopping it for its restart failed: {why}")),
-        },
+        (Purpose::Restart, _) => {
+            if let Err(why) = result {
+                status.reason = Some(format!("stopping it for its restart failed: {why}"));
+            }
+        }
         (Purpose::Configure, _) => {}
     }
 }
