@@ -459,7 +459,12 @@ impl Client {
         self.call(Method::GET, CLUSTER_STATUS_PATH, &[], None).await
     }
 
-    /// `herd token create`: a join token, its secret in the answer only.
+    /// `herd cluster verify`: the findings about nodes' roles and the pool.
+    pub async fn cluster_verify(&self) -> Result<herd_core::verify::Report, ClientError> {
+        self.call(Method::GET, herd_core::api::CLUSTER_VERIFY_PATH, &[], None).await
+    }
+
+    /// `herd token create`: a join or viewer token, its secret in the answer only.
     pub async fn create_join_token(&self, request: &JoinTokenRequest) -> Result<JoinTokenInfo, ClientError> {
         self.call(Method::POST, JOIN_TOKENS_PATH, &[], Some(&to_value(request)?)).await
     }

@@ -312,6 +312,9 @@ pub struct HeartbeatResponse {
 
 pub const CLUSTER_STATUS_PATH: &str = "/api/v1/cluster/status";
 
+/// `herd cluster verify`'s findings (`herd_core::verify::Report`).
+pub const CLUSTER_VERIFY_PATH: &str = "/api/v1/cluster/verify";
+
 /// The control plane as the answering replica sees it (`herd cluster status`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -481,10 +484,13 @@ pub struct Eviction {
     pub message: String,
 }
 
-/// `POST /api/v1/jointokens`: a join token to create.
+/// `POST /api/v1/jointokens`: a join token (or a viewer token) to create.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct JoinTokenRequest {
+    /// What the token lets its holder do [default: join].
+    #[serde(default, skip_serializing_if = "is_join")]
+    pub kind: crate::join::TokenKind,
     /// How long the token may be used; without it, until it is deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl: Option<HumanDuration>,
@@ -497,6 +503,8 @@ pub struct JoinTokenRequest {
 #[serde(rename_all = "camelCase")]
 pub struct JoinTokenInfo {
     pub id: String,
+    #[serde(default)]
+    pub kind: crate::join::TokenKind,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub description: String,
     pub created: crate::time::Timestamp,
@@ -513,10 +521,15 @@ pub struct JoinTokenList {
     pub items: Vec<JoinTokenInfo>,
 }
 
+fn is_join(kind: &crate::join::TokenKind) -> bool {
+    *kind == crate::join::TokenKind::Join
+}
+
 impl From<&crate::join::JoinTokenRecord> for JoinTokenInfo {
     fn from(record: &crate::join::JoinTokenRecord) -> Self {
         JoinTokenInfo {
             id: record.id.clone(),
+            kind: record.kind,
             description: record.description.clone(),
             created: record.created,
             expires: record.expires,

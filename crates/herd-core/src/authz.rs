@@ -1,13 +1,16 @@
 //! Who may do what. Admins may do everything; a node identity may read its
 //! own Node and the ClusterConfig, and write only its own Node's status and
-//! heartbeat (the Kubernetes NodeRestriction idea). Everything else is
-//! refused with a reason.
+//! heartbeat (the Kubernetes NodeRestriction idea); a viewer may read
+//! everything but tokens and change nothing (the dashboard). Everything
+//! else is refused with a reason.
 
 /// The identity behind a request's bearer token.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Principal {
     Admin,
     Node(String),
+    /// A viewer token's holder.
+    Viewer,
 }
 
 impl std::fmt::Display for Principal {
@@ -15,6 +18,7 @@ impl std::fmt::Display for Principal {
         match self {
             Principal::Admin => f.write_str("admin"),
             Principal::Node(name) => write!(f, "node {name}"),
+            Principal::Viewer => f.write_str("viewer"),
         }
     }
 }
@@ -47,6 +51,7 @@ pub struct Denied(pub String);
 pub fn authorize(principal: &Principal, verb: Verb, target: Target<'_>) -> Result<(), Denied> {
     let node = match principal {
         Principal::Admin => return Ok(()),
+        Principal::Viewer => return authorize_viewer(verb, target),
         Principal::Node(node) => node,
     };
     let own_node = target.plural == "nodes" && target.name == Some(node.as_str());
@@ -66,6 +71,20 @@ pub fn authorize(principal: &Principal, verb: Verb, target: Target<'_>) -> Resul
             "node {node} may not {verb:?} {what}: a node may read its own Node and Commands and write only its own Node's status"
         )))
     }
+}
+
+/// Token plurals: a viewer sees no token, not even a join token's record.
+const TOKEN_PLURALS: [&str; 1] = ["jointokens"];
+
+fn authorize_viewer(verb: Verb, target: Target<'_>) -> Result<(), Denied> {
+    let reads = matches!(verb, Verb::Get | Verb::List | Verb::Watch);
+    if reads && !TOKEN_PLURALS.contains(&target.plural) {
+        return Ok(());
+    }
+    Err(Denied(format!(
+        "a viewer may not {verb:?} {}: a viewer token reads everything but tokens and changes nothing (ask an admin)",
+        target.plural
+    )))
 }
 
 #[cfg(test)]
@@ -91,5 +110,20 @@ mod tests {
         assert!(authorize(&node("a"), Verb::List, Target { plural: "nodes", name: None }).is_err());
         assert!(authorize(&node("a"), Verb::Get, Target { plural: "clusterconfigs", name: Some("cluster") }).is_ok());
         assert!(authorize(&Principal::Admin, Verb::Delete, other).is_ok());
+    }
+
+    #[test]
+    fn a_viewer_reads_everything_but_tokens_and_writes_nothing() {
+        let members = Target { plural: "members", name: None };
+        for verb in [Verb::Get, Verb::List, Verb::Watch] {
+            assert!(authorize(&Principal::Viewer, verb, members).is_ok(), "{verb:?}");
+            let tokens = Target { plural: "jointokens", name: None };
+            assert!(authorize(&Principal::Viewer, verb, tokens).is_err(), "{verb:?} tokens");
+        }
+        for verb in [Verb::Create, Verb::Update, Verb::UpdateStatus, Verb::Delete, Verb::Heartbeat, Verb::ReadCommands]
+        {
+            let denied = authorize(&Principal::Viewer, verb, members).unwrap_err();
+            assert!(denied.0.starts_with("a viewer may not"), "{denied}");
+        }
     }
 }

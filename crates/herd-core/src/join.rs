@@ -14,7 +14,8 @@
 //! Join tokens: besides the server's own (given or kept in its data dir,
 //! never expiring), an admin creates tokens that expire and can be deleted
 //! (`herdjoin.<id>.<secret>`, kubeadm's bootstrap tokens); only their
-//! hashes are kept.
+//! hashes are kept. Viewer tokens (`herdview.<id>.<secret>`, for the
+//! dashboard and read-only scripts) are made, kept and revoked the same way.
 
 use serde::{Deserialize, Serialize};
 
@@ -24,11 +25,44 @@ use crate::time::Timestamp;
 /// How a join token created through the API starts.
 pub const JOIN_TOKEN_PREFIX: &str = "herdjoin.";
 
+/// How a viewer token created through the API starts.
+pub const VIEWER_TOKEN_PREFIX: &str = "herdview.";
+
+/// What a token created through the API lets its holder do.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum TokenKind {
+    /// Register one node (`POST /api/v1/join`).
+    #[default]
+    Join,
+    /// Read everything but tokens: the dashboard's and read-only scripts'.
+    Viewer,
+}
+
+impl TokenKind {
+    pub fn prefix(self) -> &'static str {
+        match self {
+            TokenKind::Join => JOIN_TOKEN_PREFIX,
+            TokenKind::Viewer => VIEWER_TOKEN_PREFIX,
+        }
+    }
+
+    pub fn word(self) -> &'static str {
+        match self {
+            TokenKind::Join => "join",
+            TokenKind::Viewer => "viewer",
+        }
+    }
+}
+
 /// A join token created through the API, as kept (its hash, not itself).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct JoinTokenRecord {
     pub id: String,
+    /// Records from before viewer tokens are join tokens.
+    #[serde(default)]
+    pub kind: TokenKind,
     /// blake3 of the whole token, hex.
     pub hash: String,
     #[serde(default)]
@@ -43,17 +77,28 @@ impl JoinTokenRecord {
     /// Whether the token may be used at `now`; why not, if not.
     pub fn usable_at(&self, now: Timestamp) -> Result<(), String> {
         match self.expires {
-            Some(expires) if expires <= now => Err(format!("join token {} expired at {expires}", self.id)),
+            Some(expires) if expires <= now => {
+                Err(format!("{} token {} expired at {expires}", self.kind.word(), self.id))
+            }
             _ => Ok(()),
         }
     }
 }
 
-/// The id of an API-created join token (`herdjoin.<id>.<secret>`).
-pub fn join_token_id(token: &str) -> Option<&str> {
-    let (id, secret) = token.strip_prefix(JOIN_TOKEN_PREFIX)?.split_once('.')?;
+/// The kind and id of an API-created token (`herdjoin.<id>.<secret>` or
+/// `herdview.<id>.<secret>`).
+pub fn token_id(token: &str) -> Option<(TokenKind, &str)> {
+    let (kind, rest) = [TokenKind::Join, TokenKind::Viewer]
+        .into_iter()
+        .find_map(|kind| Some((kind, token.strip_prefix(kind.prefix())?)))?;
+    let (id, secret) = rest.split_once('.')?;
     let well_formed = |part: &str| !part.is_empty() && part.bytes().all(|b| b.is_ascii_alphanumeric());
-    (well_formed(id) && well_formed(secret)).then_some(id)
+    (well_formed(id) && well_formed(secret)).then_some((kind, id))
+}
+
+/// The id of an API-created join token.
+pub fn join_token_id(token: &str) -> Option<&str> {
+    token_id(token).and_then(|(kind, id)| (kind == TokenKind::Join).then_some(id))
 }
 
 /// What is left of a node an admin deleted: who it was, so that its agent
@@ -162,9 +207,12 @@ mod tests {
         for bad in ["herdjoin.ab12cd", "herdjoin..x", "herdjoin.a/b.x", "other.ab.cd", "herdjoin.ab.c.d"] {
             assert_eq!(join_token_id(bad), None, "{bad}");
         }
+        assert_eq!(token_id("herdview.ab12cd.0123"), Some((TokenKind::Viewer, "ab12cd")));
+        assert_eq!(join_token_id("herdview.ab12cd.0123"), None, "a viewer token does not join");
         let at = |secs| Timestamp::from_system_time(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs));
         let record = JoinTokenRecord {
             id: "ab12cd".into(),
+            kind: TokenKind::Join,
             hash: token_hash("x"),
             description: String::new(),
             created: at(0),

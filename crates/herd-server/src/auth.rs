@@ -1,10 +1,12 @@
 //! Bearer tokens: who is calling the API.
 //!
-//! Three kinds of token. The admin token may do everything. A join token
+//! Four kinds of token. The admin token may do everything. A join token
 //! may only register a node (`POST /api/v1/join`), which hands the node its
 //! own node token. Join tokens are the server's own (given or kept in its
 //! data dir, never expiring) and those an admin creates with a lifetime
 //! (`herd token create`, kept as hashes under `/secrets/jointokens/`). A
+//! viewer token (`herd token create --viewer`, kept the same way) reads
+//! everything but tokens: the dashboard's. A
 //! node token (`herdnode.<node>.<secret>`) identifies that node; what it
 //! may do is decided by `herd_core::authz`. Only blake3 hashes of tokens
 //! are kept: node token hashes in the store, so every server replica knows
@@ -13,7 +15,7 @@
 
 use axum::http::HeaderMap;
 use herd_core::authz::Principal;
-use herd_core::join::{DeletedNode, JoinTokenRecord, join_token_id, token_hash};
+use herd_core::join::{DeletedNode, JoinTokenRecord, TokenKind, token_hash, token_id};
 use herd_core::{HumanDuration, Timestamp};
 use herd_store::{ListOptions, Store, Txn};
 use serde::{Deserialize, Serialize};
@@ -101,6 +103,10 @@ impl Authenticator {
                 )));
             }
         }
+        if let Some((TokenKind::Viewer, _)) = token_id(token) {
+            self.api_token(token, TokenKind::Viewer).await?;
+            return Ok(Principal::Viewer);
+        }
         Err(ApiError::Unauthorized("the bearer token is not valid".into()))
     }
 
@@ -111,31 +117,41 @@ impl Authenticator {
         if hash(token) == self.join {
             return Ok(());
         }
-        let invalid = || ApiError::Unauthorized("the join token is not valid".into());
-        let id = join_token_id(token).ok_or_else(invalid)?;
+        self.api_token(token, TokenKind::Join).await
+    }
+
+    /// Whether `token` is a token of `kind` created through the API, known,
+    /// and not expired.
+    async fn api_token(&self, token: &str, kind: TokenKind) -> Result<(), ApiError> {
+        let invalid = || ApiError::Unauthorized(format!("the {} token is not valid", kind.word()));
+        let id = match token_id(token) {
+            Some((found, id)) if found == kind => id,
+            _ => return Err(invalid()),
+        };
         let key = join_token_key(id);
         let record: JoinTokenRecord = match self.store.get(&key).await.map_err(ApiError::from)? {
             Some(kv) => decode(&key, &kv.value)?,
             None => return Err(invalid()),
         };
-        if blake3::Hash::from_hex(&record.hash).ok() != Some(hash(token)) {
+        if record.kind != kind || blake3::Hash::from_hex(&record.hash).ok() != Some(hash(token)) {
             return Err(invalid());
         }
         record.usable_at(now()).map_err(ApiError::Unauthorized)
     }
 
-    /// Creates a join token that lives `ttl` (None: until deleted); the
-    /// token itself is in the answer only.
+    /// Creates a join or viewer token that lives `ttl` (None: until
+    /// deleted); the token itself is in the answer only.
     pub async fn create_join_token(
         &self,
+        kind: TokenKind,
         ttl: Option<HumanDuration>,
         description: String,
     ) -> Result<(JoinTokenRecord, String), ApiError> {
         let id = uuid::Uuid::new_v4().simple().to_string()[..6].to_string();
-        let token = format!("{}{id}.{}", herd_core::join::JOIN_TOKEN_PREFIX, uuid::Uuid::new_v4().simple());
+        let token = format!("{}{id}.{}", kind.prefix(), uuid::Uuid::new_v4().simple());
         let created = now();
         let expires = ttl.map(|ttl| Timestamp::from_system_time(created.system_time() + ttl.get()));
-        let record = JoinTokenRecord { id: id.clone(), hash: token_hash(&token), description, created, expires };
+        let record = JoinTokenRecord { id: id.clone(), kind, hash: token_hash(&token), description, created, expires };
         self.store.create(&join_token_key(&id), encode(&record)?).await.map_err(ApiError::from)?;
         Ok((record, token))
     }

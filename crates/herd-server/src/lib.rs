@@ -34,6 +34,7 @@ pub mod replicas;
 pub mod restore;
 pub mod supersession;
 pub mod tls;
+pub mod ui;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

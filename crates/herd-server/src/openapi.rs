@@ -27,6 +27,11 @@ fn operation(route: &Route) -> Value {
             let content = json!({ "text/plain": { "schema": { "type": "string" } } });
             responses.insert("200".into(), json!({ "description": "success", "content": content }));
         }
+        Answer::Asset(content_type) => {
+            let media = content_type.split(';').next().unwrap_or(content_type);
+            let content = json!({ media: { "schema": { "type": "string" } } });
+            responses.insert("200".into(), json!({ "description": "success", "content": content }));
+        }
         Answer::Empty => {
             responses.insert("204".into(), json!({ "description": "done" }));
         }
@@ -42,7 +47,11 @@ fn operation(route: &Route) -> Value {
     let mut operation = json!({
         "operationId": format!("{} {}", route.method, route.path),
         "summary": route.summary,
-        "description": format!("Who may call it: {who}"),
+        "description": if route.viewer {
+            format!("Who may call it: {who} A viewer token may read it too.")
+        } else {
+            format!("Who may call it: {who}")
+        },
         "parameters": route.params,
         "responses": responses,
     });

@@ -20,88 +20,93 @@ const ADMIN: &str = "matrix-admin-token";
 const JOIN: &str = "matrix-join-token";
 
 /// Callers, in column order.
-const CALLERS: [&str; 6] = ["admin", "node-a", "node-b", "join", "garbage", "none"];
+const CALLERS: [&str; 7] = ["admin", "node-a", "node-b", "viewer", "join", "garbage", "none"];
 
 const MATRIX: &str = "
-GET    /healthz                                     P    P    P    P    P    P
-GET    /metrics                                     P    P    P    P    P    P
-GET    /openapi.json                                P    P    P    P    P    P
-GET    /api/v1/cluster/status                       P    403  403  401  401  401
-POST   /api/v1/join                                 401  401  401  P    401  401
-POST   /api/v1/nodes/{name}/heartbeat               P    P    403  401  401  401
-GET    /api/v1/nodes/{name}/commands                P    P    403  401  401  401
-POST   /api/v1/nodes/{name}/readmit                 P    403  403  401  401  401
-POST   /api/v1/nodes/{name}/role                    P    403  403  401  401  401
-GET    /api/v1/nodes/{node}/members/{member}/logs   P    403  403  401  401  401
-GET    /api/v1/nodes/{node}/volumes                 P    403  403  401  401  401
-POST   /api/v1/commands/{name}/retry                P    403  403  401  401  401
-POST   /api/v1/commands/{name}/abandon              P    403  403  401  401  401
-GET    /api/v1/jointokens                           P    403  403  401  401  401
-POST   /api/v1/jointokens                           P    403  403  401  401  401
-DELETE /api/v1/jointokens/{id}                      P    403  403  401  401  401
-GET    /api/v1/nodes                                P    403  403  401  401  401
-POST   /api/v1/nodes                                P    403  403  401  401  401
-GET    /api/v1/nodes/{name}                         P    P    403  401  401  401
-PUT    /api/v1/nodes/{name}                         P    403  403  401  401  401
-DELETE /api/v1/nodes/{name}                         P    403  403  401  401  401
-PUT    /api/v1/nodes/{name}/status                  P    P    403  401  401  401
-GET    /api/v1/clusterconfigs                       P    403  403  401  401  401
-POST   /api/v1/clusterconfigs                       P    403  403  401  401  401
-GET    /api/v1/clusterconfigs/{name}                P    P    P    401  401  401
-PUT    /api/v1/clusterconfigs/{name}                P    403  403  401  401  401
-DELETE /api/v1/clusterconfigs/{name}                P    403  403  401  401  401
-GET    /api/v1/leases                               P    403  403  401  401  401
-POST   /api/v1/leases                               P    403  403  401  401  401
-GET    /api/v1/leases/{name}                        P    403  403  401  401  401
-PUT    /api/v1/leases/{name}                        P    403  403  401  401  401
-DELETE /api/v1/leases/{name}                        P    403  403  401  401  401
-GET    /api/v1/events                               P    403  403  401  401  401
-POST   /api/v1/events                               P    403  403  401  401  401
-GET    /api/v1/events/{name}                        P    403  403  401  401  401
-PUT    /api/v1/events/{name}                        P    403  403  401  401  401
-DELETE /api/v1/events/{name}                        P    403  403  401  401  401
-GET    /api/v1/replicas                             P    403  403  401  401  401
-POST   /api/v1/replicas                             P    403  403  401  401  401
-GET    /api/v1/replicas/{name}                      P    403  403  401  401  401
-PUT    /api/v1/replicas/{name}                      P    403  403  401  401  401
-DELETE /api/v1/replicas/{name}                      P    403  403  401  401  401
-PUT    /api/v1/replicas/{name}/status               P    403  403  401  401  401
-GET    /api/v1/apps                                 P    403  403  401  401  401
-POST   /api/v1/apps                                 P    403  403  401  401  401
-GET    /api/v1/apps/{name}                          P    403  403  401  401  401
-PUT    /api/v1/apps/{name}                          P    403  403  401  401  401
-DELETE /api/v1/apps/{name}                          P    403  403  401  401  401
-GET    /api/v1/appclusters                          P    403  403  401  401  401
-POST   /api/v1/appclusters                          P    403  403  401  401  401
-GET    /api/v1/appclusters/{name}                   P    403  403  401  401  401
-PUT    /api/v1/appclusters/{name}                   P    403  403  401  401  401
-DELETE /api/v1/appclusters/{name}                   P    403  403  401  401  401
-PUT    /api/v1/appclusters/{name}/status            P    403  403  401  401  401
-GET    /api/v1/members                              P    403  403  401  401  401
-POST   /api/v1/members                              P    403  403  401  401  401
-GET    /api/v1/members/{name}                       P    403  403  401  401  401
-PUT    /api/v1/members/{name}                       P    403  403  401  401  401
-DELETE /api/v1/members/{name}                       P    403  403  401  401  401
-PUT    /api/v1/members/{name}/status                P    403  403  401  401  401
-POST   /api/v1/members/{name}/eviction              P    403  403  401  401  401
-GET    /api/v1/disruptionbudgets                    P    403  403  401  401  401
-POST   /api/v1/disruptionbudgets                    P    403  403  401  401  401
-GET    /api/v1/disruptionbudgets/{name}             P    403  403  401  401  401
-PUT    /api/v1/disruptionbudgets/{name}             P    403  403  401  401  401
-DELETE /api/v1/disruptionbudgets/{name}             P    403  403  401  401  401
-PUT    /api/v1/disruptionbudgets/{name}/status      P    403  403  401  401  401
-GET    /api/v1/operations                           P    403  403  401  401  401
-POST   /api/v1/operations                           P    403  403  401  401  401
-GET    /api/v1/operations/{name}                    P    403  403  401  401  401
-PUT    /api/v1/operations/{name}                    P    403  403  401  401  401
-DELETE /api/v1/operations/{name}                    P    403  403  401  401  401
-PUT    /api/v1/operations/{name}/status             P    403  403  401  401  401
-GET    /api/v1/commands                             P    403  403  401  401  401
-POST   /api/v1/commands                             P    403  403  401  401  401
-GET    /api/v1/commands/{name}                      P    403  403  401  401  401
-PUT    /api/v1/commands/{name}                      P    403  403  401  401  401
-DELETE /api/v1/commands/{name}                      P    403  403  401  401  401
-PUT    /api/v1/commands/{name}/status               P    403  403  401  401  401
+GET    /healthz                                     P    P    P    P    P    P    P
+GET    /metrics                                     P    P    P    P    P    P    P
+GET    /openapi.json                                P    P    P    P    P    P    P
+GET    /api/v1/cluster/status                       P    403  403  P    401  401  401
+POST   /api/v1/join                                 401  401  401  401  P    401  401
+POST   /api/v1/nodes/{name}/heartbeat               P    P    403  403  401  401  401
+GET    /api/v1/nodes/{name}/commands                P    P    403  403  401  401  401
+POST   /api/v1/nodes/{name}/readmit                 P    403  403  403  401  401  401
+POST   /api/v1/nodes/{name}/role                    P    403  403  403  401  401  401
+GET    /api/v1/nodes/{node}/members/{member}/logs   P    403  403  P    401  401  401
+GET    /api/v1/nodes/{node}/volumes                 P    403  403  P    401  401  401
+POST   /api/v1/commands/{name}/retry                P    403  403  403  401  401  401
+POST   /api/v1/commands/{name}/abandon              P    403  403  403  401  401  401
+GET    /api/v1/jointokens                           P    403  403  403  401  401  401
+POST   /api/v1/jointokens                           P    403  403  403  401  401  401
+DELETE /api/v1/jointokens/{id}                      P    403  403  403  401  401  401
+GET    /api/v1/nodes                                P    403  403  P    401  401  401
+POST   /api/v1/nodes                                P    403  403  403  401  401  401
+GET    /api/v1/nodes/{name}                         P    P    403  P    401  401  401
+PUT    /api/v1/nodes/{name}                         P    403  403  403  401  401  401
+DELETE /api/v1/nodes/{name}                         P    403  403  403  401  401  401
+PUT    /api/v1/nodes/{name}/status                  P    P    403  403  401  401  401
+GET    /api/v1/clusterconfigs                       P    403  403  P    401  401  401
+POST   /api/v1/clusterconfigs                       P    403  403  403  401  401  401
+GET    /api/v1/clusterconfigs/{name}                P    P    P    P    401  401  401
+PUT    /api/v1/clusterconfigs/{name}                P    403  403  403  401  401  401
+DELETE /api/v1/clusterconfigs/{name}                P    403  403  403  401  401  401
+GET    /api/v1/leases                               P    403  403  P    401  401  401
+POST   /api/v1/leases                               P    403  403  403  401  401  401
+GET    /api/v1/leases/{name}                        P    403  403  P    401  401  401
+PUT    /api/v1/leases/{name}                        P    403  403  403  401  401  401
+DELETE /api/v1/leases/{name}                        P    403  403  403  401  401  401
+GET    /api/v1/events                               P    403  403  P    401  401  401
+POST   /api/v1/events                               P    403  403  403  401  401  401
+GET    /api/v1/events/{name}                        P    403  403  P    401  401  401
+PUT    /api/v1/events/{name}                        P    403  403  403  401  401  401
+DELETE /api/v1/events/{name}                        P    403  403  403  401  401  401
+GET    /api/v1/replicas                             P    403  403  P    401  401  401
+POST   /api/v1/replicas                             P    403  403  403  401  401  401
+GET    /api/v1/replicas/{name}                      P    403  403  P    401  401  401
+PUT    /api/v1/replicas/{name}                      P    403  403  403  401  401  401
+DELETE /api/v1/replicas/{name}                      P    403  403  403  401  401  401
+PUT    /api/v1/replicas/{name}/status               P    403  403  403  401  401  401
+GET    /api/v1/apps                                 P    403  403  P    401  401  401
+POST   /api/v1/apps                                 P    403  403  403  401  401  401
+GET    /api/v1/apps/{name}                          P    403  403  P    401  401  401
+PUT    /api/v1/apps/{name}                          P    403  403  403  401  401  401
+DELETE /api/v1/apps/{name}                          P    403  403  403  401  401  401
+GET    /api/v1/appclusters                          P    403  403  P    401  401  401
+POST   /api/v1/appclusters                          P    403  403  403  401  401  401
+GET    /api/v1/appclusters/{name}                   P    403  403  P    401  401  401
+PUT    /api/v1/appclusters/{name}                   P    403  403  403  401  401  401
+DELETE /api/v1/appclusters/{name}                   P    403  403  403  401  401  401
+PUT    /api/v1/appclusters/{name}/status            P    403  403  403  401  401  401
+GET    /api/v1/members                              P    403  403  P    401  401  401
+POST   /api/v1/members                              P    403  403  403  401  401  401
+GET    /api/v1/members/{name}                       P    403  403  P    401  401  401
+PUT    /api/v1/members/{name}                       P    403  403  403  401  401  401
+DELETE /api/v1/members/{name}                       P    403  403  403  401  401  401
+PUT    /api/v1/members/{name}/status                P    403  403  403  401  401  401
+POST   /api/v1/members/{name}/eviction              P    403  403  403  401  401  401
+GET    /api/v1/disruptionbudgets                    P    403  403  P    401  401  401
+POST   /api/v1/disruptionbudgets                    P    403  403  403  401  401  401
+GET    /api/v1/disruptionbudgets/{name}             P    403  403  P    401  401  401
+PUT    /api/v1/disruptionbudgets/{name}             P    403  403  403  401  401  401
+DELETE /api/v1/disruptionbudgets/{name}             P    403  403  403  401  401  401
+PUT    /api/v1/disruptionbudgets/{name}/status      P    403  403  403  401  401  401
+GET    /api/v1/operations                           P    403  403  P    401  401  401
+POST   /api/v1/operations                           P    403  403  403  401  401  401
+GET    /api/v1/operations/{name}                    P    403  403  P    401  401  401
+PUT    /api/v1/operations/{name}                    P    403  403  403  401  401  401
+DELETE /api/v1/operations/{name}                    P    403  403  403  401  401  401
+PUT    /api/v1/operations/{name}/status             P    403  403  403  401  401  401
+GET    /api/v1/commands                             P    403  403  P    401  401  401
+POST   /api/v1/commands                             P    403  403  403  401  401  401
+GET    /api/v1/commands/{name}                      P    403  403  P    401  401  401
+PUT    /api/v1/commands/{name}                      P    403  403  403  401  401  401
+DELETE /api/v1/commands/{name}                      P    403  403  403  401  401  401
+PUT    /api/v1/commands/{name}/status               P    403  403  403  401  401  401
+GET    /api/v1/cluster/verify                       P    403  403  P    401  401  401
+GET    /ui                                          P    P    P    P    P    P    P
+GET    /ui/app.js                                   P    P    P    P    P    P    P
+GET    /ui/pages.js                                 P    P    P    P    P    P    P
+GET    /ui/style.css                                P    P    P    P    P    P    P
 ";
 
 fn matrix() -> BTreeMap<(String, String), Vec<String>> {
@@ -160,8 +165,19 @@ async fn every_route_answers_every_caller_as_the_matrix_says() {
         reqwest::Client::builder().tls_backend_preconfigured(herd_tls::client_config(&trust).unwrap()).build().unwrap();
     let node_a = join(&http, &base, "node-a").await;
     let node_b = join(&http, &base, "node-b").await;
-    let tokens: [Option<&str>; 6] =
-        [Some(ADMIN), Some(&node_a), Some(&node_b), Some(JOIN), Some("herdnode.node-a.garbage"), None];
+    let viewer: Value = http
+        .post(format!("{base}/api/v1/jointokens"))
+        .bearer_auth(ADMIN)
+        .json(&json!({ "kind": "viewer" }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let viewer = viewer["token"].as_str().expect("a viewer token").to_string();
+    let tokens: [Option<&str>; 7] =
+        [Some(ADMIN), Some(&node_a), Some(&node_b), Some(&viewer), Some(JOIN), Some("herdnode.node-a.garbage"), None];
 
     let mut generator = herd_server::api::routes::schema_generator();
     let table = routes(&Registry::standard(), &mut generator);
@@ -172,6 +188,13 @@ async fn every_route_answers_every_caller_as_the_matrix_says() {
         let Some(row) = expected.remove(&key) else {
             panic!("route {} {} has no row in the authorization matrix: add one", key.0, key.1);
         };
+        let viewer_passes = row[3] == "P" && route.access != herd_server::api::routes::Access::Public;
+        if route.viewer != viewer_passes {
+            wrong.push(format!(
+                "{} {}: documented for viewers {}, the matrix says {}",
+                key.0, key.1, route.viewer, row[3]
+            ));
+        }
         let path = route.path.replace("{name}", "node-a").replace("{node}", "node-a").replace("{member}", "m1");
         let path = path.replace("{id}", "abc123");
         // Writes are dry runs where the route has them, so that the admin's

@@ -201,7 +201,10 @@ impl ServerCertVerifier for CaVerifier {
     }
 }
 
-/// A rustls server configuration serving `identity`.
+/// A rustls server configuration serving `identity`: HTTP/2 to browsers
+/// (the dashboard follows several watch streams at once, more than the
+/// six HTTP/1.1 connections a browser opens to one server), HTTP/1.1 to
+/// herd's own clients, which offer nothing else.
 pub fn server_config(identity: &crate::ServingIdentity) -> Result<rustls::ServerConfig, TlsError> {
     let chain = CertificateDer::pem_slice_iter(identity.chain_pem.as_bytes())
         .collect::<Result<Vec<_>, _>>()
@@ -212,7 +215,7 @@ pub fn server_config(identity: &crate::ServingIdentity) -> Result<rustls::Server
         .with_safe_default_protocol_versions()?
         .with_no_client_auth()
         .with_single_cert(chain, key)?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(config)
 }
 

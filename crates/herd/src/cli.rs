@@ -144,7 +144,7 @@ pub enum Command {
         #[command(subcommand)]
         command: MemberCommand,
     },
-    /// Join tokens: create (with a lifetime), list and revoke them.
+    /// Join and viewer tokens: create (with a lifetime), list and revoke them.
     Token {
         #[command(subcommand)]
         command: TokenCommand,
@@ -360,9 +360,13 @@ pub enum NodeCommand {
 
 #[derive(Subcommand, Debug)]
 pub enum TokenCommand {
-    /// Create a join token; prints it (it is shown only once) and the
-    /// command that joins an agent with it.
+    /// Create a join token (or with --viewer a read-only token for the
+    /// dashboard); prints it (it is shown only once) and how to use it.
     Create {
+        /// A viewer token: reads everything but tokens and changes nothing
+        /// (log in to the dashboard at /ui with it).
+        #[arg(long)]
+        viewer: bool,
         /// How long it may be used, e.g. 1h or 7d [default: until deleted].
         #[arg(long, value_parser = duration)]
         ttl: Option<HumanDuration>,
@@ -370,15 +374,18 @@ pub enum TokenCommand {
         #[arg(long, default_value = "")]
         description: String,
     },
-    /// The join tokens created with `herd token create`, expired ones
-    /// included (the server's own token is not listed).
+    /// The tokens created with `herd token create`, expired ones
+    /// included (the server's own join token is not listed).
     List {
         #[arg(long, short, value_enum, default_value_t)]
         output: OutputFormat,
     },
-    /// Revoke a join token by its id: no agent can join with it any more
-    /// (nodes that joined with it keep their own tokens).
-    Delete { id: String },
+    /// Revoke a token by its id: it can no longer be used (nodes that
+    /// joined with a join token keep their own tokens).
+    Delete {
+        /// The token's id (`herd token list`).
+        id: String,
+    },
 }
 
 #[derive(Subcommand, Debug)]

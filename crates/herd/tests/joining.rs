@@ -37,11 +37,15 @@ async fn join_tokens_expire_can_be_revoked_and_only_admins_make_them() {
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start(dir.path());
     let admin = server.admin();
-    let short = JoinTokenRequest { ttl: Some(HumanDuration::from_secs(2)), description: "short".into() };
+    let short =
+        JoinTokenRequest { ttl: Some(HumanDuration::from_secs(2)), description: "short".into(), ..Default::default() };
     let short = admin.create_join_token(&short).await.unwrap();
     let short_token = short.token.clone().expect("the secret is in the answer to its creation");
     assert!(short_token.starts_with(&format!("herdjoin.{}.", short.id)), "{short_token}");
-    let lasting = admin.create_join_token(&JoinTokenRequest { ttl: None, description: "rack 4".into() }).await.unwrap();
+    let lasting = admin
+        .create_join_token(&JoinTokenRequest { description: "rack 4".into(), ..Default::default() })
+        .await
+        .unwrap();
     let lasting_token = lasting.token.clone().unwrap();
 
     let listed = admin.join_tokens().await.unwrap().items;
@@ -59,8 +63,7 @@ async fn join_tokens_expire_can_be_revoked_and_only_admins_make_them() {
         with(&server, &lasting_token).join_tokens().await.unwrap_err().reason(),
         Some(StatusReason::Unauthorized)
     );
-    let too_short =
-        JoinTokenRequest { ttl: Some(HumanDuration(Duration::from_millis(10))), description: String::new() };
+    let too_short = JoinTokenRequest { ttl: Some(HumanDuration(Duration::from_millis(10))), ..Default::default() };
     let invalid = admin.create_join_token(&too_short).await.unwrap_err();
     assert_eq!(invalid.reason(), Some(StatusReason::Invalid), "{invalid}");
     assert!(invalid.to_string().contains("ttl"), "{invalid}");

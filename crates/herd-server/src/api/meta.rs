@@ -1,12 +1,15 @@
 //! Health, metrics and the OpenAPI document (no authentication needed),
-//! and the cluster status (admins only).
+//! and the cluster status and verify findings (admins and viewers).
 
 use axum::Json;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
 
+use herd_core::Resource;
 use herd_core::authz::Verb;
+use herd_core::kinds::ClusterConfigSpec;
+use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
 
 use super::{AppState, Caller};
 use crate::error::ApiError;
@@ -46,4 +49,18 @@ pub async fn cluster_status(
     .await?;
     status.superseded = state.supersession.as_ref().and_then(|s| s.superseded()).map(|s| s.to_string());
     Ok(Json(status))
+}
+
+/// What is wrong with the nodes' roles (`herd_core::verify`), from the
+/// nodes and the pool size as stored now.
+pub async fn cluster_verify(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> Result<Json<herd_core::verify::Report>, ApiError> {
+    caller.may(Verb::List, herd_core::kinds::NodeSpec::PLURAL, None)?;
+    let (nodes, _) = state.objects.list::<herd_core::kinds::NodeSpec>().await?;
+    let config = state.objects.get::<ClusterConfigSpec>(CLUSTER_CONFIG_NAME).await?;
+    let pool_size =
+        config.map_or_else(|| ClusterConfigSpec::default().candidate_pool_size, |c| c.spec.candidate_pool_size);
+    Ok(Json(herd_core::verify::verify(&nodes, pool_size as usize)))
 }

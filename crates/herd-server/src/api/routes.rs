@@ -8,8 +8,8 @@ use axum::http::Method;
 use axum::routing::{MethodRouter, delete, get, post, put};
 use herd_core::Resource;
 use herd_core::api::{
-    AgentReport, CLUSTER_STATUS_PATH, ClusterStatus, Eviction, HeartbeatResponse, JOIN_TOKENS_PATH, JoinRequest,
-    JoinResponse, JoinTokenInfo, JoinTokenList, JoinTokenRequest, StoredVolume,
+    AgentReport, CLUSTER_STATUS_PATH, CLUSTER_VERIFY_PATH, ClusterStatus, Eviction, HeartbeatResponse,
+    JOIN_TOKENS_PATH, JoinRequest, JoinResponse, JoinTokenInfo, JoinTokenList, JoinTokenRequest, StoredVolume,
 };
 use schemars::{JsonSchema, SchemaGenerator};
 use serde_json::{Value, json};
@@ -41,6 +41,8 @@ pub enum Answer {
     Json(u16, Value),
     /// Plain text.
     Text,
+    /// A dashboard file of this content type.
+    Asset(&'static str),
     /// No body (204).
     Empty,
 }
@@ -52,6 +54,9 @@ pub struct Route {
     pub path: String,
     pub summary: String,
     pub access: Access,
+    /// Whether a viewer token may call it too (a read of anything but
+    /// tokens: `herd_core::authz`).
+    pub viewer: bool,
     /// OpenAPI parameter objects (path and query).
     pub params: Vec<Value>,
     pub body: Option<Value>,
@@ -167,6 +172,17 @@ pub fn schema_generator() -> SchemaGenerator {
 /// Every route, in the order they are documented.
 pub fn routes(registry: &Registry, generator: &mut SchemaGenerator) -> Vec<Route> {
     let mut routes = fixed_routes(generator);
+    routes.extend(crate::ui::ASSETS.iter().map(|asset| Route {
+        method: Method::GET,
+        path: asset.path.into(),
+        summary: "The dashboard (log in with a viewer or admin token)".into(),
+        access: Access::Public,
+        viewer: false,
+        params: vec![],
+        body: None,
+        answer: Answer::Asset(asset.content_type),
+        handler: get(move || async move { crate::ui::serve(asset) }),
+    }));
     generator.subschema_for::<herd_core::api::ListMeta>();
     for ops in registry.iter() {
         routes.extend(kind_routes(ops.info(), &serde_json::to_value(ops.schema(generator)).unwrap_or_default()));
@@ -206,6 +222,7 @@ fn kind_routes(info: crate::registry::KindInfo, schema: &Value) -> Vec<Route> {
             path: collection.clone(),
             summary: format!("List or watch {kind} objects"),
             access: Access::Admin,
+            viewer: true,
             params: list_params(),
             body: None,
             answer: Answer::Json(200, list_of(schema)),
@@ -218,6 +235,7 @@ fn kind_routes(info: crate::registry::KindInfo, schema: &Value) -> Vec<Route> {
             path: collection,
             summary: format!("Create a {kind}"),
             access: Access::Admin,
+            viewer: false,
             params: vec![dry_run()],
             body: Some(schema.clone()),
             answer: Answer::Json(201, schema.clone()),
@@ -230,6 +248,7 @@ fn kind_routes(info: crate::registry::KindInfo, schema: &Value) -> Vec<Route> {
             path: item.clone(),
             summary: format!("Read a {kind}"),
             access: if own == Access::AdminOrOwnNode { own } else { reads },
+            viewer: true,
             params: vec![name()],
             body: None,
             answer: Answer::Json(200, schema.clone()),
@@ -242,6 +261,7 @@ fn kind_routes(info: crate::registry::KindInfo, schema: &Value) -> Vec<Route> {
             path: item.clone(),
             summary: format!("Replace a {kind}'s metadata and spec (send its resourceVersion)"),
             access: Access::Admin,
+            viewer: false,
             params: with_name(vec![dry_run()]),
             body: Some(schema.clone()),
             answer: Answer::Json(200, schema.clone()),
@@ -255,6 +275,7 @@ fn kind_routes(info: crate::registry::KindInfo, schema: &Value) -> Vec<Route> {
                 None => format!("Delete a {kind}"),
             },
             access: Access::Admin,
+            viewer: false,
             params: with_name(vec![
                 dry_run(),
                 query("resourceVersion", "delete only at this revision", revision_schema()),
@@ -274,6 +295,7 @@ fn kind_routes(info: crate::registry::KindInfo, schema: &Value) -> Vec<Route> {
             path: format!("{item}/status"),
             summary: format!("Replace a {kind}'s status"),
             access: own,
+            viewer: false,
             params: with_name(vec![dry_run()]),
             body: Some(schema.clone()),
             answer: Answer::Json(200, schema.clone()),
@@ -293,6 +315,7 @@ fn fixed_routes(generator: &mut SchemaGenerator) -> Vec<Route> {
             path: "/healthz".into(),
             summary: "Whether this replica can serve: its store answers, and, if it leads, it renews its lease (503 otherwise)".into(),
             access: Access::Public,
+            viewer: false,
             params: vec![],
             body: None,
             answer: Answer::Text,
@@ -303,6 +326,7 @@ fn fixed_routes(generator: &mut SchemaGenerator) -> Vec<Route> {
             path: "/metrics".into(),
             summary: "Prometheus metrics (text exposition format)".into(),
             access: Access::Public,
+            viewer: false,
             params: vec![],
             body: None,
             answer: Answer::Text,
@@ -313,6 +337,7 @@ fn fixed_routes(generator: &mut SchemaGenerator) -> Vec<Route> {
             path: "/openapi.json".into(),
             summary: "This document".into(),
             access: Access::Public,
+            viewer: false,
             params: vec![],
             body: None,
             answer: Answer::Json(200, json!({ "type": "object" })),
@@ -323,16 +348,29 @@ fn fixed_routes(generator: &mut SchemaGenerator) -> Vec<Route> {
             path: CLUSTER_STATUS_PATH.into(),
             summary: "The leader and the replicas, as the answering replica sees them".into(),
             access: Access::Admin,
+            viewer: true,
             params: vec![],
             body: None,
             answer: Answer::Json(200, schema_of::<ClusterStatus>(generator)),
             handler: get(meta::cluster_status),
         },
         Route {
+            method: Method::GET,
+            path: CLUSTER_VERIFY_PATH.into(),
+            summary: "What is wrong with the nodes' roles and the candidate pool (`herd cluster verify`)".into(),
+            access: Access::Admin,
+            viewer: true,
+            params: vec![],
+            body: None,
+            answer: Answer::Json(200, schema_of::<herd_core::verify::Report>(generator)),
+            handler: get(meta::cluster_verify),
+        },
+        Route {
             method: Method::POST,
             path: "/api/v1/join".into(),
             summary: "Register a node with a join token; returns its node token (409 for a name that has joined)".into(),
             access: Access::JoinToken,
+            viewer: false,
             params: vec![],
             body: Some(schema_of::<JoinRequest>(generator)),
             answer: Answer::Json(200, schema_of::<JoinResponse>(generator)),
@@ -343,6 +381,7 @@ fn fixed_routes(generator: &mut SchemaGenerator) -> Vec<Route> {
             path: "/api/v1/nodes/{name}/heartbeat".into(),
             summary: "A node's heartbeat: its status and its Command reports".into(),
             access: Access::AdminOrOwnNode,
+            viewer: false,
             params: vec![node()],
             body: Some(schema_of::<AgentReport>(generator)),
             answer: Answer::Json(200, schema_of::<HeartbeatResponse>(generator)),
@@ -353,6 +392,7 @@ fn fixed_routes(generator: &mut SchemaGenerator) -> Vec<Route> {
             path: herd_core::api::node_commands_path("{name}"),
             summary: "List or watch the Commands for one node".into(),
             access: Access::AdminOrOwnNode,
+            viewer: false,
             params: [node()].into_iter().chain(list_params()).collect(),
             body: None,
             answer: Answer::Json(200, list_of(&command_schema)),
@@ -363,6 +403,7 @@ fn fixed_routes(generator: &mut SchemaGenerator) -> Vec<Route> {
             path: "/api/v1/nodes/{name}/role".into(),
             summary: "Change a node's role or master capability under the pool's rules (409 with the reason)".into(),
             access: Access::Admin,
+            viewer: false,
             params: vec![node()],
             body: Some(schema_of::<herd_core::api::NodeRoleRequest>(generator)),
             answer: Answer::Json(200, schema_of::<herd_core::api::NodeRoleResponse>(generator)),
@@ -373,6 +414,7 @@ fn fixed_routes(generator: &mut SchemaGenerator) -> Vec<Route> {
             path: "/api/v1/nodes/{name}/readmit".into(),
             summary: "Let the agent of a deleted node join again (404 if nothing is kept out)".into(),
             access: Access::Admin,
+            viewer: false,
             params: vec![node()],
             body: None,
             answer: Answer::Empty,
@@ -383,6 +425,7 @@ fn fixed_routes(generator: &mut SchemaGenerator) -> Vec<Route> {
             path: "/api/v1/nodes/{node}/members/{member}/logs".into(),
             summary: "The end of a member's log, fetched from its node's agent".into(),
             access: Access::Admin,
+            viewer: true,
             params: vec![
                 node_param("node", "the node the member runs on"),
                 path_param("member", "the member's name"),
@@ -402,6 +445,7 @@ fn fixed_routes(generator: &mut SchemaGenerator) -> Vec<Route> {
             path: "/api/v1/nodes/{node}/volumes".into(),
             summary: "A node's volumes and partial copies, each with what owns it".into(),
             access: Access::Admin,
+            viewer: true,
             params: vec![node_param("node", "the node's name")],
             body: None,
             answer: Answer::Json(200, json!({ "type": "array", "items": schema_of::<StoredVolume>(generator) })),
@@ -412,6 +456,7 @@ fn fixed_routes(generator: &mut SchemaGenerator) -> Vec<Route> {
             path: "/api/v1/members/{name}/eviction".into(),
             summary: "Evict a member if every budget that selects it allows (429 naming each that does not)".into(),
             access: Access::Admin,
+            viewer: false,
             params: vec![path_param("name", "the Member's name"), dry_run()],
             body: None,
             answer: Answer::Json(200, schema_of::<Eviction>(generator)),
@@ -422,6 +467,7 @@ fn fixed_routes(generator: &mut SchemaGenerator) -> Vec<Route> {
             path: "/api/v1/commands/{name}/retry".into(),
             summary: "Issue a failed, interrupted or abandoned Command again (409 if it is not settled)".into(),
             access: Access::Admin,
+            viewer: false,
             params: vec![command()],
             body: None,
             answer: Answer::Json(200, command_schema.clone()),
@@ -432,6 +478,7 @@ fn fixed_routes(generator: &mut SchemaGenerator) -> Vec<Route> {
             path: "/api/v1/commands/{name}/abandon".into(),
             summary: "Give a Command up: its agent ends the work".into(),
             access: Access::Admin,
+            viewer: false,
             params: vec![
                 command(),
                 query("keepStaging", "keep a copy's partial staging for a later copy", json!({ "type": "boolean" })),
@@ -445,6 +492,7 @@ fn fixed_routes(generator: &mut SchemaGenerator) -> Vec<Route> {
             path: JOIN_TOKENS_PATH.into(),
             summary: "The join tokens made through the API, expired ones included (never their secrets)".into(),
             access: Access::Admin,
+            viewer: false,
             params: vec![],
             body: None,
             answer: Answer::Json(200, schema_of::<JoinTokenList>(generator)),
@@ -455,6 +503,7 @@ fn fixed_routes(generator: &mut SchemaGenerator) -> Vec<Route> {
             path: JOIN_TOKENS_PATH.into(),
             summary: "Create a join token; its secret is in this answer only".into(),
             access: Access::Admin,
+            viewer: false,
             params: vec![],
             body: Some(schema_of::<JoinTokenRequest>(generator)),
             answer: Answer::Json(201, schema_of::<JoinTokenInfo>(generator)),
@@ -465,6 +514,7 @@ fn fixed_routes(generator: &mut SchemaGenerator) -> Vec<Route> {
             path: format!("{JOIN_TOKENS_PATH}/{{id}}"),
             summary: "Revoke a join token".into(),
             access: Access::Admin,
+            viewer: false,
             params: vec![json!({
                 "name": "id", "in": "path", "required": true, "description": "the token's id",
                 "schema": { "type": "string", "pattern": "^[a-z0-9]{1,32}$" }

@@ -1,5 +1,6 @@
-//! `/api/v1/jointokens`: join tokens an admin creates, lists and revokes
-//! (`herd token create|list|delete`). Only admins; the secret is shown once.
+//! `/api/v1/jointokens`: join and viewer tokens an admin creates, lists
+//! and revokes (`herd token create|list|delete`). Only admins; the secret
+//! is shown once.
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -36,9 +37,9 @@ pub async fn create(
         errors.add(&herd_core::FieldPath::root("description"), "must be at most 256 characters");
     }
     errors.into_result().map_err(|e| ApiError::invalid("JoinToken", "", e))?;
-    let (record, token) = state.auth.create_join_token(request.ttl, request.description).await?;
+    let (record, token) = state.auth.create_join_token(request.kind, request.ttl, request.description).await?;
     let until = record.expires.map_or("until deleted".to_string(), |at| format!("until {at}"));
-    let message = format!("an admin created join token {} (valid {until})", record.id);
+    let message = format!("an admin created {} token {} (valid {until})", record.kind.word(), record.id);
     state.events.record_about(about(&record.id), EventType::Normal, "JoinTokenCreated", message).await;
     Ok((StatusCode::CREATED, Json(JoinTokenInfo { token: Some(token), ..JoinTokenInfo::from(&record) })))
 }
@@ -59,7 +60,7 @@ pub async fn delete(
         return Err(ApiError::BadRequest(format!("{id:?} is not a join token id (1-32 lowercase letters and digits)")));
     }
     let record = state.auth.delete_join_token(&id).await?;
-    let message = format!("an admin deleted join token {id}: it can no longer be used to join");
+    let message = format!("an admin deleted {} token {id}: it can no longer be used", record.kind.word());
     state.events.record_about(about(&id), EventType::Normal, "JoinTokenDeleted", message).await;
     Ok(Json(JoinTokenInfo::from(&record)))
 }

@@ -8,8 +8,6 @@ use comfy_table::{Table, presets};
 use herd_client::Client;
 use herd_core::Timestamp;
 use herd_core::api::ClusterStatus;
-use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
-use herd_core::kinds::{ClusterConfigSpec, NodeSpec};
 use herd_core::verify::Severity;
 
 use crate::cli::OutputFormat;
@@ -31,9 +29,7 @@ pub async fn status(client: &Client, format: OutputFormat) -> anyhow::Result<()>
 
 /// Prints the findings; returns the exit code (0 clean, 1 warnings, 2 errors).
 pub async fn verify(client: &Client, format: OutputFormat) -> anyhow::Result<i32> {
-    let nodes = client.list::<NodeSpec>("").await?;
-    let config = client.get::<ClusterConfigSpec>(CLUSTER_CONFIG_NAME).await?;
-    let report = herd_core::verify::verify(&nodes, config.spec.candidate_pool_size as usize);
+    let report = client.cluster_verify().await?;
     match format {
         OutputFormat::Table | OutputFormat::Wide => {
             for finding in &report.findings {

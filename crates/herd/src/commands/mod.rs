@@ -19,6 +19,7 @@ use crate::cli::{
     TokenCommand,
 };
 use crate::context;
+use herd_core::join::TokenKind;
 use herd_core::kinds::OperationAction;
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -137,11 +138,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Token { command } => {
             let client = context::client(&conn)?;
             match command {
-                TokenCommand::Create { ttl, description } => token::create(&client, ttl, description).await,
+                TokenCommand::Create { viewer, ttl, description } => {
+                    let kind = if viewer { TokenKind::Viewer } else { TokenKind::Join };
+                    token::create(&client, kind, ttl, description).await
+                }
                 TokenCommand::List { output } => token::list(&client, output).await,
                 TokenCommand::Delete { id } => {
                     client.delete_join_token(&id).await?;
-                    println!("jointoken/{id} deleted");
+                    println!("token/{id} deleted");
                     Ok(())
                 }
             }

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod apps;
+pub mod browser;
 pub mod budgets;
 pub mod cluster;
 pub mod netns;

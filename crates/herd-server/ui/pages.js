@@ -1,0 +1,305 @@
+// What each dashboard page shows, rendered from the reflectors of app.js:
+// each page names the kinds it follows and renders them as HTML (every
+// value escaped). Actions are buttons with data-action and data-target,
+// handled in app.js; a viewer sees no action buttons.
+"use strict";
+
+/// "12s", "3m", "2h", "4d": how long ago `timestamp` was.
+function age(timestamp) {
+  if (!timestamp) return "-";
+  const seconds = Math.max(0, Math.floor((Date.now() - Date.parse(timestamp)) / 1000));
+  if (seconds < 120) return `${seconds}s`;
+  if (seconds < 7200) return `${Math.floor(seconds / 60)}m`;
+  if (seconds < 172800) return `${Math.floor(seconds / 3600)}h`;
+  return `${Math.floor(seconds / 86400)}d`;
+}
+
+function pill(text, tone = "") {
+  return `<span class="pill ${tone}">${esc(text)}</span>`;
+}
+
+/// A table of `rows` (arrays of HTML cells), or `empty` when there is none.
+function table(id, headers, rows, empty) {
+  if (!rows.length) return `<p class="muted" id="${id}">${esc(empty)}</p>`;
+  const head = headers.map((h) => `<th>${esc(h)}</th>`).join("");
+  const body = rows.map((cells) => `<tr>${cells.map((c) => `<td>${c}</td>`).join("")}</tr>`).join("");
+  return `<table id="${id}"><thead><tr>${head}</tr></thead><tbody>${body}</tbody></table>`;
+}
+
+function byName(a, b) {
+  return a.metadata.name.localeCompare(b.metadata.name, undefined, { numeric: true });
+}
+
+function action(name, target, label, danger = false) {
+  if (isViewer()) return "";
+  return `<button data-action="${name}" data-target="${esc(target)}"${danger ? ' class="danger"' : ""}>${esc(label)}</button>`;
+}
+
+/// What a page shows until every kind it follows is listed: the page
+/// then appears whole, once.
+function loading(plurals) {
+  const waiting = plurals.filter((plural) => !listed(plural));
+  return waiting.length ? `<p class="muted">Loading ${esc(waiting.join(", "))}…</p>` : null;
+}
+
+function stateTone(state) {
+  if (["configured", "Succeeded", "Completed", "Reconciled"].includes(state)) return "ok";
+  if (["configError", "Failed", "TimedOut", "ReconcileFailed", "Cancelled"].includes(state)) return "bad";
+  return "warn";
+}
+
+/// Fetched again when `fingerprint` changes: the leader's view and the
+/// verify findings are made of objects the page follows.
+const fingerprints = {};
+function refetchOn(key, path, fingerprint) {
+  if (fingerprints[key] === fingerprint) return;
+  fingerprints[key] = fingerprint;
+  refetch(key, path);
+}
+
+function nodeRole(node) {
+  const roles = [node.spec.role || "regular"];
+  if (node.status && node.status.master) roles.push("master");
+  return roles;
+}
+
+function overview() {
+  const waiting = loading(PAGES.overview.follows);
+  if (waiting) return waiting;
+  const nodes = objects("nodes").sort(byName);
+  const members = objects("members");
+  const leases = objects("leases");
+  const replicas = objects("replicas").sort(byName);
+  const leaseKey = leases.map((l) => `${l.spec.holderIdentity}/${l.spec.leaseTransitions}`).join();
+  const replicaKey = replicas.map((r) => `${r.metadata.name}/${(r.status || {}).leading}/${(r.status || {}).stoppedAt}`).join();
+  refetchOn("clusterStatus", "/api/v1/cluster/status", `${leaseKey}|${replicaKey}`);
+  const config = objects("clusterconfigs")[0];
+  refetchOn(
+    "verify",
+    "/api/v1/cluster/verify",
+    JSON.stringify([nodes.map((n) => [n.metadata.name, n.spec, (n.status || {}).ready, (n.status || {}).configSerial, (n.status || {}).master]), config && config.spec.candidatePoolSize]),
+  );
+
+  const status = herd.clusterStatus;
+  const leader = status && status.leader;
+  const leaderText = leader
+    ? `${esc(leader.identity)} <span class="muted">term ${esc(leader.term)}, leading for ${age(leader.since)}</span>`
+    : `<span class="bad">no leader</span>`;
+  const replicaRows = replicas.map((replica) => {
+    const seen = status && status.replicas.find((r) => r.name === replica.metadata.name);
+    const state = seen ? seen.state : replica.status && replica.status.leading ? "Leading" : "Standby";
+    return [
+      esc(replica.metadata.name),
+      pill(state, state === "Leading" ? "ok" : state === "Standby" ? "" : "warn"),
+      `<span class="mono">${esc(replica.spec.url)}</span>`,
+      esc(replica.spec.node || "-"),
+      `${age((replica.status || {}).startedAt)}`,
+      `${age((replica.status || {}).lastSeen)} ago`,
+    ];
+  });
+
+  const verify = herd.verify;
+  const findings = verify
+    ? verify.findings.map((f) => `<li class="${f.severity === "error" ? "bad" : "warn"}">${esc(f.severity)}: ${esc(f.message)}</li>`).join("")
+    : "";
+  const pool = verify
+    ? `<b id="pool">${verify.candidates} / ${verify.wantedCandidates}</b> candidates (pool size ${verify.poolSize})`
+    : `<b id="pool">-</b> candidates`;
+
+  const perNode = new Map();
+  for (const member of members) {
+    const node = member.spec.node;
+    if (node) perNode.set(node, (perNode.get(node) || 0) + 1);
+  }
+  const ready = nodes.filter((n) => n.status && n.status.ready).length;
+  const nodeRows = nodes.map((node) => {
+    const name = node.metadata.name;
+    const isReady = node.status && node.status.ready;
+    const role = nodeRole(node);
+    const roleText = role.map((r) => pill(r, r === "offline" ? "bad" : r === "drained" ? "warn" : "")).join("");
+    const capable = node.spec.masterCapable === false ? ' <span class="muted">(not master capable)</span>' : "";
+    const buttons =
+      node.spec.role === "drained"
+        ? action("undrain", name, "Undrain")
+        : node.spec.role !== "offline"
+          ? action("drain", name, "Drain", true)
+          : "";
+    return [
+      `<span class="node-name">${esc(name)}</span>`,
+      `<span class="node-status">${isReady ? pill("Ready", "ok") : pill("NotReady", "bad")}</span>`,
+      roleText + capable,
+      `${age((node.status || {}).lastHeartbeat)} ago`,
+      `<span class="node-members">${perNode.get(name) || 0}</span>`,
+      `<span class="mono">${esc((node.status || {}).address || "-")}</span>`,
+      `${esc((node.status || {}).configSerial ?? "-")}`,
+      buttons,
+    ];
+  });
+
+  return `
+    <section><h2>Control plane</h2>
+      <div class="summary">
+        <div>Leader <b id="leader">${leaderText}</b></div>
+        <div>Nodes <b id="ready-nodes">${ready} of ${nodes.length} Ready</b></div>
+        <div>Master candidates ${pool}</div>
+        <div>Members <b>${members.length}</b></div>
+      </div>
+      ${table("replicas", ["Replica", "State", "URL", "Node", "Up", "Last seen"], replicaRows, "no replica has registered")}
+    </section>
+    <section><h2>Nodes</h2>
+      ${table("nodes", ["Name", "Status", "Role", "Heartbeat", "Members", "Address", "Config serial", ""], nodeRows, "no node has joined: start an agent with `herd agent --server URL --name NODE --join-token TOKEN`")}
+    </section>
+    <section><h2>Cluster verify</h2>
+      ${verify && !verify.findings.length ? '<p class="ok" id="findings">No findings.</p>' : `<ul id="findings">${findings}</ul>`}
+      ${verify && verify.offline.length ? `<p>Offline, not checked: ${esc(verify.offline.join(", "))}</p>` : ""}
+    </section>`;
+}
+
+function memberInstance(member, reports) {
+  const report = reports.get(member.metadata.name);
+  const detail = (member.status || {}).stateDetail || {};
+  return (report && report.instanceId) || detail.lastConfiguredInstance || detail.configuringInstance || "-";
+}
+
+function clusters() {
+  const waiting = loading(PAGES.clusters.follows);
+  if (waiting) return waiting;
+  const all = objects("appclusters").sort(byName);
+  const members = objects("members").sort(byName);
+  const reports = new Map();
+  for (const node of objects("nodes")) {
+    for (const report of (node.status || {}).members || []) reports.set(report.name, report);
+  }
+  const sections = all.map((cluster) => {
+    const name = cluster.metadata.name;
+    const status = cluster.status || {};
+    const rollup = Object.entries(status.memberStateRollup || {}).filter(([, on]) => on).map(([flag]) => pill(flag, "warn"));
+    const current = status.observedGeneration === cluster.metadata.generation;
+    const own = members.filter((m) => m.spec.cluster === name);
+    const rows = own.map((member) => {
+      const m = member.metadata.name;
+      const s = member.status || {};
+      const detail = s.stateDetail || {};
+      const node = member.spec.node;
+      const notifies = (detail.pendingNotifyCmds || []).length;
+      const logs = node
+        ? ["setup", "stdout", "stderr"].map((stream) => `<button data-action="logs" data-target="${esc(`${node}/${m}/${stream}`)}">${stream}</button>`).join(" ")
+        : "";
+      return [
+        `<span class="member-name">${esc(m)}</span>`,
+        esc(member.spec.role),
+        `<span class="member-state" data-member="${esc(m)}">${pill(s.state || "creating", stateTone(s.state))}</span>`,
+        s.ready ? pill("ready", "ok") : pill("not ready", "warn"),
+        esc(node || "unplaced"),
+        `<span class="mono">${esc(memberInstance(member, reports))}</span>`,
+        `<span class="last-known" data-member="${esc(m)}">${esc(detail.lastKnownState || "-")}</span>`,
+        notifies ? `${notifies} pending` : "-",
+        `<span class="bad">${esc(detail.configErrorDetail || s.reason || "")}</span>`,
+        logs,
+      ];
+    });
+    return `<section class="cluster" data-cluster="${esc(name)}"><h2>${esc(name)} <span class="muted">app ${esc(cluster.spec.app)}</span></h2>
+      <p>State <span class="cluster-state" data-cluster="${esc(name)}">${pill(status.state || "creating", stateTone(status.state))}</span>
+        ${current ? "" : '<span class="muted">(the latest spec is not yet observed)</span>'} ${rollup.join("")}</p>
+      ${table(`members-${esc(name)}`, ["Member", "Role", "State", "Ready", "Node", "Instance", "Last known", "Notifies", "Config error", "Logs"], rows, "no members yet")}
+    </section>`;
+  });
+  return `${sections.join("") || '<p class="muted">No app clusters: apply one with `herd apply -f examples/apps/etcd/`.</p>'}`;
+}
+
+function operationsPage() {
+  const waiting = loading(PAGES.operations.follows);
+  if (waiting) return waiting;
+  const budgets = objects("disruptionbudgets").sort(byName);
+  const budgetRows = budgets.map((budget) => {
+    const s = budget.status || {};
+    const bound = budget.spec.minAvailable !== undefined ? `minAvailable ${budget.spec.minAvailable}` : `maxUnavailable ${budget.spec.maxUnavailable}`;
+    const unhealthy = (s.unhealthy || []).map((u) => `${esc(u.name)} <span class="muted">(${esc(u.reason)})</span>`).join(", ");
+    return [
+      esc(budget.metadata.name),
+      `<span class="mono">${esc(budget.spec.selector)}</span>`,
+      esc(bound),
+      `${esc(s.currentHealthy ?? "-")}/${esc(s.expectedMembers ?? "-")}`,
+      `<b class="budget-allowed" data-budget="${esc(budget.metadata.name)}">${esc(s.disruptionsAllowed ?? "-")}</b>`,
+      unhealthy || "-",
+    ];
+  });
+  const operations = objects("operations").sort((a, b) => b.metadata.creationTimestamp.localeCompare(a.metadata.creationTimestamp));
+  const operationRows = operations.map((operation) => {
+    const name = operation.metadata.name;
+    const s = operation.status || {};
+    const a = operation.spec.action;
+    const what = a.type === "Drain" ? `drain node ${a.node}` : `restart ${a.cluster}/${a.role}`;
+    const blocker = s.blocker
+      ? `<span class="blocker ${s.blocker.never ? "bad" : "warn"}" data-operation="${esc(name)}">${esc(s.blocker.message)} <span class="muted">(for ${age(s.blocker.since)}${s.blocker.never ? "; can never clear: change the budget or add members" : ""})</span></span>`
+      : "";
+    const steps = (s.steps || []).map((step) => `${esc(step.member)}: ${esc(step.state)}`).join(", ");
+    return [
+      esc(name),
+      esc(what),
+      `<span class="operation-phase" data-operation="${esc(name)}">${pill(s.phase || "Pending", stateTone(s.phase))}</span>`,
+      `<progress max="${s.total || 1}" value="${s.done || 0}"></progress> <span class="operation-progress" data-operation="${esc(name)}">${esc(s.done || 0)}/${esc(s.total || 0)}</span>`,
+      blocker || esc(s.message || ""),
+      `<span class="muted">${steps}</span>`,
+      finished(operation) ? "" : action("cancel", name, "Cancel", true),
+    ];
+  });
+  const settled = ["Completed", "Abandoned", "Reconciled", "ReconcileSkipped"];
+  const commands = objects("commands")
+    .filter((c) => !settled.includes((c.status || {}).stateByManagement))
+    .sort(byName);
+  const commandRows = commands.map((command) => {
+    const name = command.metadata.name;
+    const s = command.status || {};
+    const management = s.stateByManagement || "Created";
+    const retryable = ["Failed", "TimedOut", "Interrupted", "ReconcileFailed", "Abandoned"].includes(management);
+    return [
+      esc(name),
+      esc(command.spec.node),
+      esc(command.spec.action.type),
+      pill(management, stateTone(management)),
+      esc(s.stateByAgent || "-"),
+      `${esc(s.attempts || 0)} / ${esc(s.retryCount || 0)}`,
+      esc(s.reason || ""),
+      (retryable ? action("retry", name, "Retry") : "") + (["Processing", "Created", "ReconcileRetry", "Reconciling"].includes(management) ? action("abandon", name, "Abandon", true) : ""),
+    ];
+  });
+  return `
+    <section><h2>Operations</h2>
+      ${table("operations", ["Name", "What", "Phase", "Progress", "Blocker", "Steps", ""], operationRows, "No operations: drain a node from the overview, or `herd node drain NODE`.")}
+    </section>
+    <section><h2>Disruption budgets</h2>
+      ${table("budgets", ["Name", "Selector", "Bound", "Healthy", "Allowed", "Not healthy"], budgetRows, "No disruption budgets.")}
+    </section>
+    <section><h2>Commands not settled</h2>
+      ${table("commands", ["Name", "Node", "Action", "Server's view", "Agent's view", "Attempts / retries", "Why", ""], commandRows, "Every Command is settled.")}
+    </section>`;
+}
+
+function eventsPage() {
+  const waiting = loading(PAGES.events.follows);
+  if (waiting) return waiting;
+  const events = objects("events")
+    .sort((a, b) => (b.spec.lastTimestamp || "").localeCompare(a.spec.lastTimestamp || ""))
+    .slice(0, 300);
+  const rows = events.map((event) => {
+    const e = event.spec;
+    return [
+      `${age(e.lastTimestamp)} ago`,
+      pill(e.type, e.type === "Warning" ? "warn" : ""),
+      esc(e.reason),
+      esc(`${e.involvedObject.kind.toLowerCase()}/${e.involvedObject.name}`),
+      esc(e.count),
+      esc(e.message),
+    ];
+  });
+  return `<section><h2>Events <span class="muted">(newest first, live)</span></h2>
+    ${table("events", ["Last seen", "Type", "Reason", "Object", "Count", "Message"], rows, "No events.")}</section>`;
+}
+
+const PAGES = {
+  overview: { follows: ["nodes", "members", "replicas", "leases", "clusterconfigs"], render: overview },
+  clusters: { follows: ["appclusters", "members", "nodes"], render: clusters },
+  operations: { follows: ["operations", "disruptionbudgets", "commands"], render: operationsPage },
+  events: { follows: ["events"], render: eventsPage },
+};
