@@ -45,8 +45,8 @@ async fn bytes_sent(admin: &Client) -> anyhow::Result<u64> {
     let metrics = admin.get_text("/metrics").await?;
     let line = metrics
         .lines()
-        .find(|l| l.starts_with("herd_configuration_bytes_sent_total "))
-        .context("no herd_configuration_bytes_sent_total in /metrics")?;
+        .find(|l| l.starts_with("herd_configuration_sent_bytes_total "))
+        .context("no herd_configuration_sent_bytes_total in /metrics")?;
     Ok(line.rsplit(' ').next().unwrap_or_default().parse()?)
 }
 

@@ -168,7 +168,7 @@ impl Server {
             let names = tls::serving_names(addr, config.advertise_url.as_deref());
             Some(herd_tls::server_config(&tls::serving_identity(&ca, &config.identity, &names)?)?)
         };
-        let metrics = Arc::<Metrics>::default();
+        let metrics = Arc::new(Metrics::new(&store));
         let peers = Arc::new(peers::PeerAuthority::new(&ca, &config.admin_token, metrics.clone())?);
         let node_certificates =
             Arc::new(tls::NodeCertificates { ca, lifetime: config.agent_cert_lifetime, grant_key: peers.grant_key() });

@@ -1,174 +1,269 @@
-//! Prometheus metrics in the text exposition format, kept by hand: a few
-//! counters and gauges do not need a metrics framework.
+//! The server's Prometheus metrics, kept with the `prometheus-client`
+//! crate and served at `/metrics` in the Prometheus text format: counters,
+//! gauges, and latency histograms of API requests, store commits,
+//! controllers' reconcile passes and Commands (created to settled). The
+//! store's own counters are read at each scrape ([`StoreCollector`]); the
+//! store reports each commit's duration through its commit observer.
 
-use std::collections::BTreeMap;
-use std::fmt::Write;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use herd_store::Store;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::{Registry, Unit};
 
-#[derive(Default)]
-struct RequestStats {
-    count: u64,
-    seconds: f64,
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    method: String,
+    route: String,
+    code: u16,
 }
 
-#[derive(Default)]
-pub struct Metrics {
-    /// (method, route, status code) to count and total time.
-    requests: Mutex<BTreeMap<(String, String, u16), RequestStats>>,
-    pub watches_active: AtomicI64,
-    leadership: Mutex<Leadership>,
-    /// Leader-only writes refused because this replica's leadership had ended.
-    pub fenced_writes: AtomicU64,
-    /// Calls to offline nodes' agents refused without connecting.
-    pub offline_calls_refused: AtomicU64,
-    /// Bytes of configuration (documents and deltas) heartbeat answers carried.
-    pub configuration_bytes_sent: AtomicU64,
-    pub nodes_ready: AtomicI64,
-    pub nodes_not_ready: AtomicI64,
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabels {
+    method: String,
+    route: String,
 }
 
-/// The leader election as this replica saw it.
-#[derive(Default)]
-struct Leadership {
-    leading: bool,
-    started: u64,
-    stopped: u64,
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ControllerLabels {
+    controller: &'static str,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CommandLabels {
+    action: String,
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HolderLabels {
     holder: String,
-    lease_transitions: u64,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReadyLabels {
+    ready: &'static str,
+}
+
+/// From 0.5 ms doubling to about 16 s: API calls and commits are
+/// milliseconds, a slow disk or a large list is seconds.
+fn latency_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+}
+
+/// From 50 ms doubling to about 14 minutes: Commands run from a start to
+/// a copy of gigabytes.
+fn command_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.05, 2.0, 15))
+}
+
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    request_seconds: Family<RouteLabels, Histogram, fn() -> Histogram>,
+    reconcile_seconds: Family<ControllerLabels, Histogram, fn() -> Histogram>,
+    command_seconds: Family<CommandLabels, Histogram, fn() -> Histogram>,
+    pub watches_active: Gauge,
+    leading: Gauge,
+    started_leading: Counter,
+    stopped_leading: Counter,
+    lease_transitions: Gauge,
+    lease_holder: Family<HolderLabels, Gauge>,
+    /// Leader-only writes refused because this replica's leadership had ended.
+    pub fenced_writes: Counter,
+    /// Calls to offline nodes' agents refused without connecting.
+    pub offline_calls_refused: Counter,
+    /// Bytes of configuration (documents and deltas) heartbeat answers carried.
+    pub configuration_bytes_sent: Counter,
+    nodes: Family<ReadyLabels, Gauge>,
 }
 
 impl Metrics {
+    pub fn new(store: &Store) -> Metrics {
+        let mut registry = Registry::default();
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register("herd_http_requests", "HTTP requests served", requests.clone());
+        let request_seconds = Family::new_with_constructor(latency_buckets as fn() -> Histogram);
+        registry.register_with_unit(
+            "herd_http_request_duration",
+            "Time to answer an HTTP request (a watch: until its headers)",
+            Unit::Seconds,
+            request_seconds.clone(),
+        );
+        let reconcile_seconds = Family::new_with_constructor(latency_buckets as fn() -> Histogram);
+        registry.register_with_unit(
+            "herd_reconcile_duration",
+            "Time a leader's controller took for one reconcile pass",
+            Unit::Seconds,
+            reconcile_seconds.clone(),
+        );
+        let command_seconds = Family::new_with_constructor(command_buckets as fn() -> Histogram);
+        registry.register_with_unit(
+            "herd_command_duration",
+            "Time from a Command's creation to its settling, seen by the leader",
+            Unit::Seconds,
+            command_seconds.clone(),
+        );
+        let commit_seconds = latency_buckets();
+        registry.register_with_unit(
+            "herd_store_commit_duration",
+            "Time one backend commit took (a group of transactions, one fsync)",
+            Unit::Seconds,
+            commit_seconds.clone(),
+        );
+        store.stats().observe_commits(Box::new(move |took: Duration| commit_seconds.observe(took.as_secs_f64())));
+        registry.register_collector(Box::new(StoreCollector(store.clone())));
+
+        let metrics = Metrics {
+            requests,
+            request_seconds,
+            reconcile_seconds,
+            command_seconds,
+            watches_active: Gauge::default(),
+            leading: Gauge::default(),
+            started_leading: Counter::default(),
+            stopped_leading: Counter::default(),
+            lease_transitions: Gauge::default(),
+            lease_holder: Family::default(),
+            fenced_writes: Counter::default(),
+            offline_calls_refused: Counter::default(),
+            configuration_bytes_sent: Counter::default(),
+            nodes: Family::default(),
+            registry,
+        };
+        metrics.register_rest()
+    }
+
+    fn register_rest(mut self) -> Self {
+        let r = &mut self.registry;
+        r.register("herd_watches_active", "Open watch streams", self.watches_active.clone());
+        r.register("herd_leader", "1 while this replica holds the leader lease", self.leading.clone());
+        r.register("herd_leader_started", "Times this replica started leading", self.started_leading.clone());
+        r.register("herd_leader_stopped", "Times this replica stopped leading", self.stopped_leading.clone());
+        r.register(
+            "herd_lease_transitions",
+            "How many times the leader lease changed hands",
+            self.lease_transitions.clone(),
+        );
+        r.register("herd_lease_holder", "The lease holder as this replica last read it", self.lease_holder.clone());
+        r.register(
+            "herd_fenced_writes",
+            "Leader-only writes refused because this replica no longer led",
+            self.fenced_writes.clone(),
+        );
+        r.register(
+            "herd_offline_calls_refused",
+            "Calls to an offline node's agent refused without connecting",
+            self.offline_calls_refused.clone(),
+        );
+        r.register_with_unit(
+            "herd_configuration_sent",
+            "Configuration documents and deltas sent to master candidates",
+            Unit::Bytes,
+            self.configuration_bytes_sent.clone(),
+        );
+        r.register("herd_nodes", "Nodes by readiness, as last seen by the node controller", self.nodes.clone());
+        self
+    }
+
     pub fn started_leading(&self) {
-        self.with_leadership(|l| {
-            l.leading = true;
-            l.started += 1;
-        });
+        self.leading.set(1);
+        self.started_leading.inc();
     }
 
     pub fn stopped_leading(&self) {
-        self.with_leadership(|l| {
-            l.leading = false;
-            l.stopped += 1;
-        });
+        self.leading.set(0);
+        self.stopped_leading.inc();
     }
 
     /// The lease as last read: who holds it, how many times it changed hands.
     pub fn observe_lease(&self, holder: &str, transitions: u64) {
-        self.with_leadership(|l| {
-            if l.holder != holder {
-                l.holder = holder.to_string();
-            }
-            l.lease_transitions = transitions;
-        });
-    }
-
-    fn with_leadership(&self, change: impl FnOnce(&mut Leadership)) {
-        if let Ok(mut leadership) = self.leadership.lock() {
-            change(&mut leadership);
+        let labels = HolderLabels { holder: holder.to_string() };
+        if self.lease_holder.get(&labels).is_none() {
+            self.lease_holder.clear();
+            self.lease_holder.get_or_create(&labels).set(1);
         }
+        self.lease_transitions.set(i64::try_from(transitions).unwrap_or(i64::MAX));
     }
 
     pub fn observe_request(&self, method: &str, route: &str, code: u16, elapsed: Duration) {
-        if let Ok(mut requests) = self.requests.lock() {
-            let stats = requests.entry((method.to_string(), route.to_string(), code)).or_default();
-            stats.count += 1;
-            stats.seconds += elapsed.as_secs_f64();
-        }
+        let (method, route) = (method.to_string(), route.to_string());
+        self.request_seconds
+            .get_or_create(&RouteLabels { method: method.clone(), route: route.clone() })
+            .observe(elapsed.as_secs_f64());
+        self.requests.get_or_create(&RequestLabels { method, route, code }).inc();
     }
 
-    pub fn render(&self, store: &Store) -> String {
+    /// One reconcile pass of `controller`, and whether it failed.
+    pub fn observe_reconcile(&self, controller: &'static str, failed: bool, elapsed: Duration) {
+        let labels = ControllerLabels { controller, outcome: if failed { "error" } else { "ok" } };
+        self.reconcile_seconds.get_or_create(&labels).observe(elapsed.as_secs_f64());
+    }
+
+    /// A Command of `action` settled in `state`, `took` after it was made.
+    pub fn observe_command(&self, action: &str, state: &str, took: Duration) {
+        let labels = CommandLabels { action: action.to_string(), state: state.to_string() };
+        self.command_seconds.get_or_create(&labels).observe(took.as_secs_f64());
+    }
+
+    pub fn observe_nodes(&self, ready: usize, not_ready: usize) {
+        let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        self.nodes.get_or_create(&ReadyLabels { ready: "true" }).set(count(ready));
+        self.nodes.get_or_create(&ReadyLabels { ready: "false" }).set(count(not_ready));
+    }
+
+    /// Everything, in the Prometheus text format (version 0.0.4).
+    pub fn render(&self) -> String {
         let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "# HELP herd_http_requests_total HTTP requests served.\n# TYPE herd_http_requests_total counter"
-        );
-        let mut durations = String::new();
-        let _ = writeln!(
-            durations,
-            "# HELP herd_http_request_duration_seconds_total Time spent serving HTTP requests.\n# TYPE herd_http_request_duration_seconds_total counter"
-        );
-        if let Ok(requests) = self.requests.lock() {
-            for ((method, route, code), stats) in requests.iter() {
-                let labels = format!("method=\"{method}\",route=\"{route}\",code=\"{code}\"");
-                let _ = writeln!(out, "herd_http_requests_total{{{labels}}} {}", stats.count);
-                let _ =
-                    writeln!(durations, "herd_http_request_duration_seconds_total{{{labels}}} {:.6}", stats.seconds);
-            }
+        if let Err(error) = prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry) {
+            tracing::error!(%error, "encoding the metrics failed");
         }
-        out.push_str(&durations);
-        let stats = store.stats();
-        let backend = store.backend_name();
-        let mut counter = |name: &str, help: &str, value: u64| {
-            let _ =
-                writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name}{{backend=\"{backend}\"}} {value}");
-        };
-        counter(
-            "herd_store_commits_total",
-            "Backend transactions committed (one fsync each).",
-            stats.commits.load(Ordering::Relaxed),
-        );
-        counter(
-            "herd_store_transactions_total",
-            "Store transactions carried by those commits.",
-            stats.txns.load(Ordering::Relaxed),
-        );
-        counter(
-            "herd_store_commit_failures_total",
-            "Backend commits that failed.",
-            stats.commit_failures.load(Ordering::Relaxed),
-        );
-        let _ = writeln!(
-            out,
-            "# HELP herd_store_revision The newest store revision seen.\n# TYPE herd_store_revision gauge\nherd_store_revision {}",
-            store.head()
-        );
-        if let Ok(l) = self.leadership.lock() {
-            let _ = writeln!(
-                out,
-                "# HELP herd_leader 1 while this replica holds the leader lease.\n# TYPE herd_leader gauge\nherd_leader {}",
-                u8::from(l.leading)
-            );
-            let _ = writeln!(
-                out,
-                "# HELP herd_leader_started_total Times this replica started leading.\n# TYPE herd_leader_started_total counter\nherd_leader_started_total {}\n# HELP herd_leader_stopped_total Times this replica stopped leading.\n# TYPE herd_leader_stopped_total counter\nherd_leader_stopped_total {}",
-                l.started, l.stopped
-            );
-            let _ = writeln!(
-                out,
-                "# HELP herd_lease_transitions How many times the leader lease changed hands.\n# TYPE herd_lease_transitions gauge\nherd_lease_transitions {}\n# HELP herd_lease_holder The lease holder as this replica last read it.\n# TYPE herd_lease_holder gauge\nherd_lease_holder{{holder=\"{}\"}} 1",
-                l.lease_transitions, l.holder
-            );
-        }
-        let _ = writeln!(
-            out,
-            "# HELP herd_fenced_writes_total Leader-only writes refused because this replica no longer led.\n# TYPE herd_fenced_writes_total counter\nherd_fenced_writes_total {}",
-            self.fenced_writes.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP herd_offline_calls_refused_total Calls to an offline node's agent refused without connecting.\n# TYPE herd_offline_calls_refused_total counter\nherd_offline_calls_refused_total {}",
-            self.offline_calls_refused.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP herd_configuration_bytes_sent_total Bytes of configuration documents and deltas sent to master candidates.\n# TYPE herd_configuration_bytes_sent_total counter\nherd_configuration_bytes_sent_total {}",
-            self.configuration_bytes_sent.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP herd_watches_active Open watch streams.\n# TYPE herd_watches_active gauge\nherd_watches_active {}",
-            self.watches_active.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP herd_nodes Nodes by readiness, as last seen by the node controller.\n# TYPE herd_nodes gauge\nherd_nodes{{ready=\"true\"}} {}\nherd_nodes{{ready=\"false\"}} {}",
-            self.nodes_ready.load(Ordering::Relaxed),
-            self.nodes_not_ready.load(Ordering::Relaxed)
-        );
         out
+    }
+}
+
+/// The store's counters, read at each scrape.
+struct StoreCollector(Store);
+
+impl std::fmt::Debug for StoreCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StoreCollector")
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BackendLabels {
+    backend: &'static str,
+}
+
+impl Collector for StoreCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let stats = self.0.stats();
+        let backend = BackendLabels { backend: self.0.backend_name() };
+        let counters = [
+            ("herd_store_commits", "Backend transactions committed (one fsync each).", stats.commits.load(Relaxed)),
+            ("herd_store_transactions", "Store transactions carried by those commits.", stats.txns.load(Relaxed)),
+            ("herd_store_commit_failures", "Backend commits that failed.", stats.commit_failures.load(Relaxed)),
+        ];
+        for (name, help, value) in counters {
+            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+            ConstCounter::new(value).encode(family.encode_family(&backend)?)?;
+        }
+        let head = i64::try_from(self.0.head()).unwrap_or(i64::MAX);
+        let metric = encoder.encode_descriptor(
+            "herd_store_revision",
+            "The newest store revision seen.",
+            None,
+            MetricType::Gauge,
+        )?;
+        ConstGauge::new(head).encode(metric)
     }
 }

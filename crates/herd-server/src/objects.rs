@@ -3,7 +3,6 @@
 //! controllers and the join/heartbeat logic all go through this.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::SystemTime;
 
 use herd_core::api::{ListMeta, ObjectList};
@@ -250,7 +249,7 @@ impl Objects {
             return Err(ObjectsError::GuardMoved { kind, name });
         }
         let term = self.fence.as_ref().map_or(0, |(fence, metrics)| {
-            metrics.fenced_writes.fetch_add(1, Ordering::Relaxed);
+            metrics.fenced_writes.inc();
             fence.term
         });
         tracing::warn!(term, kind, name, "refused a leader-only write: this replica's leadership has ended");
@@ -448,7 +447,7 @@ impl Objects {
                 }),
                 None => {
                     let term = self.fence.as_ref().map_or(0, |(fence, metrics)| {
-                        metrics.fenced_writes.fetch_add(1, Ordering::Relaxed);
+                        metrics.fenced_writes.inc();
                         fence.term
                     });
                     Err(ObjectsError::Fenced { term, kind: String::new(), name: String::new() })
@@ -625,7 +624,7 @@ mod tests {
         else {
             panic!("fence not written")
         };
-        let metrics = Arc::new(Metrics::default());
+        let metrics = Arc::new(Metrics::new(&store));
         let leader = objects.fenced(fence_at(revision), metrics.clone());
         let n1 = leader.create(Object::new("n1", NodeSpec::default()), false, false).await.unwrap();
 
@@ -648,7 +647,7 @@ mod tests {
         ));
         assert!(fenced(leader.delete_value("Node", "nodes", "n1", None, false).await));
         assert!(fenced(leader.put_key("/probe", None, b"x".to_vec()).await));
-        assert_eq!(metrics.fenced_writes.load(Ordering::Relaxed), 5, "each refusal is counted");
+        assert_eq!(metrics.fenced_writes.get(), 5, "each refusal is counted");
 
         assert!(objects.get::<NodeSpec>("n2").await.unwrap().is_none(), "the refused create stored nothing");
         let now = objects.require::<NodeSpec>("n1").await.unwrap();

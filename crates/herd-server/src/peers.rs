@@ -9,7 +9,6 @@
 //! node is never called: the refusal is immediate and counted.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 
 use herd_client::{ClientError, PeerClient};
@@ -99,7 +98,7 @@ impl PeerAuthority {
     pub fn agent(&self, node: &Node, accesses: Vec<Access>, purpose: &str) -> Result<PeerClient, ClientError> {
         let name = &node.metadata.name;
         if node.spec.role == NodeRole::Offline {
-            self.metrics.offline_calls_refused.fetch_add(1, Ordering::Relaxed);
+            self.metrics.offline_calls_refused.inc();
             return Err(ClientError::Offline { node: name.clone() });
         }
         let address = node.status.address.as_deref().ok_or_else(|| ClientError::AgentUnreachable {

@@ -28,6 +28,6 @@ mod watch;
 
 pub use backend::{Backend, Committed};
 pub use error::StoreError;
-pub use store::{ListOptions, ListPage, Store, StoreStats};
+pub use store::{CommitObserver, ListOptions, ListPage, Store, StoreStats};
 pub use types::{Compare, Event, EventKind, KeyValue, Op, Revision, Txn, TxnOutcome, check_key};
 pub use watch::{WatchBatch, Watcher};

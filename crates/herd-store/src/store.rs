@@ -16,14 +16,26 @@ const MAX_BATCH: usize = 512;
 /// Keys read per backend range call while filtering.
 const RANGE_CHUNK: usize = 500;
 
+/// Told how long each backend commit took (the server's metrics keep a
+/// histogram of it; the store depends on no metrics library).
+pub type CommitObserver = Box<dyn Fn(std::time::Duration) + Send + Sync>;
+
 /// Counters for `/metrics` and benchmarks.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct StoreStats {
     /// Backend transactions (each one fsync).
     pub commits: AtomicU64,
     /// Store transactions carried by those commits.
     pub txns: AtomicU64,
     pub commit_failures: AtomicU64,
+    commit_observer: std::sync::OnceLock<CommitObserver>,
+}
+
+impl StoreStats {
+    /// Sets who is told each commit's duration (once; later calls are ignored).
+    pub fn observe_commits(&self, observer: CommitObserver) {
+        let _ = self.commit_observer.set(observer);
+    }
 }
 
 /// How to page a list.
@@ -227,7 +239,12 @@ async fn write_loop(
     while requests.recv_many(&mut batch, MAX_BATCH).await > 0 {
         let (txns, replies): (Vec<Txn>, Vec<_>) = batch.drain(..).map(|r| (r.txn, r.reply)).unzip();
         let count = txns.len() as u64;
-        match backend.commit(txns).await {
+        let started = std::time::Instant::now();
+        let result = backend.commit(txns).await;
+        if let Some(observe) = stats.commit_observer.get() {
+            observe(started.elapsed());
+        }
+        match result {
             Ok(committed) => {
                 stats.commits.fetch_add(1, Ordering::Relaxed);
                 stats.txns.fetch_add(count, Ordering::Relaxed);

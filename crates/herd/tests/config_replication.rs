@@ -58,7 +58,7 @@ async fn settled(admin: &Client, dirs: &[(&str, PathBuf)], candidates: &[&str], 
 /// What the server's metrics say it sent of the configuration.
 async fn bytes_sent(admin: &Client) -> u64 {
     let metrics = admin.get_text("/metrics").await.unwrap();
-    let line = metrics.lines().find(|l| l.starts_with("herd_configuration_bytes_sent_total ")).unwrap();
+    let line = metrics.lines().find(|l| l.starts_with("herd_configuration_sent_bytes_total ")).unwrap();
     line.rsplit(' ').next().unwrap().parse().unwrap()
 }
 

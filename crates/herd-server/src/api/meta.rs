@@ -27,7 +27,7 @@ pub async fn healthz(State(state): State<AppState>) -> impl IntoResponse {
 }
 
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.render(state.objects.store()))
+    ([(header::CONTENT_TYPE, prometheus_client::encoding::prometheus_text::CONTENT_TYPE)], state.metrics.render())
 }
 
 pub async fn openapi(State(state): State<AppState>) -> impl IntoResponse {

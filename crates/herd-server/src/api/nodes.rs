@@ -112,6 +112,6 @@ pub async fn heartbeat(
         answer.superseded = true;
         configuration_bytes = 0;
     }
-    state.metrics.configuration_bytes_sent.fetch_add(configuration_bytes as u64, std::sync::atomic::Ordering::Relaxed);
+    state.metrics.configuration_bytes_sent.inc_by(configuration_bytes as u64);
     Ok(Json(answer))
 }

@@ -7,7 +7,6 @@
 use std::collections::{HashSet, VecDeque};
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -34,7 +33,7 @@ struct Active(Arc<Metrics>);
 
 impl Drop for Active {
     fn drop(&mut self) {
-        self.0.watches_active.fetch_sub(1, Ordering::Relaxed);
+        self.0.watches_active.dec();
     }
 }
 
@@ -156,7 +155,7 @@ pub async fn stream(
         .await
         .map_err(|e| ApiError::from_store(kind.kind, "", e))?;
     let selection = seed_selection(&state, kind, selector).await?;
-    state.metrics.watches_active.fetch_add(1, Ordering::Relaxed);
+    state.metrics.watches_active.inc();
     let mut bookmarks = tokio::time::interval(BOOKMARK_INTERVAL);
     bookmarks.reset();
     let initial = WatchState {

@@ -24,6 +24,7 @@ use tokio::time::Instant;
 use crate::change_clock::ChangeClock;
 use crate::controllers::runtime::{Controller, Next};
 use crate::events::EventRecorder;
+use crate::metrics::Metrics;
 use crate::nodes::cluster_config;
 use crate::objects::ObjectsError;
 use crate::objects::{Objects, Part, now};
@@ -70,6 +71,10 @@ pub struct CommandController {
     pub peers: Arc<PeerAuthority>,
     /// Looked at by copies side by side, hence the lock.
     sightings: std::sync::Mutex<Sightings>,
+    /// Commands this leader has seen unsettled: when one settles, how long
+    /// it took goes to `metrics`.
+    unsettled: std::collections::HashSet<String>,
+    metrics: Arc<Metrics>,
 }
 
 impl Controller for CommandController {
@@ -85,6 +90,7 @@ impl Controller for CommandController {
     /// a time (a migration's steps touch members on two nodes). Each
     /// Command's failure is its own (logged); the pass goes on.
     async fn reconcile(&mut self) -> Result<Next, ObjectsError> {
+        self.observe_settled();
         let settings = cluster_config(&self.config).commands;
         // Only unsettled Commands need a look: the settled ones are not copied.
         let unsettled = self.commands.map(|c| (!c.status.state_by_management.is_settled()).then(|| c.clone()));
@@ -109,10 +115,43 @@ impl CommandController {
         commands: Reflector<CommandSpec>,
         nodes: Reflector<NodeSpec>,
         config: Reflector<ClusterConfigSpec>,
-        events: EventRecorder,
         peers: Arc<PeerAuthority>,
+        metrics: Arc<Metrics>,
     ) -> Self {
-        CommandController { objects, term, commands, nodes, config, events, peers, sightings: Default::default() }
+        CommandController {
+            events: EventRecorder::new(objects.clone(), "commands"),
+            objects,
+            term,
+            commands,
+            nodes,
+            config,
+            peers,
+            sightings: Default::default(),
+            unsettled: Default::default(),
+            metrics,
+        }
+    }
+
+    /// Counts how long each Command that settled since the last pass took,
+    /// from its creation to its last state change (its settling).
+    fn observe_settled(&mut self) {
+        let seen = self.commands.map(|c| {
+            let status = &c.status;
+            let took = match (c.metadata.creation_timestamp, status.updated) {
+                (Some(created), Some(settled)) => settled.system_time().duration_since(created.system_time()).ok(),
+                _ => None,
+            };
+            (c.metadata.name.clone(), status.state_by_management, c.spec.action.type_name(), took)
+        });
+        let mut still = std::collections::HashSet::new();
+        for (name, state, action, took) in seen {
+            if !state.is_settled() {
+                still.insert(name);
+            } else if let (true, Some(took)) = (self.unsettled.contains(&name), took) {
+                self.metrics.observe_command(action, &format!("{state:?}"), took);
+            }
+        }
+        self.unsettled = still;
     }
 
     async fn look_at_logged(&self, command: &Command) {

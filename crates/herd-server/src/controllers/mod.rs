@@ -86,29 +86,29 @@ pub fn start(
         caches.members.clone(),
         EventRecorder::new(objects.clone(), "disruption-budgets"),
     );
-    set.spawn(runtime::run(budget_keeper, wake_budgets, stop.clone()));
+    set.spawn(runtime::run(budget_keeper, wake_budgets, metrics.clone(), stop.clone()));
     let operations = operations::OperationsController::new(
         objects.clone(),
         operation_caches,
         EventRecorder::new(objects.clone(), "operations"),
     );
-    set.spawn(runtime::run(operations, wake_operations, stop.clone()));
+    set.spawn(runtime::run(operations, wake_operations, metrics.clone(), stop.clone()));
     let app_clusters = app_clusters::AppClusterController::new(
         objects.clone(),
         caches,
         EventRecorder::new(objects.clone(), "app-clusters"),
     );
-    set.spawn(runtime::run(app_clusters, wake_app_clusters, stop.clone()));
+    set.spawn(runtime::run(app_clusters, wake_app_clusters, metrics.clone(), stop.clone()));
     let command_controller = commands::CommandController::new(
         objects.clone(),
         term,
         commands,
         nodes.clone(),
         config.clone(),
-        EventRecorder::new(objects.clone(), "commands"),
         leader.peers,
+        metrics.clone(),
     );
-    set.spawn(runtime::run(command_controller, wake_on_commands, stop.clone()));
+    set.spawn(runtime::run(command_controller, wake_on_commands, metrics.clone(), stop.clone()));
     set.spawn(compactor::run(objects.store().clone(), stop.clone()));
     set.spawn(event_ttl::run(objects.clone(), stop.clone()));
     let pool = candidate_pool::CandidatePool::new(
@@ -118,10 +118,10 @@ pub fn start(
         EventRecorder::new(objects.clone(), "candidate-pool"),
         leader.node,
     );
-    set.spawn(runtime::run(pool, vec![nodes.changes(), config.changes()], stop.clone()));
+    set.spawn(runtime::run(pool, vec![nodes.changes(), config.changes()], metrics.clone(), stop.clone()));
     let keeper = configuration::ConfigurationKeeper::new(objects.clone(), leader.url, term);
-    set.spawn(runtime::run(keeper, wake_keeper, stop.clone()));
-    let node_lifecycle = node_lifecycle::NodeLifecycle::new(objects, nodes, config, events, metrics);
-    set.spawn(runtime::run(node_lifecycle, Vec::new(), stop));
+    set.spawn(runtime::run(keeper, wake_keeper, metrics.clone(), stop.clone()));
+    let node_lifecycle = node_lifecycle::NodeLifecycle::new(objects, nodes, config, events, metrics.clone());
+    set.spawn(runtime::run(node_lifecycle, Vec::new(), metrics, stop));
     set
 }

@@ -6,7 +6,6 @@
 //! started controller therefore gives every node a full grace period.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use herd_core::Timestamp;
@@ -88,8 +87,7 @@ async fn pass(
             }
         }
     }
-    metrics.nodes_ready.store(ready as i64, Ordering::Relaxed);
-    metrics.nodes_not_ready.store((nodes.len() - ready) as i64, Ordering::Relaxed);
+    metrics.observe_nodes(ready, nodes.len() - ready);
     Ok(())
 }
 

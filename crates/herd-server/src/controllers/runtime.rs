@@ -8,6 +8,7 @@
 //! their state.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::select_all;
@@ -15,6 +16,7 @@ use herd_store::Revision;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use crate::metrics::Metrics;
 use crate::objects::ObjectsError;
 
 /// What a reconcile pass asks for next.
@@ -48,15 +50,24 @@ pub trait Controller: Send + 'static {
 /// A cache whose change wakes a controller before its requeue is due.
 pub type Trigger = watch::Receiver<Option<Revision>>;
 
-/// Runs `controller` until `stop` fires.
-pub async fn run<C: Controller>(mut controller: C, mut triggers: Vec<Trigger>, stop: CancellationToken) {
+/// Runs `controller` until `stop` fires; each pass's duration goes to
+/// `metrics`.
+pub async fn run<C: Controller>(
+    mut controller: C,
+    mut triggers: Vec<Trigger>,
+    metrics: Arc<Metrics>,
+    stop: CancellationToken,
+) {
     tokio::select! {
         _ = stop.cancelled() => return,
         _ = controller.synced() => {}
     }
     let mut failures = 0;
     loop {
-        let pause = match controller.reconcile().await {
+        let started = std::time::Instant::now();
+        let pass = controller.reconcile().await;
+        metrics.observe_reconcile(C::NAME, pass.is_err(), started.elapsed());
+        let pause = match pass {
             Ok(Next::Requeue(after)) => {
                 failures = 0;
                 after
@@ -116,7 +127,10 @@ mod tests {
         let passes = Arc::new(AtomicU32::new(0));
         let (tell, trigger) = watch::channel(None);
         let stop = CancellationToken::new();
-        let task = tokio::spawn(run(Flaky { passes: passes.clone() }, vec![trigger], stop.clone()));
+        let dir = tempfile::tempdir().unwrap();
+        let store = herd_store::Store::open(dir.path().join("s.db").to_str().unwrap()).await.unwrap();
+        let metrics = Arc::new(Metrics::new(&store));
+        let task = tokio::spawn(run(Flaky { passes: passes.clone() }, vec![trigger], metrics.clone(), stop.clone()));
         tokio::time::sleep(Duration::from_millis(10)).await;
         assert_eq!(passes.load(Ordering::SeqCst), 1, "the first pass failed");
         tokio::time::sleep(Duration::from_millis(400)).await;
@@ -130,5 +144,12 @@ mod tests {
         assert_eq!(passes.load(Ordering::SeqCst), 4, "a change of the watched cache wakes it");
         stop.cancel();
         task.await.unwrap();
+        let counted = metrics.render();
+        for line in [
+            "herd_reconcile_duration_seconds_count{controller=\"flaky\",outcome=\"error\"} 2",
+            "herd_reconcile_duration_seconds_count{controller=\"flaky\",outcome=\"ok\"} 2",
+        ] {
+            assert!(counted.lines().any(|l| l == line), "{line} in\n{counted}");
+        }
     }
 }
