@@ -21,6 +21,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::serve::IncomingStream;
+use herd_core::api::{LOG_OFFSET_HEADER, log_window};
 use herd_core::ValidationErrors;
 use herd_core::failover::{Announcement, MasterView};
 use herd_core::grant::{Access, Holder};
@@ -196,8 +197,11 @@ async fn start_member(
 struct LogQuery {
     /// `stdout` (default) or `stderr`.
     stream: Option<String>,
-    /// At most this many bytes from the end (default 64 KiB).
+    /// At most this many bytes (default 64 KiB): the last ones, or those
+    /// from `offset`.
     bytes: Option<u64>,
+    /// From this byte of the log on (`herd logs -f`).
+    offset: Option<u64>,
 }
 
 /// The end of a member's log file.
@@ -210,10 +214,22 @@ async fn member_log(
 ) -> Result<Response, Refusal> {
     state.member_request(&headers, &caller, Access::ReadLogs { member: member.clone() }, &member)?;
     let stream = query.stream.as_deref().unwrap_or("stdout");
+    let most = query.bytes.unwrap_or(64 * 1024);
+    let answer = |start: u64, bytes: Vec<u8>| {
+        let headers = [
+            (header::CONTENT_TYPE, "text/plain; charset=utf-8".to_string()),
+            (header::HeaderName::from_static(LOG_OFFSET_HEADER), start.to_string()),
+        ];
+        (headers, bytes).into_response()
+    };
     if stream == "setup" {
         let output = state.members.record(&member).and_then(|record| crate::setup::output(&state.members, &record));
         return match output {
-            Some(text) => Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response()),
+            Some(text) => {
+                let text = text.into_bytes();
+                let (start, end) = log_window(text.len() as u64, query.offset, most);
+                Ok(answer(start, text[start as usize..end as usize].to_vec()))
+            }
             None => Err(Refusal(
                 StatusCode::NOT_FOUND,
                 format!(
@@ -234,11 +250,12 @@ async fn member_log(
         ));
     };
     let length = file.metadata().await.map(|m| m.len()).unwrap_or(0);
-    let from = length.saturating_sub(query.bytes.unwrap_or(64 * 1024));
-    file.seek(std::io::SeekFrom::Start(from)).await.map_err(Refusal::internal)?;
+    let (start, end) = log_window(length, query.offset, most);
+    file.seek(std::io::SeekFrom::Start(start)).await.map_err(Refusal::internal)?;
     let mut text = Vec::new();
-    tokio::io::AsyncReadExt::read_to_end(&mut file, &mut text).await.map_err(Refusal::internal)?;
-    Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response())
+    let mut window = tokio::io::AsyncReadExt::take(file, end - start);
+    tokio::io::AsyncReadExt::read_to_end(&mut window, &mut text).await.map_err(Refusal::internal)?;
+    Ok(answer(start, text))
 }
 
 /// Forgets a member that moved away (a migration's last step).

@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use herd_core::api::{
+    LogChunk,
     AgentReport, CLUSTER_STATUS_PATH, ClusterStatus, HeartbeatResponse, JOIN_TOKENS_PATH, JoinRequest, JoinResponse,
     JoinTokenInfo, JoinTokenList, JoinTokenRequest, ObjectList, Status, StatusReason, StoredVolume, collection_path,
     node_commands_path, node_volumes_path, object_path,
@@ -411,12 +412,24 @@ impl Client {
     }
 
     /// The end of a member's log on `node` (`stdout` or `stderr`).
-    pub async fn member_log(&self, node: &str, member: &str, stream: &str, bytes: u64) -> Result<String, ClientError> {
+    /// A piece of a member's log, fetched by the server from its node's
+    /// agent: the last `bytes`, or at most `bytes` from `offset` on.
+    pub async fn member_log(
+        &self,
+        node: &str,
+        member: &str,
+        stream: &str,
+        bytes: u64,
+        offset: Option<u64>,
+    ) -> Result<LogChunk, ClientError> {
         let path = format!("{}/members/{member}/logs", object_path("nodes", node));
-        let query = [("stream", stream), ("bytes", &bytes.to_string())];
+        let mut query = vec![("stream", stream.to_string()), ("bytes", bytes.to_string())];
+        query.extend(offset.map(|offset| ("offset", offset.to_string())));
         let response = self.send(Method::GET, &path, |r| r.query(&query), Some(self.timeout), Resend::Safe).await?;
         let response = check(response).await?;
-        response.text().await.map_err(|e| ClientError::Protocol { url: path, reason: error_chain(&e) })
+        let offset = log_offset(&response, &path)?;
+        let bytes = response.bytes().await.map_err(|e| ClientError::Protocol { url: path, reason: error_chain(&e) })?;
+        Ok(LogChunk { offset, bytes: bytes.to_vec() })
     }
 
     /// What a node's data dir holds, each with its owner (None: nothing).
@@ -520,6 +533,15 @@ pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
+}
+
+/// Where a log answer's text starts in the log ([`LOG_OFFSET_HEADER`]).
+fn log_offset(response: &reqwest::Response, url: &str) -> Result<u64, ClientError> {
+    let header = response.headers().get(herd_core::api::LOG_OFFSET_HEADER);
+    header.and_then(|value| value.to_str().ok()?.parse().ok()).ok_or_else(|| ClientError::Protocol {
+        url: url.to_string(),
+        reason: format!("the answer has no {} header", herd_core::api::LOG_OFFSET_HEADER),
+    })
 }
 
 /// Turns an error status into [`ClientError::Api`].

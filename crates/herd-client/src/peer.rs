@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use herd_core::api::{
-    CONFIGURATION_PATH, MASTER_PATH, StoredVolume, VOLUMES_PATH, VolumeManifest, member_path, volume_file_path,
+    CONFIGURATION_PATH, LogChunk, MASTER_PATH, StoredVolume, VOLUMES_PATH, VolumeManifest, member_path, volume_file_path,
     volume_path, volume_staged_path,
 };
 use herd_core::configuration::Configuration;
@@ -69,6 +69,14 @@ impl PeerClient {
         let url = response.url().to_string();
         let code = response.status().as_u16();
         let body = response.text().await.unwrap_or_default();
+        if code == 404 {
+            // The agent's own word that it does not have what was asked.
+            let message = serde_json::from_str::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|v| v["message"].as_str().map(str::to_string))
+                .unwrap_or(body);
+            return Err(ClientError::Api(herd_core::api::Status::new(herd_core::api::StatusReason::NotFound, message)));
+        }
         Err(ClientError::Protocol { url, reason: format!("status {code}: {body}") })
     }
 
@@ -111,12 +119,24 @@ impl PeerClient {
     }
 
     /// The end of a member's log (`stdout` or `stderr`), at most `bytes`.
-    pub async fn member_log(&self, member: &str, stream: &str, bytes: u64) -> Result<String, ClientError> {
+    /// A piece of a member's log: the last `bytes`, or at most `bytes`
+    /// from `offset` on.
+    pub async fn member_log(
+        &self,
+        member: &str,
+        stream: &str,
+        bytes: u64,
+        offset: Option<u64>,
+    ) -> Result<LogChunk, ClientError> {
         let url = format!("{}{}/logs", self.base, member_path(member));
-        let query = [("stream", stream.to_string()), ("bytes", bytes.to_string())];
+        let mut query = vec![("stream", stream.to_string()), ("bytes", bytes.to_string())];
+        query.extend(offset.map(|offset| ("offset", offset.to_string())));
         let request = self.granted(self.http.get(&url), Access::ReadLogs { member: member.into() });
         let response = request.query(&query).send().await.map_err(|e| self.unreachable(e))?;
-        self.checked(response).await?.text().await.map_err(|e| self.unreachable(e))
+        let response = self.checked(response).await?;
+        let offset = crate::log_offset(&response, &url)?;
+        let bytes = response.bytes().await.map_err(|e| self.unreachable(e))?.to_vec();
+        Ok(LogChunk { offset, bytes })
     }
 
     /// Which master that agent follows and whether it reaches it (any

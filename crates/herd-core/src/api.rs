@@ -312,6 +312,37 @@ pub struct HeartbeatResponse {
 
 pub const CLUSTER_STATUS_PATH: &str = "/api/v1/cluster/status";
 
+/// A member's log answer carries, in this header, the byte offset in the
+/// log where its text starts: `herd logs -f` asks from there on next.
+pub const LOG_OFFSET_HEADER: &str = "herd-log-offset";
+
+/// A piece of a member's log and where in the log it starts.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LogChunk {
+    pub offset: u64,
+    pub bytes: Vec<u8>,
+}
+
+impl LogChunk {
+    /// Where the next piece starts.
+    pub fn end(&self) -> u64 {
+        self.offset + self.bytes.len() as u64
+    }
+}
+
+/// Which part of a log of `length` bytes to send: from `offset` (a log
+/// shorter than that was started again: from its start) or else the last
+/// `most` bytes; at most `most` bytes either way. Returns (start, end).
+pub fn log_window(length: u64, offset: Option<u64>, most: u64) -> (u64, u64) {
+    match offset {
+        Some(offset) => {
+            let start = if offset <= length { offset } else { 0 };
+            (start, length.min(start.saturating_add(most)))
+        }
+        None => (length.saturating_sub(most), length),
+    }
+}
+
 /// `herd cluster verify`'s findings (`herd_core::verify::Report`).
 pub const CLUSTER_VERIFY_PATH: &str = "/api/v1/cluster/verify";
 

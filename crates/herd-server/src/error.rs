@@ -17,6 +17,9 @@ pub enum ApiError {
     Forbidden(String),
     #[error("{kind} {name:?} not found")]
     NotFound { kind: String, name: String },
+    /// Something not found, said in words already (an agent's answer).
+    #[error("{0}")]
+    Missing(String),
     #[error("{kind} {name:?} already exists")]
     AlreadyExists { kind: String, name: String },
     #[error("{0}")]
@@ -74,7 +77,7 @@ impl ApiError {
         let reason = match self {
             ApiError::Unauthorized(_) => StatusReason::Unauthorized,
             ApiError::Forbidden(_) => StatusReason::Forbidden,
-            ApiError::NotFound { .. } => StatusReason::NotFound,
+            ApiError::NotFound { .. } | ApiError::Missing(_) => StatusReason::NotFound,
             ApiError::AlreadyExists { .. } => StatusReason::AlreadyExists,
             ApiError::Conflict(_) => StatusReason::Conflict,
             ApiError::Invalid { .. } => StatusReason::Invalid,

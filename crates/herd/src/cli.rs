@@ -45,15 +45,41 @@ pub struct Connection {
     pub ca_file: Option<PathBuf>,
 }
 
-#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum, Default)]
+/// How a command prints what it got: `table` (the default), `wide`,
+/// `json`, `yaml`, `name` (`kind/name` lines: objects only, `herd get`
+/// and `herd events`) or `jsonpath=TEMPLATE` (kubectl's templates, e.g.
+/// `'{.items[*].metadata.name}'`; see `crate::jsonpath`).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub enum OutputFormat {
     #[default]
     Table,
     Wide,
     Json,
     Yaml,
-    /// `kind/name` lines (objects only: `herd get`, `herd events`).
     Name,
+    JsonPath(crate::jsonpath::Template),
+}
+
+impl std::str::FromStr for OutputFormat {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<OutputFormat, String> {
+        Ok(match text {
+            "table" => OutputFormat::Table,
+            "wide" => OutputFormat::Wide,
+            "json" => OutputFormat::Json,
+            "yaml" => OutputFormat::Yaml,
+            "name" => OutputFormat::Name,
+            _ => match text.strip_prefix("jsonpath=") {
+                Some(template) => OutputFormat::JsonPath(template.parse()?),
+                None => {
+                    return Err(format!(
+                        "{text:?} is not an output format: table, wide, json, yaml, name or jsonpath=TEMPLATE"
+                    ));
+                }
+            },
+        })
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -62,11 +88,13 @@ pub enum Command {
     Get {
         /// node, clusterconfig, lease, event (singular, plural or short name).
         kind: Option<String>,
+        /// One object's name [default: every object of the kind].
         name: Option<String>,
         /// Only objects whose labels match, e.g. `zone=a,role!=db`.
         #[arg(long, short = 'l')]
         selector: Option<String>,
-        #[arg(long, short, value_enum, default_value_t)]
+        /// table, wide, json, yaml, name or jsonpath=TEMPLATE.
+        #[arg(long, short, default_value = "table", value_parser = clap::value_parser!(OutputFormat))]
         output: OutputFormat,
         /// After the objects as they are, each change as it comes (until
         /// Ctrl-C).
@@ -74,9 +102,16 @@ pub enum Command {
         watch: bool,
     },
     /// Show one object in detail, with its recent events.
-    Describe { kind: String, name: String },
+    Describe {
+        /// The kind (singular, plural or short name).
+        kind: String,
+        /// The object's name.
+        name: String,
+    },
     /// Create or update the objects in a YAML or JSON file (`-` for stdin).
     Apply {
+        /// A YAML or JSON file (several documents separated by ---), a
+        /// directory of them, or `-` for stdin.
         #[arg(long, short = 'f')]
         file: PathBuf,
         /// Validate on the server and show what would happen; change nothing.
@@ -85,8 +120,11 @@ pub enum Command {
     },
     /// Delete an object.
     Delete {
+        /// The kind (singular, plural or short name).
         kind: String,
+        /// The object's name.
         name: String,
+        /// Validate on the server and show what would be deleted; delete nothing.
         #[arg(long)]
         dry_run: bool,
     },
@@ -95,13 +133,15 @@ pub enum Command {
         /// Only events about this object, as `kind/name`.
         #[arg(long = "for")]
         for_object: Option<String>,
-        #[arg(long, short, value_enum, default_value_t)]
+        /// table, wide, json, yaml, name or jsonpath=TEMPLATE.
+        #[arg(long, short, default_value = "table", value_parser = clap::value_parser!(OutputFormat))]
         output: OutputFormat,
         /// After the events so far, each new one as it comes (until Ctrl-C).
         #[arg(long, short = 'w')]
         watch: bool,
     },
-    /// Print the end of a member's log (kept by its node's agent).
+    /// Print the end of a member's log (kept by its node's agent); -f
+    /// follows it.
     Logs {
         /// `member/NAME` (an app-cluster member, found on its node), or
         /// `NODE/MEMBER`.
@@ -115,6 +155,10 @@ pub enum Command {
         /// At most this many bytes from the end.
         #[arg(long, default_value_t = 65536)]
         bytes: u64,
+        /// After the end so far, what the member writes as it comes (until
+        /// Ctrl-C).
+        #[arg(long, short = 'f')]
+        follow: bool,
     },
     /// The supported ways out of a stuck Command (recorded as Events).
     #[command(name = "command")]
@@ -167,19 +211,29 @@ pub enum Command {
     /// The versions of this client and of the server it reaches.
     Version,
     /// Print a shell completion script.
-    Completion { shell: clap_complete::Shell },
+    Completion {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
     /// Internal: a detached copy worker, started by the agent.
     #[command(hide = true)]
-    AgentWorker { job: PathBuf },
+    AgentWorker {
+        /// The copy job file the agent wrote.
+        job: PathBuf,
+    },
 }
 
 #[derive(Subcommand, Debug)]
 pub enum CommandAction {
     /// Issue a failed, interrupted or abandoned Command again, as a new attempt.
-    Retry { name: String },
+    Retry {
+        /// The Command's name.
+        name: String,
+    },
     /// Give a Command up: its agent ends the work (a copy's worker is
     /// stopped), then it is ABANDONED and no longer holds its member or volume.
     Abandon {
+        /// The Command's name.
         name: String,
         /// Keep a copy's partial staging, so that a later copy resumes from it
         /// [default: removed].
@@ -194,6 +248,7 @@ pub enum MemberCommand {
     /// it is placed again on another node. Refused (exit 4) naming each
     /// budget that does not allow it, and why.
     Evict {
+        /// The member's name.
         name: String,
         /// Ask the budgets only; change nothing.
         #[arg(long)]
@@ -202,6 +257,7 @@ pub enum MemberCommand {
     /// Recreate a member on another node, with empty volumes (for a member
     /// whose node is lost). Says what would be lost and asks first.
     Replace {
+        /// The member's name.
         name: String,
         /// Do not ask.
         #[arg(long)]
@@ -215,6 +271,7 @@ pub enum AppClusterCommand {
     /// ready, nothing pending), with a progress bar. Exit code 0 when it
     /// is, 1 at the timeout or when a member is in config error.
     Wait {
+        /// The AppCluster's name.
         name: String,
         /// The state to wait for (only `configured` for now).
         #[arg(long = "for", value_parser = ["configured"], default_value = "configured")]
@@ -229,7 +286,9 @@ pub enum AppClusterCommand {
     /// they came back configured; a member that does not come back stops
     /// it. Exit code 0 restarted, 1 failed or cancelled.
     Restart {
+        /// The AppCluster's name.
         name: String,
+        /// The role whose members are restarted.
         #[arg(long)]
         role: String,
         /// How many members go first, alone.
@@ -254,7 +313,10 @@ pub enum AppClusterCommand {
 pub enum OperationCommand {
     /// Stop an Operation: nothing more is started (members already on
     /// their way go on). A drained node stays drained.
-    Cancel { name: String },
+    Cancel {
+        /// The Operation's name (`herd get operations`).
+        name: String,
+    },
 }
 
 /// What a drain does at its deadline, as `herd node drain` takes it.
@@ -303,8 +365,10 @@ pub enum NodeCommand {
     /// The node's volumes and partial copies, with what owns each (a member,
     /// an unsettled Command, or nothing: left by a failed or abandoned copy).
     Volumes {
+        /// The node's name.
         name: String,
-        #[arg(long, short, value_enum, default_value_t)]
+        /// table, wide, json, yaml, name or jsonpath=TEMPLATE.
+        #[arg(long, short, default_value = "table", value_parser = clap::value_parser!(OutputFormat))]
         output: OutputFormat,
     },
     /// Drain a node: mark it drained (no new members) and evict its
@@ -314,6 +378,7 @@ pub enum NodeCommand {
     /// cancelling (`herd operation cancel` does). Exit code 0 drained, 1
     /// failed or cancelled.
     Drain {
+        /// The node's name.
         name: String,
         /// How long it may take [default: no deadline; a budget that can
         /// never allow an eviction is reported at once].
@@ -334,14 +399,21 @@ pub enum NodeCommand {
     },
     /// Let a drained node take members again (a drain still running on it
     /// is cancelled first).
-    Undrain { name: String },
+    Undrain {
+        /// The node's name.
+        name: String,
+    },
     /// Let the agent of a deleted node join again (deleting a node keeps its
     /// agent out until then).
-    Readmit { name: String },
+    Readmit {
+        /// The node's name.
+        name: String,
+    },
     /// Change a node's role or its master capability, one at a time, under
     /// the candidate pool's rules (the reason is printed when refused).
     #[command(group = clap::ArgGroup::new("change").required(true).args(["role", "master_capable"]))]
     Modify {
+        /// The node's name.
         name: String,
         /// The new role: candidate (holds the configuration, may run a
         /// server), regular, drained (no new members) or offline (never
@@ -377,7 +449,8 @@ pub enum TokenCommand {
     /// The tokens created with `herd token create`, expired ones
     /// included (the server's own join token is not listed).
     List {
-        #[arg(long, short, value_enum, default_value_t)]
+        /// table, wide, json, yaml, name or jsonpath=TEMPLATE.
+        #[arg(long, short, default_value = "table", value_parser = clap::value_parser!(OutputFormat))]
         output: OutputFormat,
     },
     /// Revoke a token by its id: it can no longer be used (nodes that
@@ -402,13 +475,15 @@ pub enum ClusterCommand {
     /// a candidate, too few candidates, candidates down, unreachable nodes,
     /// offline nodes listed apart. Exit code 0 clean, 1 warnings, 2 errors.
     Verify {
-        #[arg(long, short, value_enum, default_value_t)]
+        /// table, wide, json, yaml, name or jsonpath=TEMPLATE.
+        #[arg(long, short, default_value = "table", value_parser = clap::value_parser!(OutputFormat))]
         output: OutputFormat,
     },
     /// Who leads, since when, how many times the lease changed hands, and
     /// what each replica is doing (Leading, Standby, Unresponsive, Gone, Stopped).
     Status {
-        #[arg(long, short, value_enum, default_value_t)]
+        /// table, wide, json, yaml, name or jsonpath=TEMPLATE.
+        #[arg(long, short, default_value = "table", value_parser = clap::value_parser!(OutputFormat))]
         output: OutputFormat,
     },
 }
@@ -419,6 +494,7 @@ fn duration(text: &str) -> Result<HumanDuration, String> {
 
 #[derive(Args, Debug, Clone)]
 pub struct ServerArgs {
+    /// Where the API (and the dashboard at /ui) listens.
     #[arg(long, default_value = "127.0.0.1:7700")]
     pub listen: SocketAddr,
     /// Where the SQLite store and the token files live.
@@ -526,6 +602,7 @@ pub struct AgentArgs {
     /// Needed only for the first start; the node keeps its own token after.
     #[arg(long, env = "HERD_JOIN_TOKEN", hide_env_values = true)]
     pub join_token: Option<String>,
+    /// Where the agent keeps its identity, journal, members and volumes.
     #[arg(long, default_value = "herd-agent")]
     pub data_dir: PathBuf,
     /// The node's name [default: the host name].
@@ -551,6 +628,7 @@ pub struct SimArgs {
     /// Nodes are named PREFIX-1, PREFIX-2, ...
     #[arg(long, default_value = "sim")]
     pub prefix: String,
+    /// The join token each simulated node joins with.
     #[arg(long, env = "HERD_JOIN_TOKEN", hide_env_values = true)]
     pub join_token: String,
 }
@@ -560,8 +638,10 @@ pub struct DevArgs {
     /// Everything lives here; a restart with the same dir keeps the data.
     #[arg(long, default_value = ".herd-dev")]
     pub data_dir: PathBuf,
+    /// Where the server's API (and the dashboard at /ui) listens.
     #[arg(long, default_value = "127.0.0.1:7700")]
     pub listen: SocketAddr,
+    /// How many local agents (nodes node-1, node-2, ...).
     #[arg(long, default_value_t = 3)]
     pub agents: usize,
     /// Do not write the CLI config file (~/.config/herd/config.yaml).
@@ -576,5 +656,33 @@ mod tests {
     #[test]
     fn the_command_line_is_consistent() {
         super::Cli::command().debug_assert();
+    }
+}
+
+#[cfg(test)]
+mod help_tests {
+    use clap::CommandFactory;
+
+    /// Every argument and flag of every command says what it is for.
+    #[test]
+    fn every_argument_has_help() {
+        fn walk(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            let path = format!("{path} {}", command.get_name());
+            if command.get_about().is_none() && !command.is_hide_set() {
+                missing.push(format!("{path}: the command"));
+            }
+            for argument in command.get_arguments() {
+                let builtin = matches!(argument.get_id().as_str(), "help" | "version");
+                if !builtin && argument.get_help().is_none() && !argument.is_hide_set() {
+                    missing.push(format!("{path}: {}", argument.get_id()));
+                }
+            }
+            for sub in command.get_subcommands() {
+                walk(sub, &path, missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&super::Cli::command(), "", &mut missing);
+        assert!(missing.is_empty(), "without help text:\n{}", missing.join("\n"));
     }
 }

@@ -7,6 +7,7 @@ mod cli;
 mod commands;
 mod context;
 mod dev;
+mod jsonpath;
 mod kinds;
 mod output;
 mod processes;
@@ -49,7 +50,10 @@ fn init_logging(verbose: bool, json: bool) {
     let default = if verbose { "debug" } else { "info" };
     let filter = tracing_subscriber::EnvFilter::try_from_env("HERD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // Colour only for a person at a terminal: none in files, pipes or CI logs.
+    use std::io::IsTerminal;
+    let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(colour);
     if json {
         builder.json().init();
     } else {

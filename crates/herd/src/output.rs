@@ -246,7 +246,7 @@ fn render(kind: &str, items: &[Value], wide_output: bool, header: bool) -> Strin
 }
 
 /// Prints one object or a list in the chosen format.
-pub fn print(kind: &str, value: &Value, items: &[Value], format: OutputFormat) -> anyhow::Result<()> {
+pub fn print(kind: &str, value: &Value, items: &[Value], format: &OutputFormat) -> anyhow::Result<()> {
     match format {
         OutputFormat::Json => println!("{}", serde_json::to_string_pretty(value)?),
         OutputFormat::Yaml => {
@@ -260,9 +260,10 @@ pub fn print(kind: &str, value: &Value, items: &[Value], format: OutputFormat) -
             if items.is_empty() {
                 eprintln!("No {kind} objects found.");
             } else {
-                println!("{}", table(kind, items, format == OutputFormat::Wide));
+                println!("{}", table(kind, items, *format == OutputFormat::Wide));
             }
         }
+        OutputFormat::JsonPath(template) => print!("{}", template.render(value)),
         OutputFormat::Name => {
             let kind = kind.to_ascii_lowercase();
             for item in items {
@@ -275,13 +276,14 @@ pub fn print(kind: &str, value: &Value, items: &[Value], format: OutputFormat) -
 
 /// One changed object of a watch, in the chosen format (a table row
 /// without its header).
-pub fn print_change(kind: &str, object: &Value, format: OutputFormat) -> anyhow::Result<()> {
+pub fn print_change(kind: &str, object: &Value, format: &OutputFormat) -> anyhow::Result<()> {
     match format {
         OutputFormat::Table | OutputFormat::Wide => {
-            println!("{}", render(kind, std::slice::from_ref(object), format == OutputFormat::Wide, false))
+            println!("{}", render(kind, std::slice::from_ref(object), *format == OutputFormat::Wide, false))
         }
         OutputFormat::Yaml => print!("---\n{}", serde_saphyr::to_string(object)?),
         OutputFormat::Json | OutputFormat::Name => print(kind, object, std::slice::from_ref(object), format)?,
+        OutputFormat::JsonPath(template) => println!("{}", template.render(object)),
     }
     Ok(())
 }

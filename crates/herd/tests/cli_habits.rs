@@ -1,6 +1,7 @@
 //! The CLI habits kubectl users bring (issue 14), through the real binary
 //! against a real server: `herd get` with no kind lists the kinds, `-o
-//! name` prints `kind/name` lines, `herd get all` every kind's objects (and is refused, naming why, where there
+//! name` prints `kind/name` lines, `-o jsonpath=...` kubectl's templates,
+//! `herd logs -f` follows a log, `herd get all` every kind's objects (and is refused, naming why, where there
 //! are no objects to name), `herd version` gives both versions, and `herd
 //! get -w` shows the objects, then a change made after it started.
 
@@ -29,6 +30,14 @@ async fn get_lists_the_kinds_names_only_output_and_both_versions() {
     let out = cli(&server, &["get", "clusterconfig", "-o", "name"]);
     assert!(out.status.success(), "{out:?}");
     assert_eq!(stdout(&out), "clusterconfig/cluster\n");
+    let out = cli(&server, &["get", "clusterconfig", "cluster", "-o", "jsonpath={.spec.candidatePoolSize}"]);
+    assert_eq!(stdout(&out), "10", "{out:?}");
+    let names = r#"jsonpath={range .items[*]}{.kind}/{.metadata.name}{"\n"}{end}"#;
+    let out = cli(&server, &["get", "leases", "-o", names]);
+    assert_eq!(stdout(&out), "Lease/herd-leader\n", "{out:?}");
+    let out = cli(&server, &["get", "leases", "-o", "jsonpath={range .items[*]}"]);
+    assert_eq!(out.status.code(), Some(2), "a bad template is a usage error: {out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("without {end}"), "{out:?}");
     let out = cli(&server, &["get", "all", "-o", "name"]);
     assert!(out.status.success(), "{out:?}");
     let names = stdout(&out);
@@ -138,6 +147,8 @@ async fn exit_codes_are_the_documented_ones_in_every_command() {
         (&["describe", "node", "nope"], 3),
         (&["delete", "node", "nope"], 3),
         (&["logs", "member/nope"], 3),
+        (&["logs", "no-such-node/m1"], 3),
+        (&["logs", "nope"], 2),
         (&["node", "drain", "nope", "--detach"], 3),
         (&["appcluster", "restart", "nope", "--role", "r"], 3),
         (&["operation", "cancel", "nope"], 3),
@@ -151,4 +162,74 @@ async fn exit_codes_are_the_documented_ones_in_every_command() {
         let out = cli(&server, args);
         assert_eq!(out.status.code(), Some(code), "herd {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
     }
+}
+
+/// `herd logs -f` prints the end of the log, then what the member writes
+/// afterwards, as it comes.
+#[tokio::test(flavor = "multi_thread")]
+async fn logs_follow_prints_what_the_member_writes_afterwards() {
+    use std::time::Duration;
+
+    use common::cluster::{member_run, quick_heartbeats, run};
+    use herd_core::kinds::{Action, ManagementState, NodeSpec};
+
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(&dir.path().join("server"));
+    quick_heartbeats(&server).await;
+    let agent_dir = dir.path().join("agent");
+    let _members = common::MemberReaper(agent_dir.clone());
+    let _agent = common::start_agent(&server.url, &agent_dir, "n1");
+    common::eventually(Duration::from_secs(15), "n1 Ready", || async {
+        server.admin().get::<NodeSpec>("n1").await.ok().filter(|n| n.status.ready)
+    })
+    .await;
+    let mut talker = member_run();
+    talker.command[2] = "i=0; while true; do i=$((i+1)); echo line $i; sleep 0.1; done".into();
+    let start = run(&server, "start-m1", "n1", Action::StartMember { member: "m1".into(), run: talker }).await;
+    assert_eq!(start.status.state_by_management, ManagementState::Completed, "{:?}", start.status);
+
+    // Where the log is now, read without -f.
+    let last = common::eventually(Duration::from_secs(10), "a few lines logged", || async {
+        let out = cli(&server, &["logs", "n1/m1"]);
+        let last: u64 = stdout(&out).lines().last()?.strip_prefix("line ")?.parse().ok()?;
+        (last >= 3).then_some(last)
+    })
+    .await;
+    let mut command = common::herd();
+    command.args(["--server", &server.url, "--token", common::ADMIN_TOKEN, "logs", "n1/m1", "-f"]);
+    let mut follow = common::Proc::spawn(command);
+    let later = format!("line {}", last + 30);
+    follow.wait_for_line(&later, Duration::from_secs(20));
+
+    let out = cli(&server, &["logs", "n1/nobody", "-f"]);
+    assert_eq!(out.status.code(), Some(3), "a member the node does not have: {out:?}");
+}
+
+/// Logs written to a pipe (a file, a CI log) carry no colour codes.
+#[test]
+fn no_colour_codes_when_output_is_not_a_terminal() {
+    use std::io::{BufRead, BufReader, Read};
+    use std::process::Stdio;
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = common::herd()
+        .args(["server", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path())
+        .env("HERD_ADMIN_TOKEN", common::ADMIN_TOKEN)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = BufReader::new(server.stdout.take().unwrap());
+    for line in stdout.lines() {
+        if line.unwrap().contains("listening on") {
+            break;
+        }
+    }
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let mut logged = String::new();
+    server.stderr.take().unwrap().read_to_string(&mut logged).unwrap();
+    assert!(logged.contains("INFO") && logged.contains("started leading"), "{logged}");
+    assert!(!logged.contains('\u{1b}'), "colour codes in logs to a pipe: {logged:?}");
 }

@@ -23,6 +23,7 @@ use crate::error::ApiError;
 pub struct LogQuery {
     stream: Option<String>,
     bytes: Option<u64>,
+    offset: Option<u64>,
 }
 
 /// The most of a log one request may ask for.
@@ -73,15 +74,17 @@ pub async fn member_log(
         return Err(ApiError::BadRequest(format!("bytes must be at most {MAX_LOG_BYTES}, is {bytes}")));
     }
     let agent = agent_of(&state, &caller, &node, Access::ReadLogs { member: member.clone() }).await?;
-    let text = match agent.member_log(&member, stream, query.bytes.unwrap_or(64 * 1024)).await {
-        Ok(text) => text,
+    let chunk = match agent.member_log(&member, stream, query.bytes.unwrap_or(64 * 1024), query.offset).await {
+        Ok(chunk) => chunk,
         // The agent's own word for a member it does not have.
-        Err(herd_client::ClientError::Api(status)) if status.code == 404 => {
-            return Err(ApiError::NotFound { kind: format!("{stream} log of member"), name: member });
-        }
+        Err(herd_client::ClientError::Api(status)) if status.code == 404 => return Err(ApiError::Missing(status.message)),
         Err(error) => return Err(asking(&node)(error)),
     };
-    Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response())
+    let headers = [
+        (header::CONTENT_TYPE, "text/plain; charset=utf-8".to_string()),
+        (header::HeaderName::from_static(herd_core::api::LOG_OFFSET_HEADER), chunk.offset.to_string()),
+    ];
+    Ok((headers, chunk.bytes).into_response())
 }
 
 pub async fn node_volumes(

@@ -432,8 +432,13 @@ fn fixed_routes(generator: &mut SchemaGenerator) -> Vec<Route> {
                 query("stream", "which log [default: stdout]", json!({ "type": "string", "enum": ["stdout", "stderr", "setup"] })),
                 query(
                     "bytes",
-                    "at most this many bytes from the end [default: 65536]",
+                    "at most this many bytes: the last ones, or those from `offset` [default: 65536]",
                     json!({ "type": "integer", "minimum": 0, "maximum": agents::MAX_LOG_BYTES }),
+                ),
+                query(
+                    "offset",
+                    "from this byte of the log on (the `herd-log-offset` header of an answer says where its text starts)",
+                    json!({ "type": "integer", "minimum": 0, "maximum": i64::MAX }),
                 ),
             ],
             body: None,

@@ -21,8 +21,8 @@ pub async fn status(client: &Client, format: OutputFormat) -> anyhow::Result<()>
             Ok(())
         }
         OutputFormat::Name => Err(crate::output::no_names("herd cluster status")),
-        OutputFormat::Json | OutputFormat::Yaml => {
-            output::print("ClusterStatus", &serde_json::to_value(&status)?, &[], format)
+        OutputFormat::Json | OutputFormat::Yaml | OutputFormat::JsonPath(_) => {
+            output::print("ClusterStatus", &serde_json::to_value(&status)?, &[], &format)
         }
     }
 }
@@ -48,8 +48,8 @@ pub async fn verify(client: &Client, format: OutputFormat) -> anyhow::Result<i32
             );
         }
         OutputFormat::Name => return Err(crate::output::no_names("herd cluster verify")),
-        OutputFormat::Json | OutputFormat::Yaml => {
-            output::print("ClusterVerify", &serde_json::to_value(&report)?, &[], format)?;
+        OutputFormat::Json | OutputFormat::Yaml | OutputFormat::JsonPath(_) => {
+            output::print("ClusterVerify", &serde_json::to_value(&report)?, &[], &format)?;
         }
     }
     Ok(report.exit_code())

@@ -21,12 +21,12 @@ pub async fn get(
     match name {
         Some(name) => {
             let object = client.get_value(kind.plural, name).await?;
-            output::print(kind.kind, &object, std::slice::from_ref(&object), format)
+            output::print(kind.kind, &object, std::slice::from_ref(&object), &format)
         }
         None => {
             let list = client.list_values(kind.plural, selector).await?;
             let value = serde_json::to_value(&list)?;
-            output::print(kind.kind, &value, &list.items, format)
+            output::print(kind.kind, &value, &list.items, &format)
         }
     }
 }
@@ -44,12 +44,12 @@ async fn all(client: &Client, selector: &str, format: OutputFormat) -> anyhow::R
             OutputFormat::Table | OutputFormat::Wide => {
                 println!("{}:\n{}\n", kind.plural, output::table(kind.kind, &items, format == OutputFormat::Wide));
             }
-            OutputFormat::Name => output::print(kind.kind, &Value::Null, &items, format)?,
-            OutputFormat::Json | OutputFormat::Yaml => everything.extend(items),
+            OutputFormat::Name => output::print(kind.kind, &Value::Null, &items, &format)?,
+            OutputFormat::Json | OutputFormat::Yaml | OutputFormat::JsonPath(_) => everything.extend(items),
         }
     }
-    if matches!(format, OutputFormat::Json | OutputFormat::Yaml) {
-        output::print("List", &json!({ "kind": "List", "items": everything }), &everything, format)?;
+    if matches!(format, OutputFormat::Json | OutputFormat::Yaml | OutputFormat::JsonPath(_)) {
+        output::print("List", &json!({ "kind": "List", "items": everything }), &everything, &format)?;
     }
     Ok(())
 }
@@ -69,12 +69,12 @@ pub async fn watch(
     let named =
         |object: &Value| name.is_none_or(|name| object.pointer("/metadata/name").and_then(Value::as_str) == Some(name));
     let items: Vec<Value> = list.items.iter().filter(|o| named(o)).cloned().collect();
-    output::print(kind.kind, &json!({ "kind": format!("{}List", kind.kind), "items": items }), &items, format)?;
+    output::print(kind.kind, &json!({ "kind": format!("{}List", kind.kind), "items": items }), &items, &format)?;
     let mut changes = client.watch(kind.plural, Some(&list.metadata.resource_version), selector).await?;
     while let Some(event) = changes.next().await {
         let event = event?;
         if named(&event.object) {
-            output::print_change(kind.kind, &event.object, format)?;
+            output::print_change(kind.kind, &event.object, &format)?;
         }
     }
     anyhow::bail!("the server ended the watch")
@@ -130,7 +130,7 @@ pub async fn events(
         None => None,
     };
     let (events, revision) = list_events(client, about).await?;
-    output::print("Event", &json!({ "kind": "EventList", "items": events }), &events, format)?;
+    output::print("Event", &json!({ "kind": "EventList", "items": events }), &events, &format)?;
     if !watch {
         return Ok(());
     }
@@ -138,7 +138,7 @@ pub async fn events(
     while let Some(change) = changes.next().await {
         let change = change?;
         if change.type_ != herd_core::api::WatchEventType::Deleted && is_about(&change.object, about) {
-            output::print_change("Event", &change.object, format)?;
+            output::print_change("Event", &change.object, &format)?;
         }
     }
     anyhow::bail!("the server ended the watch")

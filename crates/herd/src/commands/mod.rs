@@ -5,6 +5,7 @@ mod cluster;
 mod describe;
 mod failover;
 mod get;
+mod logs;
 mod member;
 pub mod modes;
 mod node;
@@ -51,25 +52,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Apply { file, dry_run } => apply::apply(&context::client(&conn)?, &file, dry_run).await,
         Command::Delete { kind, name, dry_run } => apply::delete(&context::client(&conn)?, &kind, &name, dry_run).await,
-        Command::Logs { target, stderr, setup, bytes } => {
-            let client = context::client(&conn)?;
-            let Some((first, member)) = target.split_once('/') else {
-                anyhow::bail!("logs: give the member as member/NAME or NODE/MEMBER, got {target:?}");
-            };
-            let mut errors = herd_core::ValidationErrors::new();
-            for (field, name) in [("node or kind", first), ("member", member)] {
-                herd_core::validation::check_name(&herd_core::FieldPath::root(field), name, &mut errors);
-            }
-            if let Err(errors) = errors.into_result() {
-                anyhow::bail!("logs {target:?}: {errors}");
-            }
-            let node = match crate::kinds::resolve(first) {
-                Ok(kind) if kind.kind == "Member" => {
-                    let found = client.get::<herd_core::kinds::MemberSpec>(member).await?;
-                    found.spec.node.with_context(|| format!("member {member} is not placed on a node yet"))?
-                }
-                _ => first.to_string(),
-            };
+        Command::Logs { target, stderr, setup, bytes, follow } => {
             let stream = if setup {
                 "setup"
             } else if stderr {
@@ -77,8 +60,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             } else {
                 "stdout"
             };
-            print!("{}", client.member_log(&node, member, stream, bytes).await?);
-            Ok(())
+            logs::logs(&context::client(&conn)?, &target, stream, bytes, follow).await
         }
         Command::Commands { action } => {
             let client = context::client(&conn)?;

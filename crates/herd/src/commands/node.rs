@@ -41,8 +41,8 @@ pub async fn volumes(client: &Client, node: &str, format: OutputFormat) -> anyho
             Ok(())
         }
         OutputFormat::Name => Err(crate::output::no_names("herd node volumes")),
-        OutputFormat::Json | OutputFormat::Yaml => {
-            output::print("StoredVolumeList", &serde_json::to_value(&stored)?, &[], format)
+        OutputFormat::Json | OutputFormat::Yaml | OutputFormat::JsonPath(_) => {
+            output::print("StoredVolumeList", &serde_json::to_value(&stored)?, &[], &format)
         }
     }
 }

@@ -46,8 +46,8 @@ pub async fn list(client: &Client, format: OutputFormat) -> anyhow::Result<()> {
             Ok(())
         }
         OutputFormat::Name => Err(crate::output::no_names("herd token list")),
-        OutputFormat::Json | OutputFormat::Yaml => {
-            output::print("JoinTokenList", &serde_json::to_value(&tokens.items)?, &[], format)
+        OutputFormat::Json | OutputFormat::Yaml | OutputFormat::JsonPath(_) => {
+            output::print("JoinTokenList", &serde_json::to_value(&tokens.items)?, &[], &format)
         }
     }
 }
