@@ -15,10 +15,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use herd_core::api::{
-    LogChunk,
     AgentReport, CLUSTER_STATUS_PATH, ClusterStatus, HeartbeatResponse, JOIN_TOKENS_PATH, JoinRequest, JoinResponse,
-    JoinTokenInfo, JoinTokenList, JoinTokenRequest, ObjectList, Status, StatusReason, StoredVolume, collection_path,
-    node_commands_path, node_volumes_path, object_path,
+    JoinTokenInfo, JoinTokenList, JoinTokenRequest, LogChunk, ObjectList, Status, StatusReason, StoredVolume,
+    collection_path, node_commands_path, node_volumes_path, object_path,
 };
 use herd_core::kinds::CommandSpec;
 use herd_core::{Object, Resource};
@@ -354,6 +353,11 @@ impl Client {
         options: WriteOptions,
     ) -> Result<Value, ClientError> {
         self.call(Method::PUT, &format!("{}/status", object_path(plural, name)), &options.query(), Some(object)).await
+    }
+
+    /// Changes an object by a JSON merge patch (its metadata and spec).
+    pub async fn patch_value(&self, plural: &str, name: &str, patch: &Value) -> Result<Value, ClientError> {
+        self.call(Method::PATCH, &object_path(plural, name), &[], Some(patch)).await
     }
 
     pub async fn delete_value(&self, plural: &str, name: &str, options: WriteOptions) -> Result<Value, ClientError> {

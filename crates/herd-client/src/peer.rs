@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use herd_core::api::{
-    CONFIGURATION_PATH, LogChunk, MASTER_PATH, StoredVolume, VOLUMES_PATH, VolumeManifest, member_path, volume_file_path,
-    volume_path, volume_staged_path,
+    CONFIGURATION_PATH, LogChunk, MASTER_PATH, StoredVolume, VOLUMES_PATH, VolumeManifest, member_path,
+    volume_file_path, volume_path, volume_staged_path,
 };
 use herd_core::configuration::Configuration;
 use herd_core::failover::{Announcement, MasterView};

@@ -21,6 +21,7 @@ pub mod labels;
 pub mod lifecycle;
 pub mod member_check;
 pub mod member_sync;
+pub mod merge_patch;
 pub mod meta;
 pub mod migration;
 pub mod node_health;

@@ -128,6 +128,10 @@ pub enum Command {
         #[arg(long)]
         dry_run: bool,
     },
+    /// Add, change (--overwrite) or remove (`key-`) labels of an object.
+    Label(MetadataArgs),
+    /// Add, change (--overwrite) or remove (`key-`) annotations of an object.
+    Annotate(MetadataArgs),
     /// Show what happened, newest last.
     Events {
         /// Only events about this object, as `kind/name`.
@@ -490,6 +494,21 @@ pub enum ClusterCommand {
 
 fn duration(text: &str) -> Result<HumanDuration, String> {
     HumanDuration::parse(text)
+}
+
+/// `herd label` and `herd annotate`.
+#[derive(Args, Debug, Clone)]
+pub struct MetadataArgs {
+    /// The kind (singular, plural or short name).
+    pub kind: String,
+    /// The object's name.
+    pub name: String,
+    /// `key=value` to set, `key-` to remove.
+    #[arg(required = true)]
+    pub changes: Vec<String>,
+    /// Change a key that is set already (without it, that is refused).
+    #[arg(long)]
+    pub overwrite: bool,
 }
 
 #[derive(Args, Debug, Clone)]

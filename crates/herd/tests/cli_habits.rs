@@ -233,3 +233,61 @@ fn no_colour_codes_when_output_is_not_a_terminal() {
     assert!(logged.contains("INFO") && logged.contains("started leading"), "{logged}");
     assert!(!logged.contains('\u{1b}'), "colour codes in logs to a pipe: {logged:?}");
 }
+
+/// `herd label` and `herd annotate` (a JSON merge patch through `PATCH`):
+/// set, refuse to change without --overwrite, change, remove; a missing
+/// object is exit code 3, a bad key names the field and changes nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn label_and_annotate_patch_the_metadata() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path());
+    let labels = || async {
+        let config = server.admin().get_value("clusterconfigs", "cluster").await.unwrap();
+        config["metadata"]["labels"].clone()
+    };
+
+    let out = cli(&server, &["label", "clusterconfig", "cluster", "tier=gold", "zone=a"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(stdout(&out), "clusterconfig/cluster labeled\n");
+    let out = cli(&server, &["get", "clusterconfigs", "-l", "tier=gold", "-o", "name"]);
+    assert_eq!(stdout(&out), "clusterconfig/cluster\n", "{out:?}");
+
+    let out = cli(&server, &["label", "clusterconfig", "cluster", "tier=silver"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("labels set already: tier (--overwrite"), "{out:?}");
+    assert_eq!(labels().await["tier"], "gold", "nothing changed");
+    let out = cli(&server, &["label", "clusterconfig", "cluster", "tier=silver", "zone-", "--overwrite"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(labels().await, serde_json::json!({ "tier": "silver" }));
+
+    let out = cli(&server, &["annotate", "clusterconfig", "cluster", "owner=ops team"]);
+    assert_eq!(stdout(&out), "clusterconfig/cluster annotated\n", "{out:?}");
+    let config = server.admin().get_value("clusterconfigs", "cluster").await.unwrap();
+    assert_eq!(config["metadata"]["annotations"]["owner"], "ops team");
+
+    let before = server.admin().get_value("clusterconfigs", "cluster").await.unwrap();
+    let out = cli(&server, &["label", "clusterconfig", "cluster", "bad key=x"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("metadata.labels"), "the field is named: {out:?}");
+    let after = server.admin().get_value("clusterconfigs", "cluster").await.unwrap();
+    assert_eq!(before["metadata"]["resourceVersion"], after["metadata"]["resourceVersion"], "nothing written");
+
+    // A patch pinned to a revision that has passed is refused; unpinned, it applies.
+    let stale = serde_json::json!({ "metadata": { "resourceVersion": "1", "labels": { "late": "x" } } });
+    let error = server.admin().patch_value("clusterconfigs", "cluster", &stale).await.unwrap_err();
+    assert_eq!(error.reason(), Some(herd_core::api::StatusReason::Conflict), "{error}");
+    let fresh = serde_json::json!({ "metadata": { "labels": { "late": "x" } }, "spec": { "candidatePoolSize": 5 } });
+    let patched = server.admin().patch_value("clusterconfigs", "cluster", &fresh).await.unwrap();
+    assert_eq!(
+        (patched["metadata"]["labels"]["late"].as_str(), patched["spec"]["candidatePoolSize"].as_u64()),
+        (Some("x"), Some(5))
+    );
+    let status = serde_json::json!({ "status": {} });
+    let error = server.admin().patch_value("clusterconfigs", "cluster", &status).await.unwrap_err();
+    assert_eq!(error.reason(), Some(herd_core::api::StatusReason::Invalid), "{error}");
+
+    let out = cli(&server, &["label", "node", "nope", "a=b"]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let out = cli(&server, &["label", "clusterconfig", "cluster", "novalue"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+}

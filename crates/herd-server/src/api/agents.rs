@@ -77,7 +77,9 @@ pub async fn member_log(
     let chunk = match agent.member_log(&member, stream, query.bytes.unwrap_or(64 * 1024), query.offset).await {
         Ok(chunk) => chunk,
         // The agent's own word for a member it does not have.
-        Err(herd_client::ClientError::Api(status)) if status.code == 404 => return Err(ApiError::Missing(status.message)),
+        Err(herd_client::ClientError::Api(status)) if status.code == 404 => {
+            return Err(ApiError::Missing(status.message));
+        }
         Err(error) => return Err(asking(&node)(error)),
     };
     let headers = [

@@ -1,5 +1,5 @@
 //! Generic handlers for every kind: get, list (or watch), create, replace,
-//! replace status, delete.
+//! patch, replace status, delete.
 
 use axum::Json;
 use axum::extract::State;
@@ -180,6 +180,50 @@ pub async fn replace(
     caller.may(verb, plural, Some(&name))?;
     let body = parse_body(&body, ops.info().kind, &name)?;
     ops.replace(&state.objects, &name, body, part, query.dry_run()?).await.map(Json)
+}
+
+/// How many times a patch is applied again when the object changed
+/// between reading and writing it.
+const PATCH_ATTEMPTS: usize = 5;
+
+/// Applies a JSON merge patch (RFC 7386, `herd_core::merge_patch`) to an
+/// object's metadata and spec, then writes it as a replace would (the same
+/// admission and validation). Without a `metadata.resourceVersion` in the
+/// patch, an object changed in between is read and patched again; with one,
+/// it must still be at that revision (409 otherwise). The status is not
+/// patched (`PUT .../status` writes it).
+pub async fn patch(
+    State(state): State<AppState>,
+    caller: Caller,
+    plural: &'static str,
+    name: String,
+    ApiQuery(query): ApiQuery<WriteQuery>,
+    ApiBody(body): ApiBody,
+) -> Result<Json<Value>, ApiError> {
+    let ops = state.registry.get(plural)?;
+    let kind = ops.info().kind;
+    caller.may(Verb::Update, plural, Some(&name))?;
+    let patch: Value = parse_body(&body, kind, &name)?;
+    let mut errors = herd_core::ValidationErrors::new();
+    if !patch.is_object() {
+        errors.add(&herd_core::FieldPath::root("patch"), "must be a JSON object (a merge patch)");
+    } else if patch.get("status").is_some() {
+        errors
+            .add(&herd_core::FieldPath::root("status"), "is not patched: it is written through the status subresource");
+    }
+    errors.into_result().map_err(|e| ApiError::invalid(kind, &name, e))?;
+    let pinned = patch.pointer("/metadata/resourceVersion").is_some();
+    let dry_run = query.dry_run()?;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let mut object = state.objects.get_value(kind, plural, &name).await?;
+        herd_core::merge_patch::apply(&mut object, &patch);
+        match ops.replace(&state.objects, &name, object, Part::Spec, dry_run).await {
+            Err(ApiError::Conflict(_)) if !pinned && attempt < PATCH_ATTEMPTS => continue,
+            written => return written.map(Json),
+        }
+    }
 }
 
 pub async fn delete(

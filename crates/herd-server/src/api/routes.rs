@@ -5,7 +5,7 @@
 
 use axum::extract::State;
 use axum::http::Method;
-use axum::routing::{MethodRouter, delete, get, post, put};
+use axum::routing::{MethodRouter, delete, get, patch, post, put};
 use herd_core::Resource;
 use herd_core::api::{
     AgentReport, CLUSTER_STATUS_PATH, CLUSTER_VERIFY_PATH, ClusterStatus, Eviction, HeartbeatResponse,
@@ -266,6 +266,25 @@ fn kind_routes(info: crate::registry::KindInfo, schema: &Value) -> Vec<Route> {
             body: Some(schema.clone()),
             answer: Answer::Json(200, schema.clone()),
             handler: replace_handler(plural, Part::Spec),
+        },
+        Route {
+            method: Method::PATCH,
+            path: item.clone(),
+            summary: format!(
+                "Change a {kind}'s metadata or spec by a JSON merge patch (RFC 7386); with metadata.resourceVersion only at that revision"
+            ),
+            access: Access::Admin,
+            viewer: false,
+            params: with_name(vec![dry_run()]),
+            body: Some(json!({ "type": "object", "description": "a JSON merge patch of the object (not its status)" })),
+            answer: Answer::Json(200, schema.clone()),
+            handler: patch(
+                move |state: State<AppState>,
+                      caller: Caller,
+                      ApiName(name): ApiName,
+                      query: ApiQuery<WriteQuery>,
+                      body: ApiBody| { resources::patch(state, caller, plural, name, query, body) },
+            ),
         },
         Route {
             method: Method::DELETE,

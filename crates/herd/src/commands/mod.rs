@@ -7,6 +7,7 @@ mod failover;
 mod get;
 mod logs;
 mod member;
+mod metadata;
 pub mod modes;
 mod node;
 mod operation;
@@ -52,6 +53,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Apply { file, dry_run } => apply::apply(&context::client(&conn)?, &file, dry_run).await,
         Command::Delete { kind, name, dry_run } => apply::delete(&context::client(&conn)?, &kind, &name, dry_run).await,
+        Command::Label(args) => metadata::change(&context::client(&conn)?, metadata::Field::Labels, &args).await,
+        Command::Annotate(args) => {
+            metadata::change(&context::client(&conn)?, metadata::Field::Annotations, &args).await
+        }
         Command::Logs { target, stderr, setup, bytes, follow } => {
             let stream = if setup {
                 "setup"
