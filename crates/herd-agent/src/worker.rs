@@ -54,6 +54,33 @@ pub struct CopyJob {
     /// The agent's data dir, whose space reserve the result may use.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_dir: Option<PathBuf>,
+    /// Where the worker writes the volume's size once it knows it
+    /// ([`CopyTotal`]): with what is staged, the copy's progress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<PathBuf>,
+}
+
+/// What a copy worker writes once it read the source's manifest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CopyTotal {
+    pub bytes: u64,
+}
+
+/// A copy's progress as an agent reports it: the volume, the bytes staged
+/// so far and the volume's size (once the worker knows it).
+pub fn progress(job_path: &Path) -> Option<BTreeMap<String, String>> {
+    let job: CopyJob = serde_json::from_slice(&std::fs::read(job_path).ok()?).ok()?;
+    let staged = volumes::staged_bytes(&job.staging).ok()?;
+    let mut progress = BTreeMap::from([
+        ("volume".to_string(), format!("{}/{}", job.member, job.volume)),
+        ("bytes".to_string(), staged.to_string()),
+    ]);
+    let total = job.total.and_then(|path| std::fs::read(path).ok());
+    if let Some(total) = total.and_then(|text| serde_json::from_slice::<CopyTotal>(&text).ok()) {
+        progress.insert("totalBytes".into(), total.bytes.to_string());
+    }
+    Some(progress)
 }
 
 /// Why a copy failed, and so what becomes of its staging area.
@@ -188,6 +215,13 @@ async fn copy(job: &CopyJob) -> Result<Answer, CopyFailure> {
     }
     check_space(job, &manifest)?;
     std::fs::create_dir_all(&job.staging).map_err(local_io(job, "creating", &job.staging))?;
+    if let Some(path) = &job.total {
+        // Progress only: a copy goes on without it.
+        let total = serde_json::to_vec(&CopyTotal { bytes: manifest.size }).unwrap_or_default();
+        if let Err(error) = write_atomic(path, &total, 0o644) {
+            tracing::warn!(%error, "could not write the copy's size for its progress");
+        }
+    }
     let pace = Pace::new(job.bandwidth);
     // A few files at once: the receiving, writing and hashing of one
     // overlap with another's.

@@ -66,6 +66,8 @@ pub async fn record_reports(
                 let was = command.status.clone();
                 before = was.state_by_management;
                 forget = command.status.record_agent_report(report.state, report.answer.clone(), now());
+                command.status.progress =
+                    if report.state.is_over() { Default::default() } else { report.progress.clone() };
                 Ok(command.status != was)
             })
             .await?;

@@ -207,6 +207,15 @@ function clusters() {
   return `${sections.join("") || '<p class="muted">No app clusters: apply one with `herd apply -f examples/apps/etcd/`.</p>'}`;
 }
 
+/// A copy's bytes staged of its volume's size, as its agent reports them.
+function copyProgress(progress) {
+  if (!progress || progress.bytes === undefined) return "-";
+  const mib = (bytes) => `${(Number(bytes) / 1048576).toFixed(1)} MiB`;
+  const total = progress.totalBytes;
+  const bar = total ? `<progress max="${esc(total)}" value="${esc(progress.bytes)}"></progress> ` : "";
+  return `${bar}${esc(progress.volume || "")} ${mib(progress.bytes)}${total ? ` of ${mib(total)}` : ""}`;
+}
+
 function operationsPage() {
   const waiting = loading(PAGES.operations.follows);
   if (waiting) return waiting;
@@ -260,6 +269,7 @@ function operationsPage() {
       pill(management, stateTone(management)),
       esc(s.stateByAgent || "-"),
       `${esc(s.attempts || 0)} / ${esc(s.retryCount || 0)}`,
+      copyProgress(s.progress),
       esc(s.reason || ""),
       (retryable ? action("retry", name, "Retry") : "") + (["Processing", "Created", "ReconcileRetry", "Reconciling"].includes(management) ? action("abandon", name, "Abandon", true) : ""),
     ];
@@ -272,7 +282,7 @@ function operationsPage() {
       ${table("budgets", ["Name", "Selector", "Bound", "Healthy", "Allowed", "Not healthy"], budgetRows, "No disruption budgets.")}
     </section>
     <section><h2>Commands not settled</h2>
-      ${table("commands", ["Name", "Node", "Action", "Server's view", "Agent's view", "Attempts / retries", "Why", ""], commandRows, "Every Command is settled.")}
+      ${table("commands", ["Name", "Node", "Action", "Server's view", "Agent's view", "Attempts / retries", "Progress", "Why", ""], commandRows, "Every Command is settled.")}
     </section>`;
 }
 

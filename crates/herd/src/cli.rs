@@ -244,6 +244,16 @@ pub enum CommandAction {
         #[arg(long)]
         keep_staging: bool,
     },
+    /// Wait until a Command is settled, with a progress bar of what its
+    /// agent reports (a copy's bytes). Exit code 0 when it completed, 1
+    /// otherwise or at the timeout.
+    Wait {
+        /// The Command's name.
+        name: String,
+        /// Give up waiting after this long.
+        #[arg(long, value_parser = duration, default_value = "30m")]
+        timeout: HumanDuration,
+    },
 }
 
 #[derive(Subcommand, Debug)]

@@ -501,3 +501,42 @@ async fn an_unsettled_command_from_a_store_with_the_old_single_guard_still_holds
     let error = second.expect_err("m1 is held by the first Command");
     assert!(error.to_string().contains("is held by command first"), "{error}");
 }
+
+/// A copy in progress says how far it got (bytes staged of the volume's
+/// size, reported by the agent with each heartbeat), and `herd command
+/// wait` follows it to its end (issue 14).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_copy_reports_its_progress_and_command_wait_follows_it() {
+    let TwoNodes { server, a_dir, .. } = &two_nodes(&["--copy-mib-per-sec", "1"]).await;
+    run(server, "start-m1", "n1", Action::StartMember { member: "m1".into(), run: member_run() }).await;
+    let source = a_dir.join("volumes/m1/data");
+    fill_volume(&source, 3, 4, 1 << 20);
+    let size = herd_agent::volumes::manifest(&source).unwrap().size;
+    let copy = Action::CopyVolume { member: "m1".into(), volume: "data".into(), from_node: "n1".into() };
+    let mut spec = command("copy-slow", "n2", copy);
+    spec.spec.timeout = Some(herd_core::HumanDuration(Duration::from_secs(120)));
+    server.admin().create(&spec).await.unwrap();
+
+    let (bytes, total) = eventually(Duration::from_secs(30), "a copy's progress part way", || async {
+        let copying = server.admin().get::<CommandSpec>("copy-slow").await.ok()?;
+        let progress = &copying.status.progress;
+        let number = |key: &str| progress.get(key)?.parse::<u64>().ok();
+        assert!(progress.is_empty() || progress["volume"] == "m1/data", "{progress:?}");
+        let (bytes, total) = (number("bytes")?, number("totalBytes")?);
+        (bytes > 0 && bytes < total).then_some((bytes, total))
+    })
+    .await;
+    assert_eq!(total, size, "the volume's size, staged {bytes}");
+
+    let out = cli(server, &["command", "wait", "copy-slow", "--timeout", "2m"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("command/copy-slow completed: CopyVolume on n2"),
+        "{out:?}"
+    );
+    let done = server.admin().get::<CommandSpec>("copy-slow").await.unwrap();
+    assert!(done.status.progress.is_empty(), "no progress once over: {:?}", done.status.progress);
+
+    let out = cli(server, &["command", "wait", "nope"]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+}

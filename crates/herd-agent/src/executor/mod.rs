@@ -160,18 +160,27 @@ impl Executor {
         self.changed.notified().await
     }
 
-    /// What the heartbeat carries: every entry not yet acknowledged.
+    /// What the heartbeat carries: every entry not yet acknowledged, a
+    /// copy in a worker with how far it got.
     pub fn reports(&self) -> Vec<CommandReport> {
-        self.lock()
-            .values()
-            .map(|e| CommandReport {
-                name: e.name.clone(),
-                uid: e.uid.clone(),
-                attempt: e.attempt,
-                state: e.state,
-                answer: e.answer.clone(),
-                updated: e.updated,
-                progress: e.progress.clone(),
+        let entries: Vec<Entry> = self.lock().values().cloned().collect();
+        entries
+            .into_iter()
+            .map(|e| {
+                let copying = e.worker.is_some() && e.state == AgentState::ProcessingInBackend;
+                let progress = copying
+                    .then(|| crate::worker::progress(&self.worker_file(&e, "job.json")))
+                    .flatten()
+                    .unwrap_or_else(|| e.progress.clone());
+                CommandReport {
+                    name: e.name,
+                    uid: e.uid,
+                    attempt: e.attempt,
+                    state: e.state,
+                    answer: e.answer,
+                    updated: e.updated,
+                    progress,
+                }
             })
             .collect()
     }
@@ -187,7 +196,7 @@ impl Executor {
             match self.journal.remove(&entry) {
                 Ok(()) => {
                     self.lock().remove(&key);
-                    for suffix in ["job.json", "result.json", "log"] {
+                    for suffix in ["job.json", "result.json", "total.json", "log"] {
                         let _ = std::fs::remove_file(self.worker_file(&entry, suffix));
                     }
                 }

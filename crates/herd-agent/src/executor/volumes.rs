@@ -74,6 +74,7 @@ impl Executor {
             bandwidth: self.workers.bandwidth,
             node: self.workers.node.clone(),
             data_dir: self.worker_dir.parent().map(Path::to_path_buf),
+            total: Some(self.worker_file(entry, "total.json")),
         };
         let job_path = self.worker_file(entry, "job.json");
         let json = serde_json::to_vec_pretty(&job).map_err(|e| format!("writing the worker's job: {e}"))?;

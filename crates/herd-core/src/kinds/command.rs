@@ -388,6 +388,10 @@ pub struct CommandStatus {
     /// Why the last decision was taken, for `herd describe`.
     #[serde(default)]
     pub reason: String,
+    /// How far the agent got, while it works (a copy: `volume`, `bytes`
+    /// staged, the volume's `totalBytes`); empty once it is over.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub progress: BTreeMap<String, String>,
     /// Set when the operator abandoned the Command while its agent worked
     /// on it: the agent ends the work of that attempt.
     #[serde(default, skip_serializing_if = "Option::is_none")]

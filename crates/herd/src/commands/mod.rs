@@ -2,6 +2,7 @@
 
 mod apply;
 mod cluster;
+mod command_wait;
 mod describe;
 mod failover;
 mod get;
@@ -77,6 +78,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 CommandAction::Abandon { name, keep_staging } => {
                     let command = client.abandon_command(&name, keep_staging).await?;
                     (name, command)
+                }
+                CommandAction::Wait { name, timeout } => {
+                    return command_wait::wait(&client, &name, timeout.get()).await;
                 }
             };
             println!("command/{name}: {} ({})", command.status.state_by_management, command.status.reason);

@@ -103,7 +103,7 @@ pub async fn wait_configured(client: &Client, name: &str, timeout: Duration) -> 
     }
 }
 
-fn progress_bar(template: &str) -> ProgressBar {
+pub(super) fn progress_bar(template: &str) -> ProgressBar {
     let bar = ProgressBar::new(0);
     bar.set_style(
         ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar()).progress_chars("#>-"),
