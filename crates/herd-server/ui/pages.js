@@ -43,8 +43,10 @@ function loading(plurals) {
 }
 
 function stateTone(state) {
-  if (["configured", "Succeeded", "Completed", "Reconciled"].includes(state)) return "ok";
-  if (["configError", "Failed", "TimedOut", "ReconcileFailed", "Cancelled"].includes(state)) return "bad";
+  if (["configured", "Succeeded", "COMPLETED", "RECONCILED"].includes(state)) return "ok";
+  if (["configError", "Failed", "Cancelled", "FAILED", "TIMED_OUT", "RECONCILE_FAILED", "RECONCILE_SKIPPED", "ABANDONED"].includes(state)) {
+    return "bad";
+  }
   return "warn";
 }
 
@@ -103,8 +105,8 @@ function overview() {
     ? verify.findings.map((f) => `<li class="${f.severity === "error" ? "bad" : "warn"}">${esc(f.severity)}: ${esc(f.message)}</li>`).join("")
     : "";
   const pool = verify
-    ? `<b id="pool">${verify.candidates} / ${verify.wantedCandidates}</b> candidates (pool size ${verify.poolSize})`
-    : `<b id="pool">-</b> candidates`;
+    ? `<b id="pool">${verify.candidates} of ${verify.wantedCandidates} wanted</b> <span class="muted">pool size ${verify.poolSize}</span>`
+    : `<b id="pool">-</b>`;
 
   const perNode = new Map();
   for (const member of members) {
@@ -118,10 +120,12 @@ function overview() {
     const role = nodeRole(node);
     const roleText = role.map((r) => pill(r, r === "offline" ? "bad" : r === "drained" ? "warn" : "")).join("");
     const capable = node.spec.masterCapable === false ? ' <span class="muted">(not master capable)</span>' : "";
+    // The master's node is not drained: a failover moves the master first.
+    const master = node.status && node.status.master;
     const buttons =
       node.spec.role === "drained"
         ? action("undrain", name, "Undrain")
-        : node.spec.role !== "offline"
+        : node.spec.role !== "offline" && !master
           ? action("drain", name, "Drain", true)
           : "";
     return [
@@ -253,25 +257,31 @@ function operationsPage() {
       finished(operation) ? "" : action("cancel", name, "Cancel", true),
     ];
   });
-  const settled = ["Completed", "Abandoned", "Reconciled", "ReconcileSkipped"];
+  // Unsettled Commands, and settled ones that did not succeed: what an
+  // operator may have to retry or abandon.
+  const settledWell = ["COMPLETED", "RECONCILED"];
+  const notSettled = ["CREATED", "PROCESSING", "ABANDONING", "TIMED_OUT", "INTERRUPTED", "RECONCILE_RETRY", "RECONCILING", "RECONCILE_FAILED"];
+  const mayAbandon = notSettled.filter((state) => state !== "ABANDONING");
   const commands = objects("commands")
-    .filter((c) => !settled.includes((c.status || {}).stateByManagement))
+    .filter((c) => !settledWell.includes((c.status || {}).stateByManagement || "CREATED"))
     .sort(byName);
   const commandRows = commands.map((command) => {
     const name = command.metadata.name;
     const s = command.status || {};
-    const management = s.stateByManagement || "Created";
-    const retryable = ["Failed", "TimedOut", "Interrupted", "ReconcileFailed", "Abandoned"].includes(management);
+    const management = s.stateByManagement || "CREATED";
+    const buttons =
+      (notSettled.includes(management) ? "" : action("retry", name, "Retry")) +
+      (mayAbandon.includes(management) ? action("abandon", name, "Abandon", true) : "");
     return [
       esc(name),
       esc(command.spec.node),
       esc(command.spec.action.type),
-      pill(management, stateTone(management)),
+      `<span class="command-state" data-command="${esc(name)}">${pill(management, stateTone(management))}</span>`,
       esc(s.stateByAgent || "-"),
       `${esc(s.attempts || 0)} / ${esc(s.retryCount || 0)}`,
       copyProgress(s.progress),
       esc(s.reason || ""),
-      (retryable ? action("retry", name, "Retry") : "") + (["Processing", "Created", "ReconcileRetry", "Reconciling"].includes(management) ? action("abandon", name, "Abandon", true) : ""),
+      buttons,
     ];
   });
   return `
@@ -281,8 +291,8 @@ function operationsPage() {
     <section><h2>Disruption budgets</h2>
       ${table("budgets", ["Name", "Selector", "Bound", "Healthy", "Allowed", "Not healthy"], budgetRows, "No disruption budgets.")}
     </section>
-    <section><h2>Commands not settled</h2>
-      ${table("commands", ["Name", "Node", "Action", "Server's view", "Agent's view", "Attempts / retries", "Progress", "Why", ""], commandRows, "Every Command is settled.")}
+    <section><h2>Commands not settled, or settled badly</h2>
+      ${table("commands", ["Name", "Node", "Action", "Server's view", "Agent's view", "Attempts / retries", "Progress", "Why", ""], commandRows, "Every Command is settled, and none failed.")}
     </section>`;
 }
 

@@ -169,8 +169,14 @@ async fn run_cluster(
         write_config(&path, &config)?;
         format!("CLI config written to {}", path.display())
     };
+    // For a browser to trust (the dashboard), as `herd server` writes it.
+    let ca_file = dir.join("ca.pem");
+    herd_agent::fsutil::write_atomic(&ca_file, access.ca_pem.as_bytes(), 0o644)
+        .with_context(|| format!("writing {}", ca_file.display()))?;
     println!("herd dev is running");
     println!("  server:      {url}");
+    println!("  dashboard:   {url}/ui (log in with the admin token; the browser does not know the cluster CA:");
+    println!("               accept it, or import {})", ca_file.display());
     println!("  admin token: {admin_token}");
     println!("  cluster CA:  {}", access.ca_hash);
     println!("  data dir:    {}", dir.display());

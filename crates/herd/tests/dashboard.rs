@@ -3,7 +3,8 @@
 //! is refused; a viewer sees three Ready nodes and no actions; as admin,
 //! the etcd example reaches configured on the page without a reload, a
 //! killed member passes through its states, a drain shows its progress
-//! and its blocker and is cancelled and undone from the page, and a lost
+//! and its blocker and is cancelled and undone from the page, a stuck
+//! Command is abandoned from the page, and a lost
 //! connection to the server is shown and resumed. Screenshots of each page
 //! go to `target/tmp/dashboard/`.
 
@@ -73,10 +74,10 @@ async fn the_dashboard_shows_the_cluster_live_and_acts_for_the_operator() {
     browser.wait_text("#ready-nodes", WAIT, |t| t == "3 of 3 Ready").await;
     assert_eq!(browser.count("#nodes tbody tr").await, 3);
     browser.wait_text("#leader", WAIT, |t| t.contains("term")).await;
-    browser.wait_text("#pool", WAIT, |t| t.starts_with("3 / 3")).await;
+    browser.wait_text("#pool", WAIT, |t| t == "3 of 3 wanted").await;
     assert_eq!(browser.count("button[data-action]").await, 0, "a viewer gets no actions");
     assert_eq!(browser.text("#who").await.as_deref(), Some("viewer (read only)"));
-    browser.screenshot("overview").await;
+    browser.screenshot("overview-viewer").await;
 
     // The admin. The page is never loaded again from here on: a marker
     // set now must survive to the end.
@@ -98,6 +99,15 @@ async fn the_dashboard_shows_the_cluster_live_and_acts_for_the_operator() {
         browser.wait_text(&css, WAIT, |t| t == "configured").await;
     }
     browser.screenshot("app-clusters").await;
+    browser.click("a[data-page=overview]").await;
+    browser.wait_text("#nodes", WAIT, |t| t.contains("Drain")).await;
+    browser.wait_text("#findings", WAIT, |t| !t.is_empty()).await;
+    for node in ["n1", "n2", "n3"] {
+        let members = format!("#nodes tbody tr:nth-child({}) .node-members", &node[1..]);
+        browser.wait_text(&members, WAIT, |t| t == "1").await;
+    }
+    browser.screenshot("overview").await;
+    browser.click("a[data-page=clusters]").await;
 
     // A member killed: the page shows it leave configured and come back.
     let victim = &members[0];
@@ -145,6 +155,20 @@ async fn the_dashboard_shows_the_cluster_live_and_acts_for_the_operator() {
     browser.click("#confirm-yes").await;
     browser.wait_text("#flash", WAIT, |t| t.contains("takes new members again")).await;
     assert_ne!(admin.get::<NodeSpec>(&node).await.unwrap().spec.role, NodeRole::Drained);
+
+    // A Command stuck on a node that has no agent: abandoned from the page.
+    let stuck = herd_core::kinds::Action::StopMember { member: "m1".into() };
+    admin.create(&common::cluster::command("stuck", "ghost", stuck)).await.unwrap();
+    browser.click("a[data-page=operations]").await;
+    browser.click("button[data-action=abandon][data-target=stuck]").await;
+    let question = browser.wait_text("#confirm-text", WAIT, |t| t.contains("stuck")).await;
+    assert!(question.starts_with("Abandon command stuck?"), "{question}");
+    browser.click("#confirm-yes").await;
+    browser.wait_text("#flash", WAIT, |t| t == "command/stuck abandoned").await;
+    browser.wait_text(".command-state[data-command=stuck]", WAIT, |t| t == "ABANDONED").await;
+    assert_eq!(browser.count("button[data-action=retry][data-target=stuck]").await, 1, "and may be retried");
+    let abandoned = admin.get::<herd_core::kinds::CommandSpec>("stuck").await.unwrap();
+    assert_eq!(abandoned.status.state_by_management, herd_core::kinds::ManagementState::Abandoned);
 
     // The events, live.
     browser.click("a[data-page=events]").await;
