@@ -103,17 +103,22 @@ pub async fn wait_configured(client: &Client, name: &str, timeout: Duration) -> 
     }
 }
 
+fn bar_style(template: &str) -> ProgressStyle {
+    ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar()).progress_chars("#>-")
+}
+
 pub(super) fn progress_bar(template: &str) -> ProgressBar {
     let bar = ProgressBar::new(0);
-    bar.set_style(
-        ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar()).progress_chars("#>-"),
-    );
+    bar.set_style(bar_style(template));
     bar
 }
 
 /// Follows an Operation to its end; Ctrl-C detaches.
 async fn follow(client: &Client, name: &str) -> anyhow::Result<()> {
-    let bar = progress_bar("{spinner} [{bar:30}] {pos}/{len} members {wide_msg}");
+    // A spinner until the Operation knows how many members it moves (a
+    // bar of 0/0 would show full).
+    let bar = progress_bar("{spinner} {wide_msg}");
+    let mut counted = false;
     let say = |line: String| if bar.is_hidden() { eprintln!("{line}") } else { bar.println(line) };
     let mut seen_history: Option<herd_core::time::Timestamp> = None;
     loop {
@@ -123,6 +128,10 @@ async fn follow(client: &Client, name: &str) -> anyhow::Result<()> {
             say(format!("{}  {}", entry.at, entry.message));
         }
         seen_history = status.history.last().map(|h| h.at).or(seen_history);
+        if status.total > 0 && !counted {
+            bar.set_style(bar_style("{spinner} [{bar:30}] {pos}/{len} members {wide_msg}"));
+            counted = true;
+        }
         bar.set_length(u64::from(status.total));
         bar.set_position(u64::from(status.done));
         let blocker = status.blocker.as_ref().map(|b| {
