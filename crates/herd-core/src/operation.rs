@@ -11,7 +11,8 @@
 //!   eviction API answers that it is under way: the same eviction).
 //! - At most `maxParallel` members are on their way at once: evicted, and
 //!   not yet ready elsewhere.
-//! - A finished Operation never changes again.
+//! - A finished Operation never changes again; it is deleted
+//!   [`FINISHED_KEPT`] after it finished ([`expired`]).
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -459,6 +460,19 @@ pub fn next_pass(operation: &Operation, now: Timestamp) -> Option<Duration> {
     retry.into_iter().chain(deadline).min()
 }
 
+/// How long a finished Operation is kept (its steps and history, for
+/// `herd describe operation`) before the leader deletes it, as Kubernetes'
+/// `ttlSecondsAfterFinished` does for Jobs: finished Operations would
+/// otherwise pile up in the store and in every candidate's configuration
+/// copy.
+pub const FINISHED_KEPT: Duration = Duration::from_secs(24 * 3600);
+
+/// Whether a finished Operation has been kept long enough to go.
+pub fn expired(operation: &Operation, now: Timestamp) -> bool {
+    let status = &operation.status;
+    status.phase.is_finished() && status.finished_at.is_some_and(|at| at.age(now) > FINISHED_KEPT)
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::SystemTime;
@@ -642,6 +656,17 @@ mod tests {
         assert!(pass(&mut op, &members, true, at(2)).is_empty());
         assert_eq!(op.status.phase, OperationPhase::Cancelled);
         assert!(op.status.message.unwrap().starts_with("cancelled with 0 of 2 members done (1 on their way go on)"));
+    }
+
+    #[test]
+    fn a_finished_operation_goes_a_day_after_it_finished_a_running_one_never() {
+        let mut op = drain(1, None, OnDeadline::Fail);
+        let day = FINISHED_KEPT.as_secs();
+        assert!(!expired(&op, at(2 * day)), "running");
+        pass(&mut op, &[], false, at(1));
+        assert_eq!(op.status.phase, OperationPhase::Succeeded);
+        assert!(!expired(&op, at(day)), "kept a day");
+        assert!(expired(&op, at(day + 2)));
     }
 
     #[test]

@@ -308,3 +308,31 @@ async fn a_rolling_restart_stops_at_a_broken_canary() {
         }
     }
 }
+
+/// A finished Operation is kept a day (`operation::FINISHED_KEPT`), then
+/// the leader deletes it: finished drains do not pile up in the store and
+/// the candidates' configuration copies. One whose finishedAt is set two
+/// days back goes; one that finished now stays.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_finished_operation_is_deleted_a_day_after_it_finished() {
+    let nodes = nodes(2).await;
+    let server = &nodes.server;
+    let admin = server.admin();
+    let mut names = Vec::new();
+    for node in ["n1", "n2"] {
+        let out = herd_blocking(server, &["node", "drain", node]).await;
+        assert!(out.status.success(), "{}", stderr(&out));
+        names.push(operation_name(&out));
+    }
+    let mut old = admin.get::<OperationSpec>(&names[0]).await.unwrap();
+    assert_eq!(old.status.phase, OperationPhase::Succeeded);
+    let two_days = std::time::SystemTime::now() - Duration::from_secs(2 * 24 * 3600);
+    old.status.finished_at = Some(herd_core::Timestamp::from_system_time(two_days));
+    admin.update_status(&old).await.unwrap();
+    eventually(Duration::from_secs(30), "the old Operation deleted", || async {
+        admin.get::<OperationSpec>(&names[0]).await.is_err().then_some(())
+    })
+    .await;
+    let kept = admin.get::<OperationSpec>(&names[1]).await.unwrap();
+    assert_eq!(kept.status.phase, OperationPhase::Succeeded, "finished now: kept");
+}

@@ -12,6 +12,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use herd_core::Resource;
 use herd_core::disruption;
 use herd_core::kinds::{
     DisruptionBudgetSpec, MemberSpec, NodeRole, NodeSpec, Operation, OperationAction, OperationPhase, OperationSpec,
@@ -59,6 +60,25 @@ impl OperationsController {
     pub fn new(objects: Objects, caches: Caches, events: EventRecorder) -> Self {
         let Caches { operations, members, budgets, nodes, config } = caches;
         OperationsController { objects, operations, members, budgets, nodes, config, events, budgets_seen: Vec::new() }
+    }
+
+    /// Deletes the Operations finished longer ago than
+    /// `operation::FINISHED_KEPT`, each at the revision seen (one changed
+    /// or gone meanwhile is left for the next pass).
+    async fn delete_expired(&self) -> Result<(), ObjectsError> {
+        let at = now();
+        let expired = self.operations.map(|o| {
+            let revision = o.metadata.revision().ok().flatten()?;
+            operation::expired(o, at).then(|| (o.metadata.name.clone(), revision))
+        });
+        for (name, revision) in expired.into_iter().flatten() {
+            match self.objects.delete_value("Operation", OperationSpec::PLURAL, &name, Some(revision), false).await {
+                Ok(_) => tracing::info!(operation = %name, "deleted a finished operation kept its day"),
+                Err(ObjectsError::NotFound { .. } | ObjectsError::Conflict { .. }) => {}
+                Err(other) => return Err(other),
+            }
+        }
+        Ok(())
     }
 
     /// Takes up a Pending Operation: a drain's node marked drained, or the
@@ -159,6 +179,7 @@ impl Controller for OperationsController {
         let retry_refused = budgets_now != self.budgets_seen;
         self.budgets_seen = budgets_now;
         let mut next = PASS_INTERVAL;
+        self.delete_expired().await?;
         let unfinished = self.operations.map(|o| (!o.status.phase.is_finished()).then(|| o.metadata.name.clone()));
         for name in unfinished.into_iter().flatten() {
             // Read from the store, not the cache: a pass must start from the
