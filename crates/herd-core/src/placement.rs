@@ -74,10 +74,15 @@ pub fn place(
         let why = if refusals.is_empty() { "no node has joined".to_string() } else { refusals.join("; ") };
         return Placement::Unplaceable(format!("no node can take {}: {why}", member.metadata.name));
     }
+    // A peer moving to a node (its data on the way there) is there already:
+    // two moves at once must not pick one node for two members.
     let peers_on = |node: &str| {
         peers
             .iter()
-            .filter(|p| p.metadata.name != member.metadata.name && p.spec.node.as_deref() == Some(node))
+            .filter(|p| {
+                let moving_there = p.status.migration.as_ref().is_some_and(|m| m.to == node);
+                p.metadata.name != member.metadata.name && (p.spec.node.as_deref() == Some(node) || moving_there)
+            })
             .map(|p| p.metadata.name.as_str())
             .collect::<Vec<_>>()
     };
@@ -259,6 +264,22 @@ mod tests {
             panic!("placed")
         };
         assert!(why.ends_with("n2 (db-member-1); and n3 is NotReady"), "the other nodes' reasons too: {why}");
+    }
+
+    #[test]
+    fn rule_a_peer_moving_to_a_node_counts_as_there_for_required_spread() {
+        let nodes = [node("n1", true), node("n2", true), node("n3", true), node("n4", true)];
+        let mut first = member(0, Some("n1"));
+        first.status.migration =
+            Some(crate::kinds::Migration { from: "n1".into(), to: "n3".into(), ..Default::default() });
+        let mut second = member(1, Some("n2"));
+        second.status.moved_from = second.spec.node.take();
+        let peers = [first, member(1, Some("n2"))];
+        assert_eq!(
+            place(&second, &no_selector(), Spread::Required, &nodes, &peers, &|_| 0),
+            Placement::Bound("n4".into()),
+            "n3 is taken by the first move, n1 still by its source"
+        );
     }
 
     #[test]
