@@ -10,7 +10,8 @@
 //! configured, beside the floor of creating as many objects through the
 //! API one after the other and the latency of one member alone (every
 //! step waits for a heartbeat to report it; the rate net of that latency
-//! is printed too).
+//! is printed too), with what the server did for it from its /metrics
+//! (store transactions per member, and each controller's reconcile passes).
 //!
 //! `cargo build --release -p herd -p herd-bench && target/release/scale`
 //! Options (environment): BENCH_NODES (default "10,100,1000"), BENCH_POOL
@@ -22,6 +23,7 @@
 
 mod processes;
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -41,13 +43,48 @@ struct Cost {
     bytes: u64,
 }
 
-async fn bytes_sent(admin: &Client) -> anyhow::Result<u64> {
+/// Every sample of the server's /metrics, by series (`name{labels}`).
+async fn samples(admin: &Client) -> anyhow::Result<BTreeMap<String, f64>> {
     let metrics = admin.get_text("/metrics").await?;
-    let line = metrics
+    Ok(metrics
         .lines()
-        .find(|l| l.starts_with("herd_configuration_sent_bytes_total "))
-        .context("no herd_configuration_sent_bytes_total in /metrics")?;
-    Ok(line.rsplit(' ').next().unwrap_or_default().parse()?)
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            Some((series.to_string(), value.parse().ok()?))
+        })
+        .collect())
+}
+
+async fn bytes_sent(admin: &Client) -> anyhow::Result<u64> {
+    let all = samples(admin).await?;
+    let sent =
+        all.get("herd_configuration_sent_bytes_total").context("no herd_configuration_sent_bytes_total in /metrics")?;
+    Ok(*sent as u64)
+}
+
+/// What the server did for a burst, from /metrics before and after it:
+/// store transactions and commits per member, and the time each
+/// controller's reconcile passes took.
+fn burst_work(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>, members: u64) {
+    let grew = |series: &str| after.get(series).unwrap_or(&0.0) - before.get(series).unwrap_or(&0.0);
+    let per_member = |series: &str| grew(series) / members as f64;
+    println!(
+        "  store work per member: {:.1} transactions in {:.2} commits",
+        per_member("herd_store_transactions_total{backend=\"sqlite\"}"),
+        per_member("herd_store_commits_total{backend=\"sqlite\"}")
+    );
+    let passes: Vec<String> = after
+        .keys()
+        .filter(|k| k.starts_with("herd_reconcile_duration_seconds_sum{"))
+        .filter_map(|k| {
+            let count = k.replace("_sum{", "_count{");
+            let (seconds, n) = (grew(k), grew(&count));
+            let controller = k.split('"').nth(1)?;
+            (n > 0.0).then(|| format!("{controller} {n:.0} passes {seconds:.1} s"))
+        })
+        .collect();
+    println!("  reconcile passes during the burst: {}", passes.join("; "));
 }
 
 async fn set_config(admin: &Client, change: impl Fn(&mut ClusterConfigSpec)) -> anyhow::Result<()> {
@@ -252,9 +289,11 @@ async fn measure_size(herd: &Path, dir: &Path, nodes: usize, pool: usize, last: 
         // The latency floor: one member alone goes through every step
         // (placed, started and reported, set up and reported).
         let alone = burst(&admin, 1, 1, "alone").await?;
+        let metrics_before = samples(&admin).await?;
         let before = bytes_sent(&admin).await?;
         let b = burst(&admin, members, size, "burst").await?;
         let burst_bytes = bytes_sent(&admin).await? - before;
+        burst_work(&metrics_before, &samples(&admin).await?, members);
         let rate = |d: Duration| members as f64 / d.as_secs_f64();
         println!(
             "  one member alone: placed in {}, started in {}, configured in {}",
