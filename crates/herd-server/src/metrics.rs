@@ -87,45 +87,12 @@ pub struct Metrics {
 
 impl Metrics {
     pub fn new(store: &Store) -> Metrics {
-        let mut registry = Registry::default();
-        let requests = Family::<RequestLabels, Counter>::default();
-        registry.register("herd_http_requests", "HTTP requests served", requests.clone());
-        let request_seconds = Family::new_with_constructor(latency_buckets as fn() -> Histogram);
-        registry.register_with_unit(
-            "herd_http_request_duration",
-            "Time to answer an HTTP request (a watch: until its headers)",
-            Unit::Seconds,
-            request_seconds.clone(),
-        );
-        let reconcile_seconds = Family::new_with_constructor(latency_buckets as fn() -> Histogram);
-        registry.register_with_unit(
-            "herd_reconcile_duration",
-            "Time a leader's controller took for one reconcile pass",
-            Unit::Seconds,
-            reconcile_seconds.clone(),
-        );
-        let command_seconds = Family::new_with_constructor(command_buckets as fn() -> Histogram);
-        registry.register_with_unit(
-            "herd_command_duration",
-            "Time from a Command's creation to its settling, seen by the leader",
-            Unit::Seconds,
-            command_seconds.clone(),
-        );
-        let commit_seconds = latency_buckets();
-        registry.register_with_unit(
-            "herd_store_commit_duration",
-            "Time one backend commit took (a group of transactions, one fsync)",
-            Unit::Seconds,
-            commit_seconds.clone(),
-        );
-        store.stats().observe_commits(Box::new(move |took: Duration| commit_seconds.observe(took.as_secs_f64())));
-        registry.register_collector(Box::new(StoreCollector(store.clone())));
-
-        let metrics = Metrics {
-            requests,
-            request_seconds,
-            reconcile_seconds,
-            command_seconds,
+        let mut metrics = Metrics {
+            registry: Registry::default(),
+            requests: Family::default(),
+            request_seconds: Family::new_with_constructor(latency_buckets as fn() -> Histogram),
+            reconcile_seconds: Family::new_with_constructor(latency_buckets as fn() -> Histogram),
+            command_seconds: Family::new_with_constructor(command_buckets as fn() -> Histogram),
             watches_active: Gauge::default(),
             leading: Gauge::default(),
             started_leading: Counter::default(),
@@ -136,41 +103,64 @@ impl Metrics {
             offline_calls_refused: Counter::default(),
             configuration_bytes_sent: Counter::default(),
             nodes: Family::default(),
-            registry,
         };
-        metrics.register_rest()
-    }
-
-    fn register_rest(mut self) -> Self {
-        let r = &mut self.registry;
-        r.register("herd_watches_active", "Open watch streams", self.watches_active.clone());
-        r.register("herd_leader", "1 while this replica holds the leader lease", self.leading.clone());
-        r.register("herd_leader_started", "Times this replica started leading", self.started_leading.clone());
-        r.register("herd_leader_stopped", "Times this replica stopped leading", self.stopped_leading.clone());
+        let r = &mut metrics.registry;
+        r.register("herd_http_requests", "HTTP requests served", metrics.requests.clone());
+        r.register_with_unit(
+            "herd_http_request_duration",
+            "Time to answer an HTTP request (a watch: until its headers)",
+            Unit::Seconds,
+            metrics.request_seconds.clone(),
+        );
+        r.register_with_unit(
+            "herd_reconcile_duration",
+            "Time a leader's controller took for one reconcile pass",
+            Unit::Seconds,
+            metrics.reconcile_seconds.clone(),
+        );
+        r.register_with_unit(
+            "herd_command_duration",
+            "Time from a Command's creation to its settling, seen by the leader",
+            Unit::Seconds,
+            metrics.command_seconds.clone(),
+        );
+        let commit_seconds = latency_buckets();
+        r.register_with_unit(
+            "herd_store_commit_duration",
+            "Time one backend commit took (a group of transactions, one fsync)",
+            Unit::Seconds,
+            commit_seconds.clone(),
+        );
+        store.stats().observe_commits(Box::new(move |took: Duration| commit_seconds.observe(took.as_secs_f64())));
+        r.register_collector(Box::new(StoreCollector(store.clone())));
+        r.register("herd_watches_active", "Open watch streams", metrics.watches_active.clone());
+        r.register("herd_leader", "1 while this replica holds the leader lease", metrics.leading.clone());
+        r.register("herd_leader_started", "Times this replica started leading", metrics.started_leading.clone());
+        r.register("herd_leader_stopped", "Times this replica stopped leading", metrics.stopped_leading.clone());
         r.register(
             "herd_lease_transitions",
             "How many times the leader lease changed hands",
-            self.lease_transitions.clone(),
+            metrics.lease_transitions.clone(),
         );
-        r.register("herd_lease_holder", "The lease holder as this replica last read it", self.lease_holder.clone());
+        r.register("herd_lease_holder", "The lease holder as this replica last read it", metrics.lease_holder.clone());
         r.register(
             "herd_fenced_writes",
             "Leader-only writes refused because this replica no longer led",
-            self.fenced_writes.clone(),
+            metrics.fenced_writes.clone(),
         );
         r.register(
             "herd_offline_calls_refused",
             "Calls to an offline node's agent refused without connecting",
-            self.offline_calls_refused.clone(),
+            metrics.offline_calls_refused.clone(),
         );
         r.register_with_unit(
             "herd_configuration_sent",
             "Configuration documents and deltas sent to master candidates",
             Unit::Bytes,
-            self.configuration_bytes_sent.clone(),
+            metrics.configuration_bytes_sent.clone(),
         );
-        r.register("herd_nodes", "Nodes by readiness, as last seen by the node controller", self.nodes.clone());
-        self
+        r.register("herd_nodes", "Nodes by readiness, as last seen by the node controller", metrics.nodes.clone());
+        metrics
     }
 
     pub fn started_leading(&self) {

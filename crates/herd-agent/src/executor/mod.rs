@@ -163,24 +163,31 @@ impl Executor {
     /// What the heartbeat carries: every entry not yet acknowledged, a
     /// copy in a worker with how far it got.
     pub fn reports(&self) -> Vec<CommandReport> {
-        let entries: Vec<Entry> = self.lock().values().cloned().collect();
-        entries
-            .into_iter()
+        // The reports under the lock; a copy's progress (files read) after it.
+        let reports: Vec<(CommandReport, Option<PathBuf>)> = self
+            .lock()
+            .values()
             .map(|e| {
                 let copying = e.worker.is_some() && e.state == AgentState::ProcessingInBackend;
-                let progress = copying
-                    .then(|| crate::worker::progress(&self.worker_file(&e, "job.json")))
-                    .flatten()
-                    .unwrap_or_else(|| e.progress.clone());
-                CommandReport {
-                    name: e.name,
-                    uid: e.uid,
+                let report = CommandReport {
+                    name: e.name.clone(),
+                    uid: e.uid.clone(),
                     attempt: e.attempt,
                     state: e.state,
-                    answer: e.answer,
+                    answer: e.answer.clone(),
                     updated: e.updated,
-                    progress,
+                    progress: e.progress.clone(),
+                };
+                (report, copying.then(|| self.worker_file(e, "job.json")))
+            })
+            .collect();
+        reports
+            .into_iter()
+            .map(|(mut report, job)| {
+                if let Some(progress) = job.and_then(|job| crate::worker::progress(&job)) {
+                    report.progress = progress;
                 }
+                report
             })
             .collect()
     }
