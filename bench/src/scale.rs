@@ -118,6 +118,24 @@ async fn settled(admin: &Client, count: usize, candidates: usize, above: u64) ->
     .await
 }
 
+/// The pool back to `pool`: a lower pool size only warns (as Ganeti), so
+/// the candidates beyond it are demoted one by one, as an operator would.
+async fn shrink_pool(admin: &Client, pool: usize) -> anyhow::Result<()> {
+    set_config(admin, |c| c.candidate_pool_size = pool as u32).await?;
+    let candidates: Vec<String> = admin
+        .list::<NodeSpec>("")
+        .await?
+        .into_iter()
+        .filter(|n| n.spec.role == NodeRole::Candidate)
+        .map(|n| n.metadata.name)
+        .collect();
+    let demote = herd_core::api::NodeRoleRequest { role: Some(NodeRole::Regular), ..Default::default() };
+    for node in candidates.iter().skip(pool) {
+        admin.change_node_role(node, &demote).await?;
+    }
+    Ok(())
+}
+
 /// One small change (an App created): until every candidate holds it.
 async fn one_change(admin: &Client, count: usize, candidates: usize, serial: u64, tag: &str) -> anyhow::Result<Cost> {
     let bytes = bytes_sent(admin).await?;
@@ -272,6 +290,14 @@ async fn measure_size(herd: &Path, dir: &Path, nodes: usize, pool: usize, last: 
     let serial = settled(&admin, nodes, pool.min(nodes), 0).await?;
     println!("  {nodes} nodes joined, Ready, {} candidates in sync after {}", pool.min(nodes), ms(started.elapsed()));
     let pooled = one_change(&admin, nodes, pool.min(nodes), serial, "pool").await?;
+    // The baseline: every node a candidate, the same change to all; then
+    // the pool as it was. Before the burst, so that at every size the
+    // change is made to a configuration of the same size.
+    set_config(&admin, |c| c.candidate_pool_size = nodes as u32).await?;
+    let serial = settled(&admin, nodes, nodes, 0).await?;
+    let everyone = one_change(&admin, nodes, nodes, serial, "all").await?;
+    shrink_pool(&admin, pool).await?;
+    settled(&admin, nodes, pool.min(nodes), 0).await?;
     if let Some((idle_p50, idle_p99)) = idle {
         let (p50, p99) = mutations(&admin, mutations_n, "busy").await?;
         println!(
@@ -321,10 +347,6 @@ async fn measure_size(herd: &Path, dir: &Path, nodes: usize, pool: usize, last: 
             net(b.configured, alone.configured)
         );
     }
-    // The baseline: every node a candidate, the same change to all.
-    set_config(&admin, |c| c.candidate_pool_size = nodes as u32).await?;
-    let serial = settled(&admin, nodes, nodes, 0).await?;
-    let everyone = one_change(&admin, nodes, nodes, serial, "all").await?;
     drop(children);
     Ok((pooled, everyone))
 }

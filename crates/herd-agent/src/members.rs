@@ -529,8 +529,10 @@ impl Members {
     /// Records a readiness check's result (a changed verdict is reported
     /// at once).
     pub fn set_readiness(&self, member: &str, report: ReadinessReport) {
-        let before =
-            self.readiness.lock().unwrap_or_else(|p| p.into_inner()).insert(member.to_string(), report.clone());
+        let mut readiness = self.readiness.lock().unwrap_or_else(|p| p.into_inner());
+        let report = report.continuing(readiness.get(member));
+        let before = readiness.insert(member.to_string(), report.clone());
+        drop(readiness);
         if before.is_none_or(|b| (b.passing, b.instance_id) != (report.passing, report.instance_id)) {
             self.tell_changed();
         }

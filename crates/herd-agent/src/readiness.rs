@@ -73,7 +73,7 @@ pub async fn run(members: Members, stop: CancellationToken) {
             running.spawn(async move {
                 let (passing, detail) = probe(&members, &record, &check).await;
                 let report =
-                    ReadinessReport { instance_id: process.instance_id.clone(), passing, detail, at: crate::now() };
+                    ReadinessReport { instance_id: process.instance_id.clone(), passing, detail, since: crate::now() };
                 members.set_readiness(&record.name, report);
                 let _ = done.send(record.name);
             });

@@ -154,9 +154,15 @@ async fn life(node: Arc<SimNode>, config: SimConfig, stop: CancellationToken) {
         let mut state = node.lock();
         // A simulated member passes its readiness check while it runs.
         for member in state.members.values_mut() {
-            member.readiness = member.instance_id.clone().filter(|_| member.running).map(|instance_id| {
-                herd_core::api::ReadinessReport { instance_id, passing: true, detail: String::new(), at: crate::now() }
+            let checked = member.instance_id.clone().filter(|_| member.running).map(|instance_id| {
+                herd_core::api::ReadinessReport {
+                    instance_id,
+                    passing: true,
+                    detail: String::new(),
+                    since: crate::now(),
+                }
             });
+            member.readiness = checked.map(|r| r.continuing(member.readiness.as_ref()));
         }
         AgentReport {
             agent_boot_id: boot.clone(),

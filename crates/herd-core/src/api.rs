@@ -260,7 +260,25 @@ pub struct ReadinessReport {
     /// Why it failed (exit status and output tail, or the connect error).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub detail: String,
-    pub at: crate::time::Timestamp,
+    /// Since when the check has come out this way for this instance: not
+    /// the time of the last check, which would make every heartbeat a
+    /// change of the node to write and act on (agents before 0.1 sent
+    /// that as `at`).
+    #[serde(alias = "at")]
+    pub since: crate::time::Timestamp,
+}
+
+impl ReadinessReport {
+    /// The report of a check that came out as `self` again: the same
+    /// `since` when nothing but the time changed.
+    pub fn continuing(mut self, before: Option<&ReadinessReport>) -> ReadinessReport {
+        if let Some(before) =
+            before.filter(|b| (&b.instance_id, b.passing, &b.detail) == (&self.instance_id, self.passing, &self.detail))
+        {
+            self.since = before.since;
+        }
+        self
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -599,4 +617,34 @@ pub struct NodeRoleChanged {
     pub role: crate::kinds::NodeRole,
     pub master_capable: bool,
     pub why: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::time::Timestamp;
+
+    #[test]
+    fn a_readiness_check_that_comes_out_the_same_keeps_its_since() {
+        let at = |s: u64| {
+            Timestamp::from_system_time(std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(s))
+        };
+        let check = |passing: bool, s: u64| ReadinessReport {
+            instance_id: "i1".into(),
+            passing,
+            detail: String::new(),
+            since: at(s),
+        };
+        let first = check(true, 10).continuing(None);
+        assert_eq!(first.since, at(10));
+        let again = check(true, 12).continuing(Some(&first));
+        assert_eq!(again, first, "only the time moved: the node's report is unchanged");
+        let failing = check(false, 14).continuing(Some(&again));
+        assert_eq!(failing.since, at(14), "a new outcome starts a new since");
+        let restarted = ReadinessReport { instance_id: "i2".into(), ..check(false, 16) }.continuing(Some(&failing));
+        assert_eq!(restarted.since, at(16), "a new instance too");
+        let old_agent: ReadinessReport =
+            serde_json::from_str(r#"{"instanceId": "i1", "passing": true, "at": "1970-01-01T00:00:10Z"}"#).unwrap();
+        assert_eq!(old_agent.since, at(10), "an agent that still sends `at`");
+    }
 }

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use crate::api::{AgentReport, DiskReport};
-use crate::kinds::{ConditionStatus, NodeStatus};
+use crate::kinds::{ConditionStatus, Node, NodeStatus};
 use crate::time::Timestamp;
 use crate::units::human_bytes;
 
@@ -68,6 +68,17 @@ pub fn apply_heartbeat(status: &mut NodeStatus, report: &AgentReport, now: Times
 pub fn worth_writing(before: &NodeStatus, after: &NodeStatus, now: Timestamp, refresh: std::time::Duration) -> bool {
     let stale = before.last_heartbeat.is_none_or(|at| at.age(now) >= refresh);
     stale || NodeStatus { last_heartbeat: before.last_heartbeat, ..after.clone() } != *before
+}
+
+/// Whether a node changed in more than what its heartbeats keep moving
+/// (the time and the configuration serial): what a controller acting on
+/// members, readiness and addresses needs to wake for.
+pub fn changed_beyond_heartbeat(before: &Node, after: &Node) -> bool {
+    let beats = |status: &NodeStatus| NodeStatus { last_heartbeat: None, config_serial: 0, ..status.clone() };
+    before.spec != after.spec
+        || before.metadata.labels != after.metadata.labels
+        || before.metadata.annotations != after.metadata.annotations
+        || beats(&before.status) != beats(&after.status)
 }
 
 /// The condition set while the data dir's file system is (nearly) full.
@@ -187,5 +198,23 @@ mod tests {
         apply_heartbeat(&mut changed, &moved, at(2));
         assert!(worth_writing(&before, &changed, at(2), refresh), "the serial changed");
         assert!(worth_writing(&NodeStatus::default(), &before, at(0), refresh), "a first heartbeat");
+
+        let node = |status: &NodeStatus| {
+            let mut node = Node::new("n1", crate::kinds::NodeSpec::default());
+            node.status = status.clone();
+            node
+        };
+        let (first, beat, moved) = (node(&before), node(&after), node(&changed));
+        assert!(!changed_beyond_heartbeat(&first, &beat), "a beat moves only the time");
+        assert!(!changed_beyond_heartbeat(&first, &moved), "nor does a serial");
+        let mut report = first.clone();
+        report.status.members.push(crate::api::MemberReport { name: "m".into(), ..Default::default() });
+        assert!(changed_beyond_heartbeat(&first, &report), "a member reported");
+        let mut not_ready = first.clone();
+        not_ready.status.ready = !first.status.ready;
+        assert!(changed_beyond_heartbeat(&first, &not_ready), "readiness");
+        let mut drained = first.clone();
+        drained.spec.unschedulable = true;
+        assert!(changed_beyond_heartbeat(&first, &drained), "the spec");
     }
 }

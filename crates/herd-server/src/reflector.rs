@@ -19,9 +19,14 @@ use crate::objects::{collection_prefix, decode};
 const RELIST_DELAY: Duration = Duration::from_millis(200);
 
 struct Shared<S: Resource> {
-    objects: RwLock<BTreeMap<String, Object<S>>>,
+    /// Shared, so a pass's list is a copy of pointers, not of objects.
+    objects: RwLock<BTreeMap<String, Arc<Object<S>>>>,
     /// The store revision the copy reflects; None until the first list.
     revision: watch::Sender<Option<Revision>>,
+    /// The revision of the last change that matters (see [`Reflector::start_with`]).
+    mattered: watch::Sender<Option<Revision>>,
+    /// Whether a change from the first object to the second matters.
+    matters: fn(&Object<S>, &Object<S>) -> bool,
 }
 
 /// A cheap handle on the copy; clones share it.
@@ -38,7 +43,19 @@ impl<S: Resource> Clone for Reflector<S> {
 impl<S: Resource> Reflector<S> {
     /// Starts following the store; stops when `stop` fires.
     pub fn start(store: Store, stop: CancellationToken) -> Self {
-        let shared = Arc::new(Shared { objects: RwLock::default(), revision: watch::Sender::new(None) });
+        Self::start_with(store, stop, |_, _| true)
+    }
+
+    /// Like [`Reflector::start`], with [`Reflector::changes_that_matter`]
+    /// moving only on creations, deletions and the updates `matters`
+    /// says matter (a Node's heartbeat time does not, to most controllers).
+    pub fn start_with(store: Store, stop: CancellationToken, matters: fn(&Object<S>, &Object<S>) -> bool) -> Self {
+        let shared = Arc::new(Shared {
+            objects: RwLock::default(),
+            revision: watch::Sender::new(None),
+            mattered: watch::Sender::new(None),
+            matters,
+        });
         tokio::spawn(run(store, shared.clone(), stop));
         Reflector { shared }
     }
@@ -49,19 +66,30 @@ impl<S: Resource> Reflector<S> {
         let _ = revision.wait_for(Option::is_some).await;
     }
 
-    /// Every object, by name.
+    /// Every object, by name: a copy of each.
     pub fn list(&self) -> Vec<Object<S>> {
+        self.map(Object::clone)
+    }
+
+    /// Every object, by name, shared with the cache: a pass over many
+    /// objects copies pointers, and clones only the ones it changes.
+    pub fn list_shared(&self) -> Vec<Arc<Object<S>>> {
         self.shared.objects.read().map(|m| m.values().cloned().collect()).unwrap_or_default()
     }
 
     /// `f` of every object, under the read lock: for a pass that needs a
     /// few fields of each, without copying every object.
-    pub fn map<T>(&self, f: impl FnMut(&Object<S>) -> T) -> Vec<T> {
-        self.shared.objects.read().map(|m| m.values().map(f).collect()).unwrap_or_default()
+    pub fn map<T>(&self, mut f: impl FnMut(&Object<S>) -> T) -> Vec<T> {
+        self.shared.objects.read().map(|m| m.values().map(|o| f(o)).collect()).unwrap_or_default()
+    }
+
+    /// One object, shared with the cache.
+    pub fn get_shared(&self, name: &str) -> Option<Arc<Object<S>>> {
+        self.shared.objects.read().ok()?.get(name).cloned()
     }
 
     pub fn get(&self, name: &str) -> Option<Object<S>> {
-        self.shared.objects.read().ok()?.get(name).cloned()
+        self.shared.objects.read().ok()?.get(name).map(|o| Object::clone(o))
     }
 
     /// The revision the copy reflects (None until synced).
@@ -72,6 +100,11 @@ impl<S: Resource> Reflector<S> {
     /// Changes whenever the copy moves to a new revision.
     pub fn changes(&self) -> watch::Receiver<Option<Revision>> {
         self.shared.revision.subscribe()
+    }
+
+    /// Changes when the copy takes a change that matters.
+    pub fn changes_that_matter(&self) -> watch::Receiver<Option<Revision>> {
+        self.shared.mattered.subscribe()
     }
 }
 
@@ -104,7 +137,7 @@ async fn follow<S: Resource>(
     for kv in &page.items {
         match decode::<S>(kv) {
             Ok(object) => {
-                fresh.insert(name_of(prefix, &kv.key).to_string(), object);
+                fresh.insert(name_of(prefix, &kv.key).to_string(), Arc::new(object));
             }
             Err(error) => tracing::error!(%error, "skipping an unreadable stored object"),
         }
@@ -112,6 +145,7 @@ async fn follow<S: Resource>(
     if let Ok(mut objects) = shared.objects.write() {
         *objects = fresh;
     }
+    shared.mattered.send_replace(Some(page.revision));
     shared.revision.send_replace(Some(page.revision));
     let mut watcher = store.watch(prefix, page.revision).await?;
     loop {
@@ -119,12 +153,13 @@ async fn follow<S: Resource>(
             _ = stop.cancelled() => return Ok(()),
             batch = watcher.next() => batch?,
         };
+        let mut mattered = false;
         if let Ok(mut objects) = shared.objects.write() {
             for event in batch.events {
                 let name = name_of(prefix, &event.key).to_string();
                 match event.kind {
                     EventKind::Delete => {
-                        objects.remove(&name);
+                        mattered |= objects.remove(&name).is_some();
                     }
                     EventKind::Put => {
                         let kv = KeyValue {
@@ -135,13 +170,17 @@ async fn follow<S: Resource>(
                         };
                         match decode::<S>(&kv) {
                             Ok(object) => {
-                                objects.insert(name, object);
+                                mattered |= objects.get(&name).is_none_or(|old| (shared.matters)(old, &object));
+                                objects.insert(name, Arc::new(object));
                             }
                             Err(error) => tracing::error!(%error, "skipping an unreadable stored object"),
                         }
                     }
                 }
             }
+        }
+        if mattered {
+            shared.mattered.send_replace(Some(batch.revision));
         }
         shared.revision.send_replace(Some(batch.revision));
     }

@@ -49,8 +49,10 @@ const CACHE_KIB: i64 = 32 * 1024;
 /// How much of the file is read through a memory map.
 const MMAP_BYTES: i64 = 1 << 30;
 
-/// Readers kept open for reuse.
-const MAX_IDLE_READERS: usize = 8;
+/// Reads run at once, each on a connection kept open for reuse: more wait
+/// for one (a thousand heartbeats at once would otherwise open, warm and
+/// close a connection each, on as many blocking threads).
+const READERS: usize = 8;
 
 /// How often the file is checked for other processes' commits.
 const CHANGE_POLL: Duration = Duration::from_millis(25);
@@ -59,6 +61,8 @@ pub struct SqliteBackend {
     path: PathBuf,
     writer: Arc<Mutex<Connection>>,
     readers: Arc<Mutex<Vec<Connection>>>,
+    /// A permit per reader connection.
+    reading: Arc<tokio::sync::Semaphore>,
     external: Arc<Notify>,
     /// Locked for as long as this process has the store open: the liveness
     /// token names it (processes sharing a SQLite file share a host).
@@ -155,6 +159,7 @@ impl SqliteBackend {
             path,
             writer: Arc::new(Mutex::new(writer)),
             readers: Arc::new(Mutex::new(Vec::new())),
+            reading: Arc::new(tokio::sync::Semaphore::new(READERS)),
             external,
             alive,
         })
@@ -167,7 +172,9 @@ impl SqliteBackend {
     ) -> Result<T, StoreError> {
         let readers = self.readers.clone();
         let path = self.path.clone();
+        let permit = self.reading.clone().acquire_owned().await.map_err(|_| StoreError::Closed)?;
         tokio::task::spawn_blocking(move || {
+            let _permit = permit;
             let pooled = readers.lock().map_err(lock_error)?.pop();
             let mut conn = match pooled {
                 Some(conn) => conn,
@@ -179,10 +186,7 @@ impl SqliteBackend {
                 tx.finish()?;
                 result
             };
-            let mut idle = readers.lock().map_err(lock_error)?;
-            if idle.len() < MAX_IDLE_READERS {
-                idle.push(conn);
-            }
+            readers.lock().map_err(lock_error)?.push(conn);
             result
         })
         .await

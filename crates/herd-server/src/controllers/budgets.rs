@@ -56,9 +56,13 @@ impl Controller for BudgetKeeper {
     }
 
     async fn reconcile(&mut self) -> Result<Next, ObjectsError> {
-        let members = self.members.list();
         let budgets = self.budgets.list();
         self.warned_never.retain(|name| budgets.iter().any(|b| &b.metadata.name == name));
+        if budgets.is_empty() {
+            // Every member change wakes this: with no budget, nothing to copy.
+            return Ok(Next::Requeue(PASS_INTERVAL));
+        }
+        let members = self.members.list();
         for cached in budgets {
             if !counts_differ(&cached.status, &disruption::count(&cached, &members, now())) {
                 continue;

@@ -49,7 +49,11 @@ pub fn start(
 ) -> JoinSet<()> {
     let mut set = JoinSet::new();
     let events = EventRecorder::new(objects.clone(), "node-lifecycle");
-    let nodes = Reflector::<NodeSpec>::start(objects.store().clone(), stop.clone());
+    let nodes = Reflector::<NodeSpec>::start_with(
+        objects.store().clone(),
+        stop.clone(),
+        herd_core::node_health::changed_beyond_heartbeat,
+    );
     let commands = Reflector::start(objects.store().clone(), stop.clone());
     let wake_on_commands = vec![commands.changes()];
     // Not on node changes: every heartbeat is one (node specs are seen at the next pass).
@@ -66,7 +70,8 @@ pub fn start(
         caches.apps.changes(),
         caches.clusters.changes(),
         caches.members.changes(),
-        caches.nodes.changes(),
+        // A heartbeat's time or serial tells members nothing.
+        caches.nodes.changes_that_matter(),
         caches.commands.changes(),
     ];
     let budgets = Reflector::start(objects.store().clone(), stop.clone());

@@ -62,7 +62,7 @@ impl AppClusterController {
     pub(super) async fn issue_all(&self, pass: &mut Pass<'_>, issues: Vec<Issue>) -> Result<(), ObjectsError> {
         self.write_statuses(pass, issues.iter().map(|issue| issue.member)).await?;
         // A NotReady node takes no Command; it is given its members' once back.
-        let node_ready = |name: &String| pass.nodes.iter().any(|n| &n.metadata.name == name && n.status.ready);
+        let node_ready = |name: &String| pass.nodes.get(name).is_some_and(|n| n.status.ready);
         let mut commands = Vec::new();
         for Issue { member, purpose, action, extra } in issues {
             let member = &pass.members[member];

@@ -18,7 +18,8 @@ mod placing;
 mod recovery;
 mod restarting;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use herd_core::configmeta::configmeta;
@@ -111,7 +112,7 @@ impl Controller for AppClusterController {
         let mut busy = false;
         let not_ready = self.not_ready_for();
         let round = Round::of(self);
-        let clusters = self.clusters.list();
+        let clusters = self.clusters.list_shared();
         let (this, not_ready, round) = (&*self, &not_ready, &round);
         let passes: Vec<_> = clusters
             .iter()
@@ -140,23 +141,24 @@ impl Controller for AppClusterController {
 /// what the members take (ports per host, members per node), which its
 /// passes add to as they bind.
 struct Round {
-    nodes: Vec<Node>,
-    members: BTreeMap<String, Vec<Member>>,
-    commands: BTreeMap<String, Vec<Command>>,
+    nodes: Nodes,
+    members: BTreeMap<String, Vec<Arc<Member>>>,
+    commands: BTreeMap<String, Vec<Arc<Command>>>,
     bookings: Bookings,
 }
 
 impl Round {
     fn of(controller: &AppClusterController) -> Round {
-        let mut commands: BTreeMap<String, Vec<Command>> = BTreeMap::new();
-        for command in controller.commands.list() {
+        let mut commands: BTreeMap<String, Vec<Arc<Command>>> = BTreeMap::new();
+        for command in controller.commands.list_shared() {
             if let Some(cluster) = command.metadata.annotations.get(commands::CLUSTER_ANNOTATION) {
                 commands.entry(cluster.clone()).or_default().push(command);
             }
         }
-        let (nodes, all_members) = (controller.nodes.list(), controller.members.list());
-        let bookings = Bookings::of(&nodes, &all_members);
-        let mut members: BTreeMap<String, Vec<Member>> = BTreeMap::new();
+        let (nodes, all_members) = (controller.nodes.list(), controller.members.list_shared());
+        let bookings = Bookings::of(&nodes, all_members.iter().map(|m| &**m));
+        let nodes = Nodes::of(nodes);
+        let mut members: BTreeMap<String, Vec<Arc<Member>>> = BTreeMap::new();
         for member in all_members {
             members.entry(member.spec.cluster.clone()).or_default().push(member);
         }
@@ -169,7 +171,9 @@ struct Pass<'a> {
     cluster: &'a AppCluster,
     settings: &'a AppClusterSettings,
     app: Option<&'a AppSpec>,
-    nodes: &'a [Node],
+    nodes: &'a Nodes,
+    /// The nodes this cluster's members are bound to (after placement).
+    near: Vec<Node>,
     /// What the round's members take (ports, members per node).
     bookings: &'a Bookings,
     /// This cluster's members as they are being changed.
@@ -191,9 +195,38 @@ fn owned_by(member: &Member, cluster: &AppCluster) -> bool {
         && member.metadata.owner_references.iter().all(|o| Some(&o.uid) == cluster.metadata.uid.as_ref())
 }
 
-fn report_of<'a>(nodes: &'a [Node], member: &Member) -> Option<&'a herd_core::api::MemberReport> {
-    let node = nodes.iter().find(|n| Some(&n.metadata.name) == member.spec.node.as_ref())?;
-    node.status.members.iter().find(|r| r.name == member.metadata.name)
+/// The round's nodes, looked up by name: a pass asks for a member's
+/// node many times, and a walk of a thousand nodes each time adds up.
+struct Nodes {
+    list: Vec<Node>,
+    by_name: HashMap<String, usize>,
+    /// The members some node runs and wants running.
+    running: HashSet<String>,
+}
+
+impl Nodes {
+    fn of(list: Vec<Node>) -> Nodes {
+        let by_name = list.iter().enumerate().map(|(i, n)| (n.metadata.name.clone(), i)).collect();
+        let running =
+            list.iter().flat_map(|n| n.status.members.iter().filter(|r| r.wanted).map(|r| r.name.clone())).collect();
+        Nodes { list, by_name, running }
+    }
+
+    fn get(&self, name: &str) -> Option<&Node> {
+        self.by_name.get(name).map(|&i| &self.list[i])
+    }
+
+    /// What `member`'s node reports of it.
+    fn report(&self, member: &Member) -> Option<&herd_core::api::MemberReport> {
+        let node = self.get(member.spec.node.as_deref()?)?;
+        node.status.members.iter().find(|r| r.name == member.metadata.name)
+    }
+
+    /// Copies of the nodes `members` are bound to.
+    fn of_members(&self, members: &[Member]) -> Vec<Node> {
+        let names: BTreeSet<&str> = members.iter().filter_map(|m| m.spec.node.as_deref()).collect();
+        names.into_iter().filter_map(|name| self.get(name)).cloned().collect()
+    }
 }
 
 impl AppClusterController {
@@ -209,7 +242,7 @@ impl AppClusterController {
         let nodes = &round.nodes;
         let commands = round.commands.get(name).cloned().unwrap_or_default();
         let named = round.members.get(name).map_or(&[][..], Vec::as_slice);
-        let members: Vec<Member> = named.iter().filter(|m| owned_by(m, cluster)).cloned().collect();
+        let members: Vec<Member> = named.iter().filter(|m| owned_by(m, cluster)).map(|m| Member::clone(m)).collect();
         let stored = members.iter().map(|m| (m.metadata.name.clone(), m.status.clone())).collect();
         let settings = cluster_config(&self.config).app_clusters;
         let mut pass = Pass {
@@ -217,6 +250,7 @@ impl AppClusterController {
             settings: &settings,
             app: app.as_ref().map(|a| &a.spec),
             nodes,
+            near: Vec::new(),
             bookings: &round.bookings,
             members,
             busy: BTreeSet::new(),
@@ -277,7 +311,7 @@ impl AppClusterController {
     /// Reads every settled Command of the cluster's members into their
     /// statuses; returns those read, with their member (deleted at the end
     /// of the pass). Members with an unsettled Command are busy.
-    fn read_commands(pass: &mut Pass<'_>, mut commands: Vec<Command>) -> Vec<(String, String)> {
+    fn read_commands(pass: &mut Pass<'_>, mut commands: Vec<Arc<Command>>) -> Vec<(String, String)> {
         commands.sort_by_key(|c| c.metadata.creation_timestamp);
         let mut consumed = Consumed::default();
         let mut read = Vec::new();
@@ -308,7 +342,7 @@ impl AppClusterController {
             if member.spec.node.is_none() {
                 continue;
             }
-            let report = report_of(pass.nodes, member);
+            let report = pass.nodes.report(member);
             let role = app.role(&member.spec.role);
             let persistent = role.is_some_and(|r| r.run.volumes.iter().any(|v| v.persistent));
             let seen = Seen::from_report(report, role.is_some_and(|r| r.readiness.is_some()));
@@ -337,7 +371,7 @@ impl AppClusterController {
                 MemberChange::Create { name, role, index } => {
                     // A slot whose former member still runs on a node (its
                     // Member deleted) is filled once that is removed there.
-                    if pass.nodes.iter().any(|n| n.status.members.iter().any(|r| r.name == name && r.wanted)) {
+                    if pass.nodes.running.contains(&name) {
                         continue;
                     }
                     let mut member = Member::new(
@@ -365,7 +399,11 @@ impl AppClusterController {
         }
         for created in futures_util::future::join_all(creations).await {
             match created {
-                Ok(created) => pass.members.push(created),
+                Ok(created) => {
+                    // As stored: a status this pass does not change is not written again.
+                    pass.stored.insert(created.metadata.name.clone(), created.status.clone());
+                    pass.members.push(created);
+                }
                 // Created by an earlier pass whose cache had not seen it.
                 Err(ObjectsError::AlreadyExists { .. }) => {}
                 Err(error) => return Err(error),
@@ -380,14 +418,15 @@ impl AppClusterController {
         let (mut joined, mut leaving) = (Vec::new(), Vec::new());
         let mut forgotten = BTreeSet::new();
         self.place_all(pass, app).await?;
-        let topology = herd_core::configmeta::topology(pass.cluster, &pass.members, pass.nodes);
+        pass.near = pass.nodes.of_members(&pass.members);
+        let topology = herd_core::configmeta::topology(pass.cluster, &pass.members, &pass.near);
         let mut issues = Vec::new();
         let mut configured = Vec::new();
         for i in 0..pass.members.len() {
             let Some(app_role) = app.role(&pass.members[i].spec.role) else { continue };
             let member = &pass.members[i];
             let was_configured = member.status.was_configured();
-            let report = report_of(pass.nodes, member).cloned();
+            let report = pass.nodes.report(member).cloned();
             let facts = MemberFacts {
                 generation,
                 bound: member.spec.node.is_some(),
@@ -455,7 +494,7 @@ impl AppClusterController {
                     _ => member.status.state_detail.configuring_instance.clone(),
                 };
                 let instance = instance?;
-                let meta = configmeta(cluster, &pass.members, pass.nodes, &name)?;
+                let meta = configmeta(cluster, &pass.members, &pass.near, &name)?;
                 let configmeta = serde_json::to_string_pretty(&meta).unwrap_or_default();
                 let extra = commands::configmeta_annotations(cluster.metadata.generation, meta.topology_digest());
                 let setup = app_role.setup.as_ref();
@@ -507,17 +546,23 @@ impl AppClusterController {
     /// Members whose cluster is gone: removed from their nodes, then
     /// deleted. True while any is left.
     async fn orphans(&self) -> Result<bool, ObjectsError> {
-        let clusters = self.clusters.list();
-        let nodes = self.nodes.list();
-        let orphans: Vec<Member> =
-            self.members.list().into_iter().filter(|m| !clusters.iter().any(|c| owned_by(m, c))).collect();
+        let clusters: BTreeMap<String, Arc<AppCluster>> =
+            self.clusters.list_shared().into_iter().map(|c| (c.metadata.name.clone(), c)).collect();
+        let orphans: Vec<Member> = self
+            .members
+            .list_shared()
+            .into_iter()
+            .filter(|m| !clusters.get(&m.spec.cluster).is_some_and(|c| owned_by(m, c)))
+            .map(Arc::unwrap_or_clone)
+            .collect();
         if orphans.is_empty() {
             return Ok(false);
         }
+        let nodes = Nodes::of(self.nodes.list());
         let mut removed = BTreeSet::new();
         let mut busy = BTreeSet::new();
         let mut settled: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for command in self.commands.list() {
+        for command in self.commands.list_shared() {
             let Some(member) = member_of(&command).filter(|m| orphans.iter().any(|o| o.metadata.name == *m)) else {
                 continue;
             };
@@ -535,7 +580,7 @@ impl AppClusterController {
         for mut member in orphans {
             let name = member.metadata.name.clone();
             member.status.state = MemberState::Deleting;
-            let report = report_of(&nodes, &member).cloned();
+            let report = nodes.report(&member).cloned();
             let facts = MemberFacts {
                 generation: 0,
                 bound: member.spec.node.is_some(),
@@ -576,14 +621,14 @@ impl AppClusterController {
     async fn strays(&self) -> Result<(), ObjectsError> {
         // A NotReady node's report is stale, and it could not act on a
         // Command: its strays are removed once it is back.
-        for node in self.nodes.list().into_iter().filter(|n| n.status.ready) {
+        for node in self.nodes.list_shared().into_iter().filter(|n| n.status.ready) {
             for report in node.status.members.iter().filter(|r| r.cluster.is_some() && r.wanted) {
                 // Bound there, or moving there with its data.
                 let belongs = |m: &Member| {
                     m.spec.node.as_ref() == Some(&node.metadata.name)
                         || m.status.migration.as_ref().is_some_and(|to| to.to == node.metadata.name)
                 };
-                if self.members.get(&report.name).as_ref().is_some_and(belongs) {
+                if self.members.get_shared(&report.name).is_some_and(|m| belongs(&m)) {
                     continue;
                 }
                 let stored = self.objects.get::<MemberSpec>(&report.name).await?;
@@ -616,9 +661,9 @@ impl AppClusterController {
     /// Deletes settled Commands of this controller whose member is gone
     /// (a stray's removal, the last of a deleted member's).
     async fn sweep(&self) -> Result<(), ObjectsError> {
-        for command in self.commands.list() {
+        for command in self.commands.list_shared() {
             let Some(member) = member_of(&command) else { continue };
-            if command.status.state_by_management.is_settled() && self.members.get(member).is_none() {
+            if command.status.state_by_management.is_settled() && self.members.get_shared(member).is_none() {
                 self.objects.delete_if_present::<CommandSpec>(&command.metadata.name).await?;
             }
         }

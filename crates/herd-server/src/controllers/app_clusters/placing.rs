@@ -41,7 +41,7 @@ struct Taken {
 }
 
 impl Bookings {
-    pub(super) fn of(nodes: &[Node], members: &[Member]) -> Bookings {
+    pub(super) fn of<'m>(nodes: &[Node], members: impl IntoIterator<Item = &'m Member>) -> Bookings {
         let hosts = nodes
             .iter()
             .map(|n| {
@@ -154,7 +154,7 @@ impl AppClusterController {
         let selector = pass.cluster.spec.role(&moving.spec.role).map(|r| r.node_selector.clone()).unwrap_or_default();
         let peers: Vec<Member> = pass.members.iter().filter(|m| m.spec.role == moving.spec.role).cloned().collect();
         let spread = app_role.placement.spread;
-        let place = |bound: &dyn Fn(&str) -> usize| place(&moving, &selector, spread, pass.nodes, &peers, bound);
+        let place = |bound: &dyn Fn(&str) -> usize| place(&moving, &selector, spread, &pass.nodes.list, &peers, bound);
         pass.bookings.book(place, &app_role.ports, pass.settings.member_ports()).map_err(|refused| match refused {
             Refused::Unplaceable(why) | Refused::NoPorts(why) => why,
         })
@@ -167,7 +167,7 @@ impl AppClusterController {
         let selector = pass.cluster.spec.role(&member.spec.role).map(|r| r.node_selector.clone()).unwrap_or_default();
         let peers: Vec<Member> = pass.members.iter().filter(|m| m.spec.role == member.spec.role).cloned().collect();
         let spread = app_role.placement.spread;
-        let place = |bound: &dyn Fn(&str) -> usize| place(member, &selector, spread, pass.nodes, &peers, bound);
+        let place = |bound: &dyn Fn(&str) -> usize| place(member, &selector, spread, &pass.nodes.list, &peers, bound);
         match pass.bookings.book(place, &app_role.ports, pass.settings.member_ports()) {
             Ok((node, ports)) => {
                 let mut bound = pass.members[i].clone();

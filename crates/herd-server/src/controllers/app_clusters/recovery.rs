@@ -4,7 +4,7 @@
 //! lost node say what `herd member replace` would cost. Whatever still
 //! runs on the old node is removed there as a stray once it is back.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use herd_core::kinds::{AppSpec, EventType};
@@ -19,14 +19,15 @@ use crate::objects::{ObjectsError, now};
 impl AppClusterController {
     /// How long each node has been NotReady, as this leader saw it.
     pub(super) fn not_ready_for(&mut self) -> BTreeMap<String, Duration> {
-        let nodes = self.nodes.list();
+        let readiness = self.nodes.map(|n| (n.metadata.name.clone(), n.status.ready));
         let now = Instant::now();
-        self.readiness.retain(|name| nodes.iter().any(|n| n.metadata.name == name));
-        nodes
+        let names: BTreeSet<&str> = readiness.iter().map(|(name, _)| name.as_str()).collect();
+        self.readiness.retain(|name| names.contains(name));
+        readiness
             .iter()
-            .filter_map(|node| {
-                let held = self.readiness.since(&node.metadata.name, node.status.ready, now);
-                (!node.status.ready).then(|| (node.metadata.name.clone(), held))
+            .filter_map(|(name, ready)| {
+                let held = self.readiness.since(name, *ready, now);
+                (!ready).then(|| (name.clone(), held))
             })
             .collect()
     }

@@ -12,7 +12,7 @@ use herd_core::member_sync::command_due;
 
 use super::commands::{Purpose, member_run};
 use super::issuing::Issue;
-use super::{AppClusterController, Pass, report_of};
+use super::{AppClusterController, Pass};
 use crate::objects::{ObjectsError, now};
 
 impl AppClusterController {
@@ -25,7 +25,7 @@ impl AppClusterController {
             else {
                 continue;
             };
-            let report = report_of(pass.nodes, member);
+            let report = pass.nodes.report(member);
             let name = member.metadata.name.clone();
             let step = restart_step(member, report, pass.busy.contains(&name));
             // A stop or start that failed waits before the next (as any of its Commands).
