@@ -3,7 +3,8 @@
 //! change with a candidate pool of 10 (the time until every candidate
 //! reports the new serial, and the bytes of configuration the server
 //! sent), printed beside the same change with every node a candidate
-//! (the configuration pushed to all nodes), measured in the same run. At
+//! (the configuration pushed to all nodes), measured in the same run
+//! before any burst (then the candidates beyond the pool are demoted). At
 //! the largest size also: the latency of API mutations (p50/p99) while
 //! the nodes heartbeat, beside the same mutations on the idle server
 //! before any node joined; and a burst of members placed, started and
@@ -11,7 +12,9 @@
 //! API one after the other and the latency of one member alone (every
 //! step waits for a heartbeat to report it; the rate net of that latency
 //! is printed too), with what the server did for it from its /metrics
-//! (store transactions per member, and each controller's reconcile passes).
+//! (store transactions per member, and each controller's reconcile passes),
+//! and the server's CPU at rest afterwards beside its CPU at rest with the
+//! same nodes and no members.
 //!
 //! `cargo build --release -p herd -p herd-bench && target/release/scale`
 //! Options (environment): BENCH_NODES (default "10,100,1000"), BENCH_POOL
@@ -149,6 +152,26 @@ async fn one_change(admin: &Client, count: usize, candidates: usize, serial: u64
     Ok(Cost { took: started.elapsed(), bytes: bytes_sent(admin).await? - bytes })
 }
 
+/// The CPU time process `pid` has used (user and system), from /proc.
+fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The fields after the command name, which is in parentheses.
+    let fields: Vec<&str> = stat.rsplit_once(')').context("/proc stat")?.1.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).context("/proc stat field");
+    let clock = std::process::Command::new("getconf").arg("CLK_TCK").output()?;
+    let per_second: u64 = String::from_utf8_lossy(&clock.stdout).trim().parse().context("getconf CLK_TCK")?;
+    // utime and stime are the 14th and 15th fields, 12th and 13th after the name.
+    Ok(Duration::from_secs_f64((ticks(11)? + ticks(12)?) as f64 / per_second as f64))
+}
+
+/// The share of one core process `pid` uses over ten seconds of rest.
+async fn cpu_share(pid: u32) -> anyhow::Result<f64> {
+    const REST: Duration = Duration::from_secs(10);
+    let before = cpu_time(pid)?;
+    tokio::time::sleep(REST).await;
+    Ok((cpu_time(pid)? - before).as_secs_f64() / REST.as_secs_f64())
+}
+
 fn ms(d: Duration) -> String {
     format!("{:.0} ms", d.as_secs_f64() * 1e3)
 }
@@ -267,6 +290,7 @@ async fn create_floor(admin: &Client, count: u64) -> anyhow::Result<Duration> {
 async fn measure_size(herd: &Path, dir: &Path, nodes: usize, pool: usize, last: bool) -> anyhow::Result<(Cost, Cost)> {
     let (server, url) =
         start(herd, &["server", "--listen", "127.0.0.1:0", "--insecure-http"], &dir.join(format!("server-{nodes}")))?;
+    let server_pid = server.id();
     let mut children = Killed(vec![server]);
     let admin = Client::new(vec![url.clone()], Some(ADMIN.into()));
     set_config(&admin, |c| {
@@ -310,6 +334,7 @@ async fn measure_size(herd: &Path, dir: &Path, nodes: usize, pool: usize, last: 
         );
         let members = env_u64("BENCH_MEMBERS", 3000);
         let size = env_u64("BENCH_CLUSTER_SIZE", 10);
+        let idle_without = cpu_share(server_pid).await?;
         let floor = create_floor(&admin, members).await?;
         burst_app(&admin).await?;
         // The latency floor: one member alone goes through every step
@@ -340,6 +365,13 @@ async fn measure_size(herd: &Path, dir: &Path, nodes: usize, pool: usize, last: 
             rate(floor)
         );
         println!("  configuration sent to the candidates during the burst: {burst_bytes} bytes");
+        let idle_with = cpu_share(server_pid).await?;
+        println!(
+            "  the server at rest, {nodes} nodes heartbeating: {:.0}% of a core with the {members} members configured; \
+             {:.0}% with none",
+            idle_with * 100.0,
+            idle_without * 100.0
+        );
         let net = |d: Duration, floor: Duration| members as f64 / d.saturating_sub(floor).as_secs_f64().max(0.001);
         println!(
             "  the same, net of one member's latency: placed and started {:.0}/s, configured {:.0}/s",

@@ -626,9 +626,8 @@ mod tests {
 
     #[test]
     fn a_readiness_check_that_comes_out_the_same_keeps_its_since() {
-        let at = |s: u64| {
-            Timestamp::from_system_time(std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(s))
-        };
+        let at =
+            |s: u64| Timestamp::from_system_time(std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(s));
         let check = |passing: bool, s: u64| ReadinessReport {
             instance_id: "i1".into(),
             passing,

@@ -21,7 +21,10 @@ const RELIST_DELAY: Duration = Duration::from_millis(200);
 struct Shared<S: Resource> {
     /// Shared, so a pass's list is a copy of pointers, not of objects.
     objects: RwLock<BTreeMap<String, Arc<Object<S>>>>,
-    /// The store revision the copy reflects; None until the first list.
+    /// The store revision of the list or of the last change of this kind
+    /// the copy took; None until the first list. Not moved by writes of
+    /// other kinds: every commit reaches every watch, and a controller
+    /// woken by each would pass again and again over nothing new.
     revision: watch::Sender<Option<Revision>>,
     /// The revision of the last change that matters (see [`Reflector::start_with`]).
     mattered: watch::Sender<Option<Revision>>,
@@ -92,12 +95,12 @@ impl<S: Resource> Reflector<S> {
         self.shared.objects.read().ok()?.get(name).map(|o| Object::clone(o))
     }
 
-    /// The revision the copy reflects (None until synced).
+    /// The revision of the last change the copy took (None until synced).
     pub fn revision(&self) -> Option<Revision> {
         *self.shared.revision.borrow()
     }
 
-    /// Changes whenever the copy moves to a new revision.
+    /// Changes whenever the copy takes a change.
     pub fn changes(&self) -> watch::Receiver<Option<Revision>> {
         self.shared.revision.subscribe()
     }
@@ -153,6 +156,9 @@ async fn follow<S: Resource>(
             _ = stop.cancelled() => return Ok(()),
             batch = watcher.next() => batch?,
         };
+        if batch.events.is_empty() {
+            continue;
+        }
         let mut mattered = false;
         if let Ok(mut objects) = shared.objects.write() {
             for event in batch.events {
@@ -232,6 +238,26 @@ mod tests {
         objects.delete_value("Node", "nodes", "n1", None, false).await.unwrap();
         eventually(|| nodes.get("n1").is_none()).await;
 
+        stop.cancel();
+    }
+
+    #[tokio::test]
+    async fn only_a_change_of_its_kind_wakes_its_followers() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("s.db").to_str().unwrap()).await.unwrap();
+        let objects = Objects::new(store.clone());
+        let stop = CancellationToken::new();
+        let nodes = Reflector::<NodeSpec>::start(store.clone(), stop.clone());
+        nodes.synced().await;
+        let mut changes = nodes.changes();
+        changes.borrow_and_update();
+        for i in 0..5 {
+            let lease = LeaseSpec { lease_duration_seconds: 1, ..Default::default() };
+            objects.create(Object::new(format!("l{i}"), lease), false, false).await.unwrap();
+        }
+        objects.create(Object::new("n1", NodeSpec::default()), false, false).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(5), changes.changed()).await.unwrap().unwrap();
+        assert!(nodes.get("n1").is_some(), "the first wake-up is the node's creation, not a lease's");
         stop.cancel();
     }
 }

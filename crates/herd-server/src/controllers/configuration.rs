@@ -5,9 +5,9 @@
 //! this leader's URL and term, written again when a new leader takes over).
 //! Heartbeat answers then carry the facts to every node and the document
 //! to the master candidates whose copy is older (`crate::nodes`): a change
-//! costs O(candidates) documents, not O(nodes). It wakes on ClusterConfig
-//! and Command changes and every two seconds, not on every heartbeat's
-//! status write.
+//! costs O(candidates) documents, not O(nodes). It wakes on changes of
+//! the intent kinds (a Node's beyond its heartbeat) and every two seconds
+//! (the secrets), not on every heartbeat's status write.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -55,9 +55,8 @@ pub fn start(
         herd_core::node_health::changed_beyond_heartbeat,
     );
     let commands = Reflector::start(objects.store().clone(), stop.clone());
-    let wake_on_commands = vec![commands.changes()];
-    // Not on node changes: every heartbeat is one (node specs are seen at the next pass).
-    let wake_keeper = vec![config.changes(), commands.changes()];
+    // A Command waits for its node to be Ready: a node coming back wakes it.
+    let wake_on_commands = vec![commands.changes(), nodes.changes_that_matter()];
     let caches = app_clusters::Caches {
         apps: Reflector::start(objects.store().clone(), stop.clone()),
         clusters: Reflector::start(objects.store().clone(), stop.clone()),
@@ -83,8 +82,24 @@ pub fn start(
         nodes: nodes.clone(),
         config: config.clone(),
     };
-    let wake_operations =
-        vec![operation_caches.operations.changes(), operation_caches.members.changes(), budgets.changes()];
+    let wake_operations = vec![
+        operation_caches.operations.changes(),
+        operation_caches.members.changes(),
+        budgets.changes(),
+        nodes.changes_that_matter(),
+    ];
+    // Every intent kind; not a heartbeat's time (its own minimum gap makes
+    // a burst of changes one serial).
+    let wake_keeper = vec![
+        config.changes(),
+        commands.changes(),
+        caches.apps.changes(),
+        caches.clusters.changes(),
+        caches.members.changes(),
+        budgets.changes(),
+        operation_caches.operations.changes(),
+        nodes.changes_that_matter(),
+    ];
     let budget_keeper = budgets::BudgetKeeper::new(
         objects.clone(),
         budgets,
