@@ -194,7 +194,7 @@ async fn bench_sqlite(plan: &Plan) -> anyhow::Result<()> {
     let base_path = Arc::new(dir.path().join("baseline.db"));
     herd_store::sqlite::open_connection(&base_path)?.execute_batch(
         "CREATE TABLE t (key TEXT PRIMARY KEY, value BLOB NOT NULL);
-         CREATE TABLE kv (key TEXT PRIMARY KEY, value BLOB NOT NULL, create_revision INTEGER NOT NULL, mod_revision INTEGER NOT NULL) WITHOUT ROWID;
+         CREATE TABLE kv (id INTEGER PRIMARY KEY, key TEXT NOT NULL UNIQUE, create_revision INTEGER NOT NULL, mod_revision INTEGER NOT NULL, value BLOB NOT NULL);
          CREATE TABLE events (revision INTEGER PRIMARY KEY, key TEXT NOT NULL, deleted INTEGER NOT NULL, value BLOB NOT NULL, create_revision INTEGER NOT NULL);",
     )?;
     header("SQLite (WAL, synchronous=FULL)");

@@ -1,15 +1,47 @@
-//! The server side of the command protocol (no HTTP here): recording what
-//! agents report of their journals, and keeping two unsettled Commands
-//! off the same member or volume.
+//! The server side of the command protocol (no HTTP here): issuing
+//! Commands in a leadership's term, recording what agents report of their
+//! journals, and keeping two unsettled Commands off the same member or
+//! volume.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::SystemTime;
 
 use herd_core::api::{CommandAck, CommandReport};
-use herd_core::kinds::{Command, CommandSpec, EventType, ManagementState, NodeRole, NodeSpec};
+use herd_core::kinds::{Action, Command, CommandSpec, EventType, ManagementState, NodeRole, NodeSpec};
 
 use crate::error::ApiError;
 use crate::events::EventRecorder;
 use herd_store::{Compare, Revision, Txn};
 
 use crate::objects::{Guard, Objects, ObjectsError, Part, now};
+use crate::peers::PeerAuthority;
+
+/// Issues Commands in one leadership's term: the command controller
+/// issues those it finds unissued (made through the API, or retried), and
+/// the app-cluster controller creates its own already issued when their
+/// node is Ready (a write and a command-controller pass less per Command).
+#[derive(Clone)]
+pub struct Issuer {
+    pub term: u64,
+    /// Signs the grants a Command's action needs on another node.
+    pub peers: Arc<PeerAuthority>,
+}
+
+impl Issuer {
+    /// Marks `command` issued for its next attempt; `from` is the agent
+    /// endpoint of the node its action takes data from, if it has one.
+    pub fn issue(&self, command: &mut Command, from: Option<String>) {
+        let mut peers = BTreeMap::new();
+        if let (Action::CopyVolume { from_node, .. } | Action::MigrateMember { from_node, .. }, Some(address)) =
+            (&command.spec.action, from)
+        {
+            peers.insert(from_node.clone(), address);
+        }
+        let grants = self.peers.command_grants(command, command.status.attempts + 1, SystemTime::now());
+        command.status.issue(self.term, peers, grants, now());
+    }
+}
 
 /// The refusal for a report on another node's Command, if there is one.
 pub async fn foreign_report(
@@ -136,6 +168,18 @@ async fn hold_list(objects: &Objects, member: &str) -> Result<(Option<Revision>,
 /// it would hold is held by an unsettled Command (the 409 names it). The
 /// check and the create are one transaction, through its member's hold list.
 pub async fn create(objects: &Objects, command: Command, dry_run: bool) -> Result<Command, ObjectsError> {
+    admit(objects, command, dry_run, false).await
+}
+
+/// Admits and creates a Command issued already (its action takes nothing
+/// from another node): for a caller that knows the node Ready.
+pub async fn create_issued(objects: &Objects, issuer: &Issuer, mut command: Command) -> Result<Command, ObjectsError> {
+    issuer.issue(&mut command, None);
+    admit(objects, command, false, true).await
+}
+
+/// [`create`], keeping the status given when `issued`.
+async fn admit(objects: &Objects, command: Command, dry_run: bool, issued: bool) -> Result<Command, ObjectsError> {
     for node in command.spec.nodes() {
         if objects.get::<NodeSpec>(node).await?.is_some_and(|n| n.spec.role == NodeRole::Offline) {
             return Err(ObjectsError::Held(format!(
@@ -158,7 +202,7 @@ pub async fn create(objects: &Objects, command: Command, dry_run: bool) -> Resul
         still.push(&command.metadata.name);
         let value = serde_json::to_vec(&still).unwrap_or_default();
         let guard = Guard { key: holds_key(&member), revision, value };
-        match objects.create_guarded(command.clone(), &guard).await {
+        match objects.create_guarded(command.clone(), &guard, issued).await {
             Err(ObjectsError::GuardMoved { .. }) => continue,
             other => return other,
         }

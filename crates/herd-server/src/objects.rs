@@ -383,9 +383,10 @@ impl Objects {
         &self,
         object: Object<S>,
         guard: &Guard,
+        keep_status: bool,
     ) -> Result<Object<S>, ObjectsError> {
         let name = object.metadata.name.clone();
-        let prepared = lifecycle::prepare_create(object, uuid::Uuid::now_v7().to_string(), now(), false)
+        let prepared = lifecycle::prepare_create(object, uuid::Uuid::now_v7().to_string(), now(), keep_status)
             .map_err(|e| ObjectsError::invalid(S::KIND, &name, e))?;
         self.write(prepared, false, (Some(guard), Vec::new())).await
     }

@@ -23,13 +23,22 @@ use crate::error::StoreError;
 use crate::plan::{self, Write};
 use crate::types::{Event, EventKind, KeyValue, Revision, Txn, prefix_end};
 
-const SCHEMA: &str = "
+/// The keys live in a rowid table with an index on the key, the value
+/// last: a lookup searches the index, which holds only keys, and reads
+/// the one row it finds. (With the key as the primary key of a `WITHOUT
+/// ROWID` table, a search compared against whole cells, and every large
+/// value on its path, a configuration document of megabytes, was read
+/// in full from its overflow pages at each lookup of a nearby key.)
+const KEYS: &str = "
 CREATE TABLE IF NOT EXISTS kv (
-    key TEXT PRIMARY KEY,
-    value BLOB NOT NULL,
+    id INTEGER PRIMARY KEY,
+    key TEXT NOT NULL UNIQUE,
     create_revision INTEGER NOT NULL,
-    mod_revision INTEGER NOT NULL
-) WITHOUT ROWID;
+    mod_revision INTEGER NOT NULL,
+    value BLOB NOT NULL
+);";
+
+const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS events (
     revision INTEGER PRIMARY KEY,
     key TEXT NOT NULL,
@@ -104,6 +113,26 @@ pub fn open_connection(path: &Path) -> Result<Connection, StoreError> {
     Ok(conn)
 }
 
+/// Moves the keys of a store written before they had a rowid table (one
+/// transaction, once: the revisions and values stay as they were).
+fn move_keys_to_rowid_table(conn: &mut Connection) -> Result<(), StoreError> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let sql: String =
+        tx.query_row("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'kv'", [], |r| r.get(0))?;
+    if !sql.contains("WITHOUT ROWID") {
+        return Ok(());
+    }
+    tx.execute_batch("ALTER TABLE kv RENAME TO kv_without_rowid")?;
+    tx.execute_batch(KEYS)?;
+    tx.execute_batch(
+        "INSERT INTO kv (key, create_revision, mod_revision, value)
+             SELECT key, create_revision, mod_revision, value FROM kv_without_rowid ORDER BY key;
+         DROP TABLE kv_without_rowid;",
+    )?;
+    tx.commit()?;
+    Ok(())
+}
+
 /// Signals `changed` whenever another connection commits to the file (also
 /// this process's writer: the tailer then finds nothing new, cheaply). Ends
 /// when the backend is gone.
@@ -150,8 +179,10 @@ impl SqliteBackend {
             std::fs::create_dir_all(dir)
                 .map_err(|e| StoreError::Backend(format!("creating {}: {e}", dir.display())))?;
         }
-        let writer = open_connection(&path)?;
+        let mut writer = open_connection(&path)?;
+        writer.execute_batch(KEYS)?;
         writer.execute_batch(SCHEMA)?;
+        move_keys_to_rowid_table(&mut writer)?;
         let external = Arc::new(Notify::new());
         watch_file(open_connection(&path)?, Arc::downgrade(&external));
         let alive = lock_alive_file(&path)?;

@@ -11,17 +11,17 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use herd_client::ClientError;
 use herd_core::grant::Access;
 
-use crate::peers::PeerAuthority;
 use herd_core::kinds::{Action, Answer, ClusterConfigSpec, Command, CommandSpec, EventType, ManagementState, NodeSpec};
 use herd_core::reconcile::{CommandView, CopyVerdict, DestinationLook, Step, copy_verdict, decide};
 use tokio::time::Instant;
 
 use crate::change_clock::ChangeClock;
+use crate::commands::Issuer;
 use crate::controllers::runtime::{Controller, Next};
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
@@ -61,14 +61,12 @@ impl Sightings {
 
 pub struct CommandController {
     pub objects: Objects,
-    /// This leadership's term: every issue carries it.
-    pub term: u64,
+    /// Issues in this leadership's term.
+    pub issuer: Issuer,
     pub commands: Reflector<CommandSpec>,
     pub nodes: Reflector<NodeSpec>,
     pub config: Reflector<ClusterConfigSpec>,
     pub events: EventRecorder,
-    /// Signs the grants of the Commands issued, and looks at agents.
-    pub peers: Arc<PeerAuthority>,
     /// Looked at by copies side by side, hence the lock.
     sightings: std::sync::Mutex<Sightings>,
     /// Commands this leader has seen unsettled: when one settles, how long
@@ -111,21 +109,19 @@ impl Controller for CommandController {
 impl CommandController {
     pub fn new(
         objects: Objects,
-        term: u64,
+        issuer: Issuer,
         commands: Reflector<CommandSpec>,
         nodes: Reflector<NodeSpec>,
         config: Reflector<ClusterConfigSpec>,
-        peers: Arc<PeerAuthority>,
         metrics: Arc<Metrics>,
     ) -> Self {
         CommandController {
             events: EventRecorder::new(objects.clone(), "commands"),
             objects,
-            term,
+            issuer,
             commands,
             nodes,
             config,
-            peers,
             sightings: Default::default(),
             unsettled: Default::default(),
             metrics,
@@ -165,11 +161,9 @@ impl CommandController {
             return Ok(());
         }
         // A node set offline after the Command was made: never contacted.
-        let offline = command
-            .spec
-            .nodes()
-            .into_iter()
-            .find(|node| self.nodes.get(node).is_some_and(|n| n.spec.role == herd_core::kinds::NodeRole::Offline));
+        let offline = command.spec.nodes().into_iter().find(|node| {
+            self.nodes.get_shared(node).is_some_and(|n| n.spec.role == herd_core::kinds::NodeRole::Offline)
+        });
         if let Some(node) = offline {
             let why = format!("node {node} is offline: herd does not contact it, so the Command is given up");
             return self
@@ -179,7 +173,7 @@ impl CommandController {
         if command.status.issued.is_none() && command.status.state_by_management == ManagementState::Created {
             return self.issue(command).await;
         }
-        let node = self.nodes.get(&command.spec.node);
+        let node = self.nodes.get_shared(&command.spec.node);
         let settings = cluster_config(&self.config).commands;
         let now_mono = Instant::now();
         let (since_update, since_issued) = {
@@ -218,23 +212,21 @@ impl CommandController {
         }
     }
 
-    /// Hands a new Command to its agent, with the agent endpoints of the
-    /// other nodes its action involves.
+    /// Hands a new Command to its agent, with the agent endpoint of the
+    /// node its action takes data from.
     async fn issue(&self, command: &Command) -> Result<(), ObjectsError> {
-        let mut peers = BTreeMap::new();
-        if let Action::CopyVolume { from_node, .. } | Action::MigrateMember { from_node, .. } = &command.spec.action
-            && let Some(address) = self.nodes.get(from_node).and_then(|n| n.status.address)
-        {
-            peers.insert(from_node.clone(), address);
-        }
-        let term = self.term;
+        let from = match &command.spec.action {
+            Action::CopyVolume { from_node, .. } | Action::MigrateMember { from_node, .. } => {
+                self.nodes.get_shared(from_node).and_then(|n| n.status.address.clone())
+            }
+            _ => None,
+        };
         self.objects
             .modify::<CommandSpec, ObjectsError>(&command.metadata.name, Part::Status, |c| {
                 if c.status.issued.is_some() || c.status.state_by_management != ManagementState::Created {
                     return Ok(false);
                 }
-                let grants = self.peers.command_grants(c, c.status.attempts + 1, SystemTime::now());
-                c.status.issue(term, peers.clone(), grants, now());
+                self.issuer.issue(c, from.clone());
                 Ok(true)
             })
             .await?;
@@ -296,7 +288,7 @@ impl CommandController {
     }
 
     async fn find_out(&self, command: &Command) -> Finding {
-        let node = self.nodes.get(&command.spec.node);
+        let node = self.nodes.get_shared(&command.spec.node);
         let member_state =
             |name: &str| node.as_ref().and_then(|n| n.status.members.iter().find(|m| m.name == name).cloned());
         let done =
@@ -371,7 +363,7 @@ impl CommandController {
             Action::RemoveMember { member } => Finding::Again(format!("member {member}: removing it again is safe")),
             Action::MigrateMember { member, from_node, .. } => {
                 let here = member_state(member).filter(|m| m.wanted && m.running);
-                let source = self.nodes.get(from_node);
+                let source = self.nodes.get_shared(from_node);
                 let still_there = source.as_ref().is_none_or(|n| n.status.members.iter().any(|m| m.name == *member));
                 match here {
                     Some(m) if !still_there => {
@@ -407,7 +399,8 @@ impl CommandController {
                 .get(node)
                 .ok_or(LookError { unreachable: false, message: format!("node {node} does not exist") })?;
             let read = vec![Access::read_volume(member, volume)];
-            self.peers
+            self.issuer
+                .peers
                 .agent(&node, read, "looking at a copy")
                 .map_err(|e| LookError { unreachable: false, message: format!("asking {}: {e}", node.metadata.name) })
         };

@@ -113,19 +113,20 @@ pub fn start(
         EventRecorder::new(objects.clone(), "operations"),
     );
     set.spawn(runtime::run(operations, wake_operations, metrics.clone(), stop.clone()));
+    let issuer = crate::commands::Issuer { term, peers: leader.peers };
     let app_clusters = app_clusters::AppClusterController::new(
         objects.clone(),
         caches,
+        issuer.clone(),
         EventRecorder::new(objects.clone(), "app-clusters"),
     );
     set.spawn(runtime::run(app_clusters, wake_app_clusters, metrics.clone(), stop.clone()));
     let command_controller = commands::CommandController::new(
         objects.clone(),
-        term,
+        issuer,
         commands,
         nodes.clone(),
         config.clone(),
-        leader.peers,
         metrics.clone(),
     );
     set.spawn(runtime::run(command_controller, wake_on_commands, metrics.clone(), stop.clone()));

@@ -56,9 +56,9 @@ impl AppClusterController {
         failed.map_or(Ok(()), Err)
     }
 
-    /// Issues `issues`. The status each Command is decided from is stored
-    /// first: its outcome is read against that status, and a stale copy
-    /// issues nothing.
+    /// Issues `issues` (created issued: their nodes are Ready). The status
+    /// each Command is decided from is stored first: its outcome is read
+    /// against that status, and a stale copy issues nothing.
     pub(super) async fn issue_all(&self, pass: &mut Pass<'_>, issues: Vec<Issue>) -> Result<(), ObjectsError> {
         self.write_statuses(pass, issues.iter().map(|issue| issue.member)).await?;
         // A NotReady node takes no Command; it is given its members' once back.
@@ -74,7 +74,7 @@ impl AppClusterController {
             }
         }
         let creations = commands.into_iter().map(|(member, command)| async move {
-            (member, crate::commands::create(&self.objects, command, false).await)
+            (member, crate::commands::create_issued(&self.objects, &self.issuer, command).await)
         });
         let mut failed = None;
         for (member, outcome) in join_all(creations).await {

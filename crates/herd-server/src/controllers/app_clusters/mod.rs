@@ -39,6 +39,7 @@ use self::commands::{Consumed, Purpose, command_for, consume, member_of, member_
 use self::issuing::Issue;
 use self::placing::Bookings;
 use crate::change_clock::ChangeClock;
+use crate::commands::Issuer;
 use crate::controllers::runtime::{Controller, Next};
 use crate::events::EventRecorder;
 use crate::nodes::cluster_config;
@@ -63,6 +64,8 @@ pub struct AppClusterController {
     nodes: Reflector<NodeSpec>,
     commands: Reflector<CommandSpec>,
     config: Reflector<ClusterConfigSpec>,
+    /// Its Commands for Ready nodes are created issued.
+    issuer: Issuer,
     events: EventRecorder,
 }
 
@@ -77,7 +80,7 @@ pub struct Caches {
 }
 
 impl AppClusterController {
-    pub fn new(objects: Objects, caches: Caches, events: EventRecorder) -> Self {
+    pub fn new(objects: Objects, caches: Caches, issuer: Issuer, events: EventRecorder) -> Self {
         let Caches { apps, clusters, members, nodes, commands, config } = caches;
         AppClusterController {
             objects,
@@ -88,6 +91,7 @@ impl AppClusterController {
             nodes,
             commands,
             config,
+            issuer,
             events,
         }
     }
