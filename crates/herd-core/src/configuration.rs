@@ -179,7 +179,7 @@ pub fn next(
     mut objects: Vec<Value>,
     secrets: BTreeMap<String, String>,
 ) -> Configuration {
-    objects.sort_by_key(key_of);
+    objects.sort_by_cached_key(key_of);
     let digest = digest_of(&objects, &secrets);
     let serial = match previous {
         Some(previous) if previous.digest == digest => previous.serial,

@@ -56,19 +56,23 @@ impl SelectionTracker {
             });
         }
         let matches = self.selector.matches(change.labels);
-        let was = self.matching.contains(change.key);
+        // One lookup of the key for most events (those not selected): a
+        // watch of one node's Commands sees every node's.
         match change.kind {
             ChangeKind::Deleted => {
-                self.matching.remove(change.key);
+                let was = self.matching.remove(change.key);
                 (matches || was).then_some(WatchEventType::Deleted)
             }
             ChangeKind::Created | ChangeKind::Modified if matches => {
-                self.matching.insert(change.key.to_string());
+                let was = self.matching.contains(change.key);
+                if !was {
+                    self.matching.insert(change.key.to_string());
+                }
                 let new_to_watcher = change.kind == ChangeKind::Created || (!was && change.revision > self.seeded_at);
                 Some(if new_to_watcher { WatchEventType::Added } else { WatchEventType::Modified })
             }
             ChangeKind::Created | ChangeKind::Modified => {
-                self.matching.remove(change.key);
+                let was = self.matching.remove(change.key);
                 (was || change.revision <= self.seeded_at).then_some(WatchEventType::Deleted)
             }
         }

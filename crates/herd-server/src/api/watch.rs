@@ -15,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use herd_core::API_VERSION;
 use herd_core::api::{WatchEvent, WatchEventType};
-use herd_core::labels::LabelSelector;
+use herd_core::labels::{JsonPrefilter, LabelSelector};
 use herd_core::selection::{Change, ChangeKind, SelectionTracker};
 use herd_store::{EventKind, ListOptions, Watcher};
 use serde_json::json;
@@ -41,6 +41,8 @@ struct WatchState {
     watcher: Watcher,
     kind: KindInfo,
     selection: SelectionTracker,
+    /// The selector's scan, made once.
+    prefilter: JsonPrefilter,
     pending: VecDeque<Bytes>,
     bookmarks: tokio::time::Interval,
     state: AppState,
@@ -92,8 +94,7 @@ impl WatchState {
                         };
                         // Most events of a selective watch are not its own:
                         // turned away by a scan, their labels are not parsed.
-                        let selector = self.selection.selector();
-                        let labels = if selector.may_match_json(&event.value) {
+                        let labels = if self.prefilter.may_match(&event.value) {
                             stored_labels(&event.value)
                         } else {
                             Default::default()
@@ -154,6 +155,7 @@ pub async fn stream(
         .watch(&collection_prefix(kind.plural), from)
         .await
         .map_err(|e| ApiError::from_store(kind.kind, "", e))?;
+    let prefilter = selector.json_prefilter();
     let selection = seed_selection(&state, kind, selector).await?;
     state.metrics.watches_active.inc();
     let mut bookmarks = tokio::time::interval(BOOKMARK_INTERVAL);
@@ -162,6 +164,7 @@ pub async fn stream(
         watcher,
         kind,
         selection,
+        prefilter,
         pending: VecDeque::new(),
         bookmarks,
         _active: Active(state.metrics.clone()),

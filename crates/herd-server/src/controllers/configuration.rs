@@ -9,11 +9,11 @@
 //! the intent kinds (a Node's beyond its heartbeat) and every two seconds
 //! (the secrets), not on every heartbeat's status write.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use herd_core::configuration::{CONFIGURATION_KINDS, Configuration, SECRETS_PREFIX, Ssconf, delta, intent_of, next};
-use herd_store::ListOptions;
+use herd_store::{ListOptions, Revision};
 use serde_json::Value;
 
 use crate::controllers::runtime::{Controller, Next};
@@ -46,6 +46,9 @@ pub struct ConfigurationKeeper {
     facts: Option<Ssconf>,
     loaded: bool,
     last_pass: Option<tokio::time::Instant>,
+    /// Each intent object's store key, with the revision its intent was
+    /// made from: a pass decodes only the objects changed since the last.
+    decoded: HashMap<String, (Revision, Option<Value>)>,
 }
 
 fn json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, ObjectsError> {
@@ -54,19 +57,37 @@ fn json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, ObjectsError> {
 
 impl ConfigurationKeeper {
     pub fn new(objects: Objects, master_url: String, term: u64) -> Self {
-        ConfigurationKeeper { objects, master_url, term, current: None, facts: None, loaded: false, last_pass: None }
+        ConfigurationKeeper {
+            objects,
+            master_url,
+            term,
+            current: None,
+            facts: None,
+            loaded: false,
+            last_pass: None,
+            decoded: HashMap::new(),
+        }
     }
 
-    async fn intent(&self) -> Result<Vec<Value>, ObjectsError> {
+    async fn intent(&mut self) -> Result<Vec<Value>, ObjectsError> {
         let mut objects = Vec::new();
+        let mut decoded = HashMap::with_capacity(self.decoded.len());
         for plural in CONFIGURATION_KINDS {
             let page = self.objects.store().list(&collection_prefix(plural), &ListOptions::default(), |_| true).await?;
-            for kv in &page.items {
-                let value: Value = serde_json::from_slice(&kv.value)
-                    .map_err(|e| ObjectsError::Corrupt { key: kv.key.clone(), reason: e.to_string() })?;
-                objects.extend(intent_of(&value));
+            for kv in page.items {
+                let intent = match self.decoded.remove(&kv.key) {
+                    Some((revision, intent)) if revision == kv.mod_revision => intent,
+                    _ => {
+                        let value: Value = serde_json::from_slice(&kv.value)
+                            .map_err(|e| ObjectsError::Corrupt { key: kv.key.clone(), reason: e.to_string() })?;
+                        intent_of(&value)
+                    }
+                };
+                objects.extend(intent.clone());
+                decoded.insert(kv.key, (kv.mod_revision, intent));
             }
         }
+        self.decoded = decoded;
         Ok(objects)
     }
 
@@ -100,7 +121,8 @@ impl Controller for ConfigurationKeeper {
             self.facts = read(FACTS_KEY).await?.and_then(|v| serde_json::from_slice(&v).ok());
             self.loaded = true;
         }
-        let made = next(self.current.as_ref(), self.intent().await?, self.secrets().await?);
+        let intent = self.intent().await?;
+        let made = next(self.current.as_ref(), intent, self.secrets().await?);
         let revision = async |key: &str| store.get(key).await.map(|kv| kv.map(|kv| kv.mod_revision));
         if self.current.as_ref().is_none_or(|c| c.serial != made.serial) {
             // The delta first: a heartbeat that sees the new serial finds it.
