@@ -37,10 +37,6 @@ pub struct SelectionTracker {
 }
 
 impl SelectionTracker {
-    pub fn selector(&self) -> &LabelSelector {
-        &self.selector
-    }
-
     /// `matching` holds the keys matching `selector` at revision `seeded_at`.
     pub fn new(selector: LabelSelector, matching: HashSet<String>, seeded_at: u64) -> Self {
         SelectionTracker { selector, matching, seeded_at }
