@@ -164,6 +164,12 @@ async fn hold_list(objects: &Objects, member: &str) -> Result<(Option<Revision>,
     Ok((Some(kv.mod_revision), listed))
 }
 
+/// The node a stored Command event is for, from the label the server sets
+/// (and never changes: a Command's spec is immutable).
+pub fn node_of(event: &herd_store::Event) -> Option<String> {
+    crate::objects::stored_labels(&event.value).remove(herd_core::kinds::command::NODE_LABEL)
+}
+
 /// Admits and creates a Command: it carries its node's label, and nothing
 /// it would hold is held by an unsettled Command (the 409 names it). The
 /// check and the create are one transaction, through its member's hold list.

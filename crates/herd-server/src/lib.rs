@@ -40,11 +40,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use herd_core::Resource;
 use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
-use herd_core::kinds::{ClusterConfigSpec, LeaderElectionOverrides};
+use herd_core::kinds::{ClusterConfigSpec, CommandSpec, LeaderElectionOverrides};
 use herd_core::validation::{FieldPath, check_name};
 use herd_core::{Object, ValidationErrors};
-use herd_store::{Store, StoreError};
+use herd_store::{Partitioned, Store, StoreError};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -196,8 +197,12 @@ impl Server {
             supersession::Supersession::start(check, shutdown.clone())
         });
         let registry = Arc::new(Registry::standard());
+        let node_commands =
+            Partitioned::start(&store, &objects::collection_prefix(CommandSpec::PLURAL), commands::node_of, &shutdown)
+                .inspect_err(|_| shutdown.cancel())?;
         let state = AppState {
             objects: objects.clone(),
+            node_commands,
             config: cluster_config.clone(),
             openapi: Arc::new(openapi::document(&registry)),
             registry,

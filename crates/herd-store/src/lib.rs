@@ -16,9 +16,12 @@
 //! - A write is acknowledged only after its transaction is durable.
 //! - A watch delivers every event after its start revision exactly once, in
 //!   revision order, or fails with [`StoreError::Compacted`]; it never skips.
+//!   A [`PartitionWatch`] gives the same guarantee for one partition of a
+//!   prefix.
 
 mod backend;
 mod error;
+mod partition;
 mod plan;
 pub mod postgres;
 pub mod sqlite;
@@ -28,6 +31,7 @@ mod watch;
 
 pub use backend::{Backend, Committed};
 pub use error::StoreError;
+pub use partition::{PartitionOf, PartitionWatch, Partitioned};
 pub use store::{CommitObserver, ListOptions, ListPage, Store, StoreStats};
 pub use types::{Compare, Event, EventKind, KeyValue, Op, Revision, Txn, TxnOutcome, check_key};
 pub use watch::{WatchBatch, Watcher};

@@ -10,7 +10,7 @@ use common::{ADMIN_TOKEN, TestServer};
 use herd_client::WriteOptions;
 use herd_core::Object;
 use herd_core::api::WatchEventType;
-use herd_core::kinds::{LeaseSpec, NodeSpec};
+use herd_core::kinds::{Action, CommandSpec, LeaseSpec, NodeSpec};
 use serde_json::json;
 
 fn lease(name: &str, labels: &[(&str, &str)]) -> Object<LeaseSpec> {
@@ -106,6 +106,69 @@ async fn a_selector_watch_sees_objects_enter_and_leave_the_selection() {
         ],
         "objects leaving the selection are DELETED, entering it ADDED; the rest is not sent"
     );
+}
+
+/// The names of the objects a watch ADDED, until `count` of them; every
+/// other change it sent must be about one of them (the server moves
+/// Commands along meanwhile).
+async fn added(watch: &mut herd_client::WatchStream, count: usize) -> Vec<String> {
+    let mut added = Vec::new();
+    while added.len() < count {
+        let event = tokio::time::timeout(Duration::from_secs(10), watch.next()).await.unwrap().unwrap().unwrap();
+        let name = event.object["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        match event.type_ {
+            WatchEventType::Bookmark => {}
+            WatchEventType::Added => added.push(name),
+            _ => assert!(added.contains(&name), "a change to {name} before it was added: {event:?}"),
+        }
+    }
+    added
+}
+
+/// A node's Commands watch (the agents' watch, routed by node inside the
+/// server) sees that node's Commands only, whether it follows them live
+/// or catches up from an older revision; its bookmarks move on with the
+/// other nodes' Commands.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_commands_watch_sees_that_node_s_commands_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path());
+    let admin = server.admin();
+    for node in ["n1", "n2"] {
+        admin.create(&Object::new(node, NodeSpec::default())).await.unwrap();
+    }
+    let start = admin.list_values("commands", "").await.unwrap().metadata.resource_version;
+    let mut live = admin.watch_node_commands("n1", &start).await.unwrap();
+    let command = |name: &str, node: &str| {
+        let spec = CommandSpec { node: node.into(), timeout: None, action: Action::StopMember { member: name.into() } };
+        Object::new(name, spec)
+    };
+    admin.create(&command("c1", "n1")).await.unwrap();
+    let after_c1 = admin.list_values("commands", "").await.unwrap().metadata.resource_version;
+    admin.create(&command("c2", "n2")).await.unwrap();
+    admin.create(&command("c3", "n1")).await.unwrap();
+
+    assert_eq!(added(&mut live, 2).await, ["c1", "c3"], "live: n1's Commands, in order");
+    let mut caught_up = admin.watch_node_commands("n1", &start).await.unwrap();
+    assert_eq!(added(&mut caught_up, 2).await, ["c1", "c3"], "from an older revision: the same");
+    let mut n2 = admin.watch_node_commands("n2", &after_c1).await.unwrap();
+    assert_eq!(added(&mut n2, 1).await, ["c2"], "n2's, after c1");
+
+    let elsewhere = admin.create(&command("c4", "n2")).await.unwrap();
+    let elsewhere: u64 = elsewhere.metadata.resource_version.unwrap().parse().unwrap();
+    let bookmark = loop {
+        let event = tokio::time::timeout(Duration::from_secs(10), live.next()).await.unwrap().unwrap().unwrap();
+        if event.type_ != WatchEventType::Bookmark {
+            let name = &event.object["metadata"]["name"];
+            assert!(name == "c1" || name == "c3", "n1's watch is told only of n1's Commands: {event:?}");
+            continue;
+        }
+        let revision: u64 = event.object["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
+        if revision >= elsewhere {
+            break revision;
+        }
+    };
+    assert!(bookmark >= elsewhere);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -39,6 +39,8 @@ pub struct AppState {
     /// The cluster settings, cached from the store.
     pub config: Reflector<ClusterConfigSpec>,
     pub registry: Arc<Registry>,
+    /// The Commands' watch, split by node for the agents' watches.
+    pub node_commands: herd_store::Partitioned,
     pub auth: Arc<Authenticator>,
     pub metrics: Arc<Metrics>,
     pub events: EventRecorder,

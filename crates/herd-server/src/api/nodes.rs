@@ -47,7 +47,7 @@ pub async fn commands(
     }
     let selector = query.selector_and(&format!("{NODE_LABEL}={name}"))?;
     let kind = state.registry.get(CommandSpec::PLURAL)?.info();
-    serve_list(state, kind, selector, query).await
+    serve_list(state, kind, selector, query, super::watch::Source::NodeCommands(name)).await
 }
 
 /// `POST /api/v1/nodes/{name}/role`: one change to a node's role or

@@ -63,6 +63,7 @@ pub(super) async fn serve_list(
     kind: crate::registry::KindInfo,
     selector: LabelSelector,
     query: ListQuery,
+    source: super::watch::Source,
 ) -> Result<Response, ApiError> {
     let limit = query.limit.unwrap_or(0);
     if limit > MAX_LIMIT {
@@ -80,7 +81,7 @@ pub(super) async fn serve_list(
     };
     if query.watch.unwrap_or(false) {
         let from = query.resource_version.as_deref().map(parse_revision).transpose()?;
-        return super::watch::stream(state, kind, selector, from, timeout).await;
+        return super::watch::stream(state, kind, selector, from, timeout, source).await;
     }
     if let Some(revision) = &query.resource_version {
         parse_revision(revision)?;
@@ -134,7 +135,7 @@ pub async fn list_or_watch(
     let kind = state.registry.get(plural)?.info();
     let selector = query.selector()?;
     caller.may(if query.watch.unwrap_or(false) { Verb::Watch } else { Verb::List }, plural, None)?;
-    serve_list(state, kind, selector, query).await
+    serve_list(state, kind, selector, query, super::watch::Source::Collection).await
 }
 
 pub async fn get(

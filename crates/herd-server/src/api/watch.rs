@@ -17,7 +17,7 @@ use herd_core::API_VERSION;
 use herd_core::api::{WatchEvent, WatchEventType};
 use herd_core::labels::{JsonPrefilter, LabelSelector};
 use herd_core::selection::{Change, ChangeKind, SelectionTracker};
-use herd_store::{EventKind, ListOptions, Watcher};
+use herd_store::{EventKind, ListOptions, PartitionWatch, Revision, StoreError, WatchBatch, Watcher};
 use serde_json::json;
 
 use super::AppState;
@@ -37,8 +37,38 @@ impl Drop for Active {
     }
 }
 
+/// Where a watch's events come from.
+pub enum Source {
+    /// A store watch of the kind's whole collection.
+    Collection,
+    /// One node's Commands, routed to it (`AppState::node_commands`): a
+    /// thousand agents' watches cost one look at each Command event.
+    NodeCommands(String),
+}
+
+enum Feed {
+    Collection(Watcher),
+    Partition(PartitionWatch),
+}
+
+impl Feed {
+    async fn next(&mut self) -> Result<WatchBatch, StoreError> {
+        match self {
+            Feed::Collection(watcher) => watcher.next().await,
+            Feed::Partition(watch) => watch.next().await,
+        }
+    }
+
+    fn revision(&mut self) -> Revision {
+        match self {
+            Feed::Collection(watcher) => watcher.revision(),
+            Feed::Partition(watch) => watch.revision(),
+        }
+    }
+}
+
 struct WatchState {
-    watcher: Watcher,
+    feed: Feed,
     kind: KindInfo,
     selection: SelectionTracker,
     /// The selector's scan, made once.
@@ -59,11 +89,11 @@ fn line<T: serde::Serialize>(event: &WatchEvent<T>) -> Bytes {
 }
 
 impl WatchState {
-    fn bookmark(&self) -> Bytes {
+    fn bookmark(&mut self) -> Bytes {
         let object = json!({
             "apiVersion": API_VERSION,
             "kind": self.kind.kind,
-            "metadata": { "resourceVersion": self.watcher.revision().to_string() }
+            "metadata": { "resourceVersion": self.feed.revision().to_string() }
         });
         line(&WatchEvent { type_: WatchEventType::Bookmark, object })
     }
@@ -81,10 +111,11 @@ impl WatchState {
             _ = self.state.shutdown.cancelled() => false,
             _ = timed_out => false,
             _ = self.bookmarks.tick() => {
-                self.pending.push_back(self.bookmark());
+                let bookmark = self.bookmark();
+                self.pending.push_back(bookmark);
                 true
             }
-            batch = self.watcher.next() => match batch {
+            batch = self.feed.next() => match batch {
                 Ok(batch) => {
                     for event in batch.events {
                         let kind = match event.kind {
@@ -147,21 +178,23 @@ pub async fn stream(
     selector: LabelSelector,
     from: Option<u64>,
     timeout: Option<Duration>,
+    source: Source,
 ) -> Result<Response, ApiError> {
     let from = from.unwrap_or_else(|| state.objects.store().head());
-    let watcher = state
-        .objects
-        .store()
-        .watch(&collection_prefix(kind.plural), from)
-        .await
-        .map_err(|e| ApiError::from_store(kind.kind, "", e))?;
+    let feed = match source {
+        Source::Collection => {
+            state.objects.store().watch(&collection_prefix(kind.plural), from).await.map(Feed::Collection)
+        }
+        Source::NodeCommands(node) => state.node_commands.watch(&node, from).await.map(Feed::Partition),
+    }
+    .map_err(|e| ApiError::from_store(kind.kind, "", e))?;
     let prefilter = selector.json_prefilter();
     let selection = seed_selection(&state, kind, selector).await?;
     state.metrics.watches_active.inc();
     let mut bookmarks = tokio::time::interval(BOOKMARK_INTERVAL);
     bookmarks.reset();
     let initial = WatchState {
-        watcher,
+        feed,
         kind,
         selection,
         prefilter,

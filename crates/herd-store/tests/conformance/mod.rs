@@ -6,6 +6,9 @@ use std::time::Duration;
 
 use herd_store::{Compare, EventKind, ListOptions, Store, StoreError, Txn, TxnOutcome};
 
+mod partition;
+pub use partition::*;
+
 /// A fresh, empty database for one test.
 pub trait Harness {
     /// A store handle on the test's database.
@@ -25,7 +28,8 @@ macro_rules! conformance_suite {
             watch_delivers_puts_and_deletes, watch_from_mid_revision, compaction_expires_old_watches,
             concurrent_creates_have_one_winner, concurrent_writers_are_group_committed,
             concurrent_watch_sees_every_write_once_in_order, reopen_keeps_everything, invalid_keys_are_refused,
-            random_transactions_match_a_model);
+            random_transactions_match_a_model, partitioned_watches_see_their_partition_once_in_order,
+            a_partition_watch_revision_follows_writes_elsewhere, partition_watches_end_at_compaction);
     };
     (@tests $harness:expr; $($name:ident),*) => {
         $(
