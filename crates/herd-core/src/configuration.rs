@@ -6,7 +6,7 @@
 //! (`herd cluster master-failover`); every node keeps the small facts (the
 //! serial, the master's URLs and its term, Ganeti's ssconf).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -25,7 +25,7 @@ pub const SECRETS_PREFIX: &str = "/secrets/";
 #[serde(rename_all = "camelCase")]
 pub struct Configuration {
     pub serial: u64,
-    /// blake3 of the objects, as written.
+    /// blake3 over each object's blake3 (as encoded, in order) and the secrets.
     pub digest: String,
     pub objects: Vec<Value>,
     /// Store key to value (JSON text) of every key under [`SECRETS_PREFIX`].
@@ -74,26 +74,23 @@ fn key_of(object: &Value) -> (String, String) {
 }
 
 fn digest_of(objects: &[Value], secrets: &BTreeMap<String, String>) -> String {
-    let mut hasher = blake3::Hasher::new();
-    hasher.update(&serde_json::to_vec(objects).unwrap_or_default());
-    hasher.update(&serde_json::to_vec(secrets).unwrap_or_default());
-    hasher.finalize().to_hex().to_string()
+    combine(objects.iter().map(hash_of), secrets)
 }
 
-/// The delta that takes `previous` to `next`.
-pub fn delta(previous: &Configuration, next: &Configuration) -> Delta {
-    let before: BTreeMap<(String, String), &Value> = previous.objects.iter().map(|o| (key_of(o), o)).collect();
-    let after: BTreeMap<(String, String), &Value> = next.objects.iter().map(|o| (key_of(o), o)).collect();
-    let upserts = after.iter().filter(|(k, v)| before.get(*k) != Some(*v)).map(|(_, v)| (*v).clone()).collect();
-    let deletes = before.keys().filter(|k| !after.contains_key(*k)).cloned().collect();
-    let mut secrets: BTreeMap<String, Option<String>> = next
-        .secrets
-        .iter()
-        .filter(|(k, v)| previous.secrets.get(*k) != Some(*v))
-        .map(|(k, v)| (k.clone(), Some(v.clone())))
-        .collect();
-    secrets.extend(previous.secrets.keys().filter(|k| !next.secrets.contains_key(*k)).map(|k| (k.clone(), None)));
-    Delta { from: previous.serial, serial: next.serial, digest: next.digest.clone(), upserts, deletes, secrets }
+/// One object's part of the digest.
+fn hash_of(object: &Value) -> blake3::Hash {
+    blake3::hash(&serde_json::to_vec(object).unwrap_or_default())
+}
+
+/// The digest of a configuration from its objects' hashes, in order: a
+/// keeper that holds each object's hash makes it without encoding any.
+fn combine(hashes: impl Iterator<Item = blake3::Hash>, secrets: &BTreeMap<String, String>) -> String {
+    let mut hasher = blake3::Hasher::new();
+    for hash in hashes {
+        hasher.update(hash.as_bytes());
+    }
+    hasher.update(&serde_json::to_vec(secrets).unwrap_or_default());
+    hasher.finalize().to_hex().to_string()
 }
 
 /// Applies `delta` to `copy`; refused (and `copy` unchanged) when the
@@ -171,22 +168,115 @@ pub fn intent_of(object: &Value) -> Option<Value> {
     Some(intent)
 }
 
-/// The configuration made of `objects` (in a stable order), with the
-/// serial after `previous`: the same when nothing changed, one more when
-/// anything did.
-pub fn next(
-    previous: Option<&Configuration>,
-    mut objects: Vec<Value>,
+/// The configuration as its keeper holds it between passes: each object's
+/// intent with its hash, in (kind, name) order, and what changed since the
+/// last serial, so that a pass after a few changes costs those changes
+/// and a hash per object, not an encoding of the whole configuration.
+#[derive(Clone, Debug, Default)]
+pub struct Intents {
+    serial: u64,
+    objects: BTreeMap<(String, String), (Value, blake3::Hash)>,
     secrets: BTreeMap<String, String>,
-) -> Configuration {
-    objects.sort_by_cached_key(key_of);
-    let digest = digest_of(&objects, &secrets);
-    let serial = match previous {
-        Some(previous) if previous.digest == digest => previous.serial,
-        Some(previous) => previous.serial + 1,
-        None => 1,
-    };
-    Configuration { serial, digest, objects, secrets }
+    /// Objects and secrets changed since `serial`.
+    changed: BTreeSet<(String, String)>,
+    changed_secrets: BTreeSet<String>,
+}
+
+impl Intents {
+    /// The intents of a stored configuration, nothing changed since.
+    pub fn of(configuration: &Configuration) -> Intents {
+        let objects = configuration.objects.iter().map(|o| (key_of(o), (o.clone(), hash_of(o)))).collect();
+        Intents { serial: configuration.serial, objects, secrets: configuration.secrets.clone(), ..Intents::default() }
+    }
+
+    pub fn serial(&self) -> u64 {
+        self.serial
+    }
+
+    /// Takes in a stored object as it is now, or as it was before its
+    /// deletion (`deleted`).
+    pub fn observe(&mut self, object: &Value, deleted: bool) {
+        let key = key_of(object);
+        match (!deleted).then(|| intent_of(object)).flatten() {
+            Some(intent) => {
+                let hash = hash_of(&intent);
+                if self.objects.get(&key).is_none_or(|(_, held)| *held != hash) {
+                    self.objects.insert(key.clone(), (intent, hash));
+                    self.changed.insert(key);
+                }
+            }
+            None => {
+                if self.objects.remove(&key).is_some() {
+                    self.changed.insert(key);
+                }
+            }
+        }
+    }
+
+    /// Takes in every stored object at once: those not among them are gone.
+    pub fn observe_all(&mut self, objects: &[Value]) {
+        let present: BTreeSet<(String, String)> = objects.iter().map(key_of).collect();
+        let gone: Vec<_> = self.objects.keys().filter(|k| !present.contains(*k)).cloned().collect();
+        for key in gone {
+            self.objects.remove(&key);
+            self.changed.insert(key);
+        }
+        for object in objects {
+            self.observe(object, false);
+        }
+    }
+
+    /// Takes in the secrets as they are now.
+    pub fn observe_secrets(&mut self, secrets: BTreeMap<String, String>) {
+        let keys: BTreeSet<&String> = secrets.keys().chain(self.secrets.keys()).collect();
+        self.changed_secrets.extend(keys.into_iter().filter(|k| secrets.get(*k) != self.secrets.get(*k)).cloned());
+        self.secrets = secrets;
+    }
+
+    pub fn is_changed(&self) -> bool {
+        !self.changed.is_empty() || !self.changed_secrets.is_empty()
+    }
+
+    pub fn digest(&self) -> String {
+        combine(self.objects.values().map(|(_, hash)| *hash), &self.secrets)
+    }
+
+    /// Moves to the next serial: the delta from the one before, what
+    /// changed since (and that is forgotten).
+    pub fn next_serial(&mut self) -> Delta {
+        let from = self.serial;
+        self.serial += 1;
+        let (mut upserts, mut deletes) = (Vec::new(), Vec::new());
+        for key in std::mem::take(&mut self.changed) {
+            match self.objects.get(&key) {
+                Some((intent, _)) => upserts.push(intent.clone()),
+                None => deletes.push(key),
+            }
+        }
+        let secrets = std::mem::take(&mut self.changed_secrets)
+            .into_iter()
+            .map(|k| (k.clone(), self.secrets.get(&k).cloned()))
+            .collect();
+        Delta { from, serial: self.serial, digest: self.digest(), upserts, deletes, secrets }
+    }
+
+    /// Moves on to `serial` with no delta (whoever holds an older copy
+    /// needs the whole document); what changed is in that document.
+    pub fn jump_to(&mut self, serial: u64) {
+        self.serial = self.serial.max(serial);
+        self.changed.clear();
+        self.changed_secrets.clear();
+    }
+
+    /// The whole configuration at the current serial.
+    pub fn document(&self) -> Configuration {
+        Configuration {
+            serial: self.serial,
+            digest: self.digest(),
+            objects: self.objects.values().map(|(intent, _)| intent.clone()).collect(),
+            secrets: self.secrets.clone(),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -202,22 +292,21 @@ mod tests {
 
     #[test]
     fn the_serial_rises_with_intent_and_not_with_status() {
-        let intent = |objects: Vec<Value>| objects.iter().filter_map(intent_of).collect::<Vec<_>>();
-        let none = BTreeMap::new;
-        let first = next(None, intent(vec![node("n1", "candidate", true)]), none());
-        assert_eq!(first.serial, 1);
-        let same = next(Some(&first), intent(vec![node("n1", "candidate", false)]), none());
-        assert_eq!((same.serial, &same.digest), (1, &first.digest), "status is not intent");
-        let changed = next(Some(&first), intent(vec![node("n1", "drained", true)]), none());
-        assert_eq!(changed.serial, 2);
-        let reordered =
-            next(Some(&first), intent(vec![node("n2", "regular", true), node("n1", "candidate", true)]), none());
-        let again =
-            next(Some(&reordered), intent(vec![node("n1", "candidate", true), node("n2", "regular", true)]), none());
-        assert_eq!(again.serial, reordered.serial, "order does not matter");
-        let secrets = BTreeMap::from([("/secrets/ca".to_string(), "{}".to_string())]);
-        let with_secret = next(Some(&again), again.objects.clone(), secrets);
-        assert_eq!(with_secret.serial, again.serial + 1, "a secret is part of the configuration");
+        let mut intents = Intents::default();
+        intents.observe(&node("n1", "candidate", true), false);
+        let first = intents.next_serial();
+        assert_eq!((first.from, first.serial), (0, 1));
+        intents.observe(&node("n1", "candidate", false), false);
+        assert!(!intents.is_changed(), "status is not intent");
+        intents.observe(&node("n1", "drained", true), false);
+        assert!(intents.is_changed());
+        assert_eq!(intents.next_serial().serial, 2);
+        let (mut one, mut other) = (Intents::default(), Intents::default());
+        one.observe_all(&[node("n2", "regular", true), node("n1", "candidate", true)]);
+        other.observe_all(&[node("n1", "candidate", true), node("n2", "regular", true)]);
+        assert_eq!(one.digest(), other.digest(), "order does not matter");
+        one.observe_secrets(BTreeMap::from([("/secrets/ca".to_string(), "{}".to_string())]));
+        assert_ne!(one.digest(), other.digest(), "a secret is part of the configuration");
     }
 
     #[test]
@@ -237,41 +326,64 @@ mod tests {
         assert_eq!(kept["status"], json!({"state": "configured", "stateDetail": {"lastConfiguredInstance": "i1"}}));
     }
 
-    fn config(serial: u64, objects: Vec<Value>, secrets: &[(&str, &str)]) -> Configuration {
-        let secrets = secrets.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        let made = next(None, objects, secrets);
-        Configuration { serial, ..made }
+    fn secrets(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
     #[test]
     fn a_delta_takes_a_copy_to_the_next_configuration_and_is_checked() {
-        let intent = |objects: Vec<Value>| objects.iter().filter_map(intent_of).collect::<Vec<_>>();
-        let before =
-            config(4, intent(vec![node("n1", "candidate", true), node("n2", "regular", true)]), &[("/s/a", "1")]);
-        let after =
-            config(5, intent(vec![node("n1", "candidate", true), node("n3", "drained", true)]), &[("/s/b", "2")]);
-        let change = delta(&before, &after);
-        assert_eq!((change.from, change.serial, change.upserts.len()), (4, 5, 1));
+        let mut intents = Intents::default();
+        intents.observe_all(&[node("n1", "candidate", true), node("n2", "regular", true)]);
+        intents.observe_secrets(secrets(&[("/s/a", "1")]));
+        intents.next_serial();
+        let before = intents.document();
+        intents.observe_all(&[node("n1", "candidate", true), node("n3", "drained", true)]);
+        intents.observe_secrets(secrets(&[("/s/b", "2")]));
+        let change = intents.next_serial();
+        let after = intents.document();
+        assert_eq!((change.from, change.serial, change.upserts.len()), (1, 2, 1));
         assert_eq!(change.deletes, vec![("Node".to_string(), "n2".to_string())]);
         assert_eq!(change.secrets.get("/s/a"), Some(&None));
         assert_eq!(apply(&before, &change).unwrap(), after);
-        assert!(apply(&after, &change).unwrap_err().contains("starts at 4"));
+        assert!(apply(&after, &change).unwrap_err().contains("starts at 1"));
         let tampered = Delta { upserts: Vec::new(), ..change };
         assert!(apply(&before, &tampered).unwrap_err().contains("needs the whole document"));
+        let restarted = Intents::of(&after);
+        assert_eq!((restarted.serial(), restarted.digest(), restarted.is_changed()), (2, after.digest, false));
     }
 
     proptest::proptest! {
+        /// Whatever the changes, one at a time or all at once, each
+        /// serial's delta takes the previous document to the next, and
+        /// the digest is that of the document's objects.
         #[test]
-        fn applying_the_delta_always_gives_the_next_configuration(
-            first in proptest::collection::btree_map("n[0-9]", "candidate|regular|drained", 0..8),
-            second in proptest::collection::btree_map("n[0-9]", "candidate|regular|drained", 0..8),
+        fn each_delta_takes_the_previous_document_to_the_next(
+            steps in proptest::collection::vec(
+                (proptest::collection::btree_map("n[0-9]", "candidate|regular|drained", 0..8),
+                 proptest::collection::btree_set("n[0-9]", 0..3),
+                 proptest::bool::ANY),
+                1..6),
         ) {
-            let nodes = |roles: &BTreeMap<String, String>| {
-                roles.iter().map(|(n, r)| intent_of(&node(n, r, true)).unwrap()).collect::<Vec<_>>()
-            };
-            let before = config(1, nodes(&first), &[]);
-            let after = config(2, nodes(&second), &[]);
-            proptest::prop_assert_eq!(apply(&before, &delta(&before, &after)).unwrap(), after);
+            let mut intents = Intents::default();
+            let mut before = intents.document();
+            for (roles, deleted, all_at_once) in steps {
+                let nodes: Vec<Value> = roles.iter().map(|(n, r)| node(n, r, true)).collect();
+                if all_at_once {
+                    intents.observe_all(&nodes);
+                } else {
+                    for object in &nodes {
+                        intents.observe(object, false);
+                    }
+                }
+                for name in &deleted {
+                    intents.observe(&node(name, "regular", true), true);
+                }
+                let change = intents.next_serial();
+                let after = intents.document();
+                proptest::prop_assert_eq!(&after.digest, &digest_of(&after.objects, &after.secrets));
+                proptest::prop_assert_eq!(apply(&before, &change).unwrap(), after.clone());
+                before = after;
+            }
         }
     }
 

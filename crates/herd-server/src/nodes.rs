@@ -237,12 +237,26 @@ struct ConfigurationAnswer {
     bytes: usize,
 }
 
+/// Every delta from serial `from` to `to`, and their size, if all are kept.
+async fn deltas_after(objects: &Objects, from: u64, to: u64) -> Result<Option<(Vec<Delta>, usize)>, ApiError> {
+    use crate::controllers::configuration::delta_key;
+    let (mut deltas, mut bytes) = (Vec::new(), 0);
+    for serial in from + 1..=to {
+        let key = delta_key(serial);
+        let Some(kv) = objects.store().get(&key).await? else { return Ok(None) };
+        deltas
+            .push(serde_json::from_slice(&kv.value).map_err(|e| ApiError::Internal(format!("{key} is damaged: {e}")))?);
+        bytes += kv.value.len();
+    }
+    Ok(Some((deltas, bytes)))
+}
+
 async fn configuration_for(
     objects: &Objects,
     node: &Node,
     report: &AgentReport,
 ) -> Result<ConfigurationAnswer, ApiError> {
-    use crate::controllers::configuration::{DOCUMENT_KEY, FACTS_KEY, KEPT_DELTAS, delta_key};
+    use crate::controllers::configuration::{DOCUMENT_KEY, FACTS_KEY, KEPT_DELTAS};
     let store = objects.store();
     let damaged = |key: &str, e: serde_json::Error| ApiError::Internal(format!("{key} is damaged: {e}"));
     let mut answer = ConfigurationAnswer {
@@ -261,28 +275,23 @@ async fn configuration_for(
     if !candidate || report.config_serial.is_some_and(|held| held >= serial) {
         return Ok(answer);
     }
-    if let Some(held) = report.config_serial.filter(|held| serial - held <= KEPT_DELTAS) {
-        for next in held + 1..=serial {
-            let key = delta_key(next);
-            match store.get(&key).await? {
-                Some(kv) => {
-                    answer.deltas.push(serde_json::from_slice(&kv.value).map_err(|e| damaged(&key, e))?);
-                    answer.bytes += kv.value.len();
-                }
-                None => {
-                    answer.deltas.clear();
-                    answer.bytes = 0;
-                    break;
-                }
-            }
-        }
-        if !answer.deltas.is_empty() {
-            return Ok(answer);
-        }
+    let held = report.config_serial;
+    if let Some(held) = held.filter(|held| serial - held <= KEPT_DELTAS)
+        && let Some((deltas, bytes)) = deltas_after(objects, held, serial).await?
+    {
+        (answer.deltas, answer.bytes) = (deltas, bytes);
+        return Ok(answer);
     }
-    if let Some(document) = store.get(DOCUMENT_KEY).await? {
-        answer.configuration = Some(serde_json::from_slice(&document.value).map_err(|e| damaged(DOCUMENT_KEY, e))?);
-        answer.bytes = document.value.len();
+    // The document may be some serials behind: the deltas after it follow.
+    let Some(document) = store.get(DOCUMENT_KEY).await? else { return Ok(answer) };
+    let configuration: Configuration = serde_json::from_slice(&document.value).map_err(|e| damaged(DOCUMENT_KEY, e))?;
+    if held.is_some_and(|held| held >= configuration.serial) {
+        return Ok(answer);
     }
+    if let Some((deltas, bytes)) = deltas_after(objects, configuration.serial, serial).await? {
+        (answer.deltas, answer.bytes) = (deltas, bytes);
+    }
+    answer.bytes += document.value.len();
+    answer.configuration = Some(configuration);
     Ok(answer)
 }
