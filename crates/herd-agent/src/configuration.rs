@@ -266,4 +266,31 @@ mod tests {
         assert_eq!(reopened.view("n1").term, 4);
         assert_eq!(reopened.take(&answer(3, "https://b")), Taken::Refused { theirs: 3, ours: 4 });
     }
+
+    /// A candidate far behind gets the document (which may lag the
+    /// facts) and the deltas after it in one answer: its copy ends at the
+    /// last delta's serial, as the server has it.
+    #[test]
+    fn a_document_and_the_deltas_after_it_make_the_newest_copy() {
+        let node = |name: &str, role: &str| serde_json::json!({"kind": "Node", "metadata": {"name": name}, "spec": {"role": role}});
+        let mut intents = herd_core::configuration::Intents::default();
+        intents.observe(&node("n1", "candidate"), false);
+        intents.next_serial();
+        let document = intents.document();
+        let mut deltas = Vec::new();
+        for name in ["n2", "n3"] {
+            intents.observe(&node(name, "regular"), false);
+            deltas.push(intents.next_serial());
+        }
+        let mut both = answer(1, "https://a");
+        both.configuration = Some(document);
+        both.configuration_deltas = deltas;
+        let dir = tempfile::tempdir().unwrap();
+        let copies = ConfigCopies::open(dir.path());
+        assert_eq!(copies.take(&both), Taken::Followed);
+        assert_eq!(copies.view("n1").serial, Some(3));
+        let kept: Configuration =
+            serde_json::from_slice(&std::fs::read(dir.path().join("config.json")).unwrap()).unwrap();
+        assert_eq!(kept, intents.document());
+    }
 }
