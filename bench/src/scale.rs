@@ -19,7 +19,8 @@
 //! `cargo build --release -p herd -p herd-bench && target/release/scale`
 //! Options (environment): BENCH_NODES (default "10,100,1000"), BENCH_POOL
 //! (10), BENCH_MUTATIONS (200), BENCH_MEMBERS (3000) in app clusters of
-//! BENCH_CLUSTER_SIZE (10), BENCH_POLL_MS (how often the burst's progress
+//! BENCH_CLUSTER_SIZE (10) submitted by BENCH_SUBMITTERS clients at once
+//! (1), BENCH_POLL_MS (how often the burst's progress
 //! is listed, 250: each look lists every Member), BENCH_SIM_LOG (the
 //! simulated nodes' HERD_LOG, "warn"), HERD_BIN. Plain HTTP
 //! (`--insecure-http`), SQLite store.
@@ -212,6 +213,8 @@ async fn mutations(admin: &Client, n: u64, tag: &str) -> anyhow::Result<(Duratio
 /// bound to a node (the scheduling decision, written), past its start
 /// (running, as its node reported), and configured.
 struct Burst {
+    /// When the last AppCluster create was answered.
+    submitted: Duration,
     placed: Duration,
     started: Duration,
     configured: Duration,
@@ -227,19 +230,25 @@ async fn burst_app(admin: &Client) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A burst: `members` members in app clusters `<prefix>-<i>` of `size`
-/// (created one after the other, at once).
-async fn burst(admin: &Client, members: u64, size: u64, prefix: &str) -> anyhow::Result<Burst> {
+/// A burst: `members` members in app clusters `<prefix>-<i>` of `size`,
+/// created at once by `submitters` clients, each one cluster after the other.
+async fn burst(admin: &Client, members: u64, size: u64, prefix: &str, submitters: u64) -> anyhow::Result<Burst> {
+    use futures_util::stream::{self, StreamExt, TryStreamExt};
     let clusters = members.div_ceil(size);
     let started = Instant::now();
-    for i in 0..clusters {
-        let count = size.min(members - i * size);
-        let cluster = serde_json::json!({
-            "metadata": {"name": format!("{prefix}-{i}"), "labels": {"bench": prefix}},
-            "spec": {"appRef": "burst", "roles": [{"name": "m", "members": count}]}
-        });
-        admin.create_value("appclusters", &cluster, Default::default()).await?;
-    }
+    stream::iter(0..clusters)
+        .map(|i| async move {
+            let count = size.min(members - i * size);
+            let cluster = serde_json::json!({
+                "metadata": {"name": format!("{prefix}-{i}"), "labels": {"bench": prefix}},
+                "spec": {"appRef": "burst", "roles": [{"name": "m", "members": count}]}
+            });
+            admin.create_value("appclusters", &cluster, Default::default()).await
+        })
+        .buffer_unordered(submitters.max(1) as usize)
+        .try_collect::<Vec<_>>()
+        .await?;
+    let submitted = started.elapsed();
     let (mut placed_at, mut running_at) = (None, None);
     let mut reported = Instant::now();
     let cluster_prefix = format!("{prefix}-");
@@ -274,7 +283,12 @@ async fn burst(admin: &Client, members: u64, size: u64, prefix: &str) -> anyhow:
     })
     .await?;
     let configured = started.elapsed();
-    Ok(Burst { placed: placed_at.unwrap_or(configured), started: running_at.unwrap_or(configured), configured })
+    Ok(Burst {
+        submitted,
+        placed: placed_at.unwrap_or(configured),
+        started: running_at.unwrap_or(configured),
+        configured,
+    })
 }
 
 /// The floor of the burst: as many objects created through the API one
@@ -339,10 +353,11 @@ async fn measure_size(herd: &Path, dir: &Path, nodes: usize, pool: usize, last: 
         burst_app(&admin).await?;
         // The latency floor: one member alone goes through every step
         // (placed, started and reported, set up and reported).
-        let alone = burst(&admin, 1, 1, "alone").await?;
+        let alone = burst(&admin, 1, 1, "alone", 1).await?;
         let metrics_before = samples(&admin).await?;
         let before = bytes_sent(&admin).await?;
-        let b = burst(&admin, members, size, "burst").await?;
+        let submitters = env_u64("BENCH_SUBMITTERS", 1);
+        let b = burst(&admin, members, size, "burst", submitters).await?;
         let burst_bytes = bytes_sent(&admin).await? - before;
         burst_work(&metrics_before, &samples(&admin).await?, members);
         let rate = |d: Duration| members as f64 / d.as_secs_f64();
@@ -363,6 +378,11 @@ async fn measure_size(herd: &Path, dir: &Path, nodes: usize, pool: usize, last: 
             rate(b.configured),
             ms(floor),
             rate(floor)
+        );
+        println!(
+            "  the {} AppClusters submitted by {submitters} client(s), each one after the other, in {}",
+            members.div_ceil(size),
+            ms(b.submitted)
         );
         println!("  configuration sent to the candidates during the burst: {burst_bytes} bytes");
         let idle_with = cpu_share(server_pid).await?;
