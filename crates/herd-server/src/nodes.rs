@@ -237,6 +237,10 @@ struct ConfigurationAnswer {
     bytes: usize,
 }
 
+fn damaged(key: &str, e: serde_json::Error) -> ApiError {
+    ApiError::Internal(format!("{key} is damaged: {e}"))
+}
+
 /// Every delta from serial `from` to `to`, and their size, if all are kept.
 async fn deltas_after(objects: &Objects, from: u64, to: u64) -> Result<Option<(Vec<Delta>, usize)>, ApiError> {
     use crate::controllers::configuration::delta_key;
@@ -244,8 +248,7 @@ async fn deltas_after(objects: &Objects, from: u64, to: u64) -> Result<Option<(V
     for serial in from + 1..=to {
         let key = delta_key(serial);
         let Some(kv) = objects.store().get(&key).await? else { return Ok(None) };
-        deltas
-            .push(serde_json::from_slice(&kv.value).map_err(|e| ApiError::Internal(format!("{key} is damaged: {e}")))?);
+        deltas.push(serde_json::from_slice(&kv.value).map_err(|e| damaged(&key, e))?);
         bytes += kv.value.len();
     }
     Ok(Some((deltas, bytes)))
@@ -258,7 +261,6 @@ async fn configuration_for(
 ) -> Result<ConfigurationAnswer, ApiError> {
     use crate::controllers::configuration::{DOCUMENT_KEY, FACTS_KEY, KEPT_DELTAS};
     let store = objects.store();
-    let damaged = |key: &str, e: serde_json::Error| ApiError::Internal(format!("{key} is damaged: {e}"));
     let mut answer = ConfigurationAnswer {
         ssconf: None,
         configuration: None,

@@ -21,10 +21,9 @@ use std::time::Duration;
 
 use herd_core::configuration::{CONFIGURATION_KINDS, Configuration, Intents, SECRETS_PREFIX, Ssconf, apply};
 use herd_store::{EventKind, ListOptions, StoreError, Watcher};
-use serde_json::Value;
 
 use crate::controllers::runtime::{Controller, Next};
-use crate::objects::{Objects, ObjectsError};
+use crate::objects::{Objects, ObjectsError, decode_value};
 
 pub const DOCUMENT_KEY: &str = "/config/document";
 pub const FACTS_KEY: &str = "/config/facts";
@@ -69,10 +68,6 @@ pub struct ConfigurationKeeper {
 
 fn json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, ObjectsError> {
     serde_json::to_vec(value).map_err(|e| ObjectsError::BadRequest(e.to_string()))
-}
-
-fn decoded(key: &str, value: &[u8]) -> Result<Value, ObjectsError> {
-    serde_json::from_slice(value).map_err(|e| ObjectsError::Corrupt { key: key.into(), reason: e.to_string() })
 }
 
 /// Whether a store key holds an object of the configuration's kinds.
@@ -139,7 +134,11 @@ impl ConfigurationKeeper {
         loop {
             let Some(changes) = self.changes.as_mut() else {
                 let page = store.list(OBJECTS_PREFIX, &ListOptions::default(), |kv| in_configuration(&kv.key)).await?;
-                let objects = page.items.iter().map(|kv| decoded(&kv.key, &kv.value)).collect::<Result<Vec<_>, _>>()?;
+                let objects = page
+                    .items
+                    .iter()
+                    .map(|kv| decode_value(&kv.value, &kv.key, kv.mod_revision))
+                    .collect::<Result<Vec<_>, _>>()?;
                 intents.observe_all(&objects);
                 self.changes = Some(store.watch(OBJECTS_PREFIX, page.revision).await?);
                 return Ok(());
@@ -152,7 +151,10 @@ impl ConfigurationKeeper {
                     Err(error) => return Err(error.into()),
                 };
                 for event in batch.events.iter().filter(|e| in_configuration(&e.key)) {
-                    intents.observe(&decoded(&event.key, &event.value)?, event.kind == EventKind::Delete);
+                    intents.observe(
+                        &decode_value(&event.value, &event.key, event.revision)?,
+                        event.kind == EventKind::Delete,
+                    );
                 }
             }
             if changes.revision() >= head {
