@@ -208,28 +208,45 @@ async fn logs_follow_prints_what_the_member_writes_afterwards() {
 /// Logs written to a pipe (a file, a CI log) carry no colour codes.
 #[test]
 fn no_colour_codes_when_output_is_not_a_terminal() {
-    use std::io::{BufRead, BufReader, Read};
+    use std::io::{BufRead, BufReader};
     use std::process::Stdio;
+    use std::time::{Duration, Instant};
 
     let dir = tempfile::tempdir().unwrap();
     let mut server = common::herd()
         .args(["server", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(dir.path())
         .env("HERD_ADMIN_TOKEN", common::ADMIN_TOKEN)
-        .stdout(Stdio::piped())
+        .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let stdout = BufReader::new(server.stdout.take().unwrap());
-    for line in stdout.lines() {
-        if line.unwrap().contains("listening on") {
-            break;
+    // Read the log on its own thread so that a server that never leads
+    // fails the test after the timeout instead of hanging it.
+    let stderr = BufReader::new(server.stderr.take().unwrap());
+    let (lines, logged_lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut logged = String::new();
+    while !logged.contains("started leading") {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match logged_lines.recv_timeout(left) {
+            Ok(line) => {
+                logged.push_str(&line);
+                logged.push('\n');
+            }
+            Err(_) => break,
         }
     }
     server.kill().unwrap();
     server.wait().unwrap();
-    let mut logged = String::new();
-    server.stderr.take().unwrap().read_to_string(&mut logged).unwrap();
+    logged.extend(logged_lines.try_iter().map(|line| line + "\n"));
     assert!(logged.contains("INFO") && logged.contains("started leading"), "{logged}");
     assert!(!logged.contains('\u{1b}'), "colour codes in logs to a pipe: {logged:?}");
 }
