@@ -323,6 +323,7 @@ async fn measure_size(herd: &Path, dir: &Path, nodes: usize, pool: usize, last: 
         .stdout(std::process::Stdio::null())
         .spawn()
         .context("starting the simulated nodes")?;
+    let sim_pid = sim.id();
     children.0.push(sim);
     let started = Instant::now();
     let serial = settled(&admin, nodes, pool.min(nodes), 0).await?;
@@ -357,7 +358,12 @@ async fn measure_size(herd: &Path, dir: &Path, nodes: usize, pool: usize, last: 
         let metrics_before = samples(&admin).await?;
         let before = bytes_sent(&admin).await?;
         let submitters = env_u64("BENCH_SUBMITTERS", 1);
+        let cpu_before = (cpu_time(server_pid)?, cpu_time(sim_pid)?);
         let b = burst(&admin, members, size, "burst", submitters).await?;
+        let cpu_per_member = |pid: u32, before: Duration| -> anyhow::Result<f64> {
+            Ok((cpu_time(pid)? - before).as_secs_f64() * 1e3 / members as f64)
+        };
+        let (server_cpu, sim_cpu) = (cpu_per_member(server_pid, cpu_before.0)?, cpu_per_member(sim_pid, cpu_before.1)?);
         let burst_bytes = bytes_sent(&admin).await? - before;
         burst_work(&metrics_before, &samples(&admin).await?, members);
         let rate = |d: Duration| members as f64 / d.as_secs_f64();
@@ -385,6 +391,10 @@ async fn measure_size(herd: &Path, dir: &Path, nodes: usize, pool: usize, last: 
             ms(b.submitted)
         );
         println!("  configuration sent to the candidates during the burst: {burst_bytes} bytes");
+        println!(
+            "  CPU time during the burst, per member: the server {server_cpu:.2} ms, the simulated nodes {sim_cpu:.2} ms \
+             (the two share the machine's cores)"
+        );
         let idle_with = cpu_share(server_pid).await?;
         println!(
             "  the server at rest, {nodes} nodes heartbeating: {:.0}% of a core with the {members} members configured; \

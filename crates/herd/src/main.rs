@@ -19,6 +19,13 @@ use clap::Parser;
 use herd_client::ClientError;
 use herd_core::api::StatusReason;
 
+/// mimalloc rather than glibc's malloc: the server makes and drops many
+/// small objects from many threads (JSON values, store rows, requests), and
+/// under a burst glibc's arenas spent a fifth of its time in malloc and
+/// free (consolidating and unlinking chunks); see docs/BENCHMARKS.md.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// A command given wrongly (an unknown kind, a malformed argument): exit
 /// code 2, as clap's own usage errors.
 #[derive(Debug)]
