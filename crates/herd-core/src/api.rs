@@ -296,9 +296,12 @@ pub struct JoinResponse {
     pub certificate: Option<NodeCertificate>,
 }
 
+/// `C` and `D` are how the configuration document and its deltas are
+/// held: decoded by the agent, as their stored JSON by the server, which
+/// passes them on without decoding them.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct HeartbeatResponse {
+pub struct HeartbeatResponse<C = crate::configuration::Configuration, D = crate::configuration::Delta> {
     /// The period the agent should use from now on (ClusterConfig).
     pub heartbeat_period: HumanDuration,
     /// The public key grants are signed with (as in [`JoinResponse`]).
@@ -315,10 +318,10 @@ pub struct HeartbeatResponse {
     /// The configuration, for a master candidate whose copy is older and
     /// that the deltas below cannot bring up to date.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub configuration: Option<crate::configuration::Configuration>,
+    pub configuration: Option<C>,
     /// What changed since the serial the candidate holds, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub configuration_deltas: Vec<crate::configuration::Delta>,
+    pub configuration_deltas: Vec<D>,
     /// The node is no master candidate: it deletes its copy.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub drop_configuration: bool,

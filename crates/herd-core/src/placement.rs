@@ -10,7 +10,7 @@
 //! that cannot be placed gets the reason, naming each node and why not.
 //! A member replaced or evicted from a node is never placed back on it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::RangeInclusive;
 
 use crate::kinds::app::{NamedPort, Spread};
@@ -75,17 +75,17 @@ pub fn place(
         return Placement::Unplaceable(format!("no node can take {}: {why}", member.metadata.name));
     }
     // A peer moving to a node (its data on the way there) is there already:
-    // two moves at once must not pick one node for two members.
-    let peers_on = |node: &str| {
-        peers
-            .iter()
-            .filter(|p| {
-                let moving_there = p.status.migration.as_ref().is_some_and(|m| m.to == node);
-                p.metadata.name != member.metadata.name && (p.spec.node.as_deref() == Some(node) || moving_there)
-            })
-            .map(|p| p.metadata.name.as_str())
-            .collect::<Vec<_>>()
-    };
+    // two moves at once must not pick one node for two members. Gathered
+    // once: a walk of the peers for each of a thousand nodes adds up.
+    let mut peers_by_node: HashMap<&str, Vec<&str>> = HashMap::new();
+    for peer in peers.iter().filter(|p| p.metadata.name != member.metadata.name) {
+        let bound_to = peer.spec.node.as_deref();
+        let moving_to = peer.status.migration.as_ref().map(|m| m.to.as_str()).filter(|to| Some(*to) != bound_to);
+        for node in bound_to.into_iter().chain(moving_to) {
+            peers_by_node.entry(node).or_default().push(peer.metadata.name.as_str());
+        }
+    }
+    let peers_on = |node: &str| peers_by_node.get(node).map_or(&[][..], Vec::as_slice);
     if spread == Spread::Required {
         let taken: Vec<String> = eligible
             .iter()

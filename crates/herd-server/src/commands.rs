@@ -43,46 +43,45 @@ impl Issuer {
     }
 }
 
-/// The refusal for a report on another node's Command, if there is one.
-pub async fn foreign_report(
-    objects: &Objects,
-    node: &str,
-    reports: &[CommandReport],
-) -> Result<Option<ApiError>, ApiError> {
+/// The stored Commands that a node's reports name (None: gone), read once
+/// for [`foreign_report`] and [`record_reports`].
+pub async fn reported(objects: &Objects, reports: &[CommandReport]) -> Result<Vec<Option<Command>>, ApiError> {
+    let mut current = Vec::with_capacity(reports.len());
     for report in reports {
-        if let Some(command) = objects.get::<CommandSpec>(&report.name).await?
-            && command.spec.node != node
-        {
-            return Ok(Some(ApiError::Forbidden(format!(
-                "command {} is for node {}; node {node} may not answer it",
-                report.name, command.spec.node
-            ))));
-        }
+        current.push(objects.get::<CommandSpec>(&report.name).await?);
     }
-    Ok(None)
+    Ok(current)
 }
 
-/// Records `node`'s reports on its Commands (checked by [`foreign_report`]
-/// first); returns what the agent may forget.
+/// The refusal for a report on another node's Command, if there is one.
+pub fn foreign_report(node: &str, current: &[Option<Command>]) -> Option<ApiError> {
+    current.iter().flatten().find(|command| command.spec.node != node).map(|command| {
+        ApiError::Forbidden(format!(
+            "command {} is for node {}; node {node} may not answer it",
+            command.metadata.name, command.spec.node
+        ))
+    })
+}
+
+/// Records `node`'s reports on its Commands, `current` as [`reported`]
+/// read them (checked by [`foreign_report`] first); returns what the
+/// agent may forget.
 pub async fn record_reports(
     objects: &Objects,
     events: &EventRecorder,
     node: &str,
     reports: &[CommandReport],
+    current: Vec<Option<Command>>,
 ) -> Result<Vec<CommandAck>, ApiError> {
-    let mut current = Vec::with_capacity(reports.len());
-    for report in reports {
-        current.push(objects.get::<CommandSpec>(&report.name).await?);
-    }
     let mut acks = Vec::new();
     for (report, command) in reports.iter().zip(current) {
         let ack = CommandAck { name: report.name.clone(), attempt: report.attempt };
-        let is_current = command.as_ref().is_some_and(|c| {
+        let current = command.filter(|c| {
             c.spec.node == node
                 && c.metadata.uid.as_deref() == Some(report.uid.as_str())
                 && c.status.issued.as_ref().map(|i| i.attempt) == Some(report.attempt)
         });
-        if !is_current {
+        let Some(command) = current else {
             // Deleted, replaced by a Command of the same name, or an older
             // attempt: nothing to record; a finished one can be forgotten.
             tracing::info!(node, command = %report.name, attempt = report.attempt, "a report on a command attempt that is no longer current");
@@ -90,11 +89,11 @@ pub async fn record_reports(
                 acks.push(ack);
             }
             continue;
-        }
+        };
         let mut forget = false;
         let mut before = ManagementState::default();
         let written = objects
-            .modify::<CommandSpec, ApiError>(&report.name, Part::Status, |command| {
+            .modify_from::<CommandSpec, ApiError>(command, Part::Status, |command| {
                 let was = command.status.clone();
                 before = was.state_by_management;
                 forget = command.status.record_agent_report(report.state, report.answer.clone(), now());

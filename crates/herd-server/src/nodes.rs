@@ -3,13 +3,14 @@
 use std::time::Duration;
 
 use herd_core::api::{AgentReport, HeartbeatResponse, JoinRequest, JoinResponse};
-use herd_core::configuration::{Configuration, Delta, Ssconf};
+use herd_core::configuration::Ssconf;
 use herd_core::join::{JoinVerdict, Joiner, join_verdict};
 use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
 use herd_core::kinds::{ClusterConfigSpec, EventType, InvolvedObject, Node, NodeRole, NodeSpec};
 use herd_core::node_health::{self, HeartbeatEffects};
 use herd_core::validation::{self, FieldPath};
 use herd_core::{Object, Resource, ValidationErrors};
+use serde_json::value::RawValue;
 
 use crate::auth::Authenticator;
 use crate::error::ApiError;
@@ -179,10 +180,15 @@ async fn heartbeat_node(
     Ok(node)
 }
 
+/// A heartbeat answer as the server makes it: the configuration document
+/// and deltas are passed on as stored (JSON the keeper wrote), not decoded
+/// and encoded again for each candidate.
+pub type HeartbeatAnswer = HeartbeatResponse<Box<RawValue>, Box<RawValue>>;
+
 /// A heartbeat's answer, and how many bytes of configuration (documents
 /// and deltas, as stored) it carries.
 pub struct Heartbeat {
-    pub response: HeartbeatResponse,
+    pub response: HeartbeatAnswer,
     pub configuration_bytes: usize,
 }
 
@@ -196,8 +202,8 @@ pub async fn heartbeat(
     name: &str,
     report: AgentReport,
 ) -> Result<Heartbeat, ApiError> {
-    let foreign = crate::commands::foreign_report(objects, name, &report.commands).await?;
-    if let Some(refusal) = foreign {
+    let commands = crate::commands::reported(objects, &report.commands).await?;
+    if let Some(refusal) = crate::commands::foreign_report(name, &commands) {
         return Err(refusal);
     }
     let certificate = certificates.answer(name, &report)?;
@@ -208,9 +214,9 @@ pub async fn heartbeat(
         let message = format!("the agent refused {} to {}: {}", refusal.caller, refusal.asked, refusal.reason);
         events.record(&node, EventType::Warning, "PeerAccessRefused", message).await;
     }
-    let acknowledged = crate::commands::record_reports(objects, events, name, &report.commands).await?;
+    let acknowledged = crate::commands::record_reports(objects, events, name, &report.commands, commands).await?;
     let configuration = configuration_for(objects, &node, &report).await?;
-    let response = HeartbeatResponse {
+    let response = HeartbeatAnswer {
         heartbeat_period: cluster_config(config).heartbeat_period,
         grant_key: certificates.grant_key.clone(),
         acknowledged,
@@ -231,8 +237,8 @@ pub async fn heartbeat(
 /// keeps a copy, that it must drop it.
 struct ConfigurationAnswer {
     ssconf: Option<Ssconf>,
-    configuration: Option<Configuration>,
-    deltas: Vec<Delta>,
+    configuration: Option<Box<RawValue>>,
+    deltas: Vec<Box<RawValue>>,
     drop_configuration: bool,
     bytes: usize,
 }
@@ -241,14 +247,19 @@ fn damaged(key: &str, e: serde_json::Error) -> ApiError {
     ApiError::Internal(format!("{key} is damaged: {e}"))
 }
 
+/// A stored configuration document or delta, checked to be JSON.
+fn stored_json(key: &str, value: &[u8]) -> Result<Box<RawValue>, ApiError> {
+    serde_json::from_slice(value).map_err(|e| damaged(key, e))
+}
+
 /// Every delta from serial `from` to `to`, and their size, if all are kept.
-async fn deltas_after(objects: &Objects, from: u64, to: u64) -> Result<Option<(Vec<Delta>, usize)>, ApiError> {
+async fn deltas_after(objects: &Objects, from: u64, to: u64) -> Result<Option<(Vec<Box<RawValue>>, usize)>, ApiError> {
     use crate::controllers::configuration::delta_key;
     let (mut deltas, mut bytes) = (Vec::new(), 0);
     for serial in from + 1..=to {
         let key = delta_key(serial);
         let Some(kv) = objects.store().get(&key).await? else { return Ok(None) };
-        deltas.push(serde_json::from_slice(&kv.value).map_err(|e| damaged(&key, e))?);
+        deltas.push(stored_json(&key, &kv.value)?);
         bytes += kv.value.len();
     }
     Ok(Some((deltas, bytes)))
@@ -260,6 +271,11 @@ async fn configuration_for(
     report: &AgentReport,
 ) -> Result<ConfigurationAnswer, ApiError> {
     use crate::controllers::configuration::{DOCUMENT_KEY, FACTS_KEY, KEPT_DELTAS};
+    /// The one field of the document read here.
+    #[derive(serde::Deserialize)]
+    struct DocumentSerial {
+        serial: u64,
+    }
     let store = objects.store();
     let mut answer = ConfigurationAnswer {
         ssconf: None,
@@ -286,14 +302,15 @@ async fn configuration_for(
     }
     // The document may be some serials behind: the deltas after it follow.
     let Some(document) = store.get(DOCUMENT_KEY).await? else { return Ok(answer) };
-    let configuration: Configuration = serde_json::from_slice(&document.value).map_err(|e| damaged(DOCUMENT_KEY, e))?;
-    if held.is_some_and(|held| held >= configuration.serial) {
+    let DocumentSerial { serial: document_serial } =
+        serde_json::from_slice(&document.value).map_err(|e| damaged(DOCUMENT_KEY, e))?;
+    if held.is_some_and(|held| held >= document_serial) {
         return Ok(answer);
     }
-    if let Some((deltas, bytes)) = deltas_after(objects, configuration.serial, serial).await? {
+    if let Some((deltas, bytes)) = deltas_after(objects, document_serial, serial).await? {
         (answer.deltas, answer.bytes) = (deltas, bytes);
     }
     answer.bytes += document.value.len();
-    answer.configuration = Some(configuration);
+    answer.configuration = Some(stored_json(DOCUMENT_KEY, &document.value)?);
     Ok(answer)
 }

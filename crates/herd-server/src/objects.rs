@@ -494,21 +494,86 @@ impl Objects {
         &self,
         name: &str,
         part: Part,
+        change: impl FnMut(&mut Object<S>) -> Result<bool, E>,
+    ) -> Result<Object<S>, E> {
+        let read = self.require::<S>(name).await?;
+        self.modify_from(read, part, change).await
+    }
+
+    /// [`Objects::modify`] starting from `read`, the object as the caller
+    /// read it (a later attempt reads it again): a caller that has just
+    /// read it saves a read.
+    pub async fn modify_from<S: Resource, E: From<ObjectsError>>(
+        &self,
+        mut read: Object<S>,
+        part: Part,
         mut change: impl FnMut(&mut Object<S>) -> Result<bool, E>,
     ) -> Result<Object<S>, E> {
+        let name = read.metadata.name.clone();
         let mut last_conflict = None;
-        for _ in 0..MODIFY_ATTEMPTS {
-            let mut object = self.require::<S>(name).await?;
+        for attempt in 0..MODIFY_ATTEMPTS {
+            if attempt > 0 {
+                read = self.require::<S>(&name).await?;
+            }
+            let mut object = read.clone();
             if !change(&mut object)? {
                 return Ok(object);
             }
-            match self.write_part(object, part, false).await {
+            match self.write_over(&read, object, part).await {
                 Err(conflict @ ObjectsError::Conflict { .. }) => last_conflict = Some(conflict),
                 other => return other.map_err(E::from),
             }
         }
-        let kept_changing = ObjectsError::GuardMoved { kind: S::KIND.into(), name: name.into() };
+        let kept_changing = ObjectsError::GuardMoved { kind: S::KIND.into(), name };
         Err(E::from(last_conflict.unwrap_or(kept_changing)))
+    }
+
+    /// Writes `new`'s spec or status over `old`, the object as read at
+    /// `new`'s resourceVersion: what [`Objects::write_part`] does without
+    /// reading the object again (a copy that moved meanwhile is a Conflict
+    /// either way).
+    pub async fn write_over<S: Resource>(
+        &self,
+        old: &Object<S>,
+        new: Object<S>,
+        part: Part,
+    ) -> Result<Object<S>, ObjectsError> {
+        let name = new.metadata.name.clone();
+        let prepared = match part {
+            Part::Spec => lifecycle::prepare_update(old, new),
+            Part::Status if !S::HAS_STATUS => {
+                return Err(ObjectsError::BadRequest(format!("{} has no status subresource", S::KIND)));
+            }
+            Part::Status => lifecycle::prepare_status_update(old, new),
+        }
+        .map_err(|e| ObjectsError::invalid(S::KIND, &name, e))?;
+        self.write(prepared, false, (None, Vec::new())).await
+    }
+
+    /// Replaces the status of `object`, whose metadata and spec are as read
+    /// at its resourceVersion (a cached copy whose status the caller
+    /// changed): no read first; a copy that moved meanwhile is a Conflict.
+    pub async fn update_status_as_read<S: Resource>(&self, object: Object<S>) -> Result<Object<S>, ObjectsError> {
+        let read = object.clone();
+        self.write_over(&read, object, Part::Status).await
+    }
+
+    /// Deletes `object` if it is still at its resourceVersion, without
+    /// reading it first; one that moved meanwhile is deleted as it is now.
+    /// Whether it was there to delete.
+    pub async fn delete_as_read<S: Resource>(&self, object: &Object<S>) -> Result<bool, ObjectsError> {
+        let name = &object.metadata.name;
+        let Some(revision) = object.metadata.resource_version.as_deref().and_then(|r| r.parse().ok()) else {
+            return self.delete_if_present::<S>(name).await;
+        };
+        let key = object_key(S::PLURAL, name);
+        let delete = Op::Delete { key: key.clone() };
+        match self.commit((S::KIND, name), &key, Some(revision), (None, Vec::new()), delete).await {
+            Ok(_) => Ok(true),
+            Err(ObjectsError::NotFound { .. }) => Ok(false),
+            Err(ObjectsError::Conflict { .. }) => self.delete_if_present::<S>(name).await,
+            Err(error) => Err(error),
+        }
     }
 
     pub async fn get_value(&self, kind: &str, plural: &str, name: &str) -> Result<Value, ObjectsError> {

@@ -3,7 +3,7 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::HeaderMap;
-use herd_core::api::{AgentReport, HeartbeatResponse, JoinRequest, JoinResponse};
+use herd_core::api::{AgentReport, JoinRequest, JoinResponse};
 use herd_core::api::{NodeRoleChanged, NodeRoleRequest, NodeRoleResponse};
 use herd_core::authz::Verb;
 use herd_core::configuration::Ssconf;
@@ -94,7 +94,7 @@ pub async fn heartbeat(
     caller: Caller,
     ApiName(name): ApiName,
     ApiBody(body): ApiBody,
-) -> Result<Json<HeartbeatResponse>, ApiError> {
+) -> Result<Json<crate::nodes::HeartbeatAnswer>, ApiError> {
     caller.may(Verb::Heartbeat, "nodes", Some(&name))?;
     let report: AgentReport = parse_body(&body, "Node", &name)?;
     let certificates = &state.node_certificates;

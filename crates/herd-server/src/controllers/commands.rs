@@ -77,6 +77,9 @@ pub struct CommandController {
 
 impl Controller for CommandController {
     const NAME: &'static str = "commands";
+    /// Each pass looks at every unsettled Command, and every Command's
+    /// change wakes it: in a burst, one look per tenth of a second does.
+    const MIN_GAP: Duration = Duration::from_millis(100);
 
     async fn synced(&self) {
         self.commands.synced().await;
@@ -91,9 +94,9 @@ impl Controller for CommandController {
         self.observe_settled();
         let settings = cluster_config(&self.config).commands;
         // Only unsettled Commands need a look: the settled ones are not copied.
-        let unsettled = self.commands.map(|c| (!c.status.state_by_management.is_settled()).then(|| c.clone()));
-        let (copies, others): (Vec<Command>, Vec<Command>) =
-            unsettled.into_iter().flatten().partition(|c| matches!(c.spec.action, Action::CopyVolume { .. }));
+        let unsettled = self.commands.list_shared().into_iter().filter(|c| !c.status.state_by_management.is_settled());
+        let (copies, others): (Vec<Arc<Command>>, Vec<Arc<Command>>) =
+            unsettled.partition(|c| matches!(c.spec.action, Action::CopyVolume { .. }));
         use futures_util::{StreamExt, stream};
         let (others, copies): (Vec<_>, Vec<_>) = (
             others.iter().map(|c| self.look_at_logged(c)).collect(),

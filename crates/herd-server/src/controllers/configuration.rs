@@ -42,9 +42,6 @@ pub fn delta_key(serial: u64) -> String {
 
 /// How often the configuration is made again when nothing wakes the keeper.
 const PASS_INTERVAL: Duration = Duration::from_secs(2);
-/// At most one pass this often: a burst of Commands is one new serial, not
-/// one each.
-const MIN_GAP: Duration = Duration::from_millis(500);
 /// Where the objects live; the keeper follows the configuration's kinds.
 const OBJECTS_PREFIX: &str = "/registry/";
 
@@ -63,7 +60,6 @@ pub struct ConfigurationKeeper {
     /// Follows the objects from where the last pass read them (None: read
     /// them all again).
     changes: Option<Watcher>,
-    last_pass: Option<tokio::time::Instant>,
 }
 
 fn json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, ObjectsError> {
@@ -79,16 +75,7 @@ fn in_configuration(key: &str) -> bool {
 
 impl ConfigurationKeeper {
     pub fn new(objects: Objects, master_url: String, term: u64) -> Self {
-        ConfigurationKeeper {
-            objects,
-            master_url,
-            term,
-            intents: None,
-            document_serial: 0,
-            facts: None,
-            changes: None,
-            last_pass: None,
-        }
+        ConfigurationKeeper { objects, master_url, term, intents: None, document_serial: 0, facts: None, changes: None }
     }
 
     /// The configuration as stored: the document and the deltas after it
@@ -212,15 +199,12 @@ impl ConfigurationKeeper {
 
 impl Controller for ConfigurationKeeper {
     const NAME: &'static str = "configuration";
+    /// A burst of Commands is one new serial, not one each.
+    const MIN_GAP: Duration = Duration::from_millis(500);
 
     async fn synced(&self) {}
 
     async fn reconcile(&mut self) -> Result<Next, ObjectsError> {
-        // Not a sleep here: a leader stepping down must not wait for it.
-        if let Some(wait) = self.last_pass.map(|last| MIN_GAP.saturating_sub(last.elapsed())).filter(|w| !w.is_zero()) {
-            return Ok(Next::Requeue(wait));
-        }
-        self.last_pass = Some(tokio::time::Instant::now());
         self.pass().await?;
         Ok(Next::Requeue(PASS_INTERVAL))
     }

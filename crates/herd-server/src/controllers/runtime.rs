@@ -34,6 +34,11 @@ pub trait Controller: Send + 'static {
     /// For logs.
     const NAME: &'static str;
 
+    /// The least time between the end of a pass and the start of the
+    /// next that a trigger wakes (a requeue due sooner still runs): a
+    /// burst of changes is one pass, not one each.
+    const MIN_GAP: Duration = Duration::ZERO;
+
     /// Resolves once the caches it reads from are complete.
     fn synced(&self) -> impl Future<Output = ()> + Send;
 
@@ -78,10 +83,15 @@ pub async fn run<C: Controller>(
                 controller.error_policy(&error, failures)
             }
         };
+        // Changes during the gap are kept by the triggers and wake it after.
+        let woken = async {
+            tokio::time::sleep(C::MIN_GAP).await;
+            any_changed(&mut triggers).await
+        };
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(pause) => {}
-            _ = any_changed(&mut triggers) => {}
+            _ = woken => {}
         }
     }
 }

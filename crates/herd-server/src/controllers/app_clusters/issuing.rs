@@ -36,7 +36,7 @@ impl AppClusterController {
                     && member.metadata.resource_version.is_some()
             })
             .collect();
-        let outcomes = join_all(due.iter().map(|&i| self.objects.update_status(pass.members[i].clone(), false))).await;
+        let outcomes = join_all(due.iter().map(|&i| self.objects.update_status_as_read(pass.members[i].clone()))).await;
         let mut failed = None;
         for (i, outcome) in due.into_iter().zip(outcomes) {
             let name = pass.members[i].metadata.name.clone();

@@ -288,7 +288,7 @@ impl AppClusterController {
         let deletes = consumed
             .iter()
             .filter(|(member, _)| !unwritten.contains(member))
-            .map(|(_, command)| self.objects.delete_if_present::<CommandSpec>(command));
+            .map(|(_, command)| self.objects.delete_as_read(&**command));
         futures_util::future::try_join_all(deletes).await?;
         let status = match pass.app {
             Some(_) => cluster_status(&cluster.spec, cluster.metadata.generation, &pass.members),
@@ -300,7 +300,7 @@ impl AppClusterController {
         };
         if status != cluster.status {
             self.objects
-                .modify::<AppClusterSpec, ObjectsError>(name, Part::Status, |c| {
+                .modify_from::<AppClusterSpec, ObjectsError>(cluster.clone(), Part::Status, |c| {
                     if c.metadata.generation != cluster.metadata.generation || c.status == status {
                         return Ok(false);
                     }
@@ -315,7 +315,7 @@ impl AppClusterController {
     /// Reads every settled Command of the cluster's members into their
     /// statuses; returns those read, with their member (deleted at the end
     /// of the pass). Members with an unsettled Command are busy.
-    fn read_commands(pass: &mut Pass<'_>, mut commands: Vec<Arc<Command>>) -> Vec<(String, String)> {
+    fn read_commands(pass: &mut Pass<'_>, mut commands: Vec<Arc<Command>>) -> Vec<(String, Arc<Command>)> {
         commands.sort_by_key(|c| c.metadata.creation_timestamp);
         let mut consumed = Consumed::default();
         let mut read = Vec::new();
@@ -333,7 +333,7 @@ impl AppClusterController {
             if let Some(member) = member.filter(|m| commands::concerns(command, m.spec.node.as_ref())) {
                 consume(command, &mut member.status, &mut consumed);
             }
-            read.push((member_name.to_string(), command.metadata.name.clone()));
+            read.push((member_name.to_string(), command.clone()));
         }
         pass.removed.extend(consumed.removed);
         read

@@ -116,7 +116,9 @@ impl AppClusterController {
                 bindings.push((i, std::mem::replace(&mut pass.members[i], bound)));
             }
         }
-        let writes = bindings.iter().map(|(i, _)| self.objects.update(pass.members[*i].clone(), false));
+        let writes = bindings
+            .iter()
+            .map(|(i, before)| self.objects.write_over(before, pass.members[*i].clone(), crate::objects::Part::Spec));
         let written = futures_util::future::join_all(writes).await;
         let mut placed = Vec::new();
         for ((i, before), outcome) in bindings.into_iter().zip(written) {
