@@ -12,6 +12,7 @@ use herd_core::kinds::{Action, Command, CommandSpec, EventType, ManagementState,
 
 use crate::error::ApiError;
 use crate::events::EventRecorder;
+use crate::metrics::Metrics;
 use herd_store::{Compare, Revision, Txn};
 
 use crate::objects::{Guard, Objects, ObjectsError, Part, now};
@@ -68,7 +69,7 @@ pub fn foreign_report(node: &str, current: &[Option<Command>]) -> Option<ApiErro
 /// agent may forget.
 pub async fn record_reports(
     objects: &Objects,
-    events: &EventRecorder,
+    (events, metrics): (&EventRecorder, &Metrics),
     node: &str,
     reports: &[CommandReport],
     current: Vec<Option<Command>>,
@@ -102,6 +103,7 @@ pub async fn record_reports(
                 Ok(command.status != was)
             })
             .await?;
+        metrics.observe_settling(&written, before);
         tell_outcome(events, &written, before).await;
         if forget {
             acks.push(ack);

@@ -59,18 +59,9 @@ impl EventRecorder {
     ) -> Result<(), ApiError> {
         let name = event_name(&involved, reason, &message);
         let at = now();
+        // Created first: most Events are new, and a repeat costs one refused
+        // create before its count goes up.
         for _ in 0..3 {
-            if self.objects.get::<EventSpec>(&name).await?.is_some() {
-                let bumped = self.objects.modify::<EventSpec, ApiError>(&name, Part::Spec, |event| {
-                    event.spec.count += 1;
-                    event.spec.last_timestamp = at;
-                    Ok(true)
-                });
-                match bumped.await {
-                    Err(ApiError::NotFound { .. }) => continue,
-                    other => return other.map(|_| ()),
-                }
-            }
             let event = Event::new(
                 name.clone(),
                 EventSpec {
@@ -85,8 +76,18 @@ impl EventRecorder {
                 },
             );
             match self.objects.create(event, false, false).await {
-                Err(ObjectsError::AlreadyExists { .. }) => continue,
+                Err(ObjectsError::AlreadyExists { .. }) => {}
                 other => return other.map(|_| ()).map_err(ApiError::from),
+            }
+            let bumped = self.objects.modify::<EventSpec, ApiError>(&name, Part::Spec, |event| {
+                event.spec.count += 1;
+                event.spec.last_timestamp = at;
+                Ok(true)
+            });
+            match bumped.await {
+                // Deleted meanwhile (its time was up): made again.
+                Err(ApiError::NotFound { .. }) => continue,
+                other => return other.map(|_| ()),
             }
         }
         Err(ApiError::Conflict(format!("event {name} kept changing")))

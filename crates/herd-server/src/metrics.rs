@@ -197,9 +197,20 @@ impl Metrics {
         self.reconcile_seconds.get_or_create(&labels).observe(elapsed.as_secs_f64());
     }
 
-    /// A Command of `action` settled in `state`, `took` after it was made.
-    pub fn observe_command(&self, action: &str, state: &str, took: Duration) {
-        let labels = CommandLabels { action: action.to_string(), state: state.to_string() };
+    /// `written`, a Command as just written over one that was in state
+    /// `before`: if that write settled it, how long it took from its
+    /// creation (observed where each settling is written, so once each).
+    pub fn observe_settling(&self, written: &herd_core::kinds::Command, before: herd_core::kinds::ManagementState) {
+        let status = &written.status;
+        if before.is_settled() || !status.state_by_management.is_settled() {
+            return;
+        }
+        let (Some(created), Some(settled)) = (written.metadata.creation_timestamp, status.updated) else { return };
+        let Ok(took) = settled.system_time().duration_since(created.system_time()) else { return };
+        let labels = CommandLabels {
+            action: written.spec.action.type_name().to_string(),
+            state: format!("{:?}", status.state_by_management),
+        };
         self.command_seconds.get_or_create(&labels).observe(took.as_secs_f64());
     }
 

@@ -197,7 +197,7 @@ pub struct Heartbeat {
 pub async fn heartbeat(
     objects: &Objects,
     config: &Reflector<ClusterConfigSpec>,
-    events: &EventRecorder,
+    (events, metrics): (&EventRecorder, &crate::metrics::Metrics),
     certificates: &crate::tls::NodeCertificates,
     name: &str,
     report: AgentReport,
@@ -214,7 +214,8 @@ pub async fn heartbeat(
         let message = format!("the agent refused {} to {}: {}", refusal.caller, refusal.asked, refusal.reason);
         events.record(&node, EventType::Warning, "PeerAccessRefused", message).await;
     }
-    let acknowledged = crate::commands::record_reports(objects, events, name, &report.commands, commands).await?;
+    let acknowledged =
+        crate::commands::record_reports(objects, (events, metrics), name, &report.commands, commands).await?;
     let configuration = configuration_for(objects, &node, &report).await?;
     let response = HeartbeatAnswer {
         heartbeat_period: cluster_config(config).heartbeat_period,

@@ -98,8 +98,15 @@ pub async fn heartbeat(
     caller.may(Verb::Heartbeat, "nodes", Some(&name))?;
     let report: AgentReport = parse_body(&body, "Node", &name)?;
     let certificates = &state.node_certificates;
-    let crate::nodes::Heartbeat { response: mut answer, mut configuration_bytes } =
-        crate::nodes::heartbeat(&state.objects, &state.config, &state.events, certificates, &name, report).await?;
+    let crate::nodes::Heartbeat { response: mut answer, mut configuration_bytes } = crate::nodes::heartbeat(
+        &state.objects,
+        &state.config,
+        (&state.events, &state.metrics),
+        certificates,
+        &name,
+        report,
+    )
+    .await?;
     if let Some(superseded) = state.supersession.as_ref().and_then(|s| s.superseded()) {
         // A superseded master tells the node where the master is now, and
         // acknowledges nothing: the new master records its journal.

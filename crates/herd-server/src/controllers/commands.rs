@@ -69,9 +69,7 @@ pub struct CommandController {
     pub events: EventRecorder,
     /// Looked at by copies side by side, hence the lock.
     sightings: std::sync::Mutex<Sightings>,
-    /// Commands this leader has seen unsettled: when one settles, how long
-    /// it took goes to `metrics`.
-    unsettled: std::collections::HashSet<String>,
+    /// How long each Command this controller settles took.
     metrics: Arc<Metrics>,
 }
 
@@ -91,7 +89,6 @@ impl Controller for CommandController {
     /// a time (a migration's steps touch members on two nodes). Each
     /// Command's failure is its own (logged); the pass goes on.
     async fn reconcile(&mut self) -> Result<Next, ObjectsError> {
-        self.observe_settled();
         let settings = cluster_config(&self.config).commands;
         // Only unsettled Commands need a look: the settled ones are not copied.
         let unsettled = self.commands.list_shared().into_iter().filter(|c| !c.status.state_by_management.is_settled());
@@ -126,31 +123,8 @@ impl CommandController {
             nodes,
             config,
             sightings: Default::default(),
-            unsettled: Default::default(),
             metrics,
         }
-    }
-
-    /// Counts how long each Command that settled since the last pass took,
-    /// from its creation to its last state change (its settling).
-    fn observe_settled(&mut self) {
-        let seen = self.commands.map(|c| {
-            let status = &c.status;
-            let took = match (c.metadata.creation_timestamp, status.updated) {
-                (Some(created), Some(settled)) => settled.system_time().duration_since(created.system_time()).ok(),
-                _ => None,
-            };
-            (c.metadata.name.clone(), status.state_by_management, c.spec.action.type_name(), took)
-        });
-        let mut still = std::collections::HashSet::new();
-        for (name, state, action, took) in seen {
-            if !state.is_settled() {
-                still.insert(name);
-            } else if let (true, Some(took)) = (self.unsettled.contains(&name), took) {
-                self.metrics.observe_command(action, &format!("{state:?}"), took);
-            }
-        }
-        self.unsettled = still;
     }
 
     async fn look_at_logged(&self, command: &Command) {
@@ -244,13 +218,16 @@ impl CommandController {
         type_: EventType,
         reason: &str,
     ) -> Result<(), ObjectsError> {
+        let mut before = ManagementState::default();
         let written = self
             .objects
             .modify::<CommandSpec, ObjectsError>(&command.metadata.name, Part::Status, |c| {
+                before = c.status.state_by_management;
                 c.status.mark(state, why, now());
                 Ok(true)
             })
             .await?;
+        self.metrics.observe_settling(&written, before);
         self.events.record(&written, type_, reason, format!("{state}: {why}")).await;
         Ok(())
     }
@@ -267,9 +244,11 @@ impl CommandController {
             Finding::Later(found) => ("ReconcileRetry", format!("{why}; found: {found}; looking again later")),
             Finding::Unknown(error) => ("ReconcileFailed", format!("{why}; could not find out: {error}")),
         };
+        let mut before = ManagementState::default();
         let written = self
             .objects
             .modify::<CommandSpec, ObjectsError>(name, Part::Status, |c| {
+                before = c.status.state_by_management;
                 match &finding {
                     Finding::Done(answer) => {
                         c.status.answer = Some(answer.clone());
@@ -285,6 +264,7 @@ impl CommandController {
                 Ok(true)
             })
             .await?;
+        self.metrics.observe_settling(&written, before);
         let type_ = if matches!(finding, Finding::Unknown(_)) { EventType::Warning } else { EventType::Normal };
         self.events.record(&written, type_, reason, message).await;
         Ok(())
