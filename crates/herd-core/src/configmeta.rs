@@ -3,6 +3,7 @@
 //! name, App, generation, each role's members with node, address, ports
 //! and state — and the member itself. Pure: built from the objects.
 
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 
 use schemars::JsonSchema;
@@ -62,9 +63,12 @@ fn meta_of(member: &Member, hosts: &BTreeMap<&str, &str>) -> MemberMeta {
 
 /// Every member of `cluster` not leaving, role by role in the spec's
 /// order, by index.
-fn roles_of(cluster: &AppCluster, members: &[Member], nodes: &[Node]) -> Vec<RoleMeta> {
-    let hosts: BTreeMap<&str, &str> =
-        nodes.iter().filter_map(|n| Some((n.metadata.name.as_str(), crate::placement::node_host(n)?))).collect();
+fn roles_of(cluster: &AppCluster, members: &[Member], nodes: &[impl Borrow<Node>]) -> Vec<RoleMeta> {
+    let hosts: BTreeMap<&str, &str> = nodes
+        .iter()
+        .map(Borrow::borrow)
+        .filter_map(|n| Some((n.metadata.name.as_str(), crate::placement::node_host(n)?)))
+        .collect();
     let staying = |m: &&Member| !matches!(m.status.state, MemberState::DeletePending | MemberState::Deleting);
     cluster
         .spec
@@ -81,14 +85,19 @@ fn roles_of(cluster: &AppCluster, members: &[Member], nodes: &[Node]) -> Vec<Rol
 
 /// The topology digest (see [`ConfigMeta::topology_digest`]) of the
 /// cluster as `members` place it, the same for every member.
-pub fn topology(cluster: &AppCluster, members: &[Member], nodes: &[Node]) -> String {
+pub fn topology(cluster: &AppCluster, members: &[Member], nodes: &[impl Borrow<Node>]) -> String {
     digest(&roles_of(cluster, members, nodes))
 }
 
 /// The document for member `me`: every member of `cluster` not leaving,
 /// role by role in the spec's order, by index. None when `me` is not one
 /// of them.
-pub fn configmeta(cluster: &AppCluster, members: &[Member], nodes: &[Node], me: &str) -> Option<ConfigMeta> {
+pub fn configmeta(
+    cluster: &AppCluster,
+    members: &[Member],
+    nodes: &[impl Borrow<Node>],
+    me: &str,
+) -> Option<ConfigMeta> {
     let roles = roles_of(cluster, members, nodes);
     let me = roles.iter().flat_map(|r| &r.members).find(|m| m.name == me)?.clone();
     Some(ConfigMeta {
@@ -233,7 +242,7 @@ mod tests {
         assert_eq!(meta.me.name, "db-member-1");
         assert_eq!(meta.me.host, None, "its node has not reported an address");
         assert_eq!(meta.me.ports["client"], 20001);
-        assert!(configmeta(&cluster, &members, &[], "db-member-2").is_none(), "a leaving member gets none");
+        assert!(configmeta(&cluster, &members, &[] as &[Node], "db-member-2").is_none(), "a leaving member gets none");
     }
 
     #[test]
@@ -274,7 +283,9 @@ mod tests {
         );
         let members =
             [member("member", 0, "n1", MemberState::Configured), member("member", 1, "n1", MemberState::Creating)];
-        let digest = |members: &[Member]| configmeta(&cluster, members, &[], "db-member-0").unwrap().topology_digest();
+        let digest = |members: &[Member]| {
+            configmeta(&cluster, members, &[] as &[Node], "db-member-0").unwrap().topology_digest()
+        };
         let before = digest(&members);
         let mut later = members.clone();
         later[1].status.state = MemberState::Configured;

@@ -10,6 +10,7 @@
 //! that cannot be placed gets the reason, naming each node and why not.
 //! A member replaced or evicted from a node is never placed back on it.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::RangeInclusive;
 
@@ -52,13 +53,13 @@ pub fn place(
     member: &Member,
     selector: &BTreeMap<String, String>,
     spread: Spread,
-    nodes: &[Node],
-    peers: &[Member],
+    nodes: &[impl Borrow<Node>],
+    peers: &[impl Borrow<Member>],
     bound: &dyn Fn(&str) -> usize,
 ) -> Placement {
     let mut refusals = Vec::new();
     let mut eligible = Vec::new();
-    for node in nodes {
+    for node in nodes.iter().map(Borrow::borrow) {
         match unschedulable_because(node, selector) {
             Some(why) => refusals.push(why),
             None => eligible.push(node),
@@ -78,7 +79,7 @@ pub fn place(
     // two moves at once must not pick one node for two members. Gathered
     // once: a walk of the peers for each of a thousand nodes adds up.
     let mut peers_by_node: HashMap<&str, Vec<&str>> = HashMap::new();
-    for peer in peers.iter().filter(|p| p.metadata.name != member.metadata.name) {
+    for peer in peers.iter().map(Borrow::borrow).filter(|p| p.metadata.name != member.metadata.name) {
         let bound_to = peer.spec.node.as_deref();
         let moving_to = peer.status.migration.as_ref().map(|m| m.to.as_str()).filter(|to| Some(*to) != bound_to);
         for node in bound_to.into_iter().chain(moving_to) {
@@ -153,6 +154,8 @@ pub fn allocate_ports(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const NO_PEERS: &[Member] = &[];
     use crate::kinds::member::MemberSpec;
     use crate::kinds::node::NodeSpec;
     use proptest::prelude::*;
@@ -186,11 +189,11 @@ mod tests {
         let mut moving = member(0, None);
         moving.status.moved_from = Some("n1".into());
         assert_eq!(
-            place(&moving, &no_selector(), Spread::Preferred, &nodes, &[], &|n| usize::from(n == "n2")),
+            place(&moving, &no_selector(), Spread::Preferred, &nodes, NO_PEERS, &|n| usize::from(n == "n2")),
             Placement::Bound("n2".into())
         );
         assert_eq!(
-            place(&moving, &no_selector(), Spread::Preferred, &nodes[..1], &[], &|_| 0),
+            place(&moving, &no_selector(), Spread::Preferred, &nodes[..1], NO_PEERS, &|_| 0),
             Placement::Unplaceable("no node can take db-member-0: n1 is the node it is moving away from".into())
         );
     }
@@ -203,7 +206,7 @@ mod tests {
         cordoned.spec.unschedulable = true;
         let nodes = [node("n1", false), drained, cordoned, node("n4", true)];
         let selector = BTreeMap::from([("zone".to_string(), "a".to_string())]);
-        let placed = place(&member(0, None), &selector, Spread::Preferred, &nodes, &[], &|_| 0);
+        let placed = place(&member(0, None), &selector, Spread::Preferred, &nodes, NO_PEERS, &|_| 0);
         assert_eq!(
             placed,
             Placement::Unplaceable(
@@ -215,7 +218,7 @@ mod tests {
         labelled.metadata.labels.insert("zone".into(), "a".into());
         let nodes = [node("n1", false), labelled];
         assert_eq!(
-            place(&member(0, None), &selector, Spread::Preferred, &nodes, &[], &|_| 0),
+            place(&member(0, None), &selector, Spread::Preferred, &nodes, NO_PEERS, &|_| 0),
             Placement::Bound("n4".into())
         );
     }
@@ -225,7 +228,7 @@ mod tests {
         let nodes = [node("n1", true), node("n2", true)];
         let bound = |name: &str| if name == "n1" { 5 } else { 0 };
         assert_eq!(
-            place(&member(0, None), &no_selector(), Spread::Preferred, &nodes, &[], &bound),
+            place(&member(0, None), &no_selector(), Spread::Preferred, &nodes, NO_PEERS, &bound),
             Placement::Bound("n2".into())
         );
     }

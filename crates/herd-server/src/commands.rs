@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use herd_core::Resource;
 use herd_core::api::{CommandAck, CommandReport};
 use herd_core::kinds::{Action, Command, CommandSpec, EventType, ManagementState, NodeRole, NodeSpec};
 
@@ -15,7 +16,7 @@ use crate::events::EventRecorder;
 use crate::metrics::Metrics;
 use herd_store::{Compare, Revision, Txn};
 
-use crate::objects::{Guard, Objects, ObjectsError, Part, now};
+use crate::objects::{Guard, Objects, ObjectsError, Part, decode, now, object_key};
 use crate::peers::PeerAuthority;
 
 /// Issues Commands in one leadership's term: the command controller
@@ -156,13 +157,54 @@ async fn hold_list(objects: &Objects, member: &str) -> Result<(Option<Revision>,
     let Some(kv) = objects.store().get(&key).await? else { return Ok((None, Vec::new())) };
     let names: Vec<String> =
         serde_json::from_slice(&kv.value).map_err(|e| ObjectsError::Corrupt { key, reason: e.to_string() })?;
-    let mut listed = Vec::with_capacity(names.len());
+    let mut unsettled = Vec::with_capacity(names.len());
     for name in names {
-        if let Some(command) = objects.get::<CommandSpec>(&name).await? {
-            listed.push(command);
+        let key = object_key(CommandSpec::PLURAL, &name);
+        let Some(stored) = objects.store().get(&key).await? else { continue };
+        // Most listed ones have settled: only those that have not are read whole.
+        if !stored_state(&key, &stored.value)?.is_settled() {
+            unsettled.push(decode::<CommandSpec>(&stored)?);
         }
     }
-    Ok((Some(kv.mod_revision), listed))
+    Ok((Some(kv.mod_revision), unsettled))
+}
+
+/// A stored Command's management state, read without the rest of it.
+fn stored_state(key: &str, value: &[u8]) -> Result<ManagementState, ObjectsError> {
+    #[derive(serde::Deserialize)]
+    struct Stored {
+        #[serde(default)]
+        status: Status,
+    }
+    #[derive(serde::Deserialize, Default)]
+    #[serde(rename_all = "camelCase")]
+    struct Status {
+        #[serde(default)]
+        state_by_management: ManagementState,
+    }
+    let stored: Stored =
+        serde_json::from_slice(value).map_err(|e| ObjectsError::Corrupt { key: key.into(), reason: e.to_string() })?;
+    Ok(stored.status.state_by_management)
+}
+
+/// A node's role as stored (None: no such node), read without the rest of
+/// the node (its status carries every member's report).
+async fn stored_role(objects: &Objects, node: &str) -> Result<Option<NodeRole>, ObjectsError> {
+    #[derive(serde::Deserialize)]
+    struct Stored {
+        #[serde(default)]
+        spec: Spec,
+    }
+    #[derive(serde::Deserialize, Default)]
+    struct Spec {
+        #[serde(default)]
+        role: NodeRole,
+    }
+    let key = object_key(NodeSpec::PLURAL, node);
+    let Some(kv) = objects.store().get(&key).await? else { return Ok(None) };
+    let stored: Stored =
+        serde_json::from_slice(&kv.value).map_err(|e| ObjectsError::Corrupt { key, reason: e.to_string() })?;
+    Ok(Some(stored.spec.role))
 }
 
 /// The node a stored Command event is for, from the label the server sets
@@ -188,7 +230,7 @@ pub async fn create_issued(objects: &Objects, issuer: &Issuer, mut command: Comm
 /// [`create`], keeping the status given when `issued`.
 async fn admit(objects: &Objects, command: Command, dry_run: bool, issued: bool) -> Result<Command, ObjectsError> {
     for node in command.spec.nodes() {
-        if objects.get::<NodeSpec>(node).await?.is_some_and(|n| n.spec.role == NodeRole::Offline) {
+        if stored_role(objects, node).await? == Some(NodeRole::Offline) {
             return Err(ObjectsError::Held(format!(
                 "node {node} is offline: no Command involves an offline node (`herd node modify {node} --role regular` first)"
             )));

@@ -16,7 +16,7 @@
 //! has its delta stored, so a new leader reads the configuration back as
 //! document plus deltas.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use herd_core::configuration::{CONFIGURATION_KINDS, Configuration, Intents, SECRETS_PREFIX, Ssconf, apply};
@@ -131,20 +131,33 @@ impl ConfigurationKeeper {
                 return Ok(());
             };
             let head = store.head();
+            // Only each object's last change counts (a member is written
+            // several times in a burst): one decoding per object.
+            let mut latest = HashMap::new();
             while changes.revision() < head {
                 let batch = match changes.next().await {
                     Ok(batch) => batch,
                     Err(StoreError::Compacted { .. }) => break,
-                    Err(error) => return Err(error.into()),
+                    Err(error) => {
+                        // What it had read is dropped: the next pass reads everything.
+                        self.changes = None;
+                        return Err(error.into());
+                    }
                 };
-                for event in batch.events.iter().filter(|e| in_configuration(&e.key)) {
-                    intents.observe(
-                        &decode_value(&event.value, &event.key, event.revision)?,
-                        event.kind == EventKind::Delete,
-                    );
-                }
+                latest
+                    .extend(batch.events.into_iter().filter(|e| in_configuration(&e.key)).map(|e| (e.key.clone(), e)));
             }
             if changes.revision() >= head {
+                for event in latest.values() {
+                    match decode_value(&event.value, &event.key, event.revision) {
+                        Ok(object) => intents.observe(&object, event.kind == EventKind::Delete),
+                        Err(error) => {
+                            // The watch is past it: the next pass reads everything.
+                            self.changes = None;
+                            return Err(error);
+                        }
+                    }
+                }
                 return Ok(());
             }
             self.changes = None;

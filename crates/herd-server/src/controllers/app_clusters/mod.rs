@@ -159,7 +159,7 @@ impl Round {
                 commands.entry(cluster.clone()).or_default().push(command);
             }
         }
-        let (nodes, all_members) = (controller.nodes.list(), controller.members.list_shared());
+        let (nodes, all_members) = (controller.nodes.list_shared(), controller.members.list_shared());
         let bookings = Bookings::of(&nodes, all_members.iter().map(|m| &**m));
         let nodes = Nodes::of(nodes);
         let mut members: BTreeMap<String, Vec<Arc<Member>>> = BTreeMap::new();
@@ -177,7 +177,7 @@ struct Pass<'a> {
     app: Option<&'a AppSpec>,
     nodes: &'a Nodes,
     /// The nodes this cluster's members are bound to (after placement).
-    near: Vec<Node>,
+    near: Vec<Arc<Node>>,
     /// What the round's members take (ports, members per node).
     bookings: &'a Bookings,
     /// This cluster's members as they are being changed.
@@ -202,14 +202,14 @@ fn owned_by(member: &Member, cluster: &AppCluster) -> bool {
 /// The round's nodes, looked up by name: a pass asks for a member's
 /// node many times, and a walk of a thousand nodes each time adds up.
 struct Nodes {
-    list: Vec<Node>,
+    list: Vec<Arc<Node>>,
     by_name: HashMap<String, usize>,
     /// The members some node runs and wants running.
     running: HashSet<String>,
 }
 
 impl Nodes {
-    fn of(list: Vec<Node>) -> Nodes {
+    fn of(list: Vec<Arc<Node>>) -> Nodes {
         let by_name = list.iter().enumerate().map(|(i, n)| (n.metadata.name.clone(), i)).collect();
         let running =
             list.iter().flat_map(|n| n.status.members.iter().filter(|r| r.wanted).map(|r| r.name.clone())).collect();
@@ -217,7 +217,7 @@ impl Nodes {
     }
 
     fn get(&self, name: &str) -> Option<&Node> {
-        self.by_name.get(name).map(|&i| &self.list[i])
+        self.by_name.get(name).map(|&i| &*self.list[i])
     }
 
     /// What `member`'s node reports of it.
@@ -226,10 +226,10 @@ impl Nodes {
         node.status.members.iter().find(|r| r.name == member.metadata.name)
     }
 
-    /// Copies of the nodes `members` are bound to.
-    fn of_members(&self, members: &[Member]) -> Vec<Node> {
+    /// The nodes `members` are bound to.
+    fn of_members(&self, members: &[Member]) -> Vec<Arc<Node>> {
         let names: BTreeSet<&str> = members.iter().filter_map(|m| m.spec.node.as_deref()).collect();
-        names.into_iter().filter_map(|name| self.get(name)).cloned().collect()
+        names.into_iter().filter_map(|name| self.by_name.get(name).map(|&i| self.list[i].clone())).collect()
     }
 }
 
@@ -562,7 +562,7 @@ impl AppClusterController {
         if orphans.is_empty() {
             return Ok(false);
         }
-        let nodes = Nodes::of(self.nodes.list());
+        let nodes = Nodes::of(self.nodes.list_shared());
         let mut removed = BTreeSet::new();
         let mut busy = BTreeSet::new();
         let mut settled: BTreeMap<String, Vec<String>> = BTreeMap::new();

@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::RangeInclusive;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use herd_core::kinds::app::{AppRole, NamedPort};
 use herd_core::kinds::{AppSpec, EventType, Member, MemberState, Node};
@@ -41,7 +41,7 @@ struct Taken {
 }
 
 impl Bookings {
-    pub(super) fn of<'m>(nodes: &[Node], members: impl IntoIterator<Item = &'m Member>) -> Bookings {
+    pub(super) fn of<'m>(nodes: &[Arc<Node>], members: impl IntoIterator<Item = &'m Member>) -> Bookings {
         let hosts = nodes
             .iter()
             .map(|n| {
@@ -154,7 +154,7 @@ impl AppClusterController {
         let mut moving = pass.members[i].clone();
         moving.status.moved_from = moving.spec.node.take();
         let selector = pass.cluster.spec.role(&moving.spec.role).map(|r| r.node_selector.clone()).unwrap_or_default();
-        let peers: Vec<Member> = pass.members.iter().filter(|m| m.spec.role == moving.spec.role).cloned().collect();
+        let peers: Vec<&Member> = pass.members.iter().filter(|m| m.spec.role == moving.spec.role).collect();
         let spread = app_role.placement.spread;
         let place = |bound: &dyn Fn(&str) -> usize| place(&moving, &selector, spread, &pass.nodes.list, &peers, bound);
         pass.bookings.book(place, &app_role.ports, pass.settings.member_ports()).map_err(|refused| match refused {
@@ -167,7 +167,7 @@ impl AppClusterController {
     async fn binding(&self, pass: &mut Pass<'_>, i: usize, app_role: &AppRole) -> Option<Member> {
         let member = &pass.members[i];
         let selector = pass.cluster.spec.role(&member.spec.role).map(|r| r.node_selector.clone()).unwrap_or_default();
-        let peers: Vec<Member> = pass.members.iter().filter(|m| m.spec.role == member.spec.role).cloned().collect();
+        let peers: Vec<&Member> = pass.members.iter().filter(|m| m.spec.role == member.spec.role).collect();
         let spread = app_role.placement.spread;
         let place = |bound: &dyn Fn(&str) -> usize| place(member, &selector, spread, &pass.nodes.list, &peers, bound);
         match pass.bookings.book(place, &app_role.ports, pass.settings.member_ports()) {
