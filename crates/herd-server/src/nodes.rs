@@ -249,7 +249,7 @@ fn damaged(key: &str, e: serde_json::Error) -> ApiError {
 }
 
 /// A stored configuration document or delta, checked to be JSON.
-fn stored_json(key: &str, value: &[u8]) -> Result<Box<RawValue>, ApiError> {
+fn checked_json(key: &str, value: &[u8]) -> Result<Box<RawValue>, ApiError> {
     serde_json::from_slice(value).map_err(|e| damaged(key, e))
 }
 
@@ -260,7 +260,7 @@ async fn deltas_after(objects: &Objects, from: u64, to: u64) -> Result<Option<(V
     for serial in from + 1..=to {
         let key = delta_key(serial);
         let Some(kv) = objects.store().get(&key).await? else { return Ok(None) };
-        deltas.push(stored_json(&key, &kv.value)?);
+        deltas.push(checked_json(&key, &kv.value)?);
         bytes += kv.value.len();
     }
     Ok(Some((deltas, bytes)))
@@ -312,6 +312,6 @@ async fn configuration_for(
         (answer.deltas, answer.bytes) = (deltas, bytes);
     }
     answer.bytes += document.value.len();
-    answer.configuration = Some(stored_json(DOCUMENT_KEY, &document.value)?);
+    answer.configuration = Some(checked_json(DOCUMENT_KEY, &document.value)?);
     Ok(answer)
 }

@@ -12,6 +12,7 @@ use herd_core::{API_VERSION, Object, Resource, Timestamp};
 use herd_store::{Compare, KeyValue, ListOptions, Op, Revision, Store, StoreError, Txn, TxnOutcome};
 use serde::Deserialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use herd_core::ValidationErrors;
 
@@ -177,6 +178,35 @@ pub fn decode_value(value: &[u8], key: &str, revision: Revision) -> Result<Value
         meta.insert("resourceVersion".into(), Value::String(revision.to_string()));
     }
     Ok(object)
+}
+
+/// A stored object as the API shows it (its resourceVersion set), as JSON
+/// text: what [`decode_value`] gives, without building the value when the
+/// object is laid out as [`encode`] writes it (the revision goes first in
+/// its metadata); anything else takes the long way.
+pub fn stored_json(value: &[u8], key: &str, revision: Revision) -> Result<Box<RawValue>, ObjectsError> {
+    const METADATA: &[u8] = b"\"metadata\":{";
+    let opening = value.windows(METADATA.len()).position(|w| w == METADATA).map(|at| at + METADATA.len());
+    // Only where `encode` puts it: after the apiVersion and kind, whose
+    // values hold no brace, so the first match is the object's own.
+    let laid_out = opening.filter(|&at| {
+        value.starts_with(b"{\"apiVersion\":")
+            && !value[1..at - 1].contains(&b'{')
+            && !value[at..].starts_with(b"\"resourceVersion\"")
+            && value.get(at) == Some(&b'"')
+    });
+    if let Some(at) = laid_out {
+        let mut text = Vec::with_capacity(value.len() + 32);
+        text.extend_from_slice(&value[..at]);
+        text.extend_from_slice(format!("\"resourceVersion\":\"{revision}\",").as_bytes());
+        text.extend_from_slice(&value[at..]);
+        if let Some(raw) = String::from_utf8(text).ok().and_then(|text| RawValue::from_string(text).ok()) {
+            return Ok(raw);
+        }
+    }
+    let object = decode_value(value, key, revision)?;
+    serde_json::value::to_raw_value(&object)
+        .map_err(|e| ObjectsError::Corrupt { key: key.into(), reason: e.to_string() })
 }
 
 /// The resourceVersion is the store's mod revision: it is not stored.
@@ -679,6 +709,24 @@ impl Objects {
 mod tests {
     use super::*;
     use herd_core::kinds::NodeSpec;
+
+    #[test]
+    fn stored_json_shows_what_decode_value_shows() {
+        let mut node = Object::new("n1", NodeSpec::default());
+        node.metadata.labels.insert("zone".into(), "a{b}".into());
+        node.metadata.uid = Some("uid-1".into());
+        let encoded = encode(&node);
+        let shown = |value: &[u8]| serde_json::from_str::<Value>(stored_json(value, "/k", 42).unwrap().get()).unwrap();
+        let decoded = decode_value(&encoded, "/k", 42).unwrap();
+        assert_eq!(shown(&encoded), decoded);
+        assert_eq!(decoded["metadata"]["resourceVersion"], "42");
+        let text = stored_json(&encoded, "/k", 42).unwrap();
+        assert!(text.get().contains(r#""metadata":{"resourceVersion":"42","#), "the short way: {}", text.get());
+        // Laid out otherwise (metadata first): the long way, same answer.
+        let reordered = serde_json::to_vec(&serde_json::json!({"metadata": {"name": "n1"}, "kind": "Node"})).unwrap();
+        assert_eq!(shown(&reordered), decode_value(&reordered, "/k", 42).unwrap());
+        assert!(stored_json(b"{\"apiVersion\":", "/k", 42).is_err(), "damaged bytes are an error, not a line");
+    }
 
     #[tokio::test]
     async fn a_moved_fence_refuses_every_write_and_changes_nothing() {

@@ -23,7 +23,7 @@ use serde_json::json;
 use super::AppState;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
-use crate::objects::{collection_prefix, decode_value, stored_labels};
+use crate::objects::{collection_prefix, stored_json, stored_labels};
 use crate::registry::KindInfo;
 
 const BOOKMARK_INTERVAL: Duration = Duration::from_secs(5);
@@ -132,7 +132,7 @@ impl WatchState {
                         };
                         let change = Change { key: &event.key, labels: &labels, revision: event.revision, kind };
                         let Some(type_) = self.selection.classify(change) else { continue };
-                        match decode_value(&event.value, &event.key, event.revision) {
+                        match stored_json(&event.value, &event.key, event.revision) {
                             Ok(object) => self.pending.push_back(line(&WatchEvent { type_, object })),
                             Err(error) => tracing::error!(%error, "skipping an unreadable stored object in a watch"),
                         }
