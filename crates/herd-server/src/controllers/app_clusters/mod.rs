@@ -269,7 +269,7 @@ impl AppClusterController {
             self.recover_members(&mut pass, app).await?;
             self.migrate_members(&mut pass, app).await?;
             self.restart_members(&mut pass, app).await?;
-            self.sync_roles(&mut pass).await?;
+            self.sync_roles(&mut pass, app).await?;
             self.sync_members(&mut pass, app).await?;
             self.send_notifies(&mut pass, app).await?;
         }
@@ -367,9 +367,9 @@ impl AppClusterController {
     }
 
     /// Creates the members the spec asks for and sends away the surplus.
-    async fn sync_roles(&self, pass: &mut Pass<'_>) -> Result<(), ObjectsError> {
+    async fn sync_roles(&self, pass: &mut Pass<'_>, app: &AppSpec) -> Result<(), ObjectsError> {
         let cluster = pass.cluster;
-        let mut creations = Vec::new();
+        let mut fresh = Vec::new();
         for change in role_sync(&cluster.metadata.name, &cluster.spec, &pass.members) {
             match change {
                 MemberChange::Create { name, role, index } => {
@@ -387,7 +387,7 @@ impl AppClusterController {
                         name: cluster.metadata.name.clone(),
                         uid: cluster.metadata.uid.clone().unwrap_or_default(),
                     });
-                    creations.push(self.objects.create(member, true, false));
+                    fresh.push(member);
                 }
                 MemberChange::MarkDeletePending { name } => {
                     if let Some(member) = pass.members.iter_mut().find(|m| m.metadata.name == name) {
@@ -401,19 +401,7 @@ impl AppClusterController {
                 }
             }
         }
-        for created in futures_util::future::join_all(creations).await {
-            match created {
-                Ok(created) => {
-                    // As stored: a status this pass does not change is not written again.
-                    pass.stored.insert(created.metadata.name.clone(), created.status.clone());
-                    pass.members.push(created);
-                }
-                // Created by an earlier pass whose cache had not seen it.
-                Err(ObjectsError::AlreadyExists { .. }) => {}
-                Err(error) => return Err(error),
-            }
-        }
-        Ok(())
+        self.create_placed(pass, app, fresh).await
     }
 
     /// Each member one step further; joins and departures queue notifies.

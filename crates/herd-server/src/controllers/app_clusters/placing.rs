@@ -9,8 +9,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::RangeInclusive;
 use std::sync::{Arc, Mutex};
 
+use futures_util::future::join_all;
 use herd_core::kinds::app::{AppRole, NamedPort};
 use herd_core::kinds::{AppSpec, EventType, Member, MemberState, Node};
+use herd_core::member_check::{Seen, check_member};
 use herd_core::placement::{Placement, allocate_ports, node_host, place};
 
 use super::{AppClusterController, Pass};
@@ -119,7 +121,7 @@ impl AppClusterController {
         let writes = bindings
             .iter()
             .map(|(i, before)| self.objects.write_over(before, pass.members[*i].clone(), crate::objects::Part::Spec));
-        let written = futures_util::future::join_all(writes).await;
+        let written = join_all(writes).await;
         let mut placed = Vec::new();
         for ((i, before), outcome) in bindings.into_iter().zip(written) {
             match outcome {
@@ -134,13 +136,61 @@ impl AppClusterController {
                 Err(error) => return Err(error),
             }
         }
+        self.record_placed(pass, &placed).await;
+        Ok(())
+    }
+
+    /// Creates `fresh` members, each placed first when a node can take it:
+    /// one write, bound, instead of a creation and then a binding. One no
+    /// node can take now is created unbound (why, in its status) and placed
+    /// by a later pass.
+    pub(super) async fn create_placed(
+        &self,
+        pass: &mut Pass<'_>,
+        app: &AppSpec,
+        fresh: Vec<Member>,
+    ) -> Result<(), ObjectsError> {
+        let first = pass.members.len();
+        pass.members.extend(fresh);
+        for i in first..pass.members.len() {
+            let Some(app_role) = app.role(&pass.members[i].spec.role) else { continue };
+            if let Some(mut bound) = self.binding(pass, i, app_role).await {
+                // What checking a bound member that its node does not report yet says.
+                let persistent = app_role.run.volumes.iter().any(|v| v.persistent);
+                check_member(&mut bound.status, Seen::from_report(None, app_role.readiness.is_some()), persistent);
+                pass.members[i] = bound;
+            }
+        }
+        let fresh: Vec<Member> = pass.members.drain(first..).collect();
+        let created = join_all(fresh.into_iter().map(|member| self.objects.create(member, true, false))).await;
+        let mut placed = Vec::new();
+        for outcome in created {
+            match outcome {
+                Ok(created) => {
+                    // As stored: a status this pass does not change is not written again.
+                    pass.stored.insert(created.metadata.name.clone(), created.status.clone());
+                    if created.spec.node.is_some() {
+                        placed.push(pass.members.len());
+                    }
+                    pass.members.push(created);
+                }
+                // Created by an earlier pass whose cache had not seen it.
+                Err(ObjectsError::AlreadyExists { .. }) => {}
+                Err(error) => return Err(error),
+            }
+        }
+        self.record_placed(pass, &placed).await;
+        Ok(())
+    }
+
+    /// A MemberPlaced Event for each of the members `placed` (indices).
+    async fn record_placed(&self, pass: &Pass<'_>, placed: &[usize]) {
         let events = placed.iter().map(|&i| {
             let member = &pass.members[i];
             let message = format!("bound to node {}", member.spec.node.as_deref().unwrap_or("?"));
             self.events.record(member, EventType::Normal, "MemberPlaced", message)
         });
-        futures_util::future::join_all(events).await;
-        Ok(())
+        join_all(events).await;
     }
 
     /// Where bound member `i` would move with its data: another node that
