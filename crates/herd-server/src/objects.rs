@@ -583,9 +583,20 @@ impl Objects {
     /// Replaces the status of `object`, whose metadata and spec are as read
     /// at its resourceVersion (a cached copy whose status the caller
     /// changed): no read first; a copy that moved meanwhile is a Conflict.
-    pub async fn update_status_as_read<S: Resource>(&self, object: Object<S>) -> Result<Object<S>, ObjectsError> {
-        let read = object.clone();
-        self.write_over(&read, object, Part::Status).await
+    /// `ops` go in the same transaction (keys the new status makes done
+    /// with), or not at all.
+    pub async fn update_status_as_read<S: Resource>(
+        &self,
+        object: Object<S>,
+        ops: Vec<Op>,
+    ) -> Result<Object<S>, ObjectsError> {
+        let name = object.metadata.name.clone();
+        if !S::HAS_STATUS {
+            return Err(ObjectsError::BadRequest(format!("{} has no status subresource", S::KIND)));
+        }
+        let prepared = lifecycle::prepare_status_update(&object.clone(), object)
+            .map_err(|e| ObjectsError::invalid(S::KIND, &name, e))?;
+        self.write(prepared, false, (None, ops)).await
     }
 
     /// Deletes `object` if it is still at its resourceVersion, without

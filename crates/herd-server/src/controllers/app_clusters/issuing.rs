@@ -1,13 +1,18 @@
 //! Writing a pass's member statuses and issuing its Commands, each batch
 //! at once: the store commits writes made side by side in one
-//! transaction, so a pass waits for one commit, not one per member.
+//! transaction, so a pass waits for one commit, not one per member. A
+//! status that records Commands' outcomes deletes them in its own
+//! transaction: an outcome is never lost before it is recorded, nor
+//! left behind after.
 
 use futures_util::future::join_all;
-use herd_core::kinds::Action;
+use herd_core::Resource;
+use herd_core::kinds::{Action, CommandSpec};
+use herd_store::Op;
 
 use super::commands::{Purpose, command_for};
 use super::{AppClusterController, Pass};
-use crate::objects::ObjectsError;
+use crate::objects::{ObjectsError, object_key};
 
 /// A Command the pass gives member `member` (an index into its members).
 pub(super) struct Issue {
@@ -36,13 +41,23 @@ impl AppClusterController {
                     && member.metadata.resource_version.is_some()
             })
             .collect();
-        let outcomes = join_all(due.iter().map(|&i| self.objects.update_status_as_read(pass.members[i].clone()))).await;
+        // The Commands whose outcomes a status records go with it.
+        let done_with = |name: &str| -> Vec<Op> {
+            let commands = pass.outcomes.get(name).into_iter().flatten();
+            commands.map(|c| Op::Delete { key: object_key(CommandSpec::PLURAL, &c.metadata.name) }).collect()
+        };
+        let writes = due.iter().map(|&i| {
+            let member = &pass.members[i];
+            self.objects.update_status_as_read(member.clone(), done_with(&member.metadata.name))
+        });
+        let outcomes = join_all(writes).await;
         let mut failed = None;
         for (i, outcome) in due.into_iter().zip(outcomes) {
             let name = pass.members[i].metadata.name.clone();
             match outcome {
                 Ok(written) => {
                     pass.members[i].metadata.resource_version = written.metadata.resource_version;
+                    pass.outcomes.remove(&name);
                     pass.stored.insert(name, written.status);
                 }
                 Err(ObjectsError::Conflict { .. }) => {

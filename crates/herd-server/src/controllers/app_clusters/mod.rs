@@ -186,6 +186,10 @@ struct Pass<'a> {
     busy: BTreeSet<String>,
     /// Members whose RemoveMember succeeded.
     removed: BTreeSet<String>,
+    /// Each member's settled Commands this pass read into its status:
+    /// deleted with the write of that status (in its transaction), or at
+    /// the end of the pass if it needs none.
+    outcomes: BTreeMap<String, Vec<Arc<Command>>>,
     /// Each member's status as stored (as read, or as this pass wrote it).
     stored: BTreeMap<String, MemberStatus>,
     /// Members whose copy proved stale: nothing more is done for them.
@@ -259,11 +263,12 @@ impl AppClusterController {
             members,
             busy: BTreeSet::new(),
             removed: BTreeSet::new(),
+            outcomes: BTreeMap::new(),
             stored,
             unwritten: BTreeSet::new(),
             not_ready,
         };
-        let consumed = Self::read_commands(&mut pass, commands);
+        Self::read_commands(&mut pass, commands);
         if let Some(app) = pass.app {
             self.check_members(&mut pass, app).await;
             self.recover_members(&mut pass, app).await?;
@@ -284,11 +289,14 @@ impl AppClusterController {
         self.write_statuses(&mut pass, everyone).await?;
         let unwritten = pass.unwritten;
         in_flight |= !unwritten.is_empty();
-        // Outcomes are deleted only once the statuses that recorded them are written.
-        let deletes = consumed
+        // Outcomes are deleted only once the statuses that recorded them are
+        // written; these are those of statuses that did not change.
+        let deletes = pass
+            .outcomes
             .iter()
-            .filter(|(member, _)| !unwritten.contains(member))
-            .map(|(_, command)| self.objects.delete_as_read(&**command));
+            .filter(|(member, _)| !unwritten.contains(*member))
+            .flat_map(|(_, commands)| commands)
+            .map(|command| self.objects.delete_as_read(&**command));
         futures_util::future::try_join_all(deletes).await?;
         let status = match pass.app {
             Some(_) => cluster_status(&cluster.spec, cluster.metadata.generation, &pass.members),
@@ -313,12 +321,11 @@ impl AppClusterController {
     }
 
     /// Reads every settled Command of the cluster's members into their
-    /// statuses; returns those read, with their member (deleted at the end
-    /// of the pass). Members with an unsettled Command are busy.
-    fn read_commands(pass: &mut Pass<'_>, mut commands: Vec<Arc<Command>>) -> Vec<(String, Arc<Command>)> {
+    /// statuses (the pass's outcomes, deleted once those are written).
+    /// Members with an unsettled Command are busy.
+    fn read_commands(pass: &mut Pass<'_>, mut commands: Vec<Arc<Command>>) {
         commands.sort_by_key(|c| c.metadata.creation_timestamp);
         let mut consumed = Consumed::default();
-        let mut read = Vec::new();
         for command in &commands {
             let Some(member_name) = member_of(command) else { continue };
             let member = pass.members.iter_mut().find(|m| m.metadata.name == member_name);
@@ -333,10 +340,9 @@ impl AppClusterController {
             if let Some(member) = member.filter(|m| commands::concerns(command, m.spec.node.as_ref())) {
                 consume(command, &mut member.status, &mut consumed);
             }
-            read.push((member_name.to_string(), command.clone()));
+            pass.outcomes.entry(member_name.to_string()).or_default().push(command.clone());
         }
         pass.removed.extend(consumed.removed);
-        read
     }
 
     /// The seed's first step: each member against its node's report.
