@@ -34,10 +34,15 @@ async fn a_budget_counts_ready_members_and_a_crash_only_lowers_the_count() {
     let cells: Vec<&str> = row.split_whitespace().collect();
     assert_eq!(cells[1..6], ["herd.io/cluster=web", "2", "-", "3/3", "1"], "{table}");
 
-    // 100% of 3 can never allow an eviction: said as a Warning Event.
-    let never = eventually(Duration::from_secs(20), "a BudgetNeverAllows event", || async {
+    // 100% of 3 can never allow an eviction: said as a Warning Event (after
+    // one saying it selects no member, if it was counted before they were made).
+    let never = eventually(Duration::from_secs(20), "a BudgetNeverAllows event about 100%", || async {
         let events = server.admin().list::<EventSpec>("").await.ok()?;
-        events.into_iter().find(|e| e.spec.reason == "BudgetNeverAllows" && e.spec.involved_object.name == "web-all")
+        events.into_iter().find(|e| {
+            e.spec.reason == "BudgetNeverAllows"
+                && e.spec.involved_object.name == "web-all"
+                && e.spec.message.contains("minAvailable 100%")
+        })
     })
     .await;
     assert!(

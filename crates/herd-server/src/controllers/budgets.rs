@@ -6,7 +6,7 @@
 //! approval recorded meanwhile is kept. A budget that can never allow an
 //! eviction is said once, as a Warning Event, when it becomes so.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use herd_core::disruption;
@@ -26,8 +26,8 @@ pub struct BudgetKeeper {
     budgets: Reflector<DisruptionBudgetSpec>,
     members: Reflector<MemberSpec>,
     events: EventRecorder,
-    /// The budgets last said to be unable to allow an eviction.
-    warned_never: BTreeSet<String>,
+    /// The budgets last said to be unable to allow an eviction, and why.
+    warned_never: BTreeMap<String, String>,
 }
 
 impl BudgetKeeper {
@@ -37,7 +37,7 @@ impl BudgetKeeper {
         members: Reflector<MemberSpec>,
         events: EventRecorder,
     ) -> Self {
-        BudgetKeeper { objects, budgets, members, events, warned_never: BTreeSet::new() }
+        BudgetKeeper { objects, budgets, members, events, warned_never: BTreeMap::new() }
     }
 }
 
@@ -57,7 +57,7 @@ impl Controller for BudgetKeeper {
 
     async fn reconcile(&mut self) -> Result<Next, ObjectsError> {
         let budgets = self.budgets.list();
-        self.warned_never.retain(|name| budgets.iter().any(|b| &b.metadata.name == name));
+        self.warned_never.retain(|name, _| budgets.iter().any(|b| &b.metadata.name == name));
         if budgets.is_empty() {
             // Every member change wakes this: with no budget, nothing to copy.
             return Ok(Next::Requeue(PASS_INTERVAL));
@@ -82,7 +82,10 @@ impl Controller for BudgetKeeper {
                 Err(other) => return Err(other),
             };
             match disruption::never_allows(&budget) {
-                Some(why) if self.warned_never.insert(budget.metadata.name.clone()) => {
+                // Once for each reason: one that changes (no member
+                // selected yet, then too few of them) is told again.
+                Some(why) if self.warned_never.get(&budget.metadata.name) != Some(&why) => {
+                    self.warned_never.insert(budget.metadata.name.clone(), why.clone());
                     self.events.record(&budget, EventType::Warning, "BudgetNeverAllows", why).await;
                 }
                 Some(_) => {}
