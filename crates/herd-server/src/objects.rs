@@ -549,7 +549,7 @@ impl Objects {
             if !change(&mut object)? {
                 return Ok(object);
             }
-            match self.write_over(&read, object, part).await {
+            match self.write_over(&read, object, part, Vec::new()).await {
                 Err(conflict @ ObjectsError::Conflict { .. }) => last_conflict = Some(conflict),
                 other => return other.map_err(E::from),
             }
@@ -561,12 +561,14 @@ impl Objects {
     /// Writes `new`'s spec or status over `old`, the object as read at
     /// `new`'s resourceVersion: what [`Objects::write_part`] does without
     /// reading the object again (a copy that moved meanwhile is a Conflict
-    /// either way).
+    /// either way). `ops` go in the same transaction (keys the new status
+    /// makes done with), or not at all.
     pub async fn write_over<S: Resource>(
         &self,
         old: &Object<S>,
         new: Object<S>,
         part: Part,
+        ops: Vec<Op>,
     ) -> Result<Object<S>, ObjectsError> {
         let name = new.metadata.name.clone();
         let prepared = match part {
@@ -577,25 +579,6 @@ impl Objects {
             Part::Status => lifecycle::prepare_status_update(old, new),
         }
         .map_err(|e| ObjectsError::invalid(S::KIND, &name, e))?;
-        self.write(prepared, false, (None, Vec::new())).await
-    }
-
-    /// Replaces the status of `object`, whose metadata and spec are as read
-    /// at its resourceVersion (a cached copy whose status the caller
-    /// changed): no read first; a copy that moved meanwhile is a Conflict.
-    /// `ops` go in the same transaction (keys the new status makes done
-    /// with), or not at all.
-    pub async fn update_status_as_read<S: Resource>(
-        &self,
-        object: Object<S>,
-        ops: Vec<Op>,
-    ) -> Result<Object<S>, ObjectsError> {
-        let name = object.metadata.name.clone();
-        if !S::HAS_STATUS {
-            return Err(ObjectsError::BadRequest(format!("{} has no status subresource", S::KIND)));
-        }
-        let prepared = lifecycle::prepare_status_update(&object.clone(), object)
-            .map_err(|e| ObjectsError::invalid(S::KIND, &name, e))?;
         self.write(prepared, false, (None, ops)).await
     }
 

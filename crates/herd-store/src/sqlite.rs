@@ -55,8 +55,6 @@ INSERT OR IGNORE INTO meta (id, compacted) VALUES (1, 0);
 
 /// Each connection's page cache.
 const CACHE_KIB: i64 = 32 * 1024;
-/// How much of the file is read through a memory map.
-const MMAP_BYTES: i64 = 1 << 30;
 
 /// Reads run at once, each on a connection kept open for reuse: more wait
 /// for one (a thousand heartbeats at once would otherwise open, warm and
@@ -105,11 +103,12 @@ pub fn open_connection(path: &Path) -> Result<Connection, StoreError> {
     conn.busy_timeout(std::time::Duration::from_secs(10))?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
-    // Reads come from memory, not a pread (and a copy) of each page: the
-    // default 2 MiB cache per connection misses on every lookup once the
-    // store outgrows it.
+    // The default 2 MiB cache per connection misses on every lookup once
+    // the store outgrows it. No memory map: a read after another
+    // connection's write drops the whole map (munmap, then page faults
+    // again), which under a stream of writes cost more than the preads.
     conn.pragma_update(None, "cache_size", -CACHE_KIB)?;
-    conn.pragma_update(None, "mmap_size", MMAP_BYTES)?;
+    conn.pragma_update(None, "mmap_size", 0)?;
     Ok(conn)
 }
 
@@ -198,7 +197,7 @@ impl SqliteBackend {
 
     /// Runs a point read here, on the caller's thread, when a pooled
     /// connection and a reader's place are free: it reads pages that are
-    /// almost always cached (mmap, the page cache), in microseconds, and
+    /// almost always cached (its own cache, the OS's page cache), in microseconds, and
     /// handing it to the blocking pool and back costs two thread switches
     /// more than that. Otherwise as [`Self::read`].
     async fn read_here<T: Send + 'static>(

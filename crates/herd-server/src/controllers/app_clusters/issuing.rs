@@ -12,7 +12,7 @@ use herd_store::Op;
 
 use super::commands::{Purpose, command_for};
 use super::{AppClusterController, Pass};
-use crate::objects::{ObjectsError, object_key};
+use crate::objects::{ObjectsError, Part, object_key};
 
 /// A Command the pass gives member `member` (an index into its members).
 pub(super) struct Issue {
@@ -48,7 +48,7 @@ impl AppClusterController {
         };
         let writes = due.iter().map(|&i| {
             let member = &pass.members[i];
-            self.objects.update_status_as_read(member.clone(), done_with(&member.metadata.name))
+            self.objects.write_over(member, member.clone(), Part::Status, done_with(&member.metadata.name))
         });
         let outcomes = join_all(writes).await;
         let mut failed = None;

@@ -118,9 +118,9 @@ impl AppClusterController {
                 bindings.push((i, std::mem::replace(&mut pass.members[i], bound)));
             }
         }
-        let writes = bindings
-            .iter()
-            .map(|(i, before)| self.objects.write_over(before, pass.members[*i].clone(), crate::objects::Part::Spec));
+        let writes = bindings.iter().map(|(i, before)| {
+            self.objects.write_over(before, pass.members[*i].clone(), crate::objects::Part::Spec, Vec::new())
+        });
         let written = join_all(writes).await;
         let mut placed = Vec::new();
         for ((i, before), outcome) in bindings.into_iter().zip(written) {
