@@ -106,15 +106,24 @@ pub fn place(
             ));
         }
     }
-    let best = eligible
-        .into_iter()
-        .min_by_key(|n| {
-            let members = n.status.members.len().max(bound(&n.metadata.name));
-            (peers_on(&n.metadata.name).len(), members, &n.metadata.name)
-        })
-        .map(|n| n.metadata.name.clone());
+    // The node with the fewest peers, then the fewest members, then the
+    // first name. A burst asks this of a thousand nodes for each member:
+    // the peers are looked up only when there are any, and the members
+    // only of a node with no more peers than the best so far.
+    let mut best: Option<((usize, usize), &Node)> = None;
+    for node in eligible {
+        let name = &node.metadata.name;
+        let peers = if peers_by_node.is_empty() { 0 } else { peers_on(name).len() };
+        if best.is_some_and(|((fewest, _), _)| peers > fewest) {
+            continue;
+        }
+        let key = (peers, node.status.members.len().max(bound(name)));
+        if best.is_none_or(|(best_key, best_node)| (key, name) < (best_key, &best_node.metadata.name)) {
+            best = Some((key, node));
+        }
+    }
     match best {
-        Some(node) => Placement::Bound(node),
+        Some((_, node)) => Placement::Bound(node.metadata.name.clone()),
         None => Placement::Unplaceable(format!("no node can take {}", member.metadata.name)),
     }
 }
@@ -296,6 +305,41 @@ mod tests {
     }
 
     proptest! {
+        /// The node picked is the one with the fewest peers of the role,
+        /// then the fewest members (bound or reported), then the first
+        /// name, whatever order the nodes come in.
+        #[test]
+        fn the_pick_is_the_least_loaded_node_by_peers_members_and_name(
+            loads in proptest::collection::vec((0usize..3, 0usize..4, 0usize..4), 1..12),
+            rotate in 0usize..12,
+        ) {
+            let mut nodes: Vec<Node> = Vec::new();
+            let mut peers: Vec<Member> = Vec::new();
+            for (i, &(peer_count, reported, _)) in loads.iter().enumerate() {
+                let mut node = node(&format!("n{i:02}"), true);
+                node.status.members =
+                    (0..reported).map(|r| crate::api::MemberReport { name: format!("x{i}-{r}"), ..Default::default() }).collect();
+                for p in 0..peer_count {
+                    peers.push(member(100 + (i * 10 + p) as u32, Some(&node.metadata.name)));
+                }
+                nodes.push(node);
+            }
+            let count = nodes.len();
+            nodes.rotate_left(rotate % count);
+            let bound = |name: &str| loads[name[1..].parse::<usize>().unwrap()].2;
+            let expected = nodes
+                .iter()
+                .min_by_key(|n| {
+                    let name = &n.metadata.name;
+                    let on = peers.iter().filter(|p| p.spec.node.as_deref() == Some(name)).count();
+                    (on, n.status.members.len().max(bound(name)), name.clone())
+                })
+                .map(|n| n.metadata.name.clone())
+                .unwrap();
+            let picked = place(&member(0, None), &no_selector(), Spread::Preferred, &nodes, &peers, &bound);
+            prop_assert_eq!(picked, Placement::Bound(expected));
+        }
+
         /// With required spread and enough nodes, members placed one after
         /// another never share a node; with preferred spread, no node has
         /// two more of the role than another.

@@ -13,6 +13,10 @@
 //! them. Agents do not use tokens with each other: they show certificates
 //! and grants (`crate::peers`).
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
 use axum::http::HeaderMap;
 use herd_core::authz::Principal;
 use herd_core::join::{DeletedNode, JoinTokenRecord, TokenKind, token_hash, token_id};
@@ -68,6 +72,23 @@ pub struct Authenticator {
     store: Store,
     admin: blake3::Hash,
     join: blake3::Hash,
+    checked: Mutex<CheckedNodeTokens>,
+}
+
+/// How long a node token found in the store is taken without reading the
+/// store again. A token revoked or replaced through this replica is
+/// forgotten at once; through another replica (a shared store) it may
+/// still work here this long.
+const NODE_TOKEN_RECHECK: Duration = Duration::from_secs(1);
+
+/// Node tokens found in the store lately, by node: a thousand nodes
+/// heartbeating every two seconds need not each read their token.
+#[derive(Default)]
+struct CheckedNodeTokens {
+    /// Moved by every revocation here, so that a check that read the store
+    /// before one does not keep its answer after it.
+    epoch: u64,
+    by_node: HashMap<String, (blake3::Hash, Instant)>,
 }
 
 fn hash(token: &str) -> blake3::Hash {
@@ -76,7 +97,34 @@ fn hash(token: &str) -> blake3::Hash {
 
 impl Authenticator {
     pub fn new(store: Store, admin_token: &str, join_token: &str) -> Self {
-        Authenticator { store, admin: hash(admin_token), join: hash(join_token) }
+        Authenticator { store, admin: hash(admin_token), join: hash(join_token), checked: Mutex::default() }
+    }
+
+    fn checked_lately(&self, node: &str, hashed: &blake3::Hash) -> bool {
+        let Ok(checked) = self.checked.lock() else { return false };
+        checked.by_node.get(node).is_some_and(|(known, at)| known == hashed && at.elapsed() < NODE_TOKEN_RECHECK)
+    }
+
+    fn checked_epoch(&self) -> Option<u64> {
+        self.checked.lock().ok().map(|c| c.epoch)
+    }
+
+    fn note_checked(&self, node: &str, hashed: blake3::Hash, epoch: Option<u64>) {
+        if let Ok(mut checked) = self.checked.lock()
+            && Some(checked.epoch) == epoch
+        {
+            checked.by_node.insert(node.to_string(), (hashed, Instant::now()));
+        }
+    }
+
+    /// Forgets what was checked of `node`'s token, once it is revoked or
+    /// replaced (after the commit: a check that read the store before it
+    /// keeps nothing).
+    pub fn forget_checked(&self, node: &str) {
+        if let Ok(mut checked) = self.checked.lock() {
+            checked.epoch += 1;
+            checked.by_node.remove(node);
+        }
     }
 
     /// Who presents this token; 401 if nobody.
@@ -88,12 +136,18 @@ impl Authenticator {
             return Ok(Principal::Admin);
         }
         if let Some((node, _)) = token.strip_prefix(NODE_TOKEN_PREFIX).and_then(|rest| rest.rsplit_once('.')) {
+            let hashed = hash(token);
+            if self.checked_lately(node, &hashed) {
+                return Ok(Principal::Node(node.to_string()));
+            }
+            let epoch = self.checked_epoch();
             let stored = self.store.get(&node_token_key(node)).await.map_err(ApiError::from)?;
             let matches = stored
                 .and_then(|kv| serde_json::from_slice::<StoredToken>(&kv.value).ok())
                 .and_then(|t| blake3::Hash::from_hex(t.hash).ok())
-                .is_some_and(|h| h == hash(token));
+                .is_some_and(|h| h == hashed);
             if matches {
+                self.note_checked(node, hashed, epoch);
                 return Ok(Principal::Node(node.to_string()));
             }
             if let Some(deleted) = self.deleted_node(node).await? {
@@ -213,6 +267,44 @@ impl Authenticator {
         let stored = StoredToken { hash: token_hash(&token), issued: now() };
         let txn = Txn::new().put(node_token_key(node), encode(&stored)?).delete(deleted_node_key(node));
         self.store.txn(txn).await.map_err(ApiError::from)?;
+        self.forget_checked(node);
         Ok(token)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn authenticator() -> (tempfile::TempDir, Authenticator) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("s.db").to_str().unwrap()).await.unwrap();
+        (dir, Authenticator::new(store, "admin-secret", "join-secret"))
+    }
+
+    #[tokio::test]
+    async fn a_node_token_checked_lately_is_refused_at_once_after_its_revocation() {
+        let (_dir, auth) = authenticator().await;
+        let token = auth.issue_node_token("n1").await.unwrap();
+        for _ in 0..2 {
+            assert!(matches!(auth.principal(Some(&token)).await, Ok(Principal::Node(n)) if n == "n1"));
+        }
+        let ops = auth.node_deletion_ops("n1", true).await.unwrap();
+        auth.store.txn(Txn { compares: Vec::new(), ops }).await.unwrap();
+        auth.forget_checked("n1");
+        let refused = auth.principal(Some(&token)).await.unwrap_err();
+        assert!(refused.to_string().contains("was deleted by an admin"), "{refused}");
+    }
+
+    #[tokio::test]
+    async fn a_replaced_node_token_is_refused_and_its_successor_taken() {
+        let (_dir, auth) = authenticator().await;
+        let old = auth.issue_node_token("n1").await.unwrap();
+        assert!(auth.principal(Some(&old)).await.is_ok());
+        let new = auth.issue_node_token("n1").await.unwrap();
+        assert!(auth.principal(Some(&old)).await.is_err(), "the replaced token was still taken");
+        assert!(matches!(auth.principal(Some(&new)).await, Ok(Principal::Node(n)) if n == "n1"));
+        let forged = format!("{NODE_TOKEN_PREFIX}n1.{}", generate_secret());
+        assert!(auth.principal(Some(&forged)).await.is_err());
     }
 }

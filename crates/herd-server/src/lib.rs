@@ -204,6 +204,7 @@ impl Server {
             objects: objects.clone(),
             node_commands,
             config: cluster_config.clone(),
+            nodes: nodes.clone(),
             openapi: Arc::new(openapi::document(&registry)),
             registry,
             auth: Arc::new(Authenticator::new(store, &config.admin_token, &config.join_token)),

@@ -63,6 +63,7 @@ pub async fn delete(
     let ops = auth.node_deletion_ops(name, node.status.ready).await?;
     let last = objects.delete_value_with("Node", NodeSpec::PLURAL, name, precondition, dry_run, ops).await?;
     if !dry_run {
+        auth.forget_checked(name);
         let state = if node.status.ready { "Ready" } else { "NotReady" };
         let message = format!(
             "an admin deleted the node ({state}); its token is revoked and its agent may not join again until \
@@ -133,12 +134,12 @@ pub async fn join(
                 }
                 // Joined concurrently by a retry of the same agent: fall through to a heartbeat.
                 Err(ObjectsError::AlreadyExists { .. }) => {
-                    heartbeat_node(objects, events, &name, &request.report, Duration::ZERO).await?
+                    heartbeat_node(objects, events, (&name, None), &request.report, Duration::ZERO).await?
                 }
                 Err(other) => return Err(other.into()),
             }
         }
-        Some(_) => heartbeat_node(objects, events, &name, &request.report, Duration::ZERO).await?,
+        Some(_) => heartbeat_node(objects, events, (&name, None), &request.report, Duration::ZERO).await?,
     };
     let config = cluster_config(config);
     tracing::info!(node = %node.metadata.name, "node joined");
@@ -154,28 +155,34 @@ pub async fn join(
 /// Records a heartbeat in the node's status: written when it changes
 /// anything but the time, or when the time written last is a quarter of
 /// the grace period old (`refresh`; `node_health::worth_writing`).
+/// `held` is the node as a cache holds it, if it does: judged against
+/// that copy without reading the store (a copy that moved meanwhile
+/// fails its write and is read again; a heartbeat that finds nothing
+/// worth writing on a copy a moment old is judged again by the next).
 async fn heartbeat_node(
     objects: &Objects,
     events: &EventRecorder,
-    name: &str,
+    (name, held): (&str, Option<Node>),
     report: &AgentReport,
     refresh: std::time::Duration,
 ) -> Result<Node, ApiError> {
     let mut effects = HeartbeatEffects::default();
-    let node = objects
-        .modify::<NodeSpec, ApiError>(name, Part::Status, |node| {
-            let before = node.status.clone();
-            let at = now();
-            effects = node_health::apply_heartbeat(&mut node.status, report, at);
-            Ok(node_health::worth_writing(&before, &node.status, at, refresh))
-        })
-        .await
-        .map_err(|e| match e {
-            ApiError::NotFound { .. } => {
-                ApiError::NotFound { kind: "Node".into(), name: format!("{name} (the node was deleted: join again)") }
-            }
-            other => other,
-        })?;
+    let change = |node: &mut Node| {
+        let before = node.status.clone();
+        let at = now();
+        effects = node_health::apply_heartbeat(&mut node.status, report, at);
+        Ok(node_health::worth_writing(&before, &node.status, at, refresh))
+    };
+    let written = match held {
+        Some(held) => objects.modify_from::<NodeSpec, ApiError>(held, Part::Status, change).await,
+        None => objects.modify::<NodeSpec, ApiError>(name, Part::Status, change).await,
+    };
+    let node = written.map_err(|e| match e {
+        ApiError::NotFound { .. } => {
+            ApiError::NotFound { kind: "Node".into(), name: format!("{name} (the node was deleted: join again)") }
+        }
+        other => other,
+    })?;
     tell(events, &node, effects).await;
     Ok(node)
 }
@@ -193,13 +200,14 @@ pub struct Heartbeat {
 }
 
 /// A heartbeat: the node's status, then the reports on its Commands (a
-/// report on another node's Command refuses the heartbeat, changing nothing).
+/// report on another node's Command refuses the heartbeat, changing
+/// nothing). `held`: the node as a cache holds it (see [`heartbeat_node`]).
 pub async fn heartbeat(
     objects: &Objects,
     config: &Reflector<ClusterConfigSpec>,
     (events, metrics): (&EventRecorder, &crate::metrics::Metrics),
     certificates: &crate::tls::NodeCertificates,
-    name: &str,
+    (name, held): (&str, Option<Node>),
     report: AgentReport,
 ) -> Result<Heartbeat, ApiError> {
     let commands = crate::commands::reported(objects, &report.commands).await?;
@@ -208,7 +216,7 @@ pub async fn heartbeat(
     }
     let certificate = certificates.answer(name, &report)?;
     let refresh = cluster_config(config).node_grace_period.get() / 4;
-    let node = heartbeat_node(objects, events, name, &report, refresh).await?;
+    let node = heartbeat_node(objects, events, (name, held), &report, refresh).await?;
     for refusal in &report.peer_refusals {
         // Without the time: the same refusal again counts up one Event.
         let message = format!("the agent refused {} to {}: {}", refusal.caller, refusal.asked, refusal.reason);

@@ -610,7 +610,9 @@ impl Objects {
         decode_value(&kv.value, &kv.key, kv.mod_revision)
     }
 
-    /// One page of objects of a kind matching `selector`, as JSON.
+    /// One page of objects of a kind matching `selector`, as the stored
+    /// JSON with each resourceVersion spliced in (not decoded and encoded
+    /// again: pollers list often).
     pub async fn list_values(
         &self,
         kind: &str,
@@ -618,7 +620,7 @@ impl Objects {
         selector: &LabelSelector,
         limit: usize,
         continue_token: Option<String>,
-    ) -> Result<ObjectList<Value>, ObjectsError> {
+    ) -> Result<ObjectList<Box<RawValue>>, ObjectsError> {
         let prefix = collection_prefix(plural);
         // A continue token is the key the last page ended at; any token is
         // taken (one from another list names a key outside this one's range
@@ -630,7 +632,7 @@ impl Objects {
             .await
             .map_err(|e| ObjectsError::from_store(kind, "", e))?;
         let items =
-            page.items.iter().map(|kv| decode_value(&kv.value, &kv.key, kv.mod_revision)).collect::<Result<_, _>>()?;
+            page.items.iter().map(|kv| stored_json(&kv.value, &kv.key, kv.mod_revision)).collect::<Result<_, _>>()?;
         Ok(ObjectList {
             api_version: API_VERSION.into(),
             kind: format!("{kind}List"),

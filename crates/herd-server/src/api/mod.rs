@@ -31,13 +31,15 @@ use crate::metrics::Metrics;
 use crate::objects::Objects;
 use crate::reflector::Reflector;
 use crate::registry::Registry;
-use herd_core::kinds::ClusterConfigSpec;
+use herd_core::kinds::{ClusterConfigSpec, NodeSpec};
 
 #[derive(Clone)]
 pub struct AppState {
     pub objects: Objects,
     /// The cluster settings, cached from the store.
     pub config: Reflector<ClusterConfigSpec>,
+    /// The nodes, cached from the store (a heartbeat starts from its copy).
+    pub nodes: Reflector<NodeSpec>,
     pub registry: Arc<Registry>,
     /// The Commands' watch, split by node for the agents' watches.
     pub node_commands: herd_store::Partitioned,

@@ -103,7 +103,7 @@ pub async fn heartbeat(
         &state.config,
         (&state.events, &state.metrics),
         certificates,
-        &name,
+        (&name, state.nodes.get(&name)),
         report,
     )
     .await?;
