@@ -248,19 +248,35 @@ async fn pg_client(url: &str) -> anyhow::Result<tokio_postgres::Client> {
 
 /// What one revisioned write does, as one statement (one round trip, one
 /// implicit transaction): the writers' lock, the next revision, the key
-/// row (refused if it exists: a create), the event row, the notification.
+/// row (refused if it exists: a create), the event row, the notification
+/// on `channel`.
 const SAME_WORK_FUNCTION: &str = "
-CREATE FUNCTION same_work(k text, v bytea) RETURNS bigint LANGUAGE plpgsql AS $fn$
+CREATE FUNCTION same_work(k text, v bytea, channel text) RETURNS bigint LANGUAGE plpgsql AS $fn$
 DECLARE head bigint;
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtext(current_schema()));
     SELECT COALESCE(max(revision), 0) + 1 INTO head FROM events;
     INSERT INTO kv (key, value, create_revision, mod_revision) VALUES (k, v, head, head);
     INSERT INTO events (revision, key, deleted, value, create_revision) VALUES (head, k, false, v, head);
-    PERFORM pg_notify('bench_' || current_schema(), head::text);
+    PERFORM pg_notify(channel, head::text);
     RETURN head;
 END
 $fn$;";
+
+/// A connection that LISTENs on `channel` and takes every notification,
+/// as the store's own listener takes its commits' (PostgreSQL signals a
+/// listening backend at each commit that notifies it: work a notification
+/// nobody hears does not cost).
+async fn listener(url: &str, channel: &str) -> anyhow::Result<tokio_postgres::Client> {
+    let (client, mut connection) = tokio_postgres::connect(url, NoTls).await?;
+    tokio::spawn(async move {
+        let messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+        futures_util::pin_mut!(messages);
+        while let Some(Ok(_)) = futures_util::StreamExt::next(&mut messages).await {}
+    });
+    client.batch_execute(&format!("LISTEN {channel}")).await?;
+    Ok(client)
+}
 
 async fn bench_postgres(plan: &Plan, base_url: &str) -> anyhow::Result<()> {
     let schema = format!("herd_bench_{}", uuid::Uuid::now_v7().simple());
@@ -284,27 +300,37 @@ async fn bench_postgres(plan: &Plan, base_url: &str) -> anyhow::Result<()> {
         for _ in 0..plan.writers.max(1) {
             let client = pg_client(&url).await?;
             let insert = client.prepare("INSERT INTO t (key, value) VALUES ($1, $2)").await?;
-            let same_work = client.prepare("SELECT same_work($1, $2)").await?;
+            let same_work = client.prepare("SELECT same_work($1, $2, $3)").await?;
             clients.push(Arc::new((client, insert, same_work)));
         }
         let clients = Arc::new(clients);
-        let baseline = |same: bool| {
+        // None: a plain insert; Some(channel): the same work, notifying it.
+        let baseline = |notify: Option<String>| {
             let clients = clients.clone();
             Box::new(move |scenario: String| {
-                let clients = clients.clone();
+                let (clients, notify) = (clients.clone(), notify.clone());
                 op(move |w, i| {
                     let (entry, key) = (clients[w].clone(), format!("/bench/{scenario}/{w:03}/{i:08}"));
+                    let notify = notify.clone();
                     async move {
-                        let statement = if same { &entry.2 } else { &entry.1 };
-                        entry.0.execute(statement, &[&key, &value(i)]).await?;
+                        match notify {
+                            Some(channel) => entry.0.execute(&entry.2, &[&key, &value(i), &channel]).await?,
+                            None => entry.0.execute(&entry.1, &[&key, &value(i)]).await?,
+                        };
                         anyhow::Ok(())
                     }
                 })
             }) as Box<dyn Fn(String) -> WriteOp>
         };
+        let heard = format!("bench_heard_{schema}");
+        let _listener = listener(&url, &heard).await?;
         let baselines: Vec<Baseline> = vec![
-            ("plain inserts", baseline(false)),
-            ("the same work by hand (lock, revision, key row, event row, notify, one statement)", baseline(true)),
+            ("plain inserts", baseline(None)),
+            (
+                "the same work by hand (lock, revision, key row, event row, notify, one statement)",
+                baseline(Some(format!("bench_unheard_{schema}"))),
+            ),
+            ("the same work by hand, its notifications heard by a listener as the store's are", baseline(Some(heard))),
         ];
         scenarios(plan, &store, baselines).await
     }
