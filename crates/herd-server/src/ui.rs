@@ -1,6 +1,6 @@
 //! The dashboard: a page and its scripts, embedded in the binary (no build
-//! step, nothing fetched from elsewhere), served under `/ui` without a
-//! token; everything it shows it reads through the API with the token the
+//! step, nothing fetched from elsewhere), served under `/ui` (the page
+//! also at `/`) without a token; everything it shows it reads through the API with the token the
 //! operator logs in with (`ui/app.js`).
 
 use axum::http::header;
@@ -13,8 +13,12 @@ pub struct Asset {
     pub body: &'static str,
 }
 
-pub const ASSETS: [Asset; 4] = [
-    Asset { path: "/ui", content_type: "text/html; charset=utf-8", body: include_str!("../ui/index.html") },
+const PAGE: &str = include_str!("../ui/index.html");
+
+/// The page is at `/ui` and at `/`, the address an operator types first.
+pub const ASSETS: [Asset; 5] = [
+    Asset { path: "/ui", content_type: "text/html; charset=utf-8", body: PAGE },
+    Asset { path: "/", content_type: "text/html; charset=utf-8", body: PAGE },
     Asset { path: "/ui/app.js", content_type: "text/javascript; charset=utf-8", body: include_str!("../ui/app.js") },
     Asset {
         path: "/ui/pages.js",

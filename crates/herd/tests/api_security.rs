@@ -297,6 +297,19 @@ async fn every_error_is_a_status_body_and_a_body_that_is_not_json_is_a_400_sayin
         (code, body["message"].as_str().unwrap_or_default().to_string())
     };
     let url = |path: &str| format!("{}{path}", server.url);
+    // The dashboard's page answers at `/` too, not a 404.
+    let page = |path: &'static str| {
+        let request = http.get(url(path));
+        async move {
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status().as_u16(), 200, "{path}");
+            assert!(response.headers().contains_key("content-security-policy"), "{path}");
+            response.text().await.unwrap()
+        }
+    };
+    let root = page("/").await;
+    assert!(root.contains("/ui/app.js"), "{root}");
+    assert_eq!(root, page("/ui").await);
     let (code, message) = send(http.get(url("/api/v2/nothing"))).await;
     assert_eq!((code, message.as_str()), (404, "route \"GET /api/v2/nothing\" not found"));
     let (code, message) = send(http.delete(url("/api/v1/join"))).await;
