@@ -76,14 +76,16 @@ async fn list_and_watch(
     }
     let mut watch =
         client.watch_node_commands(node, &list.metadata.resource_version).await.map_err(|e| e.to_string())?;
-    while let Some(event) = watch.next().await {
+    while let Some(event) = watch.next_raw().await {
         let event = event.map_err(|e| e.to_string())?;
         match event.type_ {
-            WatchEventType::Added | WatchEventType::Modified => match serde_json::from_value::<Command>(event.object) {
-                Ok(command) => executor.accept(command),
-                Err(error) => tracing::warn!(%error, "a command on the watch does not parse"),
-            },
-            WatchEventType::Error => return Err(format!("the watch ended: {}", event.object)),
+            WatchEventType::Added | WatchEventType::Modified => {
+                match serde_json::from_str::<Command>(event.object.get()) {
+                    Ok(command) => executor.accept(command),
+                    Err(error) => tracing::warn!(%error, "a command on the watch does not parse"),
+                }
+            }
+            WatchEventType::Error => return Err(format!("the watch ended: {}", event.object.get())),
             WatchEventType::Deleted | WatchEventType::Bookmark => {}
         }
     }

@@ -393,6 +393,16 @@ impl Client {
     }
 
     pub async fn heartbeat(&self, node: &str, report: &AgentReport) -> Result<HeartbeatResponse, ClientError> {
+        self.heartbeat_as(node, report).await
+    }
+
+    /// [`Client::heartbeat`], decoding only as much of the configuration
+    /// document and deltas as `C` and `D` hold.
+    pub async fn heartbeat_as<C: DeserializeOwned, D: DeserializeOwned>(
+        &self,
+        node: &str,
+        report: &AgentReport,
+    ) -> Result<HeartbeatResponse<C, D>, ClientError> {
         self.call(Method::POST, &format!("{}/heartbeat", object_path("nodes", node)), &[], Some(&to_value(report)?))
             .await
     }

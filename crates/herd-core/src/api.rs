@@ -300,7 +300,7 @@ pub struct JoinResponse {
 /// held: decoded by the agent, as their stored JSON by the server, which
 /// passes them on without decoding them.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", bound(deserialize = "C: Deserialize<'de>, D: Deserialize<'de>"))]
 pub struct HeartbeatResponse<C = crate::configuration::Configuration, D = crate::configuration::Delta> {
     /// The period the agent should use from now on (ClusterConfig).
     pub heartbeat_period: HumanDuration,
