@@ -128,7 +128,12 @@ async fn bad_commands_are_refused_and_change_nothing() {
         value["nodeToken"].as_str().map(str::to_string)
     })
     .await;
-    let before = admin.get::<CommandSpec>("first").await.unwrap();
+    // Issued first (by the leader's controller, which a loaded machine may
+    // start after the agent joined), so that nothing else changes it below.
+    let before = eventually(Duration::from_secs(30), "command first issued", || async {
+        admin.get::<CommandSpec>("first").await.ok().filter(|c| c.status.issued.is_some())
+    })
+    .await;
     let forged = AgentReport {
         agent_boot_id: "forger".into(),
         commands: vec![CommandReport {
