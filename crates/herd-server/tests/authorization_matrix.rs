@@ -114,6 +114,7 @@ PATCH  /api/v1/commands/{name}                      P    403  403  403  401  401
 DELETE /api/v1/commands/{name}                      P    403  403  403  401  401  401
 PUT    /api/v1/commands/{name}/status               P    403  403  403  401  401  401
 GET    /api/v1/cluster/verify                       P    403  403  P    401  401  401
+GET    /                                            P    P    P    P    P    P    P
 GET    /ui                                          P    P    P    P    P    P    P
 GET    /ui/app.js                                   P    P    P    P    P    P    P
 GET    /ui/pages.js                                 P    P    P    P    P    P    P
