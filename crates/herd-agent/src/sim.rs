@@ -15,21 +15,13 @@ use std::time::Duration;
 
 use herd_client::{Client, ClientError};
 use herd_core::api::{AgentReport, CommandReport, JoinRequest, MemberReport, WatchEventType};
+use herd_core::configuration::SerialOnly;
 use herd_core::kinds::{Action, AgentState, Answer, Command, ManagementState};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 /// How long a failed call waits before it is tried again.
 const RETRY: Duration = Duration::from_secs(1);
-
-/// All a simulated candidate takes of a configuration document or delta:
-/// its serial (it keeps no copy, and a thousand simulated nodes share the
-/// server's cores: decoding every delta whole cost the burst benchmark
-/// more CPU than the rest of their work).
-#[derive(serde::Deserialize)]
-struct Serial {
-    serial: u64,
-}
 
 #[derive(Clone)]
 pub struct SimConfig {
@@ -209,7 +201,10 @@ async fn life(node: Arc<SimNode>, config: SimConfig, stop: CancellationToken) {
     while !stop.is_cancelled() {
         let mut sent = report(&node);
         sent.config_serial = serial;
-        match client.heartbeat_as::<Serial, Serial>(&node.name, &sent).await {
+        // Only the serials: a thousand simulated nodes share the server's
+        // cores, and decoding every delta whole cost more than the rest of
+        // their work.
+        match client.heartbeat_as::<SerialOnly, SerialOnly>(&node.name, &sent).await {
             Ok(answer) => {
                 period = answer.heartbeat_period.get();
                 let mut state = node.lock();

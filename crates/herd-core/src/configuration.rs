@@ -33,6 +33,15 @@ pub struct Configuration {
     pub secrets: BTreeMap<String, String>,
 }
 
+/// Only the serial of a configuration document or delta: for a reader
+/// that needs nothing else (the server deciding what a candidate lacks, a
+/// simulated candidate, which keeps no copy) and should not decode the
+/// objects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+pub struct SerialOnly {
+    pub serial: u64,
+}
+
 /// What every node is told: the serial and where the master serves.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]

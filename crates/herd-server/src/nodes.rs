@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use herd_core::api::{AgentReport, HeartbeatResponse, JoinRequest, JoinResponse};
-use herd_core::configuration::Ssconf;
+use herd_core::configuration::{SerialOnly, Ssconf};
 use herd_core::join::{JoinVerdict, Joiner, join_verdict};
 use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
 use herd_core::kinds::{ClusterConfigSpec, EventType, InvolvedObject, Node, NodeRole, NodeSpec};
@@ -280,11 +280,6 @@ async fn configuration_for(
     report: &AgentReport,
 ) -> Result<ConfigurationAnswer, ApiError> {
     use crate::controllers::configuration::{DOCUMENT_KEY, FACTS_KEY, KEPT_DELTAS};
-    /// The one field of the document read here.
-    #[derive(serde::Deserialize)]
-    struct DocumentSerial {
-        serial: u64,
-    }
     let store = objects.store();
     let mut answer = ConfigurationAnswer {
         ssconf: None,
@@ -311,7 +306,7 @@ async fn configuration_for(
     }
     // The document may be some serials behind: the deltas after it follow.
     let Some(document) = store.get(DOCUMENT_KEY).await? else { return Ok(answer) };
-    let DocumentSerial { serial: document_serial } =
+    let SerialOnly { serial: document_serial } =
         serde_json::from_slice(&document.value).map_err(|e| damaged(DOCUMENT_KEY, e))?;
     if held.is_some_and(|held| held >= document_serial) {
         return Ok(answer);
