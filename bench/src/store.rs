@@ -1,5 +1,5 @@
 //! Store write throughput and latency, beside two baselines on the same
-//! database with the same durability settings: plain SQL inserts (one row,
+//! database server with the same durability settings: plain SQL inserts (one row,
 //! its own commit), and the same work one revisioned write must do,
 //! written by hand (in one transaction: the next revision under the
 //! writers' lock, the key row, the event row, and on PostgreSQL the
@@ -7,7 +7,8 @@
 //!
 //! `cargo run --release -p herd-bench --bin store`
 //! PostgreSQL runs too when HERD_BENCH_POSTGRES_URL (or
-//! HERD_TEST_POSTGRES_URL) is set; each run uses a fresh schema.
+//! HERD_TEST_POSTGRES_URL) is set; the store uses a fresh schema, the
+//! baselines a fresh database (so creating databases must be allowed).
 //! Store and baseline alternate in rounds, so that drift of the machine
 //! (other load, the disk) falls on both alike.
 //! Options (environment): BENCH_ROUNDS (default 5), BENCH_SEQUENTIAL
@@ -151,7 +152,13 @@ type Baseline = (&'static str, Box<dyn Fn(String) -> WriteOp>);
 /// Runs both scenarios for one backend against each baseline (the store
 /// writes keys of its own for each, so that every write is a create).
 async fn scenarios(plan: &Plan, store: &Store, baselines: Vec<Baseline>) -> anyhow::Result<()> {
-    for (n, (name, baseline)) in baselines.into_iter().enumerate() {
+    scenarios_from(plan, store, baselines, 0).await
+}
+
+/// As [`scenarios`], the baselines numbered from `first` (each number names
+/// its scenarios' keys).
+async fn scenarios_from(plan: &Plan, store: &Store, baselines: Vec<Baseline>, first: usize) -> anyhow::Result<()> {
+    for (n, (name, baseline)) in (first..).zip(baselines) {
         println!("  against {name}:");
         let (seq, con) = (format!("seq{n}"), format!("con{n}"));
         let (seq_store, seq_base) =
@@ -240,8 +247,8 @@ async fn bench_sqlite(plan: &Plan) -> anyhow::Result<()> {
     scenarios(plan, &store, vec![plain, same_work]).await
 }
 
-async fn pg_client(url: &str) -> anyhow::Result<tokio_postgres::Client> {
-    let (client, connection) = tokio_postgres::connect(url, NoTls).await?;
+async fn pg_client(config: &tokio_postgres::Config) -> anyhow::Result<tokio_postgres::Client> {
+    let (client, connection) = config.connect(NoTls).await?;
     tokio::spawn(connection);
     Ok(client)
 }
@@ -267,8 +274,8 @@ $fn$;";
 /// as the store's own listener takes its commits' (PostgreSQL signals a
 /// listening backend at each commit that notifies it: work a notification
 /// nobody hears does not cost).
-async fn listener(url: &str, channel: &str) -> anyhow::Result<tokio_postgres::Client> {
-    let (client, mut connection) = tokio_postgres::connect(url, NoTls).await?;
+async fn listener(config: &tokio_postgres::Config, channel: &str) -> anyhow::Result<tokio_postgres::Client> {
+    let (client, mut connection) = config.connect(NoTls).await?;
     tokio::spawn(async move {
         let messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
         futures_util::pin_mut!(messages);
@@ -278,35 +285,46 @@ async fn listener(url: &str, channel: &str) -> anyhow::Result<tokio_postgres::Cl
     Ok(client)
 }
 
+/// The store runs in a fresh schema of the given database, the baselines
+/// in a fresh database of their own: PostgreSQL wakes every listening
+/// session of a database at each commit that notifies, whatever its
+/// channel, so the store's listening writer and the baselines would
+/// otherwise wake each other's backends.
 async fn bench_postgres(plan: &Plan, base_url: &str) -> anyhow::Result<()> {
-    let schema = format!("herd_bench_{}", uuid::Uuid::now_v7().simple());
-    let admin = pg_client(base_url).await?;
-    admin
-        .batch_execute(&format!(
-            "CREATE SCHEMA {schema}; SET search_path = {schema};
-             CREATE TABLE t (key TEXT COLLATE \"C\" PRIMARY KEY, value BYTEA NOT NULL);
-             CREATE TABLE kv (key TEXT COLLATE \"C\" PRIMARY KEY, value BYTEA NOT NULL, create_revision BIGINT NOT NULL, mod_revision BIGINT NOT NULL);
-             CREATE TABLE events (revision BIGINT PRIMARY KEY, key TEXT COLLATE \"C\" NOT NULL, deleted BOOLEAN NOT NULL, value BYTEA NOT NULL, create_revision BIGINT NOT NULL);
-             {SAME_WORK_FUNCTION}"
-        ))
-        .await?;
+    let name = format!("herd_bench_{}", uuid::Uuid::now_v7().simple());
+    let admin_config: tokio_postgres::Config = base_url.parse()?;
+    let admin = pg_client(&admin_config).await?;
+    // Each its own statement: CREATE DATABASE refuses to run in a transaction.
+    admin.batch_execute(&format!("CREATE SCHEMA {name}")).await?;
+    admin.batch_execute(&format!("CREATE DATABASE {name}")).await?;
+    let mut base_config = admin_config.clone();
+    base_config.dbname(&name);
     let separator = if base_url.contains('?') { '&' } else { '?' };
-    let url = format!("{base_url}{separator}options=-csearch_path%3D{schema}");
+    let store_url = format!("{base_url}{separator}options=-csearch_path%3D{name}");
     let result = async {
-        let store = Store::open(&url).await?;
+        pg_client(&base_config)
+            .await?
+            .batch_execute(&format!(
+                "CREATE TABLE t (key TEXT COLLATE \"C\" PRIMARY KEY, value BYTEA NOT NULL);
+                 CREATE TABLE kv (key TEXT COLLATE \"C\" PRIMARY KEY, value BYTEA NOT NULL, create_revision BIGINT NOT NULL, mod_revision BIGINT NOT NULL);
+                 CREATE TABLE events (revision BIGINT PRIMARY KEY, key TEXT COLLATE \"C\" NOT NULL, deleted BOOLEAN NOT NULL, value BYTEA NOT NULL, create_revision BIGINT NOT NULL);
+                 {SAME_WORK_FUNCTION}"
+            ))
+            .await?;
+        let store = Store::open(&store_url).await?;
         header("PostgreSQL (synchronous_commit as configured)");
         // One connection per writer, each write its own commit.
         let mut clients = Vec::new();
         for _ in 0..plan.writers.max(1) {
-            let client = pg_client(&url).await?;
+            let client = pg_client(&base_config).await?;
             let insert = client.prepare("INSERT INTO t (key, value) VALUES ($1, $2)").await?;
             let same_work = client.prepare("SELECT same_work($1, $2, $3)").await?;
             clients.push(Arc::new((client, insert, same_work)));
         }
         let clients = Arc::new(clients);
         // None: a plain insert; Some(channel): the same work, notifying it.
-        let baseline = |notify: Option<String>| {
-            let clients = clients.clone();
+        let baseline = |notify: Option<&str>| {
+            let (clients, notify) = (clients.clone(), notify.map(str::to_string));
             Box::new(move |scenario: String| {
                 let (clients, notify) = (clients.clone(), notify.clone());
                 op(move |w, i| {
@@ -322,20 +340,34 @@ async fn bench_postgres(plan: &Plan, base_url: &str) -> anyhow::Result<()> {
                 })
             }) as Box<dyn Fn(String) -> WriteOp>
         };
-        let heard = format!("bench_heard_{schema}");
-        let _listener = listener(&url, &heard).await?;
-        let baselines: Vec<Baseline> = vec![
-            ("plain inserts", baseline(None)),
-            (
-                "the same work by hand (lock, revision, key row, event row, notify, one statement)",
-                baseline(Some(format!("bench_unheard_{schema}"))),
-            ),
-            ("the same work by hand, its notifications heard by a listener as the store's are", baseline(Some(heard))),
-        ];
-        scenarios(plan, &store, baselines).await
+        scenarios(
+            plan,
+            &store,
+            vec![
+                ("plain inserts", baseline(None)),
+                (
+                    "the same work by hand (lock, revision, key row, event row, notify, one statement)",
+                    baseline(Some("bench_unheard")),
+                ),
+            ],
+        )
+        .await?;
+        // Last, since its listener hears every later commit of its database.
+        let _listener = listener(&base_config, "bench_heard").await?;
+        scenarios_from(
+            plan,
+            &store,
+            vec![(
+                "the same work by hand, its notifications heard by another session's listener",
+                baseline(Some("bench_heard")),
+            )],
+            2,
+        )
+        .await
     }
     .await;
-    admin.batch_execute(&format!("SET client_min_messages = warning; DROP SCHEMA {schema} CASCADE")).await?;
+    admin.batch_execute(&format!("SET client_min_messages = warning; DROP SCHEMA {name} CASCADE")).await?;
+    admin.batch_execute(&format!("DROP DATABASE {name} WITH (FORCE)")).await?;
     result
 }
 

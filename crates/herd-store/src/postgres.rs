@@ -16,7 +16,10 @@
 //! waits for ReadyForQuery, which PostgreSQL sends after the commit.
 //! Commits are announced with `NOTIFY`; other processes' watches wake on it
 //! (and poll as a fallback, since a notification can be lost with its
-//! connection).
+//! connection). The writer connection is also the listener: PostgreSQL
+//! hands a backend its own notifications without signalling another
+//! process, so a commit costs no wake-up of a second backend and task, as
+//! it would with a separate listening connection.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -229,6 +232,38 @@ impl Conn {
         Conn::prepare(client).await
     }
 
+    /// A connection that LISTENs for commits and turns other processes'
+    /// notifications into wake-ups on `external` (its own are this
+    /// process's commits, already handed to the watch tailer). Its backend
+    /// pid is stored in `own_pid`.
+    async fn connect_listening(url: &str, external: Arc<Notify>, own_pid: Arc<AtomicI32>) -> Result<Conn, StoreError> {
+        let (client, mut connection) = tokio_postgres::connect(url, NoTls).await?;
+        let seen_pid = own_pid.clone();
+        tokio::spawn(async move {
+            let messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+            futures_util::pin_mut!(messages);
+            while let Some(message) = futures_util::StreamExt::next(&mut messages).await {
+                match message {
+                    Ok(tokio_postgres::AsyncMessage::Notification(n))
+                        if n.process_id() != seen_pid.load(Ordering::Relaxed) =>
+                    {
+                        external.notify_one()
+                    }
+                    Ok(_) => {}
+                    Err(error) => {
+                        tracing::warn!(%error, "postgres writer connection ended; watches poll until it is back");
+                        return;
+                    }
+                }
+            }
+        });
+        let conn = Conn::prepare(client).await?;
+        // Before LISTEN, so that no notification comes before the pid is known.
+        own_pid.store(conn.backend_pid().await?, Ordering::Relaxed);
+        conn.client.batch_execute(&format!("LISTEN {CHANNEL}")).await?;
+        Ok(conn)
+    }
+
     async fn backend_pid(&self) -> Result<i32, StoreError> {
         Ok(self.client.query_one("SELECT pg_backend_pid()", &[]).await?.get(0))
     }
@@ -275,7 +310,6 @@ pub struct PostgresBackend {
     /// The backend pid of the writer connection: notifications it sent are
     /// this process's own commits, already handed to the watch tailer.
     writer_pid: Arc<AtomicI32>,
-    _listener: Client,
 }
 
 fn to_revision(value: i64) -> Revision {
@@ -307,16 +341,13 @@ impl PostgresBackend {
 
         let external = Arc::new(Notify::new());
         let writer_pid = Arc::new(AtomicI32::new(0));
-        let listener = listen(url, external.clone(), writer_pid.clone()).await?;
-        let writer = Conn::connect(url).await?;
-        writer_pid.store(writer.backend_pid().await?, Ordering::Relaxed);
+        let writer = Conn::connect_listening(url, external.clone(), writer_pid.clone()).await?;
         Ok(PostgresBackend {
             url: url.to_string(),
             writer: Mutex::new(writer),
             writer_pid,
             readers: Mutex::new(Vec::new()),
             external,
-            _listener: listener,
         })
     }
 
@@ -334,33 +365,6 @@ impl PostgresBackend {
             idle.push(conn);
         }
     }
-}
-
-/// A connection that LISTENs and turns other processes' notifications into
-/// wake-ups. The returned client must be kept: dropping it closes the
-/// connection.
-async fn listen(url: &str, external: Arc<Notify>, own_pid: Arc<AtomicI32>) -> Result<Client, StoreError> {
-    let (client, mut connection) = tokio_postgres::connect(url, NoTls).await?;
-    tokio::spawn(async move {
-        let messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
-        futures_util::pin_mut!(messages);
-        while let Some(message) = futures_util::StreamExt::next(&mut messages).await {
-            match message {
-                Ok(tokio_postgres::AsyncMessage::Notification(n))
-                    if n.process_id() != own_pid.load(Ordering::Relaxed) =>
-                {
-                    external.notify_one()
-                }
-                Ok(_) => {}
-                Err(error) => {
-                    tracing::warn!(%error, "postgres listener connection failed; watches fall back to polling");
-                    return;
-                }
-            }
-        }
-    });
-    client.batch_execute(&format!("LISTEN {CHANNEL}")).await?;
-    Ok(client)
 }
 
 /// A batch of one transaction with at most one compare and one operation
@@ -530,8 +534,9 @@ impl Backend for PostgresBackend {
     async fn commit(&self, batch: Vec<Txn>) -> Result<Committed, StoreError> {
         let mut conn = self.writer.lock().await;
         if conn.client.is_closed() {
-            *conn = Conn::connect(&self.url).await?;
-            self.writer_pid.store(conn.backend_pid().await?, Ordering::Relaxed);
+            *conn = Conn::connect_listening(&self.url, self.external.clone(), self.writer_pid.clone()).await?;
+            // Commits of other processes while it was down were not heard.
+            self.external.notify_one();
         }
         match commit_one(&conn, &batch).await {
             Some(committed) => committed,

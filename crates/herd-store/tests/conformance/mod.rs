@@ -27,6 +27,7 @@ macro_rules! conformance_suite {
             crud_and_revisions, write_conflicts, txn_is_atomic, list_prefix_paging_and_filter,
             watch_delivers_puts_and_deletes, watch_from_mid_revision, compaction_expires_old_watches,
             concurrent_creates_have_one_winner, concurrent_writers_are_group_committed,
+            writes_whose_writers_went_away_are_committed_and_watched,
             concurrent_watch_sees_every_write_once_in_order, reopen_keeps_everything, invalid_keys_are_refused,
             random_transactions_match_a_model, partitioned_watches_see_their_partition_once_in_order,
             a_partition_watch_revision_follows_writes_elsewhere, partition_watches_end_at_compaction);
@@ -245,6 +246,59 @@ pub async fn concurrent_writers_are_group_committed(h: &impl Harness) {
     let txns = store.stats().txns.load(std::sync::atomic::Ordering::Relaxed);
     assert_eq!(txns, 200);
     assert!(commits < 100, "200 concurrent writes took {commits} commits: no group commit");
+}
+
+/// A writer may go away (a cancelled request) while its write is queued
+/// behind another writer's commit, or while it is itself committing for
+/// others: the write still commits soon, the others get their answers, and
+/// a watch sees every event once, in order.
+pub async fn writes_whose_writers_went_away_are_committed_and_watched(h: &impl Harness) {
+    let store = h.open().await;
+    let start = store.create("/start", b"".to_vec()).await.unwrap();
+    let mut watch = store.watch("/gone/", start).await.unwrap();
+    let mut expected = BTreeSet::new();
+    for round in 0..10 {
+        // A writer that stays, with a large transaction, so that the one
+        // that leaves is queued behind its commit.
+        let mut large = Txn::new();
+        for i in 0..500 {
+            let key = format!("/gone/stay-{round:02}-{i:03}");
+            expected.insert(key.clone());
+            large = large.put(&key, b"v".to_vec());
+        }
+        let stay = {
+            let store = store.clone();
+            tokio::spawn(async move { store.txn(large).await.unwrap() })
+        };
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        let gone = format!("/gone/left-{round:02}");
+        expected.insert(gone.clone());
+        // Polled once (it queues its write, or starts committing it), then dropped.
+        let left = tokio::time::timeout(Duration::from_nanos(1), store.create(&gone, b"v".to_vec())).await;
+        if let Ok(created) = left {
+            created.unwrap();
+        }
+        stay.await.unwrap();
+    }
+    let mut seen = BTreeSet::new();
+    let mut last = start;
+    while seen.len() < expected.len() {
+        let batch = tokio::time::timeout(Duration::from_secs(5), watch.next())
+            .await
+            .unwrap_or_else(|_| {
+                panic!("no event in 5 s; missing: {:?}", expected.difference(&seen).collect::<Vec<_>>())
+            })
+            .unwrap();
+        for event in batch.events {
+            assert_eq!(event.revision, last + 1, "events in order, none skipped");
+            last = event.revision;
+            assert!(seen.insert(event.key.clone()), "{} delivered twice", event.key);
+        }
+    }
+    assert_eq!(seen, expected);
+    for key in &expected {
+        assert!(store.get(key).await.unwrap().is_some(), "{key} committed");
+    }
 }
 
 /// The acceptance test: 4 concurrent writers, 5,000 writes in all (spread
