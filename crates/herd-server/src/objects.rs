@@ -83,6 +83,21 @@ pub fn collection_prefix(plural: &str) -> String {
     format!("/registry/{plural}/")
 }
 
+/// `new`'s spec or status prepared to be written over `old`.
+fn prepare_over<S: Resource>(old: &Object<S>, new: Object<S>, part: Part) -> Result<Prepared<S>, ObjectsError> {
+    let name = new.metadata.name.clone();
+    match part {
+        Part::Spec => lifecycle::prepare_update(old, new),
+        Part::Status if !S::HAS_STATUS => return Err(no_status::<S>()),
+        Part::Status => lifecycle::prepare_status_update(old, new),
+    }
+    .map_err(|e| ObjectsError::invalid(S::KIND, &name, e))
+}
+
+fn no_status<S: Resource>() -> ObjectsError {
+    ObjectsError::BadRequest(format!("{} has no status subresource", S::KIND))
+}
+
 pub fn object_key(plural: &str, name: &str) -> String {
     format!("/registry/{plural}/{name}")
 }
@@ -423,10 +438,7 @@ impl Objects {
 
     /// Replaces metadata and spec (the status is kept).
     pub async fn update<S: Resource>(&self, object: Object<S>, dry_run: bool) -> Result<Object<S>, ObjectsError> {
-        let name = object.metadata.name.clone();
-        let old = self.require::<S>(&name).await?;
-        let prepared = lifecycle::prepare_update(&old, object).map_err(|e| ObjectsError::invalid(S::KIND, &name, e))?;
-        self.write(prepared, dry_run, (None, Vec::new())).await
+        self.write_part(object, Part::Spec, dry_run).await
     }
 
     /// Creates `object` (no resourceVersion) or updates it, with `ops`
@@ -493,14 +505,7 @@ impl Objects {
         object: Object<S>,
         dry_run: bool,
     ) -> Result<Object<S>, ObjectsError> {
-        let name = object.metadata.name.clone();
-        if !S::HAS_STATUS {
-            return Err(ObjectsError::BadRequest(format!("{} has no status subresource", S::KIND)));
-        }
-        let old = self.require::<S>(&name).await?;
-        let prepared =
-            lifecycle::prepare_status_update(&old, object).map_err(|e| ObjectsError::invalid(S::KIND, &name, e))?;
-        self.write(prepared, dry_run, (None, Vec::new())).await
+        self.write_part(object, Part::Status, dry_run).await
     }
 
     /// Replaces metadata and spec, or the status.
@@ -510,10 +515,12 @@ impl Objects {
         part: Part,
         dry_run: bool,
     ) -> Result<Object<S>, ObjectsError> {
-        match part {
-            Part::Spec => self.update(object, dry_run).await,
-            Part::Status => self.update_status(object, dry_run).await,
+        if matches!(part, Part::Status) && !S::HAS_STATUS {
+            // Said before looking the object up: no such write exists.
+            return Err(no_status::<S>());
         }
+        let old = self.require::<S>(&object.metadata.name).await?;
+        self.write(prepare_over(&old, object, part)?, dry_run, (None, Vec::new())).await
     }
 
     /// Read-modify-write with retries on conflict. `change` edits the object
@@ -570,16 +577,7 @@ impl Objects {
         part: Part,
         ops: Vec<Op>,
     ) -> Result<Object<S>, ObjectsError> {
-        let name = new.metadata.name.clone();
-        let prepared = match part {
-            Part::Spec => lifecycle::prepare_update(old, new),
-            Part::Status if !S::HAS_STATUS => {
-                return Err(ObjectsError::BadRequest(format!("{} has no status subresource", S::KIND)));
-            }
-            Part::Status => lifecycle::prepare_status_update(old, new),
-        }
-        .map_err(|e| ObjectsError::invalid(S::KIND, &name, e))?;
-        self.write(prepared, false, (None, ops)).await
+        self.write(prepare_over(old, new, part)?, false, (None, ops)).await
     }
 
     /// Deletes `object` if it is still at its resourceVersion, without

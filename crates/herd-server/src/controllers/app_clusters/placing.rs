@@ -203,11 +203,7 @@ impl AppClusterController {
     ) -> Result<(String, BTreeMap<String, u16>), String> {
         let mut moving = pass.members[i].clone();
         moving.status.moved_from = moving.spec.node.take();
-        let selector = pass.cluster.spec.role(&moving.spec.role).map(|r| r.node_selector.clone()).unwrap_or_default();
-        let peers: Vec<&Member> = pass.members.iter().filter(|m| m.spec.role == moving.spec.role).collect();
-        let spread = app_role.placement.spread;
-        let place = |bound: &dyn Fn(&str) -> usize| place(&moving, &selector, spread, &pass.nodes.list, &peers, bound);
-        pass.bookings.book(place, &app_role.ports, pass.settings.member_ports()).map_err(|refused| match refused {
+        book_node(pass, &moving, app_role).map_err(|refused| match refused {
             Refused::Unplaceable(why) | Refused::NoPorts(why) => why,
         })
     }
@@ -215,12 +211,7 @@ impl AppClusterController {
     /// Member `i` bound to a node with its ports, or None (the reason in
     /// its status) when no node can take it now.
     async fn binding(&self, pass: &mut Pass<'_>, i: usize, app_role: &AppRole) -> Option<Member> {
-        let member = &pass.members[i];
-        let selector = pass.cluster.spec.role(&member.spec.role).map(|r| r.node_selector.clone()).unwrap_or_default();
-        let peers: Vec<&Member> = pass.members.iter().filter(|m| m.spec.role == member.spec.role).collect();
-        let spread = app_role.placement.spread;
-        let place = |bound: &dyn Fn(&str) -> usize| place(member, &selector, spread, &pass.nodes.list, &peers, bound);
-        match pass.bookings.book(place, &app_role.ports, pass.settings.member_ports()) {
+        match book_node(pass, &pass.members[i], app_role) {
             Ok((node, ports)) => {
                 let mut bound = pass.members[i].clone();
                 bound.spec.node = Some(node);
@@ -240,4 +231,15 @@ impl AppClusterController {
             }
         }
     }
+}
+
+/// Picks a node for `member` among the pass's nodes (its role's selector
+/// and spread, its role's peers in the pass) and books its ports there.
+fn book_node(pass: &Pass<'_>, member: &Member, app_role: &AppRole) -> Result<(String, BTreeMap<String, u16>), Refused> {
+    let no_selector = BTreeMap::new();
+    let selector = pass.cluster.spec.role(&member.spec.role).map_or(&no_selector, |r| &r.node_selector);
+    let peers: Vec<&Member> = pass.members.iter().filter(|m| m.spec.role == member.spec.role).collect();
+    let spread = app_role.placement.spread;
+    let place = |bound: &dyn Fn(&str) -> usize| place(member, selector, spread, &pass.nodes.list, &peers, bound);
+    pass.bookings.book(place, &app_role.ports, pass.settings.member_ports())
 }
