@@ -1,7 +1,7 @@
 //! The dashboard: a page and its scripts, embedded in the binary (no build
 //! step, nothing fetched from elsewhere), served under `/ui` (the page
-//! also at `/`) without a token; everything it shows it reads through the API with the token the
-//! operator logs in with (`ui/app.js`).
+//! also at `/`) without a token; everything it shows it reads through the
+//! API with the token the operator logs in with (`ui/app.js`).
 
 use axum::http::header;
 use axum::response::IntoResponse;
