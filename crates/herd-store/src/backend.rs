@@ -50,6 +50,14 @@ pub trait Backend: Send + Sync + 'static {
 
     async fn commit(&self, batch: Vec<Txn>) -> Result<Committed, StoreError>;
 
+    /// Whether writers should commit in their own tasks, taking turns,
+    /// rather than through one writer task: true where a commit is a
+    /// network round trip, so a hop to another task and back is a
+    /// noticeable part of it (see the `commit` module).
+    fn commits_in_caller(&self) -> bool {
+        false
+    }
+
     /// Up to `limit` events with revision greater than `after`, in order.
     async fn events_after(&self, after: Revision, limit: usize) -> Result<Vec<Event>, StoreError>;
 

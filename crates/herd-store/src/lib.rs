@@ -20,6 +20,7 @@
 //!   prefix.
 
 mod backend;
+mod commit;
 mod error;
 mod partition;
 mod plan;

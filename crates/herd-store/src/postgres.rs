@@ -131,7 +131,9 @@ $fn$;
 
 -- The same for a batch of one transaction with at most one compare and one
 -- operation (most writes), without arrays or a row per event: one row, with
--- the deleted value for a delete (the caller knows a put's).
+-- the deleted value for a delete (the caller knows a put's). Written with
+-- few plpgsql expressions: each is set up again in every transaction, a
+-- cost that one write per transaction pays in full.
 CREATE OR REPLACE FUNCTION herd_commit_one(
     c_key text, c_rev bigint, o_key text, o_del boolean, o_val bytea, channel text,
     OUT out_failed boolean, OUT out_actual bigint, OUT out_revision bigint,
@@ -139,22 +141,17 @@ CREATE OR REPLACE FUNCTION herd_commit_one(
 LANGUAGE plpgsql AS $fn$
 DECLARE
     cur bigint;
-    same_key boolean := c_key IS NOT NULL AND c_key = o_key;
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtext(current_schema()));
     -- Events left after a compaction are all above its point.
-    SELECT max(e.revision) INTO out_revision FROM herd_events e;
-    IF out_revision IS NULL THEN
-        SELECT m.compacted INTO out_revision FROM herd_meta m WHERE m.id = 1;
-    END IF;
-    out_failed := false;
-    out_wrote := false;
-    IF same_key AND NOT o_del AND c_rev >= 0 THEN
+    SELECT COALESCE(max(e.revision), (SELECT m.compacted FROM herd_meta m WHERE m.id = 1)), false, false
+        INTO out_revision, out_failed, out_wrote FROM herd_events e;
+    IF c_key = o_key AND NOT o_del AND c_rev >= 0 THEN
         -- A create or an update of the revision read: the write is the compare.
         IF c_rev = 0 THEN
-            out_create := out_revision + 1;
-            INSERT INTO herd_kv (key, value, create_revision, mod_revision)
-                VALUES (o_key, o_val, out_create, out_create) ON CONFLICT (key) DO NOTHING;
+            INSERT INTO herd_kv AS k (key, value, create_revision, mod_revision)
+                VALUES (o_key, o_val, out_revision + 1, out_revision + 1) ON CONFLICT (key) DO NOTHING
+                RETURNING k.create_revision INTO out_create;
         ELSE
             UPDATE herd_kv k SET value = o_val, mod_revision = out_revision + 1
                 WHERE k.key = o_key AND k.mod_revision = c_rev RETURNING k.create_revision INTO out_create;
@@ -164,7 +161,6 @@ BEGIN
             out_failed := true;
             RETURN;
         END IF;
-        out_revision := out_revision + 1;
     ELSE
         IF c_key IS NOT NULL THEN
             SELECT k.mod_revision INTO cur FROM herd_kv k WHERE k.key = c_key;
@@ -182,17 +178,16 @@ BEGIN
             IF NOT FOUND THEN
                 RETURN;
             END IF;
-            out_revision := out_revision + 1;
         ELSE
-            out_revision := out_revision + 1;
-            INSERT INTO herd_kv AS k (key, value, create_revision, mod_revision) VALUES (o_key, o_val, out_revision, out_revision)
+            INSERT INTO herd_kv AS k (key, value, create_revision, mod_revision)
+                VALUES (o_key, o_val, out_revision + 1, out_revision + 1)
                 ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, mod_revision = EXCLUDED.mod_revision
                 RETURNING k.create_revision INTO out_create;
         END IF;
     END IF;
-    INSERT INTO herd_events (revision, key, deleted, value, create_revision)
-        VALUES (out_revision, o_key, o_del, CASE WHEN o_del THEN out_old ELSE o_val END, out_create);
-    out_wrote := true;
+    INSERT INTO herd_events AS e (revision, key, deleted, value, create_revision)
+        VALUES (out_revision + 1, o_key, o_del, CASE WHEN o_del THEN out_old ELSE o_val END, out_create)
+        RETURNING e.revision, true INTO out_revision, out_wrote;
     PERFORM pg_notify(channel, out_revision::text);
 END
 $fn$;
@@ -581,6 +576,10 @@ impl Backend for PostgresBackend {
         }
         tx.commit().await?;
         Ok(())
+    }
+
+    fn commits_in_caller(&self) -> bool {
+        true
     }
 
     fn external_commits(&self) -> Option<Arc<Notify>> {

@@ -1,18 +1,17 @@
-//! [`Store`]: group commit, reads with paging and filtering, watches.
+//! [`Store`]: reads with paging and filtering, writes through group commit
+//! (`commit`), watches.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 
-use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::backend::Backend;
+use crate::commit::Committer;
 use crate::error::StoreError;
 use crate::types::{Compare, KeyValue, Revision, Txn, TxnOutcome, check_key};
 use crate::watch::{Hub, Watcher};
 
-/// The most transactions one backend commit carries.
-const MAX_BATCH: usize = 512;
 /// Keys read per backend range call while filtering.
 const RANGE_CHUNK: usize = 500;
 
@@ -36,6 +35,12 @@ impl StoreStats {
     pub fn observe_commits(&self, observer: CommitObserver) {
         let _ = self.commit_observer.set(observer);
     }
+
+    pub(crate) fn observe_commit(&self, took: std::time::Duration) {
+        if let Some(observe) = self.commit_observer.get() {
+            observe(took);
+        }
+    }
 }
 
 /// How to page a list.
@@ -57,21 +62,16 @@ pub struct ListPage {
     pub next_key: Option<String>,
 }
 
-struct WriteRequest {
-    txn: Txn,
-    reply: oneshot::Sender<Result<TxnOutcome, StoreError>>,
-}
-
 struct Inner {
     backend: Arc<dyn Backend>,
-    writes: mpsc::Sender<WriteRequest>,
+    committer: Committer,
     hub: Arc<Hub>,
     stats: Arc<StoreStats>,
     _stop_tasks: DropGuard,
 }
 
 /// The revisioned key/value store. Cheap to clone; all clones share one
-/// writer and one watch hub. Needs a tokio runtime.
+/// committer and one watch hub. Needs a tokio runtime.
 #[derive(Clone)]
 pub struct Store {
     inner: Arc<Inner>,
@@ -83,9 +83,8 @@ impl Store {
         let stop = CancellationToken::new();
         let hub = Hub::start(backend.clone(), head, stop.clone());
         let stats = Arc::new(StoreStats::default());
-        let (writes, rx) = mpsc::channel(4 * MAX_BATCH);
-        tokio::spawn(write_loop(backend.clone(), rx, hub.clone(), stats.clone()));
-        Ok(Store { inner: Arc::new(Inner { backend, writes, hub, stats, _stop_tasks: stop.drop_guard() }) })
+        let committer = Committer::start(backend.clone(), hub.clone(), stats.clone());
+        Ok(Store { inner: Arc::new(Inner { backend, committer, hub, stats, _stop_tasks: stop.drop_guard() }) })
     }
 
     /// Opens a store from a URL: `postgres://...` (or `postgresql://`), or
@@ -167,9 +166,7 @@ impl Store {
     /// Runs a transaction; it is durable when this returns.
     pub async fn txn(&self, txn: Txn) -> Result<TxnOutcome, StoreError> {
         txn.check_keys()?;
-        let (reply, answer) = oneshot::channel();
-        self.inner.writes.send(WriteRequest { txn, reply }).await.map_err(|_| StoreError::Closed)?;
-        answer.await.map_err(|_| StoreError::Closed)?
+        self.inner.committer.commit(txn).await
     }
 
     /// Creates a key that must not exist; returns its revision.
@@ -223,43 +220,5 @@ impl Store {
     /// it get `Compacted` and must relist.
     pub async fn compact(&self, upto: Revision) -> Result<(), StoreError> {
         self.inner.backend.compact(upto).await
-    }
-}
-
-/// The single writer: takes every queued transaction (up to MAX_BATCH) and
-/// commits them in one backend transaction, so concurrent writers share one
-/// fsync (group commit).
-async fn write_loop(
-    backend: Arc<dyn Backend>,
-    mut requests: mpsc::Receiver<WriteRequest>,
-    hub: Arc<Hub>,
-    stats: Arc<StoreStats>,
-) {
-    let mut batch = Vec::with_capacity(MAX_BATCH);
-    while requests.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        let (txns, replies): (Vec<Txn>, Vec<_>) = batch.drain(..).map(|r| (r.txn, r.reply)).unzip();
-        let count = txns.len() as u64;
-        let started = std::time::Instant::now();
-        let result = backend.commit(txns).await;
-        if let Some(observe) = stats.commit_observer.get() {
-            observe(started.elapsed());
-        }
-        match result {
-            Ok(committed) => {
-                stats.commits.fetch_add(1, Ordering::Relaxed);
-                stats.txns.fetch_add(count, Ordering::Relaxed);
-                hub.publish(committed.events);
-                for (reply, outcome) in replies.into_iter().zip(committed.outcomes) {
-                    let _ = reply.send(Ok(outcome));
-                }
-            }
-            Err(error) => {
-                stats.commit_failures.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(%error, transactions = count, "store commit failed");
-                for reply in replies {
-                    let _ = reply.send(Err(error.clone()));
-                }
-            }
-        }
     }
 }

@@ -2,10 +2,12 @@
 //! watcher catches up from the log on its own, then follows the fan-out,
 //! and falls back to the log whenever it lags.
 //!
-//! The tailer gets this process's commits straight from the writer and
-//! reads the log only when they do not join up with what it sent last
-//! (another process wrote in between, on PostgreSQL) or when woken by
-//! another process's commit or its poll.
+//! This process's commits are fanned out by the committer itself, as it
+//! commits, when they join up with what was sent last; otherwise (another
+//! process wrote in between, on PostgreSQL) it wakes the tailer, which reads
+//! the log. The tailer also reads the log when another process's commit
+//! wakes it and at each poll. A lock orders the two senders, so batches go
+//! out contiguous and in revision order.
 //!
 //! Why no event is skipped or repeated: a watcher subscribes to the fan-out
 //! before its first log read, so every event after that read arrives through
@@ -16,7 +18,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tokio::sync::{broadcast, mpsc};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use tokio::sync::{Notify, broadcast};
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::Backend;
@@ -38,32 +42,48 @@ struct Batch {
 
 pub(crate) struct Hub {
     fanout: broadcast::Sender<Arc<Batch>>,
-    /// The newest revision fanned out.
+    /// The newest revision fanned out; held while sending, so that the
+    /// committer and the tailer send in order.
+    sent: Mutex<Revision>,
+    /// The same, for readers that must not wait on the lock.
     head: AtomicU64,
-    local: mpsc::UnboundedSender<Vec<Event>>,
+    /// Wakes the tailer: a commit of this process did not join up.
+    behind: Notify,
 }
 
 impl Hub {
     pub(crate) fn start(backend: Arc<dyn Backend>, head: Revision, stop: CancellationToken) -> Arc<Hub> {
         let (fanout, _) = broadcast::channel(FANOUT_CAPACITY);
-        let (local, commits) = mpsc::unbounded_channel();
-        let hub = Arc::new(Hub { fanout, head: AtomicU64::new(head), local });
-        tokio::spawn(tail(backend, hub.clone(), commits, stop));
+        let hub = Arc::new(Hub { fanout, sent: Mutex::new(head), head: AtomicU64::new(head), behind: Notify::new() });
+        tokio::spawn(tail(backend, hub.clone(), stop));
         hub
     }
 
-    /// Hands the events of a commit of this process to the tailer.
+    /// Fans out the events of a commit of this process, or, when they do
+    /// not join up with what was sent, has the tailer read the log.
     pub(crate) fn publish(&self, events: Vec<Event>) {
-        if !events.is_empty() {
-            let _ = self.local.send(events);
+        let mut sent = self.sent();
+        let fresh: Vec<Event> = events.into_iter().filter(|e| e.revision > *sent).collect();
+        if fresh.is_empty() {
+            return;
+        }
+        if is_contiguous(*sent, &fresh) {
+            self.send(&mut sent, fresh);
+        } else {
+            self.behind.notify_one();
         }
     }
 
-    fn send(&self, events: Vec<Event>) -> Revision {
-        let end = events.last().map_or(0, |e| e.revision);
+    fn sent(&self) -> MutexGuard<'_, Revision> {
+        self.sent.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Sends a batch that joins up with `sent` and moves it on.
+    fn send(&self, sent: &mut Revision, events: Vec<Event>) {
+        let end = events.last().map_or(*sent, |e| e.revision);
         let _ = self.fanout.send(Arc::new(Batch { events }));
+        *sent = end;
         self.head.store(end, Ordering::Release);
-        end
     }
 
     pub(crate) fn head(&self) -> Revision {
@@ -71,64 +91,56 @@ impl Hub {
     }
 }
 
-async fn tail(
-    backend: Arc<dyn Backend>,
-    hub: Arc<Hub>,
-    mut commits: mpsc::UnboundedReceiver<Vec<Event>>,
-    stop: CancellationToken,
-) {
+async fn tail(backend: Arc<dyn Backend>, hub: Arc<Hub>, stop: CancellationToken) {
     let external = backend.external_commits();
-    let mut last = hub.head();
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
-            Some(events) = commits.recv() => {
-                let fresh: Vec<Event> = events.into_iter().filter(|e| e.revision > last).collect();
-                if fresh.is_empty() {
-                    continue;
-                }
-                if is_contiguous(last, &fresh) {
-                    last = hub.send(fresh);
-                    continue;
-                }
-            }
+            _ = hub.behind.notified() => {}
             _ = async { match &external { Some(n) => n.notified().await, None => std::future::pending().await } } => {}
             _ = tokio::time::sleep(POLL_INTERVAL) => {}
         }
-        last = read_log(backend.as_ref(), &hub, last).await;
+        read_log(backend.as_ref(), &hub).await;
     }
 }
 
-/// Sends everything in the log after `last`; returns the new last.
-async fn read_log(backend: &dyn Backend, hub: &Hub, mut last: Revision) -> Revision {
+/// Sends everything in the log after what was sent.
+async fn read_log(backend: &dyn Backend, hub: &Hub) {
     loop {
-        let events = match backend.events_after(last, LOG_CHUNK).await {
+        let after = *hub.sent();
+        let events = match backend.events_after(after, LOG_CHUNK).await {
             Ok(events) => events,
             Err(StoreError::Compacted { compacted, .. }) => {
                 // History was compacted past what was fanned out; watchers
                 // re-read the log from their own position and learn
                 // whether they lost anything.
-                tracing::warn!(last, compacted, "watch tailer fell behind compaction");
+                tracing::warn!(after, compacted, "watch tailer fell behind compaction");
+                let mut sent = hub.sent();
                 let _ = hub.fanout.send(Arc::new(Batch { events: Vec::new() }));
-                return compacted;
+                *sent = compacted.max(*sent);
+                return;
             }
             Err(error) => {
                 tracing::warn!(%error, "watch tailer could not read the event log");
-                return last;
+                return;
             }
         };
-        if events.is_empty() {
-            return last;
-        }
-        if !is_contiguous(last, &events) {
-            tracing::error!(last, first = events[0].revision, "gap in the event log; reading again");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            continue;
-        }
         let full = events.len() == LOG_CHUNK;
-        last = hub.send(events);
-        if !full {
-            return last;
+        let joined = {
+            let mut sent = hub.sent();
+            // The committer may have sent some of them meanwhile.
+            let fresh: Vec<Event> = events.into_iter().filter(|e| e.revision > *sent).collect();
+            let joined = is_contiguous(*sent, &fresh);
+            if joined && !fresh.is_empty() {
+                hub.send(&mut sent, fresh);
+            }
+            joined
+        };
+        if !joined {
+            tracing::error!(after, "gap in the event log; reading again");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        } else if !full {
+            return;
         }
     }
 }

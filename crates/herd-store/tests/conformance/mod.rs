@@ -279,6 +279,41 @@ pub async fn writes_whose_writers_went_away_are_committed_and_watched(h: &impl H
             created.unwrap();
         }
         stay.await.unwrap();
+
+        // A writer that leaves while it commits a batch that holds another
+        // writer's transaction too: both are queued behind a large commit,
+        // the leaving one first; it leaves after 1 to 10 ms, so in some
+        // rounds in the middle of its commit. The other is still answered.
+        let large = |name: &str, expected: &mut BTreeSet<String>| {
+            let mut txn = Txn::new();
+            for i in 0..500 {
+                let key = format!("/gone/{name}-{round:02}-{i:03}");
+                expected.insert(key.clone());
+                txn = txn.put(&key, b"v".to_vec());
+            }
+            txn
+        };
+        let holder = {
+            let (store, txn) = (store.clone(), large("hold", &mut expected));
+            tokio::spawn(async move { store.txn(txn).await.unwrap() })
+        };
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        let leaving = {
+            let (store, txn) = (store.clone(), large("leave", &mut expected));
+            let patience = Duration::from_millis(1 + round as u64);
+            tokio::spawn(async move { tokio::time::timeout(patience, store.txn(txn)).await })
+        };
+        tokio::time::sleep(Duration::from_micros(300)).await;
+        let after = format!("/gone/after-{round:02}");
+        expected.insert(after.clone());
+        tokio::time::timeout(Duration::from_secs(10), store.create(&after, b"v".to_vec()))
+            .await
+            .expect("a write batched with one whose writer left is answered")
+            .unwrap();
+        holder.await.unwrap();
+        if let Ok(committed) = leaving.await.unwrap() {
+            committed.unwrap();
+        }
     }
     let mut seen = BTreeSet::new();
     let mut last = start;
