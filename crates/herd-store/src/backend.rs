@@ -80,7 +80,16 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Signalled when another process committed to the same database, for
     /// backends that several processes share. None: only this process writes.
+    /// A backend may wait for [`Backend::hear_other_writers`] before it
+    /// signals anything; the watch tailer polls meanwhile.
     fn external_commits(&self) -> Option<Arc<Notify>> {
         None
+    }
+
+    /// Another process was found writing to the same database: signal its
+    /// commits on `external_commits` from now on. Called once; a process
+    /// that writes alone then pays nothing to hear its own commits.
+    async fn hear_other_writers(&self) -> Result<(), StoreError> {
+        Ok(())
     }
 }

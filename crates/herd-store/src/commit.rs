@@ -41,7 +41,6 @@ struct WriteRequest {
 }
 
 /// What both committers need to commit a batch.
-#[derive(Clone)]
 struct Target {
     backend: Arc<dyn Backend>,
     hub: Arc<Hub>,
@@ -54,6 +53,7 @@ impl Target {
     async fn commit(&self, batch: Vec<WriteRequest>) {
         let (txns, replies): (Vec<Txn>, Vec<Reply>) = batch.into_iter().map(|r| (r.txn, r.reply)).unzip();
         let count = txns.len() as u64;
+        let _in_flight = self.hub.commit_begins();
         let started = std::time::Instant::now();
         let result = self.backend.commit(txns).await;
         self.stats.observe_commit(started.elapsed());
@@ -129,7 +129,7 @@ pub(crate) struct Combiner {
     target: Target,
     queue: Mutex<Vec<WriteRequest>>,
     /// Held by the writer committing; waiters get it in arrival order.
-    turn: Arc<tokio::sync::Mutex<()>>,
+    turn: tokio::sync::Mutex<()>,
 }
 
 impl Combiner {
@@ -139,7 +139,7 @@ impl Combiner {
             let turn = tokio::select! {
                 biased;
                 outcome = &mut answer => return outcome.map_err(|_| StoreError::Closed)?,
-                turn = self.turn.clone().lock_owned() => turn,
+                turn = self.turn.lock() => turn,
             };
             let batch = {
                 let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);

@@ -9,6 +9,13 @@
 //! wakes it and at each poll. A lock orders the two senders, so batches go
 //! out contiguous and in revision order.
 //!
+//! A process that writes alone does not listen for other processes'
+//! commits (on PostgreSQL, hearing its own notifications was a tenth of a
+//! write): the tailer asks the backend to listen once it finds another
+//! writer, either by a commit of this process that does not join up or by
+//! events in the log that it read while this process committed nothing.
+//! Until then the poll delivers other processes' commits.
+//!
 //! Why no event is skipped or repeated: a watcher subscribes to the fan-out
 //! before its first log read, so every event after that read arrives through
 //! the fan-out; it drops events at or below the last revision it delivered,
@@ -49,14 +56,62 @@ pub(crate) struct Hub {
     head: AtomicU64,
     /// Wakes the tailer: a commit of this process did not join up.
     behind: Notify,
+    own: OwnCommits,
+}
+
+/// This process's commits in flight, so that the tailer can tell whether
+/// what it read from the log was written by another process.
+#[derive(Default)]
+struct OwnCommits {
+    begun: AtomicU64,
+    ended: AtomicU64,
+}
+
+impl OwnCommits {
+    /// When no commit is in flight, a mark for [`OwnCommits::none_since`].
+    fn quiet(&self) -> Option<u64> {
+        // `ended` first: equal counts then mean none was in flight when
+        // `ended` was read, and none began before `begun` was.
+        let ended = self.ended.load(Ordering::SeqCst);
+        let begun = self.begun.load(Ordering::SeqCst);
+        (begun == ended).then_some(begun)
+    }
+
+    /// Whether no commit began since `mark` was taken.
+    fn none_since(&self, mark: u64) -> bool {
+        self.begun.load(Ordering::SeqCst) == mark
+    }
+}
+
+/// A commit of this process, from before it is sent to the backend until
+/// its events are published (or it failed).
+pub(crate) struct CommitInFlight<'a>(&'a OwnCommits);
+
+impl Drop for CommitInFlight<'_> {
+    fn drop(&mut self) {
+        self.0.ended.fetch_add(1, Ordering::SeqCst);
+    }
 }
 
 impl Hub {
     pub(crate) fn start(backend: Arc<dyn Backend>, head: Revision, stop: CancellationToken) -> Arc<Hub> {
         let (fanout, _) = broadcast::channel(FANOUT_CAPACITY);
-        let hub = Arc::new(Hub { fanout, sent: Mutex::new(head), head: AtomicU64::new(head), behind: Notify::new() });
+        let hub = Arc::new(Hub {
+            fanout,
+            sent: Mutex::new(head),
+            head: AtomicU64::new(head),
+            behind: Notify::new(),
+            own: OwnCommits::default(),
+        });
         tokio::spawn(tail(backend, hub.clone(), stop));
         hub
+    }
+
+    /// Marks a commit of this process in flight until the guard is dropped,
+    /// after its events were published.
+    pub(crate) fn commit_begins(&self) -> CommitInFlight<'_> {
+        self.own.begun.fetch_add(1, Ordering::SeqCst);
+        CommitInFlight(&self.own)
     }
 
     /// Fans out the events of a commit of this process, or, when they do
@@ -93,19 +148,33 @@ impl Hub {
 
 async fn tail(backend: Arc<dyn Backend>, hub: Arc<Hub>, stop: CancellationToken) {
     let external = backend.external_commits();
+    let mut hearing = false;
     loop {
+        let mut another_writes = false;
         tokio::select! {
             _ = stop.cancelled() => return,
-            _ = hub.behind.notified() => {}
+            _ = hub.behind.notified() => another_writes = true,
             _ = async { match &external { Some(n) => n.notified().await, None => std::future::pending().await } } => {}
             _ = tokio::time::sleep(POLL_INTERVAL) => {}
         }
-        read_log(backend.as_ref(), &hub).await;
+        let quiet = hub.own.quiet();
+        let sent_any = read_log(backend.as_ref(), &hub).await;
+        another_writes |= sent_any && quiet.is_some_and(|mark| hub.own.none_since(mark));
+        if another_writes && !hearing {
+            match backend.hear_other_writers().await {
+                Ok(()) => {
+                    tracing::info!("another process writes to this store; listening for its commits");
+                    hearing = true;
+                }
+                Err(error) => tracing::warn!(%error, "could not listen for other processes' commits; polling"),
+            }
+        }
     }
 }
 
-/// Sends everything in the log after what was sent.
-async fn read_log(backend: &dyn Backend, hub: &Hub) {
+/// Sends everything in the log after what was sent; whether there was any.
+async fn read_log(backend: &dyn Backend, hub: &Hub) -> bool {
+    let mut sent_any = false;
     loop {
         let after = *hub.sent();
         let events = match backend.events_after(after, LOG_CHUNK).await {
@@ -118,11 +187,11 @@ async fn read_log(backend: &dyn Backend, hub: &Hub) {
                 let mut sent = hub.sent();
                 let _ = hub.fanout.send(Arc::new(Batch { events: Vec::new() }));
                 *sent = compacted.max(*sent);
-                return;
+                return sent_any;
             }
             Err(error) => {
                 tracing::warn!(%error, "watch tailer could not read the event log");
-                return;
+                return sent_any;
             }
         };
         let full = events.len() == LOG_CHUNK;
@@ -133,6 +202,7 @@ async fn read_log(backend: &dyn Backend, hub: &Hub) {
             let joined = is_contiguous(*sent, &fresh);
             if joined && !fresh.is_empty() {
                 hub.send(&mut sent, fresh);
+                sent_any = true;
             }
             joined
         };
@@ -140,7 +210,7 @@ async fn read_log(backend: &dyn Backend, hub: &Hub) {
             tracing::error!(after, "gap in the event log; reading again");
             tokio::time::sleep(Duration::from_millis(20)).await;
         } else if !full {
-            return;
+            return sent_any;
         }
     }
 }

@@ -28,7 +28,8 @@ macro_rules! conformance_suite {
             watch_delivers_puts_and_deletes, watch_from_mid_revision, compaction_expires_old_watches,
             concurrent_creates_have_one_winner, concurrent_writers_are_group_committed,
             writes_whose_writers_went_away_are_committed_and_watched,
-            concurrent_watch_sees_every_write_once_in_order, reopen_keeps_everything, invalid_keys_are_refused,
+            concurrent_watch_sees_every_write_once_in_order, a_peer_s_commits_reach_watches_promptly,
+            reopen_keeps_everything, invalid_keys_are_refused,
             random_transactions_match_a_model, partitioned_watches_see_their_partition_once_in_order,
             a_partition_watch_revision_follows_writes_elsewhere, partition_watches_end_at_compaction);
     };
@@ -405,6 +406,45 @@ pub async fn concurrent_watch_sees_every_write_once_in_order(h: &impl Harness) {
     assert_eq!(unique.len(), acked.len());
     // Nothing more arrives: a duplicate would show up here.
     assert!(tokio::time::timeout(Duration::from_millis(300), early.next()).await.is_err());
+}
+
+/// Another process's commits wake this one's watches: once the first is
+/// seen (by the poll, at the latest), those after it arrive well within
+/// the poll interval (500 ms).
+pub async fn a_peer_s_commits_reach_watches_promptly(h: &impl Harness) {
+    let store = h.open().await;
+    let Some(peer) = h.peer().await else { return };
+    let start = store.create("/start", b"".to_vec()).await.unwrap();
+    let mut watch = store.watch("/p/", start).await.unwrap();
+    let (arrivals, mut arrived) = tokio::sync::mpsc::unbounded_channel();
+    let watching = tokio::spawn(async move {
+        while let Ok(batch) = watch.next().await {
+            let _ = arrivals.send((batch.revision, std::time::Instant::now()));
+        }
+    });
+    let mut waits = Vec::new();
+    for i in 0..21 {
+        // The watch has caught up and waits on this process's fan-out.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let began = std::time::Instant::now();
+        let revision = peer.create(&format!("/p/{i:02}"), b"".to_vec()).await.unwrap();
+        loop {
+            let (seen, at) = tokio::time::timeout(Duration::from_secs(5), arrived.recv())
+                .await
+                .expect("the peer's commit reached the watch")
+                .expect("the watch goes on");
+            if seen >= revision {
+                waits.push(at - began);
+                break;
+            }
+        }
+    }
+    watching.abort();
+    // The first may have waited for the poll.
+    let mut after_first = waits.split_off(1);
+    after_first.sort();
+    let median = after_first[after_first.len() / 2];
+    assert!(median < Duration::from_millis(150), "median wait {median:?} for a peer's commit: {after_first:?}");
 }
 
 pub async fn reopen_keeps_everything(h: &impl Harness) {
