@@ -20,15 +20,16 @@
 //! Options (environment): BENCH_NODES (default "10,100,1000"), BENCH_POOL
 //! (10), BENCH_MUTATIONS (200), BENCH_MEMBERS (3000) in app clusters of
 //! BENCH_CLUSTER_SIZE (10) submitted by BENCH_SUBMITTERS clients at once
-//! (1), BENCH_POLL_MS (how often the burst's progress
-//! is listed, 250: each look lists every Member), BENCH_SIM_LOG (the
+//! (1), BENCH_POLL_MS (how often the burst's end is looked for, 250;
+//! its steps are timed from a watch of Members), BENCH_SIM_LOG (the
 //! simulated nodes' HERD_LOG, "warn"), HERD_BIN. Plain HTTP
 //! (`--insecure-http`), SQLite store.
 
 mod processes;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -36,9 +37,7 @@ use herd_client::Client;
 use herd_core::Object;
 use herd_core::kinds::app_cluster::ClusterState;
 use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
-use herd_core::kinds::{
-    AppClusterSpec, ClusterConfigSpec, EventSpec, InvolvedObject, MemberSpec, MemberState, NodeRole, NodeSpec,
-};
+use herd_core::kinds::{AppClusterSpec, ClusterConfigSpec, EventSpec, InvolvedObject, MemberState, NodeRole, NodeSpec};
 use processes::{ADMIN, Killed, env_u64, herd_binary, start, wait_for};
 
 /// One configuration change's cost.
@@ -235,7 +234,12 @@ async fn burst_app(admin: &Client) -> anyhow::Result<()> {
 async fn burst(admin: &Client, members: u64, size: u64, prefix: &str, submitters: u64) -> anyhow::Result<Burst> {
     use futures_util::stream::{self, StreamExt, TryStreamExt};
     let clusters = members.div_ceil(size);
+    // Opened before the first create, so that it sees every member's every step.
+    let watch = admin.watch("members", None, "").await?;
     let started = Instant::now();
+    let progress = Arc::new(Mutex::new(Progress::default()));
+    let following = tokio::spawn(follow(watch, format!("{prefix}-"), members as usize, started, progress.clone()));
+    let _stop_following = AbortOnDrop(following.abort_handle());
     stream::iter(0..clusters)
         .map(|i| async move {
             let count = size.min(members - i * size);
@@ -249,46 +253,124 @@ async fn burst(admin: &Client, members: u64, size: u64, prefix: &str, submitters
         .try_collect::<Vec<_>>()
         .await?;
     let submitted = started.elapsed();
-    let (mut placed_at, mut running_at) = (None, None);
     let mut reported = Instant::now();
-    let cluster_prefix = format!("{prefix}-");
     let poll = Duration::from_millis(env_u64("BENCH_POLL_MS", 250));
     wait_for("the burst configured", Duration::from_secs(1800), async || {
         tokio::time::sleep(poll).await;
-        let list = admin.list::<MemberSpec>("").await.ok()?;
-        let ours = || list.iter().filter(|m| m.spec.cluster.starts_with(&cluster_prefix));
-        let (created, bound) = (ours().count(), ours().filter(|m| m.spec.node.is_some()).count());
-        if placed_at.is_none() && bound as u64 == members {
-            placed_at = Some(started.elapsed());
+        if following.is_finished() {
+            return Some(());
         }
-        let past_start = ours().filter(|m| m.status.state != MemberState::CreatePending).count();
-        if running_at.is_none() && past_start as u64 == members {
-            running_at = Some(started.elapsed());
-        }
-        let configured = ours().filter(|m| m.status.state == MemberState::Configured).count();
         if reported.elapsed() >= Duration::from_secs(10) {
             reported = Instant::now();
+            let p = progress.lock().unwrap_or_else(PoisonError::into_inner);
             println!(
-                "    after {}: {created} created, {bound} placed, {past_start} started, {configured} configured",
-                ms(started.elapsed())
+                "    after {}: {} placed, {} started, {} configured",
+                ms(started.elapsed()),
+                p.placed.len(),
+                p.started.len(),
+                p.configured.len()
             );
         }
-        let clusters_done = admin
-            .list::<AppClusterSpec>(&format!("bench={prefix}"))
-            .await
-            .ok()?
-            .iter()
-            .all(|c| c.status.state == ClusterState::Configured);
-        (clusters_done && configured as u64 == members).then_some(())
+        None
     })
     .await?;
-    let configured = started.elapsed();
-    Ok(Burst {
-        submitted,
-        placed: placed_at.unwrap_or(configured),
-        started: running_at.unwrap_or(configured),
-        configured,
-    })
+    let times = following.await??;
+    let clusters_done = admin
+        .list::<AppClusterSpec>(&format!("bench={prefix}"))
+        .await?
+        .iter()
+        .all(|c| c.status.state == ClusterState::Configured);
+    anyhow::ensure!(clusters_done, "every member is configured but not every AppCluster says so");
+    Ok(Burst { submitted, placed: times.placed, started: times.started, configured: times.configured })
+}
+
+/// A member as the burst's watch needs it.
+#[derive(serde::Deserialize)]
+struct SeenMember {
+    metadata: SeenName,
+    spec: SeenSpec,
+    #[serde(default)]
+    status: SeenStatus,
+}
+
+#[derive(serde::Deserialize)]
+struct SeenName {
+    name: String,
+}
+
+#[derive(serde::Deserialize)]
+struct SeenSpec {
+    cluster: String,
+    node: Option<String>,
+}
+
+#[derive(serde::Deserialize, Default)]
+struct SeenStatus {
+    #[serde(default)]
+    state: MemberState,
+}
+
+/// The burst's members seen placed, past their start, and configured.
+#[derive(Default)]
+struct Progress {
+    placed: BTreeSet<String>,
+    started: BTreeSet<String>,
+    configured: BTreeSet<String>,
+}
+
+/// When the last of the burst's members was first seen placed, started and configured.
+struct Times {
+    placed: Duration,
+    started: Duration,
+    configured: Duration,
+}
+
+/// Follows the burst on a watch of Members: each step's time is that of
+/// the event that shows it (a poll would see it up to a period late).
+async fn follow(
+    mut watch: herd_client::WatchStream,
+    cluster_prefix: String,
+    members: usize,
+    began: Instant,
+    progress: Arc<Mutex<Progress>>,
+) -> anyhow::Result<Times> {
+    use herd_core::api::WatchEventType;
+    let (mut placed, mut started) = (None, None);
+    while let Some(event) = watch.next_raw().await {
+        let event = event?;
+        if !matches!(event.type_, WatchEventType::Added | WatchEventType::Modified) {
+            continue;
+        }
+        let member: SeenMember = serde_json::from_str(event.object.get())?;
+        if !member.spec.cluster.starts_with(&cluster_prefix) {
+            continue;
+        }
+        let at = began.elapsed();
+        let mut p = progress.lock().unwrap_or_else(PoisonError::into_inner);
+        let name = member.metadata.name;
+        if member.spec.node.is_some() && p.placed.insert(name.clone()) && p.placed.len() == members {
+            placed = Some(at);
+        }
+        if member.status.state != MemberState::CreatePending
+            && p.started.insert(name.clone())
+            && p.started.len() == members
+        {
+            started = Some(at);
+        }
+        if member.status.state == MemberState::Configured && p.configured.insert(name) && p.configured.len() == members
+        {
+            return Ok(Times { placed: placed.unwrap_or(at), started: started.unwrap_or(at), configured: at });
+        }
+    }
+    anyhow::bail!("the watch of Members ended before the burst was configured")
+}
+
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// The floor of the burst: as many objects created through the API one

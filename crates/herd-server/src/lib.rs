@@ -184,7 +184,13 @@ impl Server {
         };
 
         let leases = Reflector::start(objects.store().clone(), shutdown.clone());
-        let nodes = Reflector::start(objects.store().clone(), shutdown.clone());
+        // Shared with the controllers (one decode of each Node write, not
+        // two); they are woken only by the changes that matter.
+        let nodes = Reflector::start_with(
+            objects.store().clone(),
+            shutdown.clone(),
+            herd_core::node_health::changed_beyond_heartbeat,
+        );
         // Each SQLite master has a store of its own: one a failover replaced must know.
         let supersession = (objects.store().backend_name() == "sqlite").then(|| {
             let check = supersession::Check {
@@ -225,7 +231,7 @@ impl Server {
             events: EventRecorder::new(objects.clone(), "leader-election"),
             identity: config.identity.clone(),
             node: config.node.clone(),
-            nodes,
+            nodes: nodes.clone(),
             supersession,
             settings,
             overrides: config.election.clone(),
@@ -233,7 +239,7 @@ impl Server {
             metrics: metrics.clone(),
             work: leader_work(
                 objects.clone(),
-                cluster_config,
+                controllers::ReplicaCaches { config: cluster_config, nodes: nodes.clone() },
                 metrics,
                 controllers::LeaderSelf { peers, node: config.node.clone(), url: url.clone() },
                 config.identity.clone(),
@@ -314,7 +320,7 @@ impl Server {
 /// for, all writing through this leadership's fence.
 fn leader_work(
     objects: Objects,
-    config: Reflector<ClusterConfigSpec>,
+    caches: controllers::ReplicaCaches,
     metrics: Arc<Metrics>,
     leader: controllers::LeaderSelf,
     identity: String,
@@ -324,7 +330,7 @@ fn leader_work(
         let term = fence.term;
         let fenced = objects.fenced(fence, metrics.clone());
         let mut work =
-            controllers::start(fenced.clone(), term, config.clone(), metrics.clone(), leader.clone(), stop.clone());
+            controllers::start(fenced.clone(), term, caches.clone(), metrics.clone(), leader.clone(), stop.clone());
         if let Some(every) = fencing_probe {
             work.spawn(controllers::fencing_probe::run(fenced, identity.clone(), term, every, stop));
         }

@@ -37,23 +37,28 @@ pub struct LeaderSelf {
     pub url: String,
 }
 
+/// The caches a replica keeps whether it leads or not, which its
+/// controllers share (each write decoded once, not once per cache).
+#[derive(Clone)]
+pub struct ReplicaCaches {
+    pub config: Reflector<ClusterConfigSpec>,
+    /// Started with `node_health::changed_beyond_heartbeat`, so that a
+    /// heartbeat's time or serial wakes no controller.
+    pub nodes: Reflector<NodeSpec>,
+}
+
 /// Starts every controller for the leadership of `term`; they stop when
 /// `stop` is cancelled.
 pub fn start(
     objects: Objects,
     term: u64,
-    config: Reflector<ClusterConfigSpec>,
+    ReplicaCaches { config, nodes }: ReplicaCaches,
     metrics: Arc<Metrics>,
     leader: LeaderSelf,
     stop: CancellationToken,
 ) -> JoinSet<()> {
     let mut set = JoinSet::new();
     let events = EventRecorder::new(objects.clone(), "node-lifecycle");
-    let nodes = Reflector::<NodeSpec>::start_with(
-        objects.store().clone(),
-        stop.clone(),
-        herd_core::node_health::changed_beyond_heartbeat,
-    );
     let commands = Reflector::start(objects.store().clone(), stop.clone());
     // A Command waits for its node to be Ready: a node coming back wakes it.
     let wake_on_commands = vec![commands.changes(), nodes.changes_that_matter()];
