@@ -32,15 +32,21 @@ pub struct ProbeRecord {
 
 /// Writes until `stop` fires. Refused writes are logged and counted by
 /// [`Objects`]; the probe keeps trying, as a deposed leader's controllers
-/// would until they are stopped.
+/// would until they are stopped. A write that is due is made before
+/// `stop` is looked at: a replica resumed after a pause (its tick long
+/// due, its step-down under way) tries once, as a controller in the
+/// middle of a pass would, and is refused; missed ticks are skipped, so
+/// that is one write, not one per tick of the pause.
 pub async fn run(objects: Objects, holder: String, term: u64, every: Duration, stop: CancellationToken) {
     let key = probe_key(term);
     let mut revision = None;
     let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     for count in 1.. {
         tokio::select! {
-            _ = stop.cancelled() => return,
+            biased;
             _ = ticks.tick() => {}
+            _ = stop.cancelled() => return,
         }
         let record = ProbeRecord { holder: holder.clone(), term, count };
         let value = serde_json::to_vec(&record).expect("a probe record always serialises");
