@@ -238,8 +238,14 @@ async fn burst(admin: &Client, members: u64, size: u64, prefix: &str, submitters
     let watch = admin.watch("members", None, "").await?;
     let started = Instant::now();
     let progress = Arc::new(Mutex::new(Progress::default()));
-    let following = tokio::spawn(follow(watch, format!("{prefix}-"), members as usize, started, progress.clone()));
-    let _stop_following = AbortOnDrop(following.abort_handle());
+    // Aborted if the burst fails before it ends.
+    let following = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(follow(
+        watch,
+        format!("{prefix}-"),
+        members as usize,
+        started,
+        progress.clone(),
+    )));
     stream::iter(0..clusters)
         .map(|i| async move {
             let count = size.min(members - i * size);
@@ -363,14 +369,6 @@ async fn follow(
         }
     }
     anyhow::bail!("the watch of Members ended before the burst was configured")
-}
-
-struct AbortOnDrop(tokio::task::AbortHandle);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 /// The floor of the burst: as many objects created through the API one

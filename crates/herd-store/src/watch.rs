@@ -21,11 +21,9 @@
 //! the fan-out; it drops events at or below the last revision it delivered,
 //! and it checks that each delivered event is exactly one after the last.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
-
-use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::{Notify, broadcast};
 use tokio_util::sync::CancellationToken;
