@@ -21,6 +21,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
+use tokio::sync::oneshot::error::TryRecvError;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::backend::Backend;
@@ -136,10 +137,17 @@ impl Combiner {
     async fn commit(&self, request: WriteRequest, mut answer: Answer) -> Result<TxnOutcome, StoreError> {
         self.queue.lock().unwrap_or_else(PoisonError::into_inner).push(request);
         loop {
-            let turn = tokio::select! {
-                biased;
-                outcome = &mut answer => return outcome.map_err(|_| StoreError::Closed)?,
-                turn = self.turn.lock() => turn,
+            // The answer is polled only while another writer has the turn: a
+            // polled receiver keeps this task's waker, and answering our own
+            // write would then wake this task once more for nothing, which
+            // costs a wake-up of another worker thread per write.
+            let turn = match self.turn.try_lock() {
+                Ok(turn) => turn,
+                Err(_) => tokio::select! {
+                    biased;
+                    outcome = &mut answer => return outcome.map_err(|_| StoreError::Closed)?,
+                    turn = self.turn.lock() => turn,
+                },
             };
             let batch = {
                 let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
@@ -147,12 +155,19 @@ impl Combiner {
                 let rest = queue.split_off(taken);
                 std::mem::replace(&mut *queue, rest)
             };
-            if batch.is_empty() {
-                // A writer before us committed ours: its answer is waiting.
-                continue;
+            // An empty queue: a writer before us committed ours, and as it
+            // answered before giving up the turn, the answer is waiting.
+            let ours_may_be_left = !batch.is_empty();
+            if ours_may_be_left {
+                self.target.commit(batch).await;
             }
-            self.target.commit(batch).await;
             drop(turn);
+            match answer.try_recv() {
+                Ok(outcome) => return outcome,
+                Err(TryRecvError::Empty) if ours_may_be_left => {}
+                Err(TryRecvError::Empty) => return answer.await.map_err(|_| StoreError::Closed)?,
+                Err(TryRecvError::Closed) => return Err(StoreError::Closed),
+            }
         }
     }
 }
