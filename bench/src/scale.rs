@@ -14,7 +14,9 @@
 //! is printed too), with what the server did for it from its /metrics
 //! (store transactions per member, and each controller's reconcile passes),
 //! and the server's CPU at rest afterwards beside its CPU at rest with the
-//! same nodes and no members.
+//! same nodes and no members. The share of the machine's CPU the
+//! hypervisor took (steal) during the burst and the floor is printed
+//! with them: on a shared virtual machine it moves the figures by half.
 //!
 //! `cargo build --release -p herd -p herd-bench && target/release/scale`
 //! Options (environment): BENCH_NODES (default "10,100,1000"), BENCH_POOL
@@ -162,6 +164,23 @@ fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
     let per_second: u64 = String::from_utf8_lossy(&clock.stdout).trim().parse().context("getconf CLK_TCK")?;
     // utime and stime are the 14th and 15th fields, 12th and 13th after the name.
     Ok(Duration::from_secs_f64((ticks(11)? + ticks(12)?) as f64 / per_second as f64))
+}
+
+/// The machine's CPU ticks so far: (stolen by the hypervisor, all), from
+/// the `cpu` line of /proc/stat. On a shared virtual machine the steal
+/// tells a slow run's cause apart from herd's own cost.
+fn machine_ticks() -> anyhow::Result<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat")?;
+    let line = stat.lines().find(|l| l.starts_with("cpu ")).context("/proc/stat cpu line")?;
+    let ticks: Vec<u64> = line.split_whitespace().skip(1).map(|t| t.parse().unwrap_or(0)).collect();
+    // user nice system idle iowait irq softirq steal ...
+    Ok((ticks.get(7).copied().unwrap_or(0), ticks.iter().take(8).sum()))
+}
+
+/// The share of the machine's CPU the hypervisor took since `before`.
+fn steal_since(before: (u64, u64)) -> anyhow::Result<f64> {
+    let now = machine_ticks()?;
+    Ok((now.0 - before.0) as f64 / (now.1 - before.1).max(1) as f64)
 }
 
 /// The share of one core process `pid` uses over ten seconds of rest.
@@ -430,7 +449,9 @@ async fn measure_size(herd: &Path, dir: &Path, nodes: usize, pool: usize, last: 
         let members = env_u64("BENCH_MEMBERS", 3000);
         let size = env_u64("BENCH_CLUSTER_SIZE", 10);
         let idle_without = cpu_share(server_pid).await?;
+        let floor_ticks = machine_ticks()?;
         let floor = create_floor(&admin, members).await?;
+        let floor_steal = steal_since(floor_ticks)?;
         burst_app(&admin).await?;
         // The latency floor: one member alone goes through every step
         // (placed, started and reported, set up and reported).
@@ -439,7 +460,9 @@ async fn measure_size(herd: &Path, dir: &Path, nodes: usize, pool: usize, last: 
         let before = bytes_sent(&admin).await?;
         let submitters = env_u64("BENCH_SUBMITTERS", 1);
         let cpu_before = (cpu_time(server_pid)?, cpu_time(sim_pid)?);
+        let burst_ticks = machine_ticks()?;
         let b = burst(&admin, members, size, "burst", submitters).await?;
+        let burst_steal = steal_since(burst_ticks)?;
         let cpu_per_member = |pid: u32, before: Duration| -> anyhow::Result<f64> {
             Ok((cpu_time(pid)? - before).as_secs_f64() * 1e3 / members as f64)
         };
@@ -474,6 +497,11 @@ async fn measure_size(herd: &Path, dir: &Path, nodes: usize, pool: usize, last: 
         println!(
             "  CPU time during the burst, per member: the server {server_cpu:.2} ms, the simulated nodes {sim_cpu:.2} ms \
              (the two share the machine's cores)"
+        );
+        println!(
+            "  the machine's CPU taken by the hypervisor (steal): {:.0}% during the burst, {:.0}% during the floor",
+            burst_steal * 100.0,
+            floor_steal * 100.0
         );
         let idle_with = cpu_share(server_pid).await?;
         println!(
