@@ -75,7 +75,9 @@ pub fn configure(
     let meta: ConfigMeta =
         serde_json::from_str(request.configmeta).map_err(|e| format!("the configmeta does not read: {e}"))?;
     write(CONFIGMETA_SH, &meta.to_shell(), 0o644)?;
-    write(CONFIGMETA, request.configmeta, 0o644)?;
+    // Sent compact; written indented, for the people who read it.
+    let pretty = serde_json::to_string_pretty(&meta).map_err(|e| format!("writing {CONFIGMETA}: {e}"))?;
+    write(CONFIGMETA, &pretty, 0o644)?;
     if let Some(script) = request.setup_script {
         write(SCRIPT, script, 0o755)?;
     }

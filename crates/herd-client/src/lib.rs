@@ -476,7 +476,8 @@ impl Client {
         self.call(Method::GET, &node_commands_path(node), &[], None).await
     }
 
-    /// Watches a node's Commands after revision `from`.
+    /// Watches a node's Commands after revision `from`: the events that ask
+    /// something of its agent (an attempt to take up, an abandon).
     pub async fn watch_node_commands(&self, node: &str, from: &str) -> Result<WatchStream, ClientError> {
         self.watch_path(&node_commands_path(node), Some(from), "").await
     }

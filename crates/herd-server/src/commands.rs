@@ -18,6 +18,7 @@ use herd_store::{Compare, Revision, Txn};
 
 use crate::objects::{Guard, Objects, ObjectsError, Part, decode, now, object_key};
 use crate::peers::PeerAuthority;
+use crate::reflector::Reflector;
 
 /// Issues Commands in one leadership's term: the command controller
 /// issues those it finds unissued (made through the API, or retried), and
@@ -28,6 +29,9 @@ pub struct Issuer {
     pub term: u64,
     /// Signs the grants a Command's action needs on another node.
     pub peers: Arc<PeerAuthority>,
+    /// The nodes as the leader caches them: the roles its creations are
+    /// admitted against (no read of a node per Command).
+    pub nodes: Reflector<NodeSpec>,
 }
 
 impl Issuer {
@@ -45,12 +49,30 @@ impl Issuer {
     }
 }
 
-/// The stored Commands that a node's reports name (None: gone), read once
-/// for [`foreign_report`] and [`record_reports`].
-pub async fn reported(objects: &Objects, reports: &[CommandReport]) -> Result<Vec<Option<Command>>, ApiError> {
+/// Whether `command` is the attempt that `report` is about: the same
+/// Command (not one made again under its name) issued for that attempt.
+fn is_reported_attempt(command: &Command, report: &CommandReport) -> bool {
+    command.metadata.uid.as_deref() == Some(report.uid.as_str())
+        && command.status.issued.as_ref().map(|i| i.attempt) == Some(report.attempt)
+}
+
+/// The Commands that a node's reports name (None: gone), read once for
+/// [`foreign_report`] and [`record_reports`]: the cached copy when it is
+/// the attempt reported, else the stored one (a cache that has not seen
+/// the attempt yet must not make its report look stale). A cached copy
+/// older than the store fails its write and is read again.
+pub async fn reported(
+    objects: &Objects,
+    cache: &Reflector<CommandSpec>,
+    reports: &[CommandReport],
+) -> Result<Vec<Option<Command>>, ApiError> {
     let mut current = Vec::with_capacity(reports.len());
     for report in reports {
-        current.push(objects.get::<CommandSpec>(&report.name).await?);
+        let cached = cache.get_shared(&report.name).filter(|c| is_reported_attempt(c, report));
+        current.push(match cached {
+            Some(command) => Some(Command::clone(&command)),
+            None => objects.get::<CommandSpec>(&report.name).await?,
+        });
     }
     Ok(current)
 }
@@ -78,12 +100,8 @@ pub async fn record_reports(
     let mut acks = Vec::new();
     for (report, command) in reports.iter().zip(current) {
         let ack = CommandAck { name: report.name.clone(), attempt: report.attempt };
-        let current = command.filter(|c| {
-            c.spec.node == node
-                && c.metadata.uid.as_deref() == Some(report.uid.as_str())
-                && c.status.issued.as_ref().map(|i| i.attempt) == Some(report.attempt)
-        });
-        let Some(command) = current else {
+        let command = command.filter(|c| c.spec.node == node);
+        let Some(Recorded { command, before, forget }) = record_report(objects, command, report).await? else {
             // Deleted, replaced by a Command of the same name, or an older
             // attempt: nothing to record; a finished one can be forgotten.
             tracing::info!(node, command = %report.name, attempt = report.attempt, "a report on a command attempt that is no longer current");
@@ -92,25 +110,49 @@ pub async fn record_reports(
             }
             continue;
         };
-        let mut forget = false;
-        let mut before = ManagementState::default();
-        let written = objects
-            .modify_from::<CommandSpec, ApiError>(command, Part::Status, |command| {
-                let was = command.status.clone();
-                before = was.state_by_management;
-                forget = command.status.record_agent_report(report.state, report.answer.clone(), now());
-                command.status.progress =
-                    if report.state.is_over() { Default::default() } else { report.progress.clone() };
-                Ok(command.status != was)
-            })
-            .await?;
-        metrics.observe_settling(&written, before);
-        tell_outcome(events, &written, before).await;
+        metrics.observe_settling(&command, before);
+        tell_outcome(events, &command, before).await;
         if forget {
             acks.push(ack);
         }
     }
     Ok(acks)
+}
+
+/// A report recorded: the Command as written, its management state
+/// before, and whether the agent may forget the attempt.
+struct Recorded {
+    command: Command,
+    before: ManagementState,
+    forget: bool,
+}
+
+/// Records `report` on `command`; None when it is not the attempt
+/// reported. Checked again on every read: a copy that moved meanwhile may
+/// be another attempt, or gone.
+async fn record_report(
+    objects: &Objects,
+    command: Option<Command>,
+    report: &CommandReport,
+) -> Result<Option<Recorded>, ApiError> {
+    let Some(command) = command.filter(|c| is_reported_attempt(c, report)) else { return Ok(None) };
+    let (mut current, mut forget, mut before) = (true, false, ManagementState::default());
+    let written = objects.modify_from::<CommandSpec, ApiError>(command, Part::Status, |command| {
+        current = is_reported_attempt(command, report);
+        if !current {
+            return Ok(false);
+        }
+        let was = command.status.clone();
+        before = was.state_by_management;
+        forget = command.status.record_agent_report(report.state, report.answer.clone(), now());
+        command.status.progress = if report.state.is_over() { Default::default() } else { report.progress.clone() };
+        Ok(command.status != was)
+    });
+    match written.await {
+        Ok(command) => Ok(current.then_some(Recorded { command, before, forget })),
+        Err(ApiError::NotFound { .. }) => Ok(None),
+        Err(error) => Err(error),
+    }
 }
 
 /// An Event when an agent's report ended a Command badly (or ended an
@@ -207,30 +249,72 @@ async fn stored_role(objects: &Objects, node: &str) -> Result<Option<NodeRole>, 
     Ok(Some(stored.spec.role))
 }
 
-/// The node a stored Command event is for, from the label the server sets
-/// (and never changes: a Command's spec is immutable).
-pub fn node_of(event: &herd_store::Event) -> Option<String> {
-    crate::objects::stored_labels(&event.value).remove(herd_core::kinds::command::NODE_LABEL)
+/// The node whose agent must see a stored Command event: the Command's
+/// node (from the label the server sets and never changes; a Command's
+/// spec is immutable) when the event asks something of its agent, an
+/// attempt to take up (an issued Command not yet taken up) or an abandon
+/// to carry out. None for the rest (reports recorded, outcomes,
+/// deletions), which an agent's watch need not carry: most of a
+/// Command's events are those.
+pub fn agent_to_tell(event: &herd_store::Event) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Stored {
+        #[serde(default)]
+        metadata: Metadata,
+        #[serde(default)]
+        status: Status,
+    }
+    #[derive(serde::Deserialize, Default)]
+    struct Metadata {
+        #[serde(default)]
+        labels: BTreeMap<String, String>,
+    }
+    #[derive(serde::Deserialize, Default)]
+    #[serde(rename_all = "camelCase")]
+    struct Status {
+        #[serde(default)]
+        state_by_management: ManagementState,
+        #[serde(default)]
+        abandon: Option<serde::de::IgnoredAny>,
+    }
+    if event.kind == herd_store::EventKind::Delete {
+        return None;
+    }
+    let Stored { mut metadata, status } = serde_json::from_slice(&event.value).ok()?;
+    let asks = status.state_by_management == ManagementState::Created || status.abandon.is_some();
+    asks.then(|| metadata.labels.remove(herd_core::kinds::command::NODE_LABEL)).flatten()
 }
 
 /// Admits and creates a Command: it carries its node's label, and nothing
 /// it would hold is held by an unsettled Command (the 409 names it). The
 /// check and the create are one transaction, through its member's hold list.
 pub async fn create(objects: &Objects, command: Command, dry_run: bool) -> Result<Command, ObjectsError> {
-    admit(objects, command, dry_run, false).await
+    admit(objects, command, dry_run, None).await
 }
 
 /// Admits and creates a Command issued already (its action takes nothing
 /// from another node): for a caller that knows the node Ready.
 pub async fn create_issued(objects: &Objects, issuer: &Issuer, mut command: Command) -> Result<Command, ObjectsError> {
     issuer.issue(&mut command, None);
-    admit(objects, command, false, true).await
+    admit(objects, command, false, Some(&issuer.nodes)).await
 }
 
-/// [`create`], keeping the status given when `issued`.
-async fn admit(objects: &Objects, command: Command, dry_run: bool, issued: bool) -> Result<Command, ObjectsError> {
+/// [`create`], keeping the status given when `issued_against` names the
+/// issuer's cached nodes, whose roles it is admitted against (else the
+/// stored ones). Neither is read in the creating transaction: either
+/// may be a moment old when the Command commits.
+async fn admit(
+    objects: &Objects,
+    command: Command,
+    dry_run: bool,
+    issued_against: Option<&Reflector<NodeSpec>>,
+) -> Result<Command, ObjectsError> {
     for node in command.spec.nodes() {
-        if stored_role(objects, node).await? == Some(NodeRole::Offline) {
+        let role = match issued_against {
+            Some(nodes) => nodes.get_shared(node).map(|n| n.spec.role),
+            None => stored_role(objects, node).await?,
+        };
+        if role == Some(NodeRole::Offline) {
             return Err(ObjectsError::Held(format!(
                 "node {node} is offline: no Command involves an offline node (`herd node modify {node} --role regular` first)"
             )));
@@ -251,7 +335,7 @@ async fn admit(objects: &Objects, command: Command, dry_run: bool, issued: bool)
         still.push(&command.metadata.name);
         let value = serde_json::to_vec(&still).unwrap_or_default();
         let guard = Guard { key: holds_key(&member), revision, value };
-        match objects.create_guarded(command.clone(), &guard, issued).await {
+        match objects.create_guarded(command.clone(), &guard, issued_against.is_some()).await {
             Err(ObjectsError::GuardMoved { .. }) => continue,
             other => return other,
         }
@@ -365,4 +449,77 @@ pub async fn operator_action(
     };
     events.record(&written, type_, reason, written.status.reason.clone()).await;
     Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use herd_core::kinds::AgentState;
+    use herd_core::kinds::command::{AbandonRequest, NODE_LABEL};
+    use herd_store::{Event, EventKind, Store};
+
+    use super::*;
+
+    fn command(node: &str) -> Command {
+        let spec = CommandSpec { node: node.into(), timeout: None, action: Action::StopMember { member: "m1".into() } };
+        let mut command = Command::new("c1", spec);
+        command.metadata.labels.insert(NODE_LABEL.into(), node.into());
+        command
+    }
+
+    fn event(kind: EventKind, command: &Command) -> Event {
+        let value = serde_json::to_vec(command).unwrap().into();
+        Event { revision: 7, kind, key: object_key(CommandSpec::PLURAL, "c1"), value, create_revision: 7 }
+    }
+
+    /// An agent's watch carries what it acts on: an attempt to take up or
+    /// an abandon; not the recording of its reports, nor deletions.
+    #[test]
+    fn an_agent_is_told_of_attempts_and_abandons_only() {
+        let now = now();
+        let mut issued = command("n1");
+        issued.status.issue(1, BTreeMap::new(), Vec::new(), now);
+        assert_eq!(agent_to_tell(&event(EventKind::Put, &issued)).as_deref(), Some("n1"), "an attempt to take up");
+        let mut taken_up = issued.clone();
+        taken_up.status.record_agent_report(AgentState::Started, None, now);
+        assert_ne!(taken_up.status.state_by_management, ManagementState::Created);
+        assert_eq!(agent_to_tell(&event(EventKind::Put, &taken_up)), None, "its own report, recorded");
+        let mut abandoned = taken_up.clone();
+        abandoned.status.abandon = Some(AbandonRequest { attempt: 1, keep_staging: false });
+        assert_eq!(agent_to_tell(&event(EventKind::Put, &abandoned)).as_deref(), Some("n1"), "an abandon");
+        assert_eq!(agent_to_tell(&event(EventKind::Delete, &issued)), None, "a deletion");
+    }
+
+    /// A report is recorded only on the attempt it is about: a cached copy
+    /// of that attempt, when the stored Command moved on to the next one
+    /// meanwhile, records nothing (its write fails, and the Command read
+    /// again is another attempt).
+    #[tokio::test]
+    async fn a_report_on_an_attempt_a_retry_replaced_is_not_recorded() {
+        let dir = tempfile::tempdir().unwrap();
+        let objects = Objects::new(Store::open(dir.path().join("s.db").to_str().unwrap()).await.unwrap());
+        let mut first = command("n1");
+        first.status.issue(1, BTreeMap::new(), Vec::new(), now());
+        let cached = objects.create(first, true, false).await.unwrap();
+        let report = CommandReport {
+            name: "c1".into(),
+            uid: cached.metadata.uid.clone().unwrap(),
+            attempt: 1,
+            state: AgentState::Completed,
+            answer: None,
+            updated: now(),
+            progress: BTreeMap::new(),
+        };
+        let again = objects.modify::<CommandSpec, ObjectsError>("c1", Part::Status, |c| {
+            c.status.issue(1, BTreeMap::new(), Vec::new(), now());
+            Ok(true)
+        });
+        let second = again.await.unwrap();
+        assert!(record_report(&objects, Some(cached), &report).await.unwrap().is_none(), "not the attempt reported");
+        let stored = objects.require::<CommandSpec>("c1").await.unwrap();
+        assert_eq!(stored.status, second.status, "the second attempt is as issued");
+
+        let current = CommandReport { attempt: 2, ..report };
+        let recorded = record_report(&objects, Some(stored), &current).await.unwrap().expect("its own attempt");
+        assert_eq!(recorded.command.status.state_by_agent, Some(AgentState::Completed));
+    }
 }

@@ -202,15 +202,27 @@ impl Server {
             };
             supersession::Supersession::start(check, shutdown.clone())
         });
+        // Shared with the controllers, like the nodes.
+        let commands_cache = Reflector::start(objects.store().clone(), shutdown.clone());
         let registry = Arc::new(Registry::standard());
-        let node_commands =
-            Partitioned::start(&store, &objects::collection_prefix(CommandSpec::PLURAL), commands::node_of, &shutdown)
-                .inspect_err(|_| shutdown.cancel())?;
+        let node_commands = Partitioned::start(
+            &store,
+            &objects::collection_prefix(CommandSpec::PLURAL),
+            commands::agent_to_tell,
+            &shutdown,
+        )
+        .inspect_err(|_| shutdown.cancel())?;
         let state = AppState {
             objects: objects.clone(),
             node_commands,
             config: cluster_config.clone(),
             nodes: nodes.clone(),
+            commands: commands_cache.clone(),
+            configuration: reflector::RawCache::start(
+                objects.store().clone(),
+                controllers::configuration::CONFIG_PREFIX,
+                shutdown.clone(),
+            ),
             openapi: Arc::new(openapi::document(&registry)),
             registry,
             auth: Arc::new(Authenticator::new(store, &config.admin_token, &config.join_token)),
@@ -239,7 +251,7 @@ impl Server {
             metrics: metrics.clone(),
             work: leader_work(
                 objects.clone(),
-                controllers::ReplicaCaches { config: cluster_config, nodes: nodes.clone() },
+                controllers::ReplicaCaches { config: cluster_config, nodes: nodes.clone(), commands: commands_cache },
                 metrics,
                 controllers::LeaderSelf { peers, node: config.node.clone(), url: url.clone() },
                 config.identity.clone(),

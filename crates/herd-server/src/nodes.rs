@@ -6,7 +6,7 @@ use herd_core::api::{AgentReport, HeartbeatResponse, JoinRequest, JoinResponse};
 use herd_core::configuration::{SerialOnly, Ssconf};
 use herd_core::join::{JoinVerdict, Joiner, join_verdict};
 use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
-use herd_core::kinds::{ClusterConfigSpec, EventType, InvolvedObject, Node, NodeRole, NodeSpec};
+use herd_core::kinds::{ClusterConfigSpec, CommandSpec, EventType, InvolvedObject, Node, NodeRole, NodeSpec};
 use herd_core::node_health::{self, HeartbeatEffects};
 use herd_core::validation::{self, FieldPath};
 use herd_core::{Object, Resource, ValidationErrors};
@@ -16,7 +16,7 @@ use crate::auth::Authenticator;
 use crate::error::ApiError;
 use crate::events::EventRecorder;
 use crate::objects::{Objects, ObjectsError, Part, now};
-use crate::reflector::Reflector;
+use crate::reflector::{RawCache, Reflector};
 
 /// The cluster settings in force: the ClusterConfig in the cache, or the
 /// defaults if it was never written.
@@ -199,18 +199,30 @@ pub struct Heartbeat {
     pub configuration_bytes: usize,
 }
 
+/// What a heartbeat reads and writes through.
+pub struct HeartbeatServices<'a> {
+    pub objects: &'a Objects,
+    pub config: &'a Reflector<ClusterConfigSpec>,
+    /// The Commands as cached: a report on an attempt the cache holds
+    /// costs no read.
+    pub commands: &'a Reflector<CommandSpec>,
+    /// The configuration's document, deltas and facts, as stored.
+    pub configuration: &'a RawCache,
+    pub events: &'a EventRecorder,
+    pub metrics: &'a crate::metrics::Metrics,
+    pub certificates: &'a crate::tls::NodeCertificates,
+}
+
 /// A heartbeat: the node's status, then the reports on its Commands (a
 /// report on another node's Command refuses the heartbeat, changing
 /// nothing). `held`: the node as a cache holds it (see [`heartbeat_node`]).
 pub async fn heartbeat(
-    objects: &Objects,
-    config: &Reflector<ClusterConfigSpec>,
-    (events, metrics): (&EventRecorder, &crate::metrics::Metrics),
-    certificates: &crate::tls::NodeCertificates,
+    services: HeartbeatServices<'_>,
     (name, held): (&str, Option<Node>),
     report: AgentReport,
 ) -> Result<Heartbeat, ApiError> {
-    let commands = crate::commands::reported(objects, &report.commands).await?;
+    let HeartbeatServices { objects, config, commands, configuration, events, metrics, certificates } = services;
+    let commands = crate::commands::reported(objects, commands, &report.commands).await?;
     if let Some(refusal) = crate::commands::foreign_report(name, &commands) {
         return Err(refusal);
     }
@@ -224,7 +236,7 @@ pub async fn heartbeat(
     }
     let acknowledged =
         crate::commands::record_reports(objects, (events, metrics), name, &report.commands, commands).await?;
-    let configuration = configuration_for(objects, &node, &report).await?;
+    let configuration = configuration_for(configuration, &node, &report).await?;
     let response = HeartbeatAnswer {
         heartbeat_period: cluster_config(config).heartbeat_period,
         grant_key: certificates.grant_key.clone(),
@@ -262,25 +274,24 @@ fn checked_json(key: &str, value: &[u8]) -> Result<Box<RawValue>, ApiError> {
 }
 
 /// Every delta from serial `from` to `to`, and their size, if all are kept.
-async fn deltas_after(objects: &Objects, from: u64, to: u64) -> Result<Option<(Vec<Box<RawValue>>, usize)>, ApiError> {
+async fn deltas_after(stored: &RawCache, from: u64, to: u64) -> Result<Option<(Vec<Box<RawValue>>, usize)>, ApiError> {
     use crate::controllers::configuration::delta_key;
     let (mut deltas, mut bytes) = (Vec::new(), 0);
     for serial in from + 1..=to {
         let key = delta_key(serial);
-        let Some(kv) = objects.store().get(&key).await? else { return Ok(None) };
-        deltas.push(checked_json(&key, &kv.value)?);
-        bytes += kv.value.len();
+        let Some(value) = stored.get(&key).await? else { return Ok(None) };
+        deltas.push(checked_json(&key, &value)?);
+        bytes += value.len();
     }
     Ok(Some((deltas, bytes)))
 }
 
 async fn configuration_for(
-    objects: &Objects,
+    stored: &RawCache,
     node: &Node,
     report: &AgentReport,
 ) -> Result<ConfigurationAnswer, ApiError> {
     use crate::controllers::configuration::{DOCUMENT_KEY, FACTS_KEY, KEPT_DELTAS};
-    let store = objects.store();
     let mut answer = ConfigurationAnswer {
         ssconf: None,
         configuration: None,
@@ -288,8 +299,8 @@ async fn configuration_for(
         drop_configuration: false,
         bytes: 0,
     };
-    let Some(facts) = store.get(FACTS_KEY).await? else { return Ok(answer) };
-    let ssconf: Ssconf = serde_json::from_slice(&facts.value).map_err(|e| damaged(FACTS_KEY, e))?;
+    let Some(facts) = stored.get(FACTS_KEY).await? else { return Ok(answer) };
+    let ssconf: Ssconf = serde_json::from_slice(&facts).map_err(|e| damaged(FACTS_KEY, e))?;
     let serial = ssconf.serial;
     answer.ssconf = Some(ssconf);
     let candidate = node.spec.role == NodeRole::Candidate;
@@ -299,22 +310,22 @@ async fn configuration_for(
     }
     let held = report.config_serial;
     if let Some(held) = held.filter(|held| serial - held <= KEPT_DELTAS)
-        && let Some((deltas, bytes)) = deltas_after(objects, held, serial).await?
+        && let Some((deltas, bytes)) = deltas_after(stored, held, serial).await?
     {
         (answer.deltas, answer.bytes) = (deltas, bytes);
         return Ok(answer);
     }
     // The document may be some serials behind: the deltas after it follow.
-    let Some(document) = store.get(DOCUMENT_KEY).await? else { return Ok(answer) };
+    let Some(document) = stored.get(DOCUMENT_KEY).await? else { return Ok(answer) };
     let SerialOnly { serial: document_serial } =
-        serde_json::from_slice(&document.value).map_err(|e| damaged(DOCUMENT_KEY, e))?;
+        serde_json::from_slice(&document).map_err(|e| damaged(DOCUMENT_KEY, e))?;
     if held.is_some_and(|held| held >= document_serial) {
         return Ok(answer);
     }
-    if let Some((deltas, bytes)) = deltas_after(objects, document_serial, serial).await? {
+    if let Some((deltas, bytes)) = deltas_after(stored, document_serial, serial).await? {
         (answer.deltas, answer.bytes) = (deltas, bytes);
     }
-    answer.bytes += document.value.len();
-    answer.configuration = Some(checked_json(DOCUMENT_KEY, &document.value)?);
+    answer.bytes += document.len();
+    answer.configuration = Some(checked_json(DOCUMENT_KEY, &document)?);
     Ok(answer)
 }

@@ -179,9 +179,14 @@ pub struct Objects {
 /// Parses a stored object; a record that does not parse is reported, never
 /// unwrapped.
 pub fn decode<S: Resource>(kv: &KeyValue) -> Result<Object<S>, ObjectsError> {
-    let mut object: Object<S> = serde_json::from_slice(&kv.value)
-        .map_err(|e| ObjectsError::Corrupt { key: kv.key.clone(), reason: format!("not a {}: {e}", S::KIND) })?;
-    object.metadata.resource_version = Some(kv.mod_revision.to_string());
+    decode_bytes(&kv.key, &kv.value, kv.mod_revision)
+}
+
+/// [`decode`] of a value as a watch event carries it.
+pub fn decode_bytes<S: Resource>(key: &str, value: &[u8], revision: Revision) -> Result<Object<S>, ObjectsError> {
+    let mut object: Object<S> = serde_json::from_slice(value)
+        .map_err(|e| ObjectsError::Corrupt { key: key.to_string(), reason: format!("not a {}: {e}", S::KIND) })?;
+    object.metadata.resource_version = Some(revision.to_string());
     Ok(object)
 }
 

@@ -3,38 +3,76 @@
 //! from the list's revision; when the watch fails (compaction, a store
 //! error) it lists again. It is only a cache: the store stays the truth,
 //! and every write still goes to the store with its revision check.
+//! [`RawCache`] is the same for the raw values under a key prefix that
+//! holds no objects (the configuration's document, deltas and facts).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use bytes::Bytes;
 use herd_core::{Object, Resource};
-use herd_store::{EventKind, KeyValue, ListOptions, Revision, Store, StoreError};
+use herd_store::{EventKind, ListOptions, Revision, Store, StoreError};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::objects::{collection_prefix, decode};
+use crate::objects::{ObjectsError, collection_prefix, decode_bytes};
 
 /// Pause before listing again after a failure.
 const RELIST_DELAY: Duration = Duration::from_millis(200);
 
-struct Shared<S: Resource> {
+struct Shared<T> {
+    /// Under this store prefix, by the rest of the key.
+    prefix: String,
     /// Shared, so a pass's list is a copy of pointers, not of objects.
-    objects: RwLock<BTreeMap<String, Arc<Object<S>>>>,
-    /// The store revision of the list or of the last change of this kind
-    /// the copy took; None until the first list. Not moved by writes of
-    /// other kinds: every commit reaches every watch, and a controller
-    /// woken by each would pass again and again over nothing new.
+    entries: RwLock<BTreeMap<String, Arc<T>>>,
+    /// The store revision of the list or of the last change under the
+    /// prefix the copy took; None until the first list. Not moved by
+    /// writes elsewhere: every commit reaches every watch, and a
+    /// controller woken by each would pass again and again over nothing new.
     revision: watch::Sender<Option<Revision>>,
     /// The revision of the last change that matters (see [`Reflector::start_with`]).
     mattered: watch::Sender<Option<Revision>>,
-    /// Whether a change from the first object to the second matters.
-    matters: fn(&Object<S>, &Object<S>) -> bool,
+    /// What the copy keeps of a stored value.
+    decode: fn(&str, Bytes, Revision) -> Result<T, ObjectsError>,
+    /// Whether a change from the first entry to the second matters.
+    matters: fn(&T, &T) -> bool,
+}
+
+impl<T: Send + Sync + 'static> Shared<T> {
+    /// Starts following the store; stops when `stop` fires.
+    fn start(
+        store: Store,
+        stop: CancellationToken,
+        prefix: String,
+        decode: fn(&str, Bytes, Revision) -> Result<T, ObjectsError>,
+        matters: fn(&T, &T) -> bool,
+    ) -> Arc<Self> {
+        let shared = Arc::new(Shared {
+            prefix,
+            entries: RwLock::default(),
+            revision: watch::Sender::new(None),
+            mattered: watch::Sender::new(None),
+            decode,
+            matters,
+        });
+        tokio::spawn(run(store, shared.clone(), stop));
+        shared
+    }
+
+    fn get(&self, name: &str) -> Option<Arc<T>> {
+        self.entries.read().ok()?.get(name).cloned()
+    }
+
+    async fn synced(&self) {
+        let mut revision = self.revision.subscribe();
+        let _ = revision.wait_for(Option::is_some).await;
+    }
 }
 
 /// A cheap handle on the copy; clones share it.
 pub struct Reflector<S: Resource> {
-    shared: Arc<Shared<S>>,
+    shared: Arc<Shared<Object<S>>>,
 }
 
 impl<S: Resource> Clone for Reflector<S> {
@@ -53,20 +91,13 @@ impl<S: Resource> Reflector<S> {
     /// moving only on creations, deletions and the updates `matters`
     /// says matter (a Node's heartbeat time does not, to most controllers).
     pub fn start_with(store: Store, stop: CancellationToken, matters: fn(&Object<S>, &Object<S>) -> bool) -> Self {
-        let shared = Arc::new(Shared {
-            objects: RwLock::default(),
-            revision: watch::Sender::new(None),
-            mattered: watch::Sender::new(None),
-            matters,
-        });
-        tokio::spawn(run(store, shared.clone(), stop));
-        Reflector { shared }
+        let decode = |key: &str, value: Bytes, revision| decode_bytes::<S>(key, &value, revision);
+        Reflector { shared: Shared::start(store, stop, collection_prefix(S::PLURAL), decode, matters) }
     }
 
     /// Waits until the copy holds a complete list.
     pub async fn synced(&self) {
-        let mut revision = self.shared.revision.subscribe();
-        let _ = revision.wait_for(Option::is_some).await;
+        self.shared.synced().await
     }
 
     /// Every object, by name: a copy of each.
@@ -77,22 +108,22 @@ impl<S: Resource> Reflector<S> {
     /// Every object, by name, shared with the cache: a pass over many
     /// objects copies pointers, and clones only the ones it changes.
     pub fn list_shared(&self) -> Vec<Arc<Object<S>>> {
-        self.shared.objects.read().map(|m| m.values().cloned().collect()).unwrap_or_default()
+        self.shared.entries.read().map(|m| m.values().cloned().collect()).unwrap_or_default()
     }
 
     /// `f` of every object, under the read lock: for a pass that needs a
     /// few fields of each, without copying every object.
     pub fn map<T>(&self, mut f: impl FnMut(&Object<S>) -> T) -> Vec<T> {
-        self.shared.objects.read().map(|m| m.values().map(|o| f(o)).collect()).unwrap_or_default()
+        self.shared.entries.read().map(|m| m.values().map(|o| f(o)).collect()).unwrap_or_default()
     }
 
     /// One object, shared with the cache.
     pub fn get_shared(&self, name: &str) -> Option<Arc<Object<S>>> {
-        self.shared.objects.read().ok()?.get(name).cloned()
+        self.shared.get(name)
     }
 
     pub fn get(&self, name: &str) -> Option<Object<S>> {
-        self.shared.objects.read().ok()?.get(name).map(|o| Object::clone(o))
+        self.shared.get(name).map(|o| Object::clone(&o))
     }
 
     /// The revision of the last change the copy took (None until synced).
@@ -111,11 +142,36 @@ impl<S: Resource> Reflector<S> {
     }
 }
 
-async fn run<S: Resource>(store: Store, shared: Arc<Shared<S>>, stop: CancellationToken) {
-    let prefix = collection_prefix(S::PLURAL);
+/// The raw values under a store prefix, kept current like a [`Reflector`]
+/// (the values are shared with the watch, not copied).
+#[derive(Clone)]
+pub struct RawCache {
+    store: Store,
+    shared: Arc<Shared<Bytes>>,
+}
+
+impl RawCache {
+    /// Starts following the keys under `prefix`; stops when `stop` fires.
+    pub fn start(store: Store, prefix: &str, stop: CancellationToken) -> Self {
+        let shared = Shared::start(store.clone(), stop, prefix.to_string(), |_, value, _| Ok(value), |_, _| true);
+        RawCache { store, shared }
+    }
+
+    /// The value at `key` (under the prefix): from the copy once it holds
+    /// a complete list, from the store before.
+    pub async fn get(&self, key: &str) -> Result<Option<Bytes>, StoreError> {
+        if self.shared.revision.borrow().is_some() {
+            let name = key.strip_prefix(&self.shared.prefix).unwrap_or(key);
+            return Ok(self.shared.get(name).map(|value| Bytes::clone(&value)));
+        }
+        Ok(self.store.get(key).await?.map(|kv| Bytes::from(kv.value)))
+    }
+}
+
+async fn run<T: Send + Sync + 'static>(store: Store, shared: Arc<Shared<T>>, stop: CancellationToken) {
     while !stop.is_cancelled() {
-        if let Err(error) = follow(&store, &shared, &prefix, &stop).await {
-            tracing::warn!(%error, kind = S::KIND, "cache watch ended; listing again");
+        if let Err(error) = follow(&store, &shared, &stop).await {
+            tracing::warn!(%error, prefix = %shared.prefix, "cache watch ended; listing again");
             tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = tokio::time::sleep(RELIST_DELAY) => {}
@@ -129,24 +185,21 @@ fn name_of<'a>(prefix: &str, key: &'a str) -> &'a str {
 }
 
 /// Lists, then applies watch events until the watch fails or `stop` fires.
-async fn follow<S: Resource>(
-    store: &Store,
-    shared: &Shared<S>,
-    prefix: &str,
-    stop: &CancellationToken,
-) -> Result<(), StoreError> {
+async fn follow<T>(store: &Store, shared: &Shared<T>, stop: &CancellationToken) -> Result<(), StoreError> {
+    let prefix = &shared.prefix;
     let page = store.list(prefix, &ListOptions::default(), |_| true).await?;
     let mut fresh = BTreeMap::new();
-    for kv in &page.items {
-        match decode::<S>(kv) {
-            Ok(object) => {
-                fresh.insert(name_of(prefix, &kv.key).to_string(), Arc::new(object));
+    for kv in page.items {
+        let name = name_of(prefix, &kv.key).to_string();
+        match (shared.decode)(&kv.key, Bytes::from(kv.value), kv.mod_revision) {
+            Ok(entry) => {
+                fresh.insert(name, Arc::new(entry));
             }
-            Err(error) => tracing::error!(%error, "skipping an unreadable stored object"),
+            Err(error) => tracing::error!(%error, "skipping an unreadable stored value"),
         }
     }
-    if let Ok(mut objects) = shared.objects.write() {
-        *objects = fresh;
+    if let Ok(mut entries) = shared.entries.write() {
+        *entries = fresh;
     }
     shared.mattered.send_replace(Some(page.revision));
     shared.revision.send_replace(Some(page.revision));
@@ -159,28 +212,32 @@ async fn follow<S: Resource>(
         if batch.events.is_empty() {
             continue;
         }
-        let mut mattered = false;
-        if let Ok(mut objects) = shared.objects.write() {
-            for event in batch.events {
+        // Decoded before the lock is taken: readers do not wait on it.
+        let changes: Vec<(String, Option<Arc<T>>)> = batch
+            .events
+            .into_iter()
+            .filter_map(|event| {
                 let name = name_of(prefix, &event.key).to_string();
                 match event.kind {
-                    EventKind::Delete => {
-                        mattered |= objects.remove(&name).is_some();
-                    }
-                    EventKind::Put => {
-                        let kv = KeyValue {
-                            key: event.key,
-                            value: event.value.to_vec(),
-                            create_revision: event.create_revision,
-                            mod_revision: event.revision,
-                        };
-                        match decode::<S>(&kv) {
-                            Ok(object) => {
-                                mattered |= objects.get(&name).is_none_or(|old| (shared.matters)(old, &object));
-                                objects.insert(name, Arc::new(object));
-                            }
-                            Err(error) => tracing::error!(%error, "skipping an unreadable stored object"),
+                    EventKind::Delete => Some((name, None)),
+                    EventKind::Put => match (shared.decode)(&event.key, event.value, event.revision) {
+                        Ok(entry) => Some((name, Some(Arc::new(entry)))),
+                        Err(error) => {
+                            tracing::error!(%error, "skipping an unreadable stored value");
+                            None
                         }
+                    },
+                }
+            })
+            .collect();
+        let mut mattered = false;
+        if let Ok(mut entries) = shared.entries.write() {
+            for (name, entry) in changes {
+                match entry {
+                    None => mattered |= entries.remove(&name).is_some(),
+                    Some(entry) => {
+                        mattered |= entries.get(&name).is_none_or(|old| (shared.matters)(old, &entry));
+                        entries.insert(name, entry);
                     }
                 }
             }
@@ -238,6 +295,31 @@ mod tests {
         objects.delete_value("Node", "nodes", "n1", None, false).await.unwrap();
         eventually(|| nodes.get("n1").is_none()).await;
 
+        stop.cancel();
+    }
+
+    #[tokio::test]
+    async fn a_raw_cache_follows_the_values_under_its_prefix() {
+        use herd_store::Txn;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("s.db").to_str().unwrap()).await.unwrap();
+        store.txn(Txn::new().put("/config/facts", b"1".to_vec()).put("/other", b"x".to_vec())).await.unwrap();
+        let stop = CancellationToken::new();
+        let cache = RawCache::start(store.clone(), "/config/", stop.clone());
+        assert_eq!(cache.get("/config/facts").await.unwrap().as_deref(), Some(&b"1"[..]), "synced or not");
+        cache.shared.synced().await;
+        store.txn(Txn::new().put("/config/facts", b"2".to_vec()).put("/config/deltas/1", b"d".to_vec())).await.unwrap();
+        for _ in 0..200 {
+            if cache.get("/config/facts").await.unwrap().as_deref() == Some(&b"2"[..]) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(cache.get("/config/facts").await.unwrap().as_deref(), Some(&b"2"[..]));
+        assert_eq!(cache.get("/config/deltas/1").await.unwrap().as_deref(), Some(&b"d"[..]));
+        assert_eq!(cache.get("/config/other").await.unwrap(), None);
+        store.txn(Txn::new().delete("/config/deltas/1")).await.unwrap();
+        eventually(|| cache.shared.get("deltas/1").is_none()).await;
         stop.cancel();
     }
 

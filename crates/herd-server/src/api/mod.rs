@@ -31,7 +31,7 @@ use crate::metrics::Metrics;
 use crate::objects::Objects;
 use crate::reflector::Reflector;
 use crate::registry::Registry;
-use herd_core::kinds::{ClusterConfigSpec, NodeSpec};
+use herd_core::kinds::{ClusterConfigSpec, CommandSpec, NodeSpec};
 
 #[derive(Clone)]
 pub struct AppState {
@@ -40,8 +40,13 @@ pub struct AppState {
     pub config: Reflector<ClusterConfigSpec>,
     /// The nodes, cached from the store (a heartbeat starts from its copy).
     pub nodes: Reflector<NodeSpec>,
+    /// The Commands, cached from the store (a heartbeat's reports start from them).
+    pub commands: Reflector<CommandSpec>,
+    /// The configuration's document, deltas and facts, cached from the store.
+    pub configuration: crate::reflector::RawCache,
     pub registry: Arc<Registry>,
-    /// The Commands' watch, split by node for the agents' watches.
+    /// The Commands' events that ask something of an agent, split by
+    /// node for the agents' watches (`commands::agent_to_tell`).
     pub node_commands: herd_store::Partitioned,
     pub auth: Arc<Authenticator>,
     pub metrics: Arc<Metrics>,

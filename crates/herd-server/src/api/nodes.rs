@@ -34,7 +34,9 @@ pub async fn join(
 }
 
 /// `GET /api/v1/nodes/{name}/commands` (list, or watch with `watch=true`):
-/// the Commands for one node, readable with that node's token.
+/// the Commands for one node, readable with that node's token. Its watch
+/// carries what the agent acts on (attempts to take up, abandons), not
+/// the recording of its own reports nor deletions.
 pub async fn commands(
     State(state): State<AppState>,
     caller: Caller,
@@ -98,15 +100,17 @@ pub async fn heartbeat(
     caller.may(Verb::Heartbeat, "nodes", Some(&name))?;
     let report: AgentReport = parse_body(&body, "Node", &name)?;
     let certificates = &state.node_certificates;
-    let crate::nodes::Heartbeat { response: mut answer, mut configuration_bytes } = crate::nodes::heartbeat(
-        &state.objects,
-        &state.config,
-        (&state.events, &state.metrics),
+    let services = crate::nodes::HeartbeatServices {
+        objects: &state.objects,
+        config: &state.config,
+        commands: &state.commands,
+        configuration: &state.configuration,
+        events: &state.events,
+        metrics: &state.metrics,
         certificates,
-        (&name, state.nodes.get(&name)),
-        report,
-    )
-    .await?;
+    };
+    let crate::nodes::Heartbeat { response: mut answer, mut configuration_bytes } =
+        crate::nodes::heartbeat(services, (&name, state.nodes.get(&name)), report).await?;
     if let Some(superseded) = state.supersession.as_ref().and_then(|s| s.superseded()) {
         // A superseded master tells the node where the master is now, and
         // acknowledges nothing: the new master records its journal.

@@ -409,7 +409,7 @@ fn fixed_routes(generator: &mut SchemaGenerator) -> Vec<Route> {
         Route {
             method: Method::GET,
             path: herd_core::api::node_commands_path("{name}"),
-            summary: "List or watch the Commands for one node".into(),
+            summary: "List the Commands for one node, or watch those that ask something of its agent (an attempt to take up, an abandon)".into(),
             access: Access::AdminOrOwnNode,
             viewer: false,
             params: [node()].into_iter().chain(list_params()).collect(),

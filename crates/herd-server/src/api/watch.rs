@@ -42,7 +42,8 @@ pub enum Source {
     /// A store watch of the kind's whole collection.
     Collection,
     /// One node's Commands, routed to it (`AppState::node_commands`): a
-    /// thousand agents' watches cost one look at each Command event.
+    /// thousand agents' watches cost one look at each Command event, and
+    /// carry only the events that ask something of the agent.
     NodeCommands(String),
 }
 
@@ -83,9 +84,16 @@ struct WatchState {
 }
 
 fn line<T: serde::Serialize>(event: &WatchEvent<T>) -> Bytes {
-    let mut bytes = serde_json::to_vec(event).unwrap_or_default();
-    bytes.push(b'\n');
+    let mut bytes = Vec::new();
+    push_line(&mut bytes, event);
     Bytes::from(bytes)
+}
+
+/// Appends `event`'s line to `lines`.
+fn push_line<T: serde::Serialize>(lines: &mut Vec<u8>, event: &WatchEvent<T>) {
+    if serde_json::to_writer(&mut *lines, event).is_ok() {
+        lines.push(b'\n');
+    }
 }
 
 impl WatchState {
@@ -117,6 +125,8 @@ impl WatchState {
             }
             batch = self.feed.next() => match batch {
                 Ok(batch) => {
+                    // A batch's lines go out as one chunk: one write, not one each.
+                    let mut lines = Vec::new();
                     for event in batch.events {
                         let kind = match event.kind {
                             EventKind::Delete => ChangeKind::Deleted,
@@ -133,9 +143,12 @@ impl WatchState {
                         let change = Change { key: &event.key, labels: &labels, revision: event.revision, kind };
                         let Some(type_) = self.selection.classify(change) else { continue };
                         match stored_json(&event.value, &event.key, event.revision) {
-                            Ok(object) => self.pending.push_back(line(&WatchEvent { type_, object })),
+                            Ok(object) => push_line(&mut lines, &WatchEvent { type_, object }),
                             Err(error) => tracing::error!(%error, "skipping an unreadable stored object in a watch"),
                         }
+                    }
+                    if !lines.is_empty() {
+                        self.pending.push_back(Bytes::from(lines));
                     }
                     true
                 }

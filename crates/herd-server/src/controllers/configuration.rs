@@ -25,6 +25,8 @@ use herd_store::{EventKind, ListOptions, StoreError, Watcher};
 use crate::controllers::runtime::{Controller, Next};
 use crate::objects::{Objects, ObjectsError, decode_value};
 
+/// Where the configuration is stored: the document, the facts, the deltas.
+pub const CONFIG_PREFIX: &str = "/config/";
 pub const DOCUMENT_KEY: &str = "/config/document";
 pub const FACTS_KEY: &str = "/config/facts";
 /// How many deltas are kept: a candidate further behind gets the document.

@@ -25,7 +25,7 @@ use crate::events::EventRecorder;
 use crate::metrics::Metrics;
 use crate::objects::Objects;
 use crate::reflector::Reflector;
-use herd_core::kinds::{ClusterConfigSpec, NodeSpec};
+use herd_core::kinds::{ClusterConfigSpec, CommandSpec, NodeSpec};
 
 /// What the leader-only work knows of the replica running it.
 #[derive(Clone)]
@@ -45,6 +45,8 @@ pub struct ReplicaCaches {
     /// Started with `node_health::changed_beyond_heartbeat`, so that a
     /// heartbeat's time or serial wakes no controller.
     pub nodes: Reflector<NodeSpec>,
+    /// Also read by heartbeats, for the Commands agents report on.
+    pub commands: Reflector<CommandSpec>,
 }
 
 /// Starts every controller for the leadership of `term`; they stop when
@@ -52,14 +54,13 @@ pub struct ReplicaCaches {
 pub fn start(
     objects: Objects,
     term: u64,
-    ReplicaCaches { config, nodes }: ReplicaCaches,
+    ReplicaCaches { config, nodes, commands }: ReplicaCaches,
     metrics: Arc<Metrics>,
     leader: LeaderSelf,
     stop: CancellationToken,
 ) -> JoinSet<()> {
     let mut set = JoinSet::new();
     let events = EventRecorder::new(objects.clone(), "node-lifecycle");
-    let commands = Reflector::start(objects.store().clone(), stop.clone());
     // A Command waits for its node to be Ready: a node coming back wakes it.
     let wake_on_commands = vec![commands.changes(), nodes.changes_that_matter()];
     let caches = app_clusters::Caches {
@@ -118,7 +119,7 @@ pub fn start(
         EventRecorder::new(objects.clone(), "operations"),
     );
     set.spawn(runtime::run(operations, wake_operations, metrics.clone(), stop.clone()));
-    let issuer = crate::commands::Issuer { term, peers: leader.peers };
+    let issuer = crate::commands::Issuer { term, peers: leader.peers, nodes: nodes.clone() };
     let app_clusters = app_clusters::AppClusterController::new(
         objects.clone(),
         caches,

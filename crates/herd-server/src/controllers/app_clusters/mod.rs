@@ -493,7 +493,9 @@ impl AppClusterController {
                 };
                 let instance = instance?;
                 let meta = configmeta(cluster, &pass.members, &pass.near, &name)?;
-                let configmeta = serde_json::to_string_pretty(&meta).unwrap_or_default();
+                // Compact: it is stored, watched and replicated with the
+                // Command; the agent writes it out indented for people.
+                let configmeta = serde_json::to_string(&meta).unwrap_or_default();
                 let extra = commands::configmeta_annotations(cluster.metadata.generation, meta.topology_digest());
                 let setup = app_role.setup.as_ref();
                 let action = Action::ConfigureMember {
