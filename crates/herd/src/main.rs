@@ -68,6 +68,13 @@ fn init_logging(verbose: bool, json: bool) {
     }
 }
 
+/// The most threads `herd server` runs blocking work on. That work is
+/// its SQLite store's: the writer and at most 8 readers at a time. With
+/// tokio's default (512), a burst left some fifty threads, each keeping a
+/// heap of its own: 150 MB more resident, and the server's CPU spent on
+/// fresh pages (see docs/BENCHMARKS.md).
+const SERVER_BLOCKING_THREADS: usize = 16;
+
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
     let long_running = matches!(
@@ -90,7 +97,11 @@ fn main() -> ExitCode {
         }
     }
     init_logging(args.verbose, args.log_json);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if matches!(args.command, cli::Command::Server(_)) {
+        builder.max_blocking_threads(SERVER_BLOCKING_THREADS);
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("error: starting the async runtime: {error}");
