@@ -13,27 +13,31 @@
 //! them. Agents do not use tokens with each other: they show certificates
 //! and grants (`crate::peers`).
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
 
 use axum::http::HeaderMap;
+use bytes::Bytes;
 use herd_core::authz::Principal;
 use herd_core::join::{DeletedNode, JoinTokenRecord, TokenKind, token_hash, token_id};
 use herd_core::{HumanDuration, Timestamp};
 use herd_store::{ListOptions, Store, Txn};
 use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
 
 use crate::error::ApiError;
 use crate::objects::now;
+use crate::reflector::RawCache;
 
 const NODE_TOKEN_PREFIX: &str = "herdnode.";
+
+const NODE_TOKENS_PREFIX: &str = "/secrets/nodetokens/";
 
 const JOIN_TOKENS_PREFIX: &str = "/secrets/jointokens/";
 const DELETED_NODES_PREFIX: &str = "/secrets/deletednodes/";
 
 fn node_token_key(node: &str) -> String {
-    format!("/secrets/nodetokens/{node}")
+    format!("{NODE_TOKENS_PREFIX}{node}")
 }
 
 fn join_token_key(id: &str) -> String {
@@ -72,23 +76,14 @@ pub struct Authenticator {
     store: Store,
     admin: blake3::Hash,
     join: blake3::Hash,
-    checked: Mutex<CheckedNodeTokens>,
-}
-
-/// How long a node token found in the store is taken without reading the
-/// store again. A token revoked or replaced through this replica is
-/// forgotten at once; through another replica (a shared store) it may
-/// still work here this long.
-const NODE_TOKEN_RECHECK: Duration = Duration::from_secs(1);
-
-/// Node tokens found in the store lately, by node: a thousand nodes
-/// heartbeating every two seconds need not each read their token.
-#[derive(Default)]
-struct CheckedNodeTokens {
-    /// Moved by every revocation here, so that a check that read the store
-    /// before one does not keep its answer after it.
-    epoch: u64,
-    by_node: HashMap<String, (blake3::Hash, Instant)>,
+    /// The node token hashes, kept current by a store watch on every
+    /// replica: a thousand nodes heartbeating every two seconds read no
+    /// token, and a token revoked through any replica stops working here
+    /// as soon as the watch brings the change.
+    node_tokens: RawCache,
+    /// Nodes whose token this replica revoked or replaced, until its copy
+    /// shows the change: their tokens are read from the store meanwhile.
+    changed_here: Mutex<HashSet<String>>,
 }
 
 fn hash(token: &str) -> blake3::Hash {
@@ -96,34 +91,49 @@ fn hash(token: &str) -> blake3::Hash {
 }
 
 impl Authenticator {
-    pub fn new(store: Store, admin_token: &str, join_token: &str) -> Self {
-        Authenticator { store, admin: hash(admin_token), join: hash(join_token), checked: Mutex::default() }
-    }
-
-    fn checked_lately(&self, node: &str, hashed: &blake3::Hash) -> bool {
-        let Ok(checked) = self.checked.lock() else { return false };
-        checked.by_node.get(node).is_some_and(|(known, at)| known == hashed && at.elapsed() < NODE_TOKEN_RECHECK)
-    }
-
-    fn checked_epoch(&self) -> Option<u64> {
-        self.checked.lock().ok().map(|c| c.epoch)
-    }
-
-    fn note_checked(&self, node: &str, hashed: blake3::Hash, epoch: Option<u64>) {
-        if let Ok(mut checked) = self.checked.lock()
-            && Some(checked.epoch) == epoch
-        {
-            checked.by_node.insert(node.to_string(), (hashed, Instant::now()));
+    /// Follows the node tokens until `stop` fires.
+    pub fn new(store: Store, admin_token: &str, join_token: &str, stop: CancellationToken) -> Self {
+        Authenticator {
+            node_tokens: RawCache::start(store.clone(), NODE_TOKENS_PREFIX, stop),
+            store,
+            admin: hash(admin_token),
+            join: hash(join_token),
+            changed_here: Mutex::default(),
         }
     }
 
-    /// Forgets what was checked of `node`'s token, once it is revoked or
-    /// replaced (after the commit: a check that read the store before it
-    /// keeps nothing).
-    pub fn forget_checked(&self, node: &str) {
-        if let Ok(mut checked) = self.checked.lock() {
-            checked.epoch += 1;
-            checked.by_node.remove(node);
+    /// Whether `hashed` is node `node`'s token: as the copy has it, or
+    /// else as stored (a token issued a moment ago through another
+    /// replica works at once), and only as stored while the copy may not
+    /// show a change made here yet.
+    async fn is_node_token(&self, node: &str, hashed: &blake3::Hash) -> Result<bool, ApiError> {
+        let is_it = |stored: Option<&Bytes>| {
+            stored
+                .and_then(|stored| serde_json::from_slice::<StoredToken>(stored).ok())
+                .and_then(|t| blake3::Hash::from_hex(t.hash).ok())
+                .is_some_and(|h| h == *hashed)
+        };
+        let key = node_token_key(node);
+        let cached = self.node_tokens.get(&key).await?;
+        let changed_here = self.changed_here.lock().map_or(true, |nodes| nodes.contains(node));
+        if !changed_here && is_it(cached.as_ref()) {
+            return Ok(true);
+        }
+        let stored = self.store.get(&key).await?.map(|kv| Bytes::from(kv.value));
+        if changed_here
+            && stored == cached
+            && let Ok(mut nodes) = self.changed_here.lock()
+        {
+            nodes.remove(node);
+        }
+        Ok(is_it(stored.as_ref()))
+    }
+
+    /// Notes that `node`'s token was revoked or replaced here (after the
+    /// commit): it is refused at once, before the copy shows it.
+    pub fn note_token_changed(&self, node: &str) {
+        if let Ok(mut nodes) = self.changed_here.lock() {
+            nodes.insert(node.to_string());
         }
     }
 
@@ -136,18 +146,7 @@ impl Authenticator {
             return Ok(Principal::Admin);
         }
         if let Some((node, _)) = token.strip_prefix(NODE_TOKEN_PREFIX).and_then(|rest| rest.rsplit_once('.')) {
-            let hashed = hash(token);
-            if self.checked_lately(node, &hashed) {
-                return Ok(Principal::Node(node.to_string()));
-            }
-            let epoch = self.checked_epoch();
-            let stored = self.store.get(&node_token_key(node)).await.map_err(ApiError::from)?;
-            let matches = stored
-                .and_then(|kv| serde_json::from_slice::<StoredToken>(&kv.value).ok())
-                .and_then(|t| blake3::Hash::from_hex(t.hash).ok())
-                .is_some_and(|h| h == hashed);
-            if matches {
-                self.note_checked(node, hashed, epoch);
+            if self.is_node_token(node, &hash(token)).await? {
                 return Ok(Principal::Node(node.to_string()));
             }
             if let Some(deleted) = self.deleted_node(node).await? {
@@ -267,7 +266,7 @@ impl Authenticator {
         let stored = StoredToken { hash: token_hash(&token), issued: now() };
         let txn = Txn::new().put(node_token_key(node), encode(&stored)?).delete(deleted_node_key(node));
         self.store.txn(txn).await.map_err(ApiError::from)?;
-        self.forget_checked(node);
+        self.note_token_changed(node);
         Ok(token)
     }
 }
@@ -279,11 +278,11 @@ mod tests {
     async fn authenticator() -> (tempfile::TempDir, Authenticator) {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path().join("s.db").to_str().unwrap()).await.unwrap();
-        (dir, Authenticator::new(store, "admin-secret", "join-secret"))
+        (dir, Authenticator::new(store, "admin-secret", "join-secret", CancellationToken::new()))
     }
 
     #[tokio::test]
-    async fn a_node_token_checked_lately_is_refused_at_once_after_its_revocation() {
+    async fn a_cached_node_token_is_refused_at_once_after_its_revocation_here() {
         let (_dir, auth) = authenticator().await;
         let token = auth.issue_node_token("n1").await.unwrap();
         for _ in 0..2 {
@@ -291,9 +290,33 @@ mod tests {
         }
         let ops = auth.node_deletion_ops("n1", true).await.unwrap();
         auth.store.txn(Txn { compares: Vec::new(), ops }).await.unwrap();
-        auth.forget_checked("n1");
+        auth.note_token_changed("n1");
         let refused = auth.principal(Some(&token)).await.unwrap_err();
         assert!(refused.to_string().contains("was deleted by an admin"), "{refused}");
+    }
+
+    /// Two replicas on one store: a token revoked through one is refused
+    /// by the other once its copy has the change (a watch away, not a
+    /// recheck period).
+    #[tokio::test]
+    async fn a_node_token_revoked_through_another_replica_is_refused_here() {
+        let (_dir, here) = authenticator().await;
+        let there = Authenticator::new(here.store.clone(), "admin-secret", "join-secret", CancellationToken::new());
+        let token = there.issue_node_token("n1").await.unwrap();
+        here.node_tokens.synced().await;
+        assert!(here.principal(Some(&token)).await.is_ok());
+        let ops = there.node_deletion_ops("n1", true).await.unwrap();
+        there.store.txn(Txn { compares: Vec::new(), ops }).await.unwrap();
+        there.note_token_changed("n1");
+        let refused = there.principal(Some(&token)).await.unwrap_err();
+        assert!(refused.to_string().contains("was deleted by an admin"), "at once where it was revoked: {refused}");
+        for _ in 0..200 {
+            if here.principal(Some(&token)).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        panic!("the other replica still takes the revoked token");
     }
 
     #[tokio::test]

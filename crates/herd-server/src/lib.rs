@@ -225,7 +225,7 @@ impl Server {
             ),
             openapi: Arc::new(openapi::document(&registry)),
             registry,
-            auth: Arc::new(Authenticator::new(store, &config.admin_token, &config.join_token)),
+            auth: Arc::new(Authenticator::new(store, &config.admin_token, &config.join_token, shutdown.clone())),
             metrics: metrics.clone(),
             events: EventRecorder::new(objects.clone(), "api"),
             leader_health: Arc::default(),

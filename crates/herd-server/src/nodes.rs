@@ -63,7 +63,7 @@ pub async fn delete(
     let ops = auth.node_deletion_ops(name, node.status.ready).await?;
     let last = objects.delete_value_with("Node", NodeSpec::PLURAL, name, precondition, dry_run, ops).await?;
     if !dry_run {
-        auth.forget_checked(name);
+        auth.note_token_changed(name);
         let state = if node.status.ready { "Ready" } else { "NotReady" };
         let message = format!(
             "an admin deleted the node ({state}); its token is revoked and its agent may not join again until \

@@ -157,6 +157,11 @@ impl RawCache {
         RawCache { store, shared }
     }
 
+    /// Waits until the copy holds a complete list.
+    pub async fn synced(&self) {
+        self.shared.synced().await
+    }
+
     /// The value at `key` (under the prefix): from the copy once it holds
     /// a complete list, from the store before.
     pub async fn get(&self, key: &str) -> Result<Option<Bytes>, StoreError> {
@@ -307,7 +312,7 @@ mod tests {
         let stop = CancellationToken::new();
         let cache = RawCache::start(store.clone(), "/config/", stop.clone());
         assert_eq!(cache.get("/config/facts").await.unwrap().as_deref(), Some(&b"1"[..]), "synced or not");
-        cache.shared.synced().await;
+        cache.synced().await;
         store.txn(Txn::new().put("/config/facts", b"2".to_vec()).put("/config/deltas/1", b"d".to_vec())).await.unwrap();
         for _ in 0..200 {
             if cache.get("/config/facts").await.unwrap().as_deref() == Some(&b"2"[..]) {
