@@ -128,15 +128,15 @@ struct Recorded {
 }
 
 /// Records `report` on `command`; None when it is not the attempt
-/// reported. Checked again on every read: a copy that moved meanwhile may
-/// be another attempt, or gone.
+/// reported. Checked on every read, the first included: a copy that
+/// moved meanwhile may be another attempt, or gone.
 async fn record_report(
     objects: &Objects,
     command: Option<Command>,
     report: &CommandReport,
 ) -> Result<Option<Recorded>, ApiError> {
-    let Some(command) = command.filter(|c| is_reported_attempt(c, report)) else { return Ok(None) };
-    let (mut current, mut forget, mut before) = (true, false, ManagementState::default());
+    let Some(command) = command else { return Ok(None) };
+    let (mut current, mut forget, mut before) = (false, false, ManagementState::default());
     let written = objects.modify_from::<CommandSpec, ApiError>(command, Part::Status, |command| {
         current = is_reported_attempt(command, report);
         if !current {
