@@ -314,12 +314,7 @@ mod tests {
         assert_eq!(cache.get("/config/facts").await.unwrap().as_deref(), Some(&b"1"[..]), "synced or not");
         cache.synced().await;
         store.txn(Txn::new().put("/config/facts", b"2".to_vec()).put("/config/deltas/1", b"d".to_vec())).await.unwrap();
-        for _ in 0..200 {
-            if cache.get("/config/facts").await.unwrap().as_deref() == Some(&b"2"[..]) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        eventually(|| cache.shared.get("facts").is_some_and(|value| value[..] == b"2"[..])).await;
         assert_eq!(cache.get("/config/facts").await.unwrap().as_deref(), Some(&b"2"[..]));
         assert_eq!(cache.get("/config/deltas/1").await.unwrap().as_deref(), Some(&b"d"[..]));
         assert_eq!(cache.get("/config/other").await.unwrap(), None);

@@ -68,8 +68,9 @@ fn init_logging(verbose: bool, json: bool) {
     }
 }
 
-/// The most threads `herd server` runs blocking work on. That work is
-/// its SQLite store's: the writer and at most 8 readers at a time. With
+/// The most threads a server (`herd server`, and the one `herd dev` runs
+/// in its own process) runs blocking work on. That work is its SQLite
+/// store's: the writer and at most 8 readers at a time. With
 /// tokio's default (512), a burst left some fifty threads, each keeping a
 /// heap of its own: 150 MB more resident, and the server's CPU spent on
 /// fresh pages (see docs/BENCHMARKS.md).
@@ -98,7 +99,7 @@ fn main() -> ExitCode {
     }
     init_logging(args.verbose, args.log_json);
     let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if matches!(args.command, cli::Command::Server(_)) {
+    if matches!(args.command, cli::Command::Server(_) | cli::Command::Dev(_)) {
         builder.max_blocking_threads(SERVER_BLOCKING_THREADS);
     }
     let runtime = match builder.enable_all().build() {
