@@ -10,8 +10,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::cluster::{TwoNodes, cli, command, fill_volume, member_run, run, settled, two_nodes};
-use common::eventually;
-use herd_core::kinds::{Action, AgentState, CommandSpec, EventSpec, ManagementState, NodeSpec};
+use common::{event_where, eventually};
+use herd_core::kinds::{Action, AgentState, CommandSpec, ManagementState, NodeSpec};
 
 /// The pid of the copy worker an agent journaled for `attempt` of `name`.
 fn journaled_worker(agent_dir: &Path, name: &str, attempt: u32) -> Option<u64> {
@@ -54,8 +54,10 @@ async fn abandoning_a_copy_ends_its_worker_and_a_following_copy_runs_alone() {
     let answer = abandoned.status.answer.unwrap().message;
     assert!(answer.contains("abandoned by the operator; its partial copy"), "{answer}");
     assert!(!staging.exists(), "the partial copy is removed");
-    let events = server.admin().list::<EventSpec>("").await.unwrap();
-    assert!(events.iter().any(|e| e.spec.reason == "CommandAbandoned" && e.spec.involved_object.name == "slow"));
+    event_where(&server.admin(), "a CommandAbandoned event", |e| {
+        e.spec.reason == "CommandAbandoned" && e.spec.involved_object.name == "slow"
+    })
+    .await;
 
     // The next copy of the volume runs alone and completes.
     let next = run(server, "next", "n2", copy).await;
@@ -90,9 +92,11 @@ async fn a_migration_that_fails_mid_copy_leaves_its_member_running_where_it_was(
         (there && !here).then_some(())
     })
     .await;
-    let events = server.admin().list::<EventSpec>("").await.unwrap();
-    let failure = events.iter().find(|e| e.spec.reason == "CommandFailed" && e.spec.involved_object.name == "move");
-    assert!(failure.is_some_and(|e| e.spec.message.contains("started again on n1")), "{events:?}");
+    let failure = event_where(&server.admin(), "a CommandFailed event", |e| {
+        e.spec.reason == "CommandFailed" && e.spec.involved_object.name == "move"
+    })
+    .await;
+    assert!(failure.spec.message.contains("started again on n1"), "{failure:?}");
     assert!(!staging.exists(), "the partial copy that cannot be resumed is removed");
 }
 
@@ -152,8 +156,10 @@ async fn a_copy_onto_a_full_disk_fails_with_the_reason_and_the_agent_works_on_th
     assert!(message.starts_with("no space left on n2's data dir"), "{message}");
     assert!(!staging.exists(), "the partial copy is removed: {message}");
     assert!(a_dir.join("volumes/m1/data").is_dir(), "the source is intact");
-    let events = server.admin().list::<EventSpec>("").await.unwrap();
-    assert!(events.iter().any(|e| e.spec.reason == "CommandFailed" && e.spec.message.contains("no space left")));
+    event_where(&server.admin(), "a CommandFailed event for the full disk", |e| {
+        e.spec.reason == "CommandFailed" && e.spec.message.contains("no space left")
+    })
+    .await;
 
     // The agent restarts on the full disk, and says the disk is full.
     let _ = std::fs::write(b_dir.join("filler-2"), vec![0u8; 24_000_000]);

@@ -6,10 +6,10 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{TestServer, eventually, start_agent};
+use common::{TestServer, event_where, eventually, start_agent};
 use herd_core::HumanDuration;
 use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
-use herd_core::kinds::{ClusterConfigSpec, EventSpec, Node, NodeSpec};
+use herd_core::kinds::{ClusterConfigSpec, Node, NodeSpec};
 
 async fn node(server: &TestServer, name: &str) -> Option<Node> {
     server.admin().get::<NodeSpec>(name).await.ok()
@@ -53,11 +53,10 @@ async fn a_killed_agent_goes_not_ready_and_comes_back_with_a_new_boot_id() {
     assert!(took >= grace - heartbeat, "NotReady came early: {took:?}");
     let condition = not_ready.status.condition("Ready").unwrap();
     assert_eq!(condition.reason, "HeartbeatLost");
-    let events = admin.list::<EventSpec>("").await.unwrap();
-    let event = events
-        .iter()
-        .find(|e| e.spec.reason == "NodeNotReady" && e.spec.involved_object.name == "node-a")
-        .expect("a NodeNotReady event");
+    let event = event_where(&admin, "a NodeNotReady event", |e| {
+        e.spec.reason == "NodeNotReady" && e.spec.involved_object.name == "node-a"
+    })
+    .await;
     assert!(event.spec.message.contains("no heartbeat for"), "{}", event.spec.message);
     assert!(node(&server, "node-b").await.unwrap().status.ready, "the other node is unaffected");
 
@@ -70,12 +69,11 @@ async fn a_killed_agent_goes_not_ready_and_comes_back_with_a_new_boot_id() {
     })
     .await;
     assert_ne!(back.status.agent_boot_id.unwrap(), first_boot);
-    let events = admin.list::<EventSpec>("").await.unwrap();
     for reason in ["NodeReady", "AgentRestarted"] {
-        assert!(
-            events.iter().any(|e| e.spec.reason == reason && e.spec.involved_object.name == "node-a"),
-            "a {reason} event"
-        );
+        event_where(&admin, &format!("a {reason} event"), |e| {
+            e.spec.reason == reason && e.spec.involved_object.name == "node-a"
+        })
+        .await;
     }
 }
 

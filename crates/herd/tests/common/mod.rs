@@ -258,6 +258,20 @@ where
     }
 }
 
+/// The first Event that `matches`, waited for: an Event is written after
+/// the change it tells of, so a test that saw the change may list Events
+/// a moment before it is there.
+pub async fn event_where(
+    admin: &Client,
+    what: &str,
+    matches: impl Fn(&herd_core::Object<herd_core::kinds::EventSpec>) -> bool,
+) -> herd_core::Object<herd_core::kinds::EventSpec> {
+    eventually(Duration::from_secs(5), what, || async {
+        admin.list::<herd_core::kinds::EventSpec>("").await.ok()?.into_iter().find(|e| matches(e))
+    })
+    .await
+}
+
 /// A fresh PostgreSQL schema for one test, dropped afterwards. None (said
 /// loudly) when HERD_TEST_POSTGRES_URL is not set outside CI; in CI a
 /// missing database fails the test.
