@@ -163,7 +163,10 @@ pub fn lock_path(data_dir: &std::path::Path) -> PathBuf {
 
 /// Runs the agent until `stop` fires.
 pub async fn run(config: AgentConfig, stop: CancellationToken) -> Result<(), AgentError> {
-    let data_dir = config.data_dir.clone();
+    // Resolved once: members run in directories of their own, where a
+    // relative path (`--data-dir a1`) would name another place.
+    let data_dir = std::path::absolute(&config.data_dir)
+        .map_err(|source| AgentError::DataDir { path: config.data_dir.clone(), source })?;
     std::fs::create_dir_all(&data_dir).map_err(|source| AgentError::DataDir { path: data_dir.clone(), source })?;
     // Taken before anything else: a second agent must not touch members.
     let lock = pid_lock::PidLock::acquire(&lock_path(&data_dir)).map_err(|error| match error {

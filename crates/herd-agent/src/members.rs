@@ -15,13 +15,18 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use herd_core::Timestamp;
-use herd_core::api::{MemberReport, ReadinessReport};
+use herd_core::api::{CrashLoop, MemberReport, ReadinessReport};
 use herd_core::kinds::command::{DrainHook, MemberRun, VolumeSpec};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use crate::fsutil::write_atomic;
-use crate::procs;
+use crate::procs::{self, RunMark};
+
+/// In a member's directory: its last readiness verdict.
+const READINESS_FILE: &str = "readiness.json";
+/// The `PATH` a member gets when the agent has none.
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// How long a stopping member gets between SIGTERM and SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(10);
@@ -74,6 +79,9 @@ pub struct MemberRecord {
     /// Runs in a row that ended within [`STABLE_RUN`] (the restart backoff).
     #[serde(default)]
     pub short_runs: u32,
+    /// When it is started again, while it waits out the restart backoff.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_start: Option<Timestamp>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -107,7 +115,21 @@ pub struct Members {
     readiness: Arc<Mutex<BTreeMap<String, ReadinessReport>>>,
     /// Told when what the heartbeat reports of members changed.
     changed: Arc<tokio::sync::Notify>,
+    /// Members whose setup run a task of this agent supervises.
+    setups: Arc<Mutex<std::collections::BTreeSet<String>>>,
     stop: CancellationToken,
+}
+
+/// A setup run this agent supervises, while it is held.
+pub struct SupervisedSetup {
+    setups: Arc<Mutex<std::collections::BTreeSet<String>>>,
+    member: String,
+}
+
+impl Drop for SupervisedSetup {
+    fn drop(&mut self) {
+        self.setups.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.member);
+    }
 }
 
 impl Members {
@@ -119,6 +141,7 @@ impl Members {
             slots: Arc::default(),
             readiness: Arc::default(),
             changed: Arc::default(),
+            setups: Arc::default(),
             stop,
         };
         let root = data_dir.join("members");
@@ -153,6 +176,7 @@ impl Members {
                 (true, _) => {
                     let process = record.process.clone().expect("alive implies a process");
                     tracing::info!(member = %name, instance = %process.instance_id, pid = process.pid, "re-adopted a running member");
+                    members.kept_readiness(&name, &process);
                     members.watch_adopted(name, 0, process);
                 }
                 (false, true) => {
@@ -167,6 +191,28 @@ impl Members {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Slot>> {
         self.slots.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The agent's data dir (absolute).
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// Resolves when the agent stops.
+    pub async fn stopping(&self) {
+        self.stop.cancelled().await
+    }
+
+    /// Marks `member`'s setup run as supervised by a task of this agent
+    /// until the guard drops.
+    pub fn supervise_setup(&self, member: &str) -> SupervisedSetup {
+        self.setups.lock().unwrap_or_else(|p| p.into_inner()).insert(member.to_string());
+        SupervisedSetup { setups: self.setups.clone(), member: member.to_string() }
+    }
+
+    /// Whether a task of this agent supervises `member`'s setup run.
+    pub fn setup_supervised(&self, member: &str) -> bool {
+        self.setups.lock().unwrap_or_else(|p| p.into_inner()).contains(member)
     }
 
     pub fn member_dir(&self, member: &str) -> PathBuf {
@@ -238,6 +284,7 @@ impl Members {
                 restarts: slots.get(member).map_or(0, |s| s.record.restarts),
                 last_exit: None,
                 short_runs: 0,
+                next_start: None,
             };
             let generation = slots.get(member).map_or(0, |s| s.generation);
             slots.insert(member.into(), Slot { record, generation });
@@ -263,14 +310,12 @@ impl Members {
             slot.record.launching = Some(Launching { instance_id: instance_id.clone(), started_at });
         }
         self.persist(member)?;
-        let mut command = tokio::process::Command::new(&run.command[0]);
-        command.args(&run.command[1..]).current_dir(&dir).envs(&run.env);
-        command.env("HERD_INSTANCE_ID", &instance_id);
         for volume in &run.volumes {
             self.prepare_volume(member, volume).map_err(io(format!("preparing volume {}", volume.name)))?;
         }
         let record = self.record(member).ok_or(MemberError::Unknown(member.into()))?;
-        command.envs(self.member_env(&record));
+        let mut command = self.command(&record, &run.command[0], Some(&instance_id));
+        command.args(&run.command[1..]);
         let log = |name: &str| {
             std::fs::OpenOptions::new()
                 .create(true)
@@ -278,10 +323,7 @@ impl Members {
                 .open(dir.join(name))
                 .map_err(io(format!("opening {name}")))
         };
-        command.stdin(Stdio::null()).stdout(log("stdout.log")?).stderr(log("stderr.log")?);
-        // Its own process group: signals reach all its processes, and
-        // none reach it from the agent's terminal.
-        command.process_group(0).kill_on_drop(false);
+        command.stdout(log("stdout.log")?).stderr(log("stderr.log")?).kill_on_drop(false);
         let child = command.spawn().map_err(io(format!("starting {:?}", run.command[0])))?;
         let pid = child.id().unwrap_or_default();
         let process = Running {
@@ -298,6 +340,7 @@ impl Members {
             }
             slot.record.process = Some(process.clone());
             slot.record.launching = None;
+            slot.record.next_start = None;
             slot.generation += 1;
             slot.generation
         };
@@ -337,24 +380,33 @@ impl Members {
     /// A run ended: record it, and start the member again (with backoff)
     /// if it is still wanted.
     async fn exited(&self, member: &str, generation: u64, exit: String) {
-        let delay = {
+        let (ended, delay) = {
             let mut slots = self.lock();
             let Some(slot) = slots.get_mut(member).filter(|s| s.generation == generation) else { return };
             slot.record.last_exit = Some(exit.clone());
-            crate::setup::kill_setup(&self.member_dir(member));
-            self.changed.notify_one();
-            if !slot.record.wanted {
-                return;
-            }
-            // A member that ran a while and then died is not crash-looping.
-            let ran = slot.record.process.as_ref().map(|p| p.started_at.age(crate::now())).unwrap_or_default();
-            if ran >= STABLE_RUN {
-                slot.record.short_runs = 0;
-            }
-            let delay = restart_delay(slot.record.short_runs);
-            slot.record.short_runs += 1;
-            delay
+            let ended = slot.record.process.as_ref().map(|p| p.instance_id.clone());
+            let delay = slot.record.wanted.then(|| {
+                // A member that ran a while and then died is not crash-looping.
+                let ran = slot.record.process.as_ref().map(|p| p.started_at.age(crate::now())).unwrap_or_default();
+                if ran >= STABLE_RUN {
+                    slot.record.short_runs = 0;
+                }
+                let delay = restart_delay(slot.record.short_runs);
+                slot.record.short_runs += 1;
+                slot.record.next_start = Some(crate::now().plus(delay));
+                delay
+            });
+            (ended, delay)
         };
+        // Everything that belonged to the instance that ended ends with it:
+        // its setup, scripts and checks, and what it left running.
+        crate::setup::kill_setup(&self.member_dir(member));
+        if let Some(instance) = &ended {
+            end_instance(instance);
+        }
+        let _ = self.persist(member);
+        self.tell_changed();
+        let Some(delay) = delay else { return };
         tracing::warn!(member, %exit, ?delay, "a member exited; starting it again");
         tokio::select! {
             _ = self.stop.cancelled() => return,
@@ -394,32 +446,64 @@ impl Members {
             }
             procs::signal_group(process.pid, libc::SIGKILL).map_err(io)?;
         }
+        end_instance(&process.instance_id);
         if let Some(slot) = self.lock().get_mut(member) {
             slot.record.last_exit = Some("stopped".into());
+            slot.record.next_start = None;
         }
         tracing::info!(member, instance = %process.instance_id, "stopped a member");
         self.persist(member)
     }
 
-    /// `sh -c <script> <args>` in the member's environment (its directory,
-    /// variables and volumes, its instance id), in a process group of its
-    /// own, its output piped: a RunScript, a drain hook.
-    pub fn shell(&self, record: &MemberRecord, script: &str, args: &[&str]) -> tokio::process::Command {
-        let mut command = tokio::process::Command::new("sh");
-        command.arg("-c").arg(script).args(args).current_dir(self.member_dir(&record.name));
-        command.envs(&record.run.env).envs(self.member_env(record));
-        if let Some(process) = &record.process {
-            command.env("HERD_INSTANCE_ID", &process.instance_id);
+    /// `program` in the member's environment and nothing of the agent's:
+    /// its directory, the role's variables, herd's member variables
+    /// ([`Self::member_env`]), `HERD_INSTANCE_ID` (`instance`, else the
+    /// run's), and of the agent's own only `PATH`, `HOME` and `LANG`, so
+    /// that no herd credential (a join or admin token, the server, the
+    /// CA) reaches a member, its setup, scripts or checks. In a process
+    /// group of its own: signals reach all its processes, and none reach
+    /// it from the agent's terminal. Standard input is empty.
+    pub fn command(
+        &self,
+        record: &MemberRecord,
+        program: impl AsRef<std::ffi::OsStr>,
+        instance: Option<&str>,
+    ) -> tokio::process::Command {
+        let mut command = tokio::process::Command::new(program);
+        command.env_clear();
+        for key in ["PATH", "HOME", "LANG"] {
+            if let Some(value) = std::env::var_os(key) {
+                command.env(key, value);
+            }
         }
-        command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0).kill_on_drop(true);
+        if std::env::var_os("PATH").is_none() {
+            command.env("PATH", DEFAULT_PATH);
+        }
+        command.envs(&record.run.env).envs(self.member_env(record));
+        if let Some(instance) = instance.or(record.process.as_ref().map(|p| p.instance_id.as_str())) {
+            command.env("HERD_INSTANCE_ID", instance);
+        }
+        command.current_dir(self.member_dir(&record.name)).stdin(Stdio::null()).process_group(0);
+        command
+    }
+
+    /// `sh -c <script> <args>` in the member's environment (see
+    /// [`Self::command`]), marked as one run, its output piped: a
+    /// RunScript, a drain hook.
+    pub fn shell(&self, record: &MemberRecord, script: &str, args: &[&str], mark: &RunMark) -> tokio::process::Command {
+        let mut command = self.command(record, "sh", None);
+        command.arg("-c").arg(script).args(args).env(procs::RUN_VAR, mark.as_str());
+        command.stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
         command
     }
 
     /// Runs the member's drain hook (`sh -c <script> herd-drain --drain`,
     /// in its environment) for at most its timeout; what it says is logged.
+    /// Whatever it started ends with it.
     async fn drain_hook(&self, record: &MemberRecord, hook: &DrainHook) {
         let member = &record.name;
-        let child = match self.shell(record, &hook.script, &["herd-drain", "--drain"]).spawn() {
+        let mark = RunMark::fresh("drain");
+        let child = match self.shell(record, &hook.script, &["herd-drain", "--drain"], &mark).spawn() {
             Ok(child) => child,
             Err(error) => {
                 tracing::warn!(member, %error, "could not start the drain hook; stopping the member anyway");
@@ -436,10 +520,10 @@ impl Members {
             ),
             Ok(Err(error)) => tracing::warn!(member, %error, "the drain hook failed; stopping the member anyway"),
             Err(_) => {
-                let _ = procs::signal_group(pid, libc::SIGKILL);
                 tracing::warn!(member, timeout = %hook.timeout, "the drain hook ran out of time; stopping the member");
             }
         }
+        procs::end_run(Some(pid), &mark);
     }
 
     /// Forgets a member: stopped, its volumes, directory and record
@@ -495,6 +579,7 @@ impl Members {
                     setup_status,
                     setup_stderr,
                     readiness: readiness.get(&record.name).cloned(),
+                    crash_loop: crash_loop(record, live.is_some()),
                 }
             })
             .collect()
@@ -527,14 +612,30 @@ impl Members {
     }
 
     /// Records a readiness check's result (a changed verdict is reported
-    /// at once).
+    /// at once, and kept in the member's directory: an agent that restarts
+    /// reports the verdict its running members last had, rather than none
+    /// until the first check, which would make them not ready meanwhile).
     pub fn set_readiness(&self, member: &str, report: ReadinessReport) {
         let mut readiness = self.readiness.lock().unwrap_or_else(|p| p.into_inner());
         let report = report.continuing(readiness.get(member));
         let before = readiness.insert(member.to_string(), report.clone());
         drop(readiness);
-        if before.is_none_or(|b| (b.passing, b.instance_id) != (report.passing, report.instance_id)) {
+        if before.is_none_or(|b| (b.passing, &b.instance_id) != (report.passing, &report.instance_id)) {
+            let path = self.member_dir(member).join(READINESS_FILE);
+            let json = serde_json::to_vec(&report).expect("a readiness report always serialises");
+            if let Err(error) = write_atomic(&path, &json, 0o644) {
+                tracing::warn!(member, %error, "could not keep the readiness verdict");
+            }
             self.tell_changed();
+        }
+    }
+
+    /// The verdict kept for `process`, when it was of that instance.
+    fn kept_readiness(&self, member: &str, process: &Running) {
+        let Ok(text) = std::fs::read(self.member_dir(member).join(READINESS_FILE)) else { return };
+        let Ok(report) = serde_json::from_slice::<ReadinessReport>(&text) else { return };
+        if report.instance_id == process.instance_id {
+            self.readiness.lock().unwrap_or_else(|p| p.into_inner()).insert(member.to_string(), report);
         }
     }
 
@@ -562,6 +663,24 @@ impl Members {
         std::fs::create_dir_all(&path)?;
         Ok(path)
     }
+}
+
+/// What the heartbeat says of a member whose last runs each ended within
+/// [`STABLE_RUN`]: while it waits to be started again, or runs again for
+/// less than that.
+fn crash_loop(record: &MemberRecord, running: bool) -> Option<CrashLoop> {
+    if !record.wanted || record.short_runs < CrashLoop::RUNS {
+        return None;
+    }
+    let settled = running && record.process.as_ref().is_some_and(|p| p.started_at.age(crate::now()) >= STABLE_RUN);
+    if settled {
+        return None;
+    }
+    Some(CrashLoop {
+        runs: record.short_runs,
+        last_exit: record.last_exit.clone().unwrap_or_default(),
+        next_start: record.next_start.filter(|_| !running),
+    })
 }
 
 /// The process of a run that was being started, if it runs: it leads its
@@ -629,11 +748,22 @@ pub async fn stop_processes(data_dir: &Path) -> usize {
     }
     for process in &running {
         let _ = procs::signal_group(process.pid, libc::SIGKILL);
+        end_instance(&process.instance_id);
     }
     for dir in std::fs::read_dir(data_dir.join("members")).into_iter().flatten().flatten() {
         crate::setup::kill_setup(&dir.path());
     }
     running.len()
+}
+
+/// Ends every process of a member's instance that is left: each carries
+/// its `HERD_INSTANCE_ID` (the member's own, its setup, scripts and
+/// checks), wherever it went.
+fn end_instance(instance: &str) {
+    let killed = procs::kill_marked("HERD_INSTANCE_ID", instance);
+    if killed > 0 {
+        tracing::info!(instance, killed, "ended processes an instance that is over left behind");
+    }
 }
 
 /// `HERD_VOLUME_<NAME>`, the name upper-cased with `-` and `.` as `_`.

@@ -1,6 +1,13 @@
 //! Processes the agent may not be the parent of: liveness by pid and start
 //! time (a recycled pid has another start time), signals to process
-//! groups, and finding a group leader by its environment.
+//! groups, finding a group leader by its environment, and ending a run
+//! with everything it started.
+//!
+//! A process group is not enough to end a run: a program may leave it
+//! (coreutils `timeout` makes a group of its own, `setsid` a session).
+//! What it cannot leave is its environment, inherited by every process it
+//! starts: each run the agent starts carries a mark there ([`RunMark`]),
+//! and [`end_run`] kills the group and then every process with the mark.
 
 /// The start time of process `pid` in clock ticks since boot, None when
 /// it does not exist or is a zombie.
@@ -55,6 +62,86 @@ pub fn find_group_leader_by_env(key: &str, value: &str) -> Option<u32> {
     })
 }
 
+/// The environment variable a run's mark is kept in.
+pub const RUN_VAR: &str = "HERD_RUN";
+
+/// What every process of one run carries in its environment
+/// (`HERD_RUN=<kind>/<id>`): a setup, a script, a readiness check, a
+/// drain hook.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunMark(String);
+
+impl RunMark {
+    /// A fresh mark for a run of `kind` (`script`, `check`, `drain`).
+    pub fn fresh(kind: &str) -> RunMark {
+        RunMark(format!("{kind}/{}", uuid::Uuid::now_v7()))
+    }
+
+    /// The mark of the setup of `instance` (one at most per instance).
+    pub fn setup_of(instance: &str) -> RunMark {
+        RunMark(format!("setup/{instance}"))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Ends a run: SIGKILL to its process group (led by `group`), then to
+/// every process that carries its mark, wherever it went.
+pub fn end_run(group: Option<u32>, mark: &RunMark) {
+    if let Some(group) = group {
+        let _ = signal_group(group, libc::SIGKILL);
+    }
+    let killed = kill_marked(RUN_VAR, mark.as_str());
+    if killed > 0 {
+        tracing::info!(run = mark.as_str(), killed, "ended processes a run left outside its process group");
+    }
+}
+
+/// SIGKILLs every process (but this one) whose environment holds
+/// `key=value`, looking again until none is left (one may have forked
+/// meanwhile); returns how many were killed.
+pub fn kill_marked(key: &str, value: &str) -> usize {
+    let wanted = format!("{key}={value}").into_bytes();
+    let me = std::process::id();
+    let mut killed = 0;
+    // A few rounds: a process forked between the look and the kill is
+    // found by the next one; a fork bomb is not this function's to win.
+    for _ in 0..4 {
+        let found = marked(&wanted, me);
+        if found.is_empty() {
+            break;
+        }
+        for pid in found {
+            let Ok(pid) = libc::pid_t::try_from(pid) else { continue };
+            // SAFETY: kill(2) takes plain integers and touches no memory of ours.
+            if unsafe { libc::kill(pid, libc::SIGKILL) } == 0 {
+                killed += 1;
+            }
+        }
+    }
+    killed
+}
+
+/// The live processes (not zombies, not `me`) whose environment holds
+/// the `key=value` pair `wanted`.
+fn marked(wanted: &[u8], me: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            if pid == me {
+                return None;
+            }
+            let environ = std::fs::read(entry.path().join("environ")).ok()?;
+            let carries = environ.split(|b| *b == 0).any(|pair| pair == wanted);
+            (carries && start_ticks(pid).is_some()).then_some(pid)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,5 +181,40 @@ mod tests {
         assert_eq!(found, Some(child.id()));
         assert_eq!(other, None);
         assert_eq!(find_group_leader_by_env("HERD_TEST_MARKER", &marker), None, "a dead process is not found");
+    }
+
+    #[test]
+    fn ending_a_run_kills_what_left_its_process_group() {
+        use std::os::unix::process::CommandExt;
+        let mark = RunMark::fresh("test");
+        // The leader starts a `timeout` (a process group of its own) and a
+        // `setsid` child (a session of its own), then waits.
+        let mut leader = std::process::Command::new("sh")
+            .args(["-c", "timeout 60 sleep 60 & setsid sleep 60 & wait"])
+            .env(RUN_VAR, mark.as_str())
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let wanted = format!("{RUN_VAR}={}", mark.as_str()).into_bytes();
+        let mut seen = 0;
+        for _ in 0..200 {
+            seen = marked(&wanted, std::process::id()).len();
+            if seen >= 4 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(seen >= 4, "sh, timeout, its sleep and the setsid sleep carry the mark ({seen})");
+        end_run(Some(leader.id()), &mark);
+        leader.wait().unwrap();
+        let mut left = usize::MAX;
+        for _ in 0..200 {
+            left = marked(&wanted, std::process::id()).len();
+            if left == 0 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(left, 0, "nothing of the run is left");
     }
 }

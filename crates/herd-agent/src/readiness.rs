@@ -3,7 +3,9 @@
 //! a TCP connection to one of its named ports on loopback) and keeps the
 //! result, with the instance it was run against, for the heartbeat. The
 //! same loop watches the members' setup status files, so that a setup
-//! that ends is reported at once rather than with the next heartbeat.
+//! that ends is reported at once rather than with the next heartbeat, and
+//! looks after setup runs an earlier agent run launched (their deadline,
+//! their end: `setup::look`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Stdio;
@@ -16,7 +18,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::members::{MemberRecord, Members};
-use crate::procs;
+use crate::procs::{self, RunMark};
 
 /// How often the agent looks for checks that are due.
 const TICK: Duration = Duration::from_millis(250);
@@ -45,6 +47,7 @@ pub async fn run(members: Members, stop: CancellationToken) {
         setup_seen.retain(|member, _| records.iter().any(|r| &r.name == member));
         let mut setup_changed = false;
         for record in &records {
+            crate::setup::look(&members, record);
             let (status, _) = crate::setup::report(&members, record);
             // A member first seen here with a status has news too (its setup
             // may have run within one tick).
@@ -96,17 +99,19 @@ async fn probe(members: &Members, record: &MemberRecord, check: &ReadinessCheck)
             }
         }
         Probe::Command(argv) => {
-            let mut command = tokio::process::Command::new(&argv[0]);
-            command.args(&argv[1..]).current_dir(members.member_dir(&record.name)).envs(&record.run.env);
-            command.envs(members.member_env(record));
-            command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-            command.process_group(0).kill_on_drop(true);
+            let mark = RunMark::fresh("check");
+            let mut command = members.command(record, &argv[0], None);
+            command.args(&argv[1..]).env(procs::RUN_VAR, mark.as_str());
+            command.stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
             let child = match command.spawn() {
                 Ok(child) => child,
                 Err(error) => return (false, format!("starting {:?}: {error}", argv[0])),
             };
-            let pid = child.id().unwrap_or_default();
-            match tokio::time::timeout(timeout, child.wait_with_output()).await {
+            let pid = child.id();
+            let outcome = tokio::time::timeout(timeout, child.wait_with_output()).await;
+            // Whatever the check started ends with it.
+            procs::end_run(pid, &mark);
+            match outcome {
                 Ok(Ok(output)) if output.status.success() => (true, String::new()),
                 Ok(Ok(output)) => {
                     let mut text = String::from_utf8_lossy(&output.stderr).into_owned();
@@ -116,10 +121,7 @@ async fn probe(members: &Members, record: &MemberRecord, check: &ReadinessCheck)
                     (false, format!("the check exited with {}: {tail}", output.status))
                 }
                 Ok(Err(error)) => (false, format!("waiting for the check: {error}")),
-                Err(_) => {
-                    let _ = procs::signal_group(pid, libc::SIGKILL);
-                    (false, format!("the check took more than {timeout:?}; killed"))
-                }
+                Err(_) => (false, format!("the check took more than {timeout:?}; killed")),
             }
         }
     }
@@ -147,6 +149,7 @@ mod tests {
             restarts: 0,
             last_exit: None,
             short_runs: 0,
+            next_start: None,
         }
     }
 

@@ -1,6 +1,7 @@
 //! RunScript: a shell script run in a member's environment (its directory,
-//! its environment variables and volumes), in a process group of its own
-//! that is killed when the command's deadline passes.
+//! its environment variables and volumes), in a process group of its own;
+//! what it started ends with it, and it is killed when the command's
+//! deadline passes.
 
 use std::time::SystemTime;
 
@@ -9,7 +10,7 @@ use tokio::io::AsyncReadExt;
 
 use crate::executor::Failure;
 use crate::members::{MemberRecord, Members};
-use crate::procs;
+use crate::procs::{self, RunMark};
 
 /// How much of each output stream the answer keeps (the end of it).
 const OUTPUT_TAIL: usize = 16 * 1024;
@@ -31,11 +32,13 @@ pub async fn run(
     record: &MemberRecord,
     script: &str,
     deadline: Timestamp,
-    started: impl FnOnce(u32),
+    started: impl FnOnce(Option<u32>, &RunMark),
 ) -> Result<ScriptOutcome, Failure> {
-    let mut child = members.shell(record, script, &[]).spawn().map_err(|e| format!("starting the script: {e}"))?;
-    let pid = child.id().unwrap_or_default();
-    started(pid);
+    let mark = RunMark::fresh("script");
+    let mut child =
+        members.shell(record, script, &[], &mark).spawn().map_err(|e| format!("starting the script: {e}"))?;
+    let pid = child.id();
+    started(pid, &mark);
     let (mut out, mut err) = (child.stdout.take(), child.stderr.take());
     let read = async {
         let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
@@ -53,15 +56,13 @@ pub async fn run(
         (output, status)
     })
     .await;
+    // Whatever the script started ends with it, and all of it at the deadline.
+    procs::end_run(pid, &mark);
     match finished {
         Ok(((stdout, stderr), status)) => {
             let status = status.map_err(|e| format!("waiting for the script: {e}"))?;
             Ok(ScriptOutcome { code: status.code().unwrap_or(-1), stdout: tail(&stdout), stderr: tail(&stderr) })
         }
-        Err(_) => {
-            // The deadline passed: the script and everything it started go.
-            let _ = procs::signal_group(pid, libc::SIGKILL);
-            Err("the script did not finish before the command's deadline; killed".into())
-        }
+        Err(_) => Err("the script did not finish before the command's deadline; killed".into()),
     }
 }

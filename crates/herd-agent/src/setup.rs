@@ -1,28 +1,40 @@
 //! An app-cluster member's herd volume: its configmeta (as JSON and as
-//! shell variables), its App's setup
-//! script, and the setup run whose outcome outlives the agent and is
-//! reported with the member.
+//! shell variables), its App's setup script, and the setup run whose
+//! outcome outlives the agent and is reported with the member.
 //!
-//! `setup.sh --configure` is launched detached, in a process group of its
-//! own, by a small shell wrapper that writes `setup.status`: the agent
-//! writes `<instance>=` before the launch, the wrapper `<instance>=<exit
-//! code>` at the end. An agent that restarts meanwhile finds the file as
-//! the run left it. The run belongs to its member's instance: when that
-//! process ends, the agent kills the setup's group (`setup.pid`), so a
-//! setup interrupted by a member restart leaves `<old instance>=` behind
-//! and the server sets the new instance up again.
+//! `setup.sh --configure` runs detached, in a process group of its own,
+//! under a small shell wrapper (no `timeout`: a program that makes a
+//! process group of its own would escape the run's). `setup.status` says
+//! how it went (`herd_core::setup_status`): the agent writes `<instance>=`
+//! before the launch; at the end the wrapper writes `<instance>=<exit
+//! code>`, and the agent, which reaps the wrapper while it lives, writes
+//! it when the wrapper could not (the volume is full: the agent's space
+//! reserve gives the line room), with why. The agent enforces the
+//! timeout itself (`setup.run.json` in the member's directory keeps the
+//! deadline and the run's process, so a restarted agent goes on
+//! enforcing it), and answers a run that is gone without a status. Every
+//! process of the run carries its mark (`HERD_RUN=setup/<instance>`) and
+//! ends with it: at its end, at its timeout, and when its member's
+//! instance ends (a setup interrupted by a member restart leaves
+//! `<old instance>=` behind and the server sets the new instance up
+//! again).
 
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::time::Duration;
 
+use herd_core::Timestamp;
 use herd_core::configmeta::ConfigMeta;
 use herd_core::kinds::app::HERD_VOLUME;
-use herd_core::setup_status::{launched, status_instance};
+use herd_core::setup_status::{
+    SetupOutcome, ended, ended_without_code, finished, finished_noted, launched, setup_outcome, status_instance,
+};
+use herd_core::units::human_bytes;
+use serde::{Deserialize, Serialize};
 
-use crate::fsutil::write_atomic;
+use crate::fsutil::{SpaceReserve, disk_space, is_disk_full, write_atomic};
 use crate::members::{MemberRecord, Members};
-use crate::procs;
+use crate::procs::{self, RunMark};
 
 pub const CONFIGMETA: &str = "configmeta.json";
 pub const CONFIGMETA_SH: &str = "configmeta.sh";
@@ -30,18 +42,21 @@ const SCRIPT: &str = "setup.sh";
 const STATUS: &str = "setup.status";
 const STDERR: &str = "setup.err";
 const STDOUT: &str = "setup.out";
-/// In the member's directory (not its volume): the setup run's group.
-const PID_FILE: &str = "setup.pid";
+/// In the member's directory (not its volume): the run in flight.
+const RUN_FILE: &str = "setup.run.json";
 /// How much of a failed setup's standard error is reported.
 const STDERR_TAIL: u64 = 2048;
+/// Below this much free space, a run that left no status is said to have
+/// found its volume full.
+const FULL: u64 = 64 << 10;
 
 /// The wrapper that runs the setup and records its exit code. `$1` is the
-/// herd volume, `$2` the timeout in seconds.
+/// herd volume.
 const WRAPPER: &str = r#"dir="$1"
-timeout -k 5 "$2" sh "$dir/setup.sh" --configure >"$dir/setup.out" 2>"$dir/setup.err" </dev/null
+sh "$dir/setup.sh" --configure >"$dir/setup.out" 2>"$dir/setup.err" </dev/null
 code=$?
-if [ "$code" = 124 ]; then echo "setup timed out after $2 s" >>"$dir/setup.err"; fi
 printf '%s=%s\n' "$HERD_INSTANCE_ID" "$code" >"$dir/setup.status.tmp" && mv -f "$dir/setup.status.tmp" "$dir/setup.status"
+exit "$code"
 "#;
 
 /// What a ConfigureMember asks for.
@@ -50,6 +65,48 @@ pub struct Configure<'a> {
     pub setup_script: Option<&'a str>,
     pub run_setup: bool,
     pub setup_timeout_secs: u64,
+}
+
+/// A setup run in flight, as `setup.run.json` keeps it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SetupRun {
+    instance: String,
+    timeout_secs: u64,
+    deadline: Timestamp,
+    /// The wrapper (None while it is being started).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    start_ticks: Option<u64>,
+}
+
+impl SetupRun {
+    fn mark(&self) -> RunMark {
+        RunMark::setup_of(&self.instance)
+    }
+
+    /// Whether its wrapper still runs: by pid and start time, or, when the
+    /// agent stopped before recording them, by its mark.
+    fn alive(&mut self) -> bool {
+        if let (Some(pid), Some(ticks)) = (self.pid, self.start_ticks) {
+            return procs::is_alive(pid, ticks);
+        }
+        let Some(pid) = procs::find_group_leader_by_env(procs::RUN_VAR, self.mark().as_str()) else { return false };
+        self.pid = Some(pid);
+        self.start_ticks = procs::start_ticks(pid);
+        self.start_ticks.is_some()
+    }
+}
+
+/// How a run ended.
+enum End {
+    /// Its wrapper exited with this code (None: a signal ended it).
+    Exited(Option<i32>),
+    /// Its deadline passed.
+    TimedOut,
+    /// It is gone, and no one saw it end (an agent restarted meanwhile).
+    Gone,
 }
 
 /// The member's herd volume, when it has one.
@@ -70,7 +127,7 @@ pub fn configure(
     let dir = herd_volume(members, record)
         .ok_or_else(|| format!("member {member} has no {HERD_VOLUME:?} volume: it is not an app-cluster member"))?;
     let write = |name: &str, text: &str, mode: u32| {
-        write_atomic(&dir.join(name), text.as_bytes(), mode).map_err(|e| format!("writing {name}: {e}"))
+        write_atomic(&dir.join(name), text.as_bytes(), mode).map_err(|e| written(members, name, &e))
     };
     let meta: ConfigMeta =
         serde_json::from_str(request.configmeta).map_err(|e| format!("the configmeta does not read: {e}"))?;
@@ -91,47 +148,161 @@ pub fn configure(
     if status_instance(status.as_deref()) == Some(instance) {
         return Ok(format!("the setup of member {member} as {instance} was launched already ({:?})", status));
     }
-    kill_setup(&members.member_dir(member));
-    write(STATUS, &launched(instance), 0o644)?;
-    let mut command = std::process::Command::new("sh");
-    command.arg("-c").arg(WRAPPER).arg("herd-setup").arg(&dir).arg(request.setup_timeout_secs.max(1).to_string());
-    command.current_dir(members.member_dir(member)).envs(&record.run.env).envs(members.member_env(record));
-    command.env("HERD_INSTANCE_ID", instance);
-    command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).process_group(0);
-    let mut child = command.spawn().map_err(|e| format!("launching the setup: {e}"))?;
-    let pid = child.id();
-    let ticks = procs::start_ticks(pid).unwrap_or_default();
-    let pid_file = members.member_dir(member).join(PID_FILE);
-    write_atomic(&pid_file, format!("{pid} {ticks}").as_bytes(), 0o644)
-        .map_err(|e| format!("writing {}: {e}", pid_file.display()))?;
-    // Reaped here while the agent lives (by init once it is gone); its end
-    // is reported at once, not at the next look at the status files.
+    let member_dir = members.member_dir(member);
+    // An earlier run, or one of this instance that an agent killed at the
+    // wrong moment never recorded, ends first.
+    kill_setup(&member_dir);
+    procs::end_run(None, &RunMark::setup_of(instance));
+    let supervised = members.supervise_setup(member);
+    let timeout_secs = request.setup_timeout_secs.max(1);
+    let mut run = SetupRun {
+        instance: instance.to_string(),
+        timeout_secs,
+        deadline: crate::now().plus(Duration::from_secs(timeout_secs)),
+        pid: None,
+        start_ticks: None,
+    };
+    // The run is recorded before the status says launched: a restarted
+    // agent that finds the one finds the other.
+    write_run(&member_dir, &run)?;
+    let reserve = SpaceReserve::of(members.data_dir());
+    reserve
+        .write_atomic(&dir.join(STATUS), launched(instance).as_bytes(), 0o644)
+        .map_err(|e| written(members, STATUS, &e))?;
+    let mut command = members.command(record, "sh", Some(instance));
+    command.arg("-c").arg(WRAPPER).arg("herd-setup").arg(&dir).env(procs::RUN_VAR, run.mark().as_str());
+    command.stdout(Stdio::null()).stderr(Stdio::null()).kill_on_drop(false);
+    let child = command.spawn().map_err(|e| format!("launching the setup: {e}"))?;
+    let pid = child.id().unwrap_or_default();
+    run.pid = Some(pid);
+    run.start_ticks = procs::start_ticks(pid);
+    write_run(&member_dir, &run)?;
     let members = members.clone();
-    std::thread::spawn(move || {
-        let _ = child.wait();
-        members.tell_changed();
+    let name = member.clone();
+    tokio::spawn(async move {
+        let _supervised = supervised;
+        let left = run.deadline.system_time().duration_since(std::time::SystemTime::now()).unwrap_or_default();
+        let mut child = child;
+        let end = tokio::select! {
+            // The agent stops: the run goes on, and the next agent run
+            // enforces its deadline.
+            _ = members.stopping() => return,
+            status = child.wait() => End::Exited(status.ok().and_then(|s| s.code())),
+            _ = tokio::time::sleep(left) => End::TimedOut,
+        };
+        finish(&members, &name, &run, end);
     });
     tracing::info!(member, instance, pid, "launched a member's setup");
     Ok(format!("the setup of member {member} as {instance} was launched (pid {pid})"))
 }
 
-/// Kills the setup run recorded in `member_dir`, if it still runs.
-pub fn kill_setup(member_dir: &Path) {
-    let Ok(text) = std::fs::read_to_string(member_dir.join(PID_FILE)) else { return };
-    let mut parts = text.split_whitespace().map(str::parse::<u64>);
-    if let (Some(Ok(pid)), Some(Ok(ticks))) = (parts.next(), parts.next())
-        && let Ok(pid) = u32::try_from(pid)
-        && procs::is_alive(pid, ticks)
-    {
-        let _ = procs::signal_group(pid, libc::SIGKILL);
-        tracing::info!(pid, dir = %member_dir.display(), "killed a setup run: its member's process ended");
+/// Looks at the setup run of `record` that no task of this agent
+/// supervises (one an earlier agent run launched): it is ended at its
+/// deadline, and one that is gone without a status is answered.
+pub fn look(members: &Members, record: &MemberRecord) {
+    let member_dir = members.member_dir(&record.name);
+    let Some(mut run) = read_run(&member_dir) else { return };
+    if members.setup_supervised(&record.name) {
+        return;
     }
-    let _ = std::fs::remove_file(member_dir.join(PID_FILE));
+    let alive = run.alive();
+    if alive && crate::now() < run.deadline {
+        return;
+    }
+    finish(members, &record.name, &run, if alive { End::TimedOut } else { End::Gone });
+}
+
+/// A run ended: whatever it started ends too, and the status file records
+/// the end when the wrapper did not.
+fn finish(members: &Members, member: &str, run: &SetupRun, end: End) {
+    procs::end_run(run.pid, &run.mark());
+    // A run the agent ended itself (its member's instance ended) has no
+    // run file any more: its status stays `<instance>=`, interrupted.
+    let member_dir = members.member_dir(member);
+    if read_run(&member_dir).is_none_or(|current| (current.instance, current.pid) != (run.instance.clone(), run.pid)) {
+        return;
+    }
+    let Some(record) = members.record(member) else { return };
+    let Some(dir) = herd_volume(members, &record) else { return };
+    let status = read_status(&dir);
+    let line = match end {
+        _ if ended(status.as_deref(), &run.instance) => None,
+        // Ended by the agent (a restart of its member, a removal) meanwhile.
+        _ if status_instance(status.as_deref()) != Some(run.instance.as_str()) => None,
+        End::Exited(Some(code)) => Some(match full_volume(&dir) {
+            Some(full) => finished_noted(&run.instance, code, &format!("its status could not be written: {full}")),
+            None => finished(&run.instance, code),
+        }),
+        End::Exited(None) => Some(ended_without_code(&run.instance, "killed by a signal")),
+        End::TimedOut => Some(ended_without_code(
+            &run.instance,
+            &format!("timed out after {} s; killed with everything it started", run.timeout_secs),
+        )),
+        End::Gone => {
+            let why = "it ended without recording its exit status";
+            Some(ended_without_code(
+                &run.instance,
+                &match full_volume(&dir) {
+                    Some(full) => format!("{why}: {full}"),
+                    None => why.to_string(),
+                },
+            ))
+        }
+    };
+    if let Some(line) = line {
+        let reserve = SpaceReserve::of(members.data_dir());
+        match reserve.write_atomic(&dir.join(STATUS), line.as_bytes(), 0o644) {
+            Ok(()) => tracing::warn!(member, status = line.trim(), "recorded how a setup ended"),
+            Err(error) => tracing::error!(member, %error, status = line.trim(), "could not record how a setup ended"),
+        }
+        reserve.take();
+    }
+    let _ = std::fs::remove_file(member_dir.join(RUN_FILE));
+    members.tell_changed();
+}
+
+/// "no space left on the member's volume (12 kB free)" when it is full.
+fn full_volume(dir: &Path) -> Option<String> {
+    let (free, _) = disk_space(dir).ok()?;
+    (free < FULL).then(|| format!("no space left on the member's volume ({} free)", human_bytes(free)))
+}
+
+/// Why writing `name` into a member's herd volume failed.
+fn written(members: &Members, name: &str, error: &std::io::Error) -> String {
+    if is_disk_full(error) {
+        let free = disk_space(members.data_dir()).map(|(free, _)| human_bytes(free)).unwrap_or_default();
+        format!("writing {name}: no space left on the member's volume ({free} free)")
+    } else {
+        format!("writing {name}: {error}")
+    }
+}
+
+fn write_run(member_dir: &Path, run: &SetupRun) -> Result<(), String> {
+    let path = member_dir.join(RUN_FILE);
+    let json = serde_json::to_vec(run).map_err(|e| e.to_string())?;
+    write_atomic(&path, &json, 0o644).map_err(|e| format!("writing {}: {e}", path.display()))
+}
+
+fn read_run(member_dir: &Path) -> Option<SetupRun> {
+    serde_json::from_slice(&std::fs::read(member_dir.join(RUN_FILE)).ok()?).ok()
+}
+
+/// Ends the setup run recorded in `member_dir`, and everything it
+/// started, if it still runs.
+pub fn kill_setup(member_dir: &Path) {
+    let Some(mut run) = read_run(member_dir) else { return };
+    // The file goes first: the task that supervises the run then knows
+    // its end was the agent's doing, not the run's.
+    let _ = std::fs::remove_file(member_dir.join(RUN_FILE));
+    if run.alive() {
+        tracing::info!(pid = ?run.pid, dir = %member_dir.display(), "ending a setup run: its member's instance ended");
+    }
+    procs::end_run(run.pid, &run.mark());
 }
 
 fn read_status(dir: &Path) -> Option<String> {
     let text = std::fs::read_to_string(dir.join(STATUS)).ok()?;
-    Some(text.trim().chars().take(256).collect())
+    Some(text.trim().chars().take(512).collect())
 }
 
 /// What the heartbeat reports of a member's setup: its status file, and
@@ -139,7 +310,9 @@ fn read_status(dir: &Path) -> Option<String> {
 pub fn report(members: &Members, record: &MemberRecord) -> (Option<String>, Option<String>) {
     let Some(dir) = herd_volume(members, record) else { return (None, None) };
     let status = read_status(&dir);
-    let failed = status.as_deref().and_then(|s| s.rsplit_once('=')).is_some_and(|(_, code)| !matches!(code, "" | "0"));
+    let instance = status_instance(status.as_deref()).unwrap_or_default();
+    let failed = ended(status.as_deref(), instance)
+        && !matches!(setup_outcome(status.as_deref(), instance), SetupOutcome::Succeeded);
     let stderr = failed.then(|| tail(&dir.join(STDERR), STDERR_TAIL)).flatten();
     (status, stderr)
 }

@@ -248,6 +248,30 @@ pub struct MemberReport {
     /// The last readiness check of the current instance, when the member has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub readiness: Option<ReadinessReport>,
+    /// Its last runs each ended within seconds of starting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crash_loop: Option<CrashLoop>,
+}
+
+/// A member whose last runs each ended within seconds of starting: its
+/// agent starts it again after a pause that doubles with each such run
+/// (at most 30 s), as long as it is wanted.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CrashLoop {
+    /// The runs in a row that ended so.
+    pub runs: u32,
+    /// How the last one ended (`exit status: 3`, `signal: 9 (SIGKILL)`).
+    pub last_exit: String,
+    /// When it is started again, while it waits (None: it runs now).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_start: Option<crate::time::Timestamp>,
+}
+
+impl CrashLoop {
+    /// The runs in a row that make a crash loop: one short run is a crash,
+    /// the second in a row a loop (Kubernetes' CrashLoopBackOff).
+    pub const RUNS: u32 = 2;
 }
 
 /// How a member's readiness check last went.

@@ -1,7 +1,8 @@
 //! configmeta: the JSON document a member is given (written into its data
-//! before setup and on every spec change) describing the whole cluster —
-//! name, App, generation, each role's members with node, address, ports
-//! and state — and the member itself. Pure: built from the objects.
+//! before setup, on every spec change and whenever what it says changed)
+//! describing the whole cluster — name, App, generation, each role's
+//! members with node, address, ports, state and readiness — and the
+//! member itself. Pure: built from the objects.
 
 use std::borrow::Borrow;
 use std::collections::BTreeMap;
@@ -46,6 +47,10 @@ pub struct MemberMeta {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub ports: BTreeMap<String, u16>,
     pub state: MemberState,
+    /// Configured, running on a Ready node and passing its readiness
+    /// check, as the budgets count it.
+    #[serde(default)]
+    pub ready: bool,
 }
 
 fn meta_of(member: &Member, hosts: &BTreeMap<&str, &str>) -> MemberMeta {
@@ -58,6 +63,7 @@ fn meta_of(member: &Member, hosts: &BTreeMap<&str, &str>) -> MemberMeta {
         host,
         ports: member.spec.ports.clone(),
         state: member.status.state,
+        ready: member.status.ready,
     }
 }
 
@@ -83,9 +89,9 @@ fn roles_of(cluster: &AppCluster, members: &[Member], nodes: &[impl Borrow<Node>
         .collect()
 }
 
-/// The topology digest (see [`ConfigMeta::topology_digest`]) of the
-/// cluster as `members` place it, the same for every member.
-pub fn topology(cluster: &AppCluster, members: &[Member], nodes: &[impl Borrow<Node>]) -> String {
+/// The digest (see [`ConfigMeta::digest`]) of the cluster as `members`
+/// are now, the same for every member.
+pub fn digest_of(cluster: &AppCluster, members: &[Member], nodes: &[impl Borrow<Node>]) -> String {
     digest(&roles_of(cluster, members, nodes))
 }
 
@@ -119,8 +125,8 @@ fn quoted(value: &str) -> String {
     format!("'{}'", value.replace('\'', "'\\''"))
 }
 
-/// FNV-1a, 64 bits, over each staying member's name, node, host and
-/// ports: stable across processes and versions.
+/// FNV-1a, 64 bits, over each staying member's name, node, host, ports,
+/// state and readiness: stable across processes and versions.
 fn digest(roles: &[RoleMeta]) -> String {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     let mut feed = |text: &str| {
@@ -139,17 +145,22 @@ fn digest(roles: &[RoleMeta]) -> String {
                 feed(port);
                 feed(&number.to_string());
             }
+            feed(&format!("{:?}", member.state));
+            feed(if member.ready { "ready" } else { "not ready" });
         }
     }
     format!("{hash:016x}")
 }
 
 impl ConfigMeta {
-    /// A digest of who is where: each staying member's name, role, node,
-    /// host and ports (not their states, which change all the time). A
+    /// A digest of what the document says of the members: each staying
+    /// member's name, role, node, host, ports, state and readiness. A
     /// configured member whose configmeta was written with another digest
-    /// is given a fresh one (a member replaced on another host, say).
-    pub fn topology_digest(&self) -> String {
+    /// is given a fresh one (a member replaced on another host, one that
+    /// became configured, one whose node went NotReady): what it reads is
+    /// never left stale. (A change while one is on its way waits for it:
+    /// one Command at a time per member, so changes coalesce.)
+    pub fn digest(&self) -> String {
         digest(&self.roles)
     }
 
@@ -157,7 +168,8 @@ impl ConfigMeta {
     /// (`. "$HERD_CONFIGMETA_SH"`): `CM_CLUSTER`, `CM_GENERATION`, `CM_ME`
     /// (the member's name) and `CM_ME_ID` (its variable part), `CM_ROLES`,
     /// per role `CM_ROLE_<ROLE>` (its members, space-separated), and per
-    /// member `CM_<ID>_NAME|ROLE|NODE|HOST|STATE|PORT_<PORT>`, where `<ID>`
+    /// member `CM_<ID>_NAME|ROLE|NODE|HOST|STATE|READY|PORT_<PORT>`
+    /// (`READY` is `true` or `false`), where `<ID>`
     /// is the member's name upper-cased with `-` as `_`.
     pub fn to_shell(&self) -> String {
         let mut lines = vec![
@@ -180,6 +192,7 @@ impl ConfigMeta {
                 lines.push(format!("CM_{id}_HOST={}", quoted(member.host.as_deref().unwrap_or(""))));
                 let state = serde_json::to_value(member.state).ok().and_then(|v| v.as_str().map(str::to_string));
                 lines.push(format!("CM_{id}_STATE={}", quoted(&state.unwrap_or_default())));
+                lines.push(format!("CM_{id}_READY={}", member.ready));
                 for (port, number) in &member.ports {
                     lines.push(format!("CM_{id}_PORT_{}={number}", shell_part(port)));
                 }
@@ -266,6 +279,7 @@ mod tests {
             "CM_DB_MEMBER_0_HOST='127.0.0.5'",
             "CM_DB_MEMBER_0_STATE='configured'",
             "CM_DB_MEMBER_1_STATE='creating'",
+            "CM_DB_MEMBER_1_READY=false",
             "CM_DB_MEMBER_1_PORT_CLIENT=20001",
         ] {
             assert!(shell.lines().any(|l| l == line), "{line} in\n{shell}");
@@ -273,7 +287,7 @@ mod tests {
     }
 
     #[test]
-    fn the_topology_digest_changes_with_where_members_are_not_with_their_states() {
+    fn the_digest_changes_with_where_members_are_their_states_and_readiness() {
         let cluster = AppCluster::new(
             "db",
             AppClusterSpec {
@@ -283,14 +297,19 @@ mod tests {
         );
         let members =
             [member("member", 0, "n1", MemberState::Configured), member("member", 1, "n1", MemberState::Creating)];
-        let digest = |members: &[Member]| {
-            configmeta(&cluster, members, &[] as &[Node], "db-member-0").unwrap().topology_digest()
-        };
-        let before = digest(&members);
+        let digest =
+            |members: &[Member]| configmeta(&cluster, members, &[] as &[Node], "db-member-0").unwrap().digest();
+        assert_eq!(digest(&members), digest_of(&cluster, &members, &[] as &[Node]));
+        let mut seen = vec![digest(&members)];
         let mut later = members.clone();
         later[1].status.state = MemberState::Configured;
-        assert_eq!(digest(&later), before, "a state change is not a topology change");
+        seen.push(digest(&later));
+        later[1].status.ready = true;
+        seen.push(digest(&later));
         later[1].spec.node = Some("n2".into());
-        assert_ne!(digest(&later), before, "a member on another node is");
+        seen.push(digest(&later));
+        let distinct: std::collections::BTreeSet<&String> = seen.iter().collect();
+        assert_eq!(distinct.len(), 4, "a state, a readiness and a node change each change it: {seen:?}");
+        assert_eq!(digest(&later), seen[3], "the same document, the same digest");
     }
 }

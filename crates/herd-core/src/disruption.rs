@@ -32,28 +32,36 @@ fn expected(member: &Member) -> bool {
     !matches!(member.status.state, MemberState::DeletePending | MemberState::Deleting)
 }
 
-/// Why a member does not count as healthy, in an operator's words.
+/// Why a member does not count as healthy, in an operator's words: its
+/// state, and why it is not ready (its node NotReady, its process down or
+/// crash-looping, its check failing) or why it waits.
 pub fn unhealthy_reason(member: &Member) -> String {
     let status = &member.status;
+    let not_ready = status.not_ready_reason.as_deref();
     let what = match status.state {
         MemberState::CreatePending if member.spec.node.is_none() => "waiting to be placed".to_string(),
         MemberState::CreatePending => "waiting to be started".to_string(),
         MemberState::Creating => "creating (being set up)".to_string(),
         MemberState::ConfigError => "in config error".to_string(),
         MemberState::DeletePending | MemberState::Deleting => "being removed".to_string(),
-        MemberState::Configured => match status.state_detail.last_known_state {
-            LastKnownState::Unresponsive => {
+        MemberState::Configured => match (not_ready, status.state_detail.last_known_state) {
+            (Some(why), _) => return format!("configured, but {why}"),
+            (None, LastKnownState::Unresponsive) => {
                 "configured, but its readiness check fails (or has not passed yet)".to_string()
             }
-            LastKnownState::Terminated | LastKnownState::Absent => {
+            (None, LastKnownState::Terminated | LastKnownState::Absent) => {
                 "configured, but its process is not running".to_string()
             }
-            LastKnownState::Unknown => "configured, but its node does not report it".to_string(),
-            other => format!("configured, but {other:?}"),
+            (None, LastKnownState::Unknown) => "configured, but its node does not report it".to_string(),
+            (None, other) => format!("configured, but {other:?}"),
         },
     };
-    match &status.reason {
-        Some(reason) => format!("{what}: {reason}"),
+    let why = match status.state_detail.crash_loop {
+        Some(_) => not_ready,
+        None => status.reason.as_deref(),
+    };
+    match why {
+        Some(why) => format!("{what}: {why}"),
         None => what,
     }
 }

@@ -1,11 +1,15 @@
 //! The first step of every app-cluster pass (the seed's
 //! checkContainerStates): what the member's node reports of its process
-//! sets `lastKnownState`, and a configured or config-error member whose
-//! instance changed has restarted and goes back to create pending, as one
-//! of the seed's three restarts. Pure.
+//! sets `lastKnownState` and whether it is ready (and since when, and why
+//! not), and a configured or config-error member whose instance changed
+//! has restarted and goes back to create pending, as one of the seed's
+//! three restarts. A node that is not Ready reports nothing current: its
+//! members' state is unknown and none of them is ready (what it last said
+//! is not taken as true now). Pure.
 
-use crate::api::MemberReport;
+use crate::api::{CrashLoop, MemberReport};
 use crate::kinds::member::{LastKnownState, MemberState, MemberStatus};
+use crate::time::Timestamp;
 
 /// How a restarted member is set up again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,37 +28,57 @@ pub enum Restart {
     ErrorRetry,
 }
 
-/// What the node reports of the member's process, and whether its
-/// readiness check passes (None: no check).
+/// The member's node as a pass sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeSeen<'a> {
+    Ready,
+    /// Not Ready (since when, and why, as its Ready condition says): what
+    /// it last reported is not current.
+    NotReady {
+        node: &'a str,
+        since: Option<Timestamp>,
+        why: &'a str,
+    },
+}
+
+/// What the node reports of the member's process, whether its readiness
+/// check passes (None: no check), and whether the node is Ready.
 #[derive(Clone, Copy, Debug)]
 pub struct Seen<'a> {
     pub report: Option<&'a MemberReport>,
     pub check_passes: Option<bool>,
+    pub node: NodeSeen<'a>,
 }
 
 impl<'a> Seen<'a> {
-    /// What a node's report says, the readiness result counted only when
-    /// it was taken of the instance that runs now. With `has_check` (the
-    /// role has a readiness check), an instance not checked yet does not
-    /// pass: a member just restarted is not ready before its check says
-    /// so (budgets count on it).
+    /// What a Ready node's report says, the readiness result counted only
+    /// when it was taken of the instance that runs now. With `has_check`
+    /// (the role has a readiness check), an instance not checked yet does
+    /// not pass: a member just restarted is not ready before its check
+    /// says so (budgets count on it).
     pub fn from_report(report: Option<&'a MemberReport>, has_check: bool) -> Self {
         let result = report.and_then(|r| {
             let check = r.readiness.as_ref()?;
             (r.instance_id.as_deref() == Some(check.instance_id.as_str())).then_some(check.passing)
         });
         let check_passes = if has_check { Some(result.unwrap_or(false)) } else { result };
-        Seen { report, check_passes }
+        Seen { report, check_passes, node: NodeSeen::Ready }
+    }
+
+    /// The same, reported by a node that is as `node` says.
+    pub fn on(self, node: NodeSeen<'a>) -> Self {
+        Seen { node, ..self }
     }
 }
 
 /// The last known state from what the node reports.
 pub fn last_known_state(seen: Seen<'_>) -> LastKnownState {
-    match seen.report {
-        None => LastKnownState::Absent,
-        Some(report) if !report.running => LastKnownState::Terminated,
-        Some(_) if seen.check_passes == Some(false) => LastKnownState::Unresponsive,
-        Some(_) => LastKnownState::Running,
+    match (seen.node, seen.report) {
+        (NodeSeen::NotReady { .. }, _) => LastKnownState::Unknown,
+        (_, None) => LastKnownState::Absent,
+        (_, Some(report)) if !report.running => LastKnownState::Terminated,
+        _ if seen.check_passes == Some(false) => LastKnownState::Unresponsive,
+        _ => LastKnownState::Running,
     }
 }
 
@@ -68,21 +92,39 @@ fn configured_instance(status: &MemberStatus) -> Option<&str> {
     }
 }
 
-/// Applies what was seen to `status`; returns the restart, if the member
-/// restarted. `persistent`: the member's role has persistent volumes.
-pub fn check_member(status: &mut MemberStatus, seen: Seen<'_>, persistent: bool) -> Option<Restart> {
+/// Applies what was seen at `now` to `status`; returns the restart, if
+/// the member restarted. `persistent`: the member's role has persistent
+/// volumes.
+pub fn check_member(status: &mut MemberStatus, seen: Seen<'_>, persistent: bool, now: Timestamp) -> Option<Restart> {
     status.state_detail.last_known_state = last_known_state(seen);
-    let now_running = seen.report.filter(|r| r.running).and_then(|r| r.instance_id.as_deref());
+    // A NotReady node's report is not current: no crash loop, no restart
+    // is read from it.
+    let current = seen.report.filter(|_| seen.node == NodeSeen::Ready);
+    status.state_detail.crash_loop = current.and_then(|r| r.crash_loop.clone());
+    let now_running = current.filter(|r| r.running).and_then(|r| r.instance_id.as_deref());
     let restarted = match (configured_instance(status), now_running) {
         (Some(before), Some(now)) => before != now,
         _ => false,
     };
-    status.ready = !restarted
+    let ready = !restarted
         && status.state == MemberState::Configured
         && status.state_detail.last_known_state == LastKnownState::Running;
-    if !restarted {
-        return None;
+    set_ready(status, ready, now);
+    let restart = restarted.then(|| restart(status, persistent));
+    status.not_ready_reason = (!status.ready).then(|| not_ready_reason(status, seen));
+    restart
+}
+
+/// Sets `ready`, moving the time it changed only when it changes.
+pub fn set_ready(status: &mut MemberStatus, ready: bool, now: Timestamp) {
+    if status.ready != ready || status.ready_changed_at.is_none() {
+        status.ready_changed_at = Some(now);
     }
+    status.ready = ready;
+}
+
+/// Starts a restarted member over as the seed's restart says.
+fn restart(status: &mut MemberStatus, persistent: bool) -> Restart {
     let restart = match (status.state, persistent) {
         (MemberState::ConfigError, _) => Restart::ErrorRetry,
         (_, true) => Restart::Persistent,
@@ -98,7 +140,71 @@ pub fn check_member(status: &mut MemberStatus, seen: Seen<'_>, persistent: bool)
     }
     detail.configuring_instance = None;
     status.state = MemberState::CreatePending;
-    Some(restart)
+    restart
+}
+
+/// Why a member that is not ready is not, for the operator: the first of
+/// its node down, its process down or crash-looping, its readiness check
+/// failing, or its state.
+fn not_ready_reason(status: &MemberStatus, seen: Seen<'_>) -> String {
+    if let NodeSeen::NotReady { node, since, why } = seen.node {
+        let since = since.map(|t| format!(" since {t}")).unwrap_or_default();
+        return format!("node {node} is NotReady{since} ({why}): what it last reported of this member is not current");
+    }
+    if let Some(crash) = &status.state_detail.crash_loop {
+        return crash_message(crash);
+    }
+    match status.state_detail.last_known_state {
+        LastKnownState::Absent => return "its node does not run it".into(),
+        LastKnownState::Terminated => {
+            let exit = seen.report.and_then(|r| r.last_exit.as_deref()).unwrap_or("exit unknown");
+            return format!("its process is not running (last run: {exit})");
+        }
+        LastKnownState::Unresponsive => {
+            let detail = seen.report.and_then(|r| r.readiness.as_ref()).map(|c| c.detail.trim()).unwrap_or("");
+            return match detail {
+                "" => "its readiness check has not passed".into(),
+                detail => format!("its readiness check fails: {detail}"),
+            };
+        }
+        _ => {}
+    }
+    match status.state {
+        MemberState::Configured => "it restarted and is set up again".into(),
+        MemberState::ConfigError => "its setup failed (config error)".into(),
+        MemberState::CreatePending | MemberState::Creating => "it is not configured yet".into(),
+        MemberState::DeletePending | MemberState::Deleting => "it is being removed".into(),
+    }
+}
+
+/// What a crash loop is, in words: its runs, how the last ended, the next try.
+pub fn crash_message(crash: &CrashLoop) -> String {
+    let next = crash.next_start.map(|t| format!("; the agent starts it again at {t}")).unwrap_or_default();
+    format!(
+        "crash loop: its process exited within seconds of starting {} times in a row (last: {}){next}",
+        crash.runs, crash.last_exit
+    )
+}
+
+/// The Event a pass records when the crash loop grew since the status it
+/// read (`before`): its message, with how the last run ended and the next
+/// try (`now` gives how soon).
+pub fn crash_news(before: Option<&CrashLoop>, after: Option<&CrashLoop>, now: Timestamp) -> Option<String> {
+    let after = after?;
+    if before.is_some_and(|b| b.runs >= after.runs) {
+        return None;
+    }
+    let next = match after.next_start {
+        Some(at) => format!(
+            "; next start in {}s",
+            at.system_time().duration_since(now.system_time()).unwrap_or_default().as_secs()
+        ),
+        None => String::new(),
+    };
+    Some(format!(
+        "its process exited ({}) within seconds of starting, {} times in a row{next}",
+        after.last_exit, after.runs
+    ))
 }
 
 #[cfg(test)]
@@ -121,7 +227,11 @@ mod tests {
     }
 
     fn seen(report: Option<&MemberReport>) -> Seen<'_> {
-        Seen { report, check_passes: None }
+        Seen { report, check_passes: None, node: NodeSeen::Ready }
+    }
+
+    fn t(secs: u64) -> Timestamp {
+        Timestamp::from_system_time(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_800_000_000 + secs))
     }
 
     fn configured(instance: &str) -> MemberStatus {
@@ -145,7 +255,7 @@ mod tests {
         assert_eq!(last_known_state(seen(Some(&report("a", false)))), LastKnownState::Terminated);
         let running = report("a", true);
         assert_eq!(last_known_state(seen(Some(&running))), LastKnownState::Running);
-        let failing = Seen { report: Some(&running), check_passes: Some(false) };
+        let failing = Seen { report: Some(&running), check_passes: Some(false), node: NodeSeen::Ready };
         assert_eq!(last_known_state(failing), LastKnownState::Unresponsive);
         // A role with a readiness check: an instance not checked yet does not pass.
         assert_eq!(last_known_state(Seen::from_report(Some(&running), true)), LastKnownState::Unresponsive);
@@ -155,17 +265,21 @@ mod tests {
     #[test]
     fn rule_the_same_instance_is_no_restart_and_a_configured_running_member_is_ready() {
         let mut status = configured("a");
-        assert_eq!(check_member(&mut status, seen(Some(&report("a", true))), true), None);
+        assert_eq!(check_member(&mut status, seen(Some(&report("a", true))), true, t(0)), None);
         assert_eq!(status.state, MemberState::Configured);
         assert!(status.ready);
-        assert_eq!(check_member(&mut status, seen(Some(&report("a", false))), true), None, "down is not a restart");
+        assert_eq!(
+            check_member(&mut status, seen(Some(&report("a", false))), true, t(0)),
+            None,
+            "down is not a restart"
+        );
         assert!(!status.ready);
     }
 
     #[test]
     fn rule_a_persistent_restart_keeps_generations_and_notifies() {
         let mut status = configured("a");
-        assert_eq!(check_member(&mut status, seen(Some(&report("b", true))), true), Some(Restart::Persistent));
+        assert_eq!(check_member(&mut status, seen(Some(&report("b", true))), true, t(0)), Some(Restart::Persistent));
         assert_eq!(status.state, MemberState::CreatePending);
         let detail = &status.state_detail;
         assert_eq!((detail.last_config_data_generation, detail.last_setup_generation), (Some(4), Some(4)));
@@ -177,7 +291,7 @@ mod tests {
     #[test]
     fn rule_a_clean_slate_restart_forgets_generations_and_notifies() {
         let mut status = configured("a");
-        assert_eq!(check_member(&mut status, seen(Some(&report("b", true))), false), Some(Restart::CleanSlate));
+        assert_eq!(check_member(&mut status, seen(Some(&report("b", true))), false, t(0)), Some(Restart::CleanSlate));
         let detail = &status.state_detail;
         assert_eq!((detail.last_config_data_generation, detail.last_setup_generation), (None, None));
         assert!(detail.pending_notify_cmds.is_empty());
@@ -190,7 +304,7 @@ mod tests {
         status.state = MemberState::ConfigError;
         status.state_detail.configuring_instance = Some("a".into());
         status.state_detail.config_error_detail = Some("configure failed with exit status 1".into());
-        assert_eq!(check_member(&mut status, seen(Some(&report("b", true))), true), Some(Restart::ErrorRetry));
+        assert_eq!(check_member(&mut status, seen(Some(&report("b", true))), true, t(0)), Some(Restart::ErrorRetry));
         let detail = &status.state_detail;
         assert_eq!((detail.last_config_data_generation, detail.last_setup_generation), (Some(4), None));
         assert!(detail.pending_notify_cmds.is_empty());
@@ -204,9 +318,88 @@ mod tests {
             [MemberState::CreatePending, MemberState::Creating, MemberState::DeletePending, MemberState::Deleting]
         {
             let mut status = MemberStatus { state, ..configured("a") };
-            assert_eq!(check_member(&mut status, seen(Some(&report("b", true))), true), None, "{state:?}");
+            assert_eq!(check_member(&mut status, seen(Some(&report("b", true))), true, t(0)), None, "{state:?}");
             assert_eq!(status.state, state);
         }
+    }
+
+    #[test]
+    fn rule_a_member_on_a_node_that_is_not_ready_is_unknown_and_not_ready_and_says_since_when() {
+        let mut status = configured("a");
+        assert_eq!(check_member(&mut status, seen(Some(&report("a", true))), true, t(0)), None);
+        assert!(status.ready && status.not_ready_reason.is_none());
+        assert_eq!(status.ready_changed_at, Some(t(0)));
+        // The node stops beating: its last report still says running, ready.
+        let down =
+            NodeSeen::NotReady { node: "n3", since: Some(t(12)), why: "no heartbeat for 12s (grace period 10s)" };
+        let stale = report("a", true);
+        assert_eq!(check_member(&mut status, seen(Some(&stale)).on(down), true, t(15)), None);
+        assert_eq!(status.state_detail.last_known_state, LastKnownState::Unknown);
+        assert!(!status.ready);
+        assert_eq!(status.ready_changed_at, Some(t(15)));
+        let reason = status.not_ready_reason.clone().unwrap();
+        assert!(
+            reason.starts_with("node n3 is NotReady since ") && reason.contains("no heartbeat for 12s"),
+            "{reason}"
+        );
+        // Nor is a restart read from a stale report.
+        assert_eq!(check_member(&mut status, seen(Some(&report("b", true))).on(down), true, t(16)), None);
+        assert_eq!(status.state, MemberState::Configured);
+        assert_eq!(status.ready_changed_at, Some(t(15)), "the change time stays while ready does");
+        // Back: ready again, from then.
+        assert_eq!(check_member(&mut status, seen(Some(&report("a", true))), true, t(20)), None);
+        assert!(status.ready && status.not_ready_reason.is_none());
+        assert_eq!(status.ready_changed_at, Some(t(20)));
+    }
+
+    #[test]
+    fn rule_a_crash_loop_is_kept_in_the_state_detail_and_said_with_its_exit_and_next_start() {
+        let mut status = MemberStatus { state: MemberState::CreatePending, ..Default::default() };
+        let crash = CrashLoop { runs: 3, last_exit: "exit status: 3".into(), next_start: Some(t(8)) };
+        let down = MemberReport { crash_loop: Some(crash.clone()), ..report("a", false) };
+        check_member(&mut status, seen(Some(&down)), true, t(4));
+        assert_eq!(status.state_detail.crash_loop.as_ref(), Some(&crash));
+        let reason = status.not_ready_reason.clone().unwrap();
+        assert!(
+            reason.contains("crash loop") && reason.contains("3 times") && reason.contains("exit status: 3"),
+            "{reason}"
+        );
+        assert!(reason.contains("starts it again at"), "{reason}");
+        let news = crash_news(None, Some(&crash), t(4)).unwrap();
+        assert!(
+            news.contains("exit status: 3") && news.contains("3 times") && news.contains("next start in 4s"),
+            "{news}"
+        );
+        assert_eq!(crash_news(Some(&crash), Some(&crash), t(5)), None, "no news until it exits again");
+        let more = CrashLoop { runs: 4, ..crash.clone() };
+        assert!(crash_news(Some(&crash), Some(&more), t(9)).is_some());
+        // Its run lasted: the loop is over.
+        check_member(&mut status, seen(Some(&report("a", true))), true, t(30));
+        assert_eq!(status.state_detail.crash_loop, None);
+    }
+
+    #[test]
+    fn rule_a_member_that_is_not_ready_says_why() {
+        let why = |report: Option<&MemberReport>, check: Option<bool>| {
+            let mut status = configured("a");
+            let seen = Seen { report, check_passes: check, node: NodeSeen::Ready };
+            check_member(&mut status, seen, true, t(0));
+            status.not_ready_reason.unwrap_or_default()
+        };
+        assert_eq!(why(None, None), "its node does not run it");
+        let stopped = MemberReport { last_exit: Some("exit status: 1".into()), ..report("a", false) };
+        assert_eq!(why(Some(&stopped), None), "its process is not running (last run: exit status: 1)");
+        let failing = MemberReport {
+            readiness: Some(crate::api::ReadinessReport {
+                instance_id: "a".into(),
+                passing: false,
+                detail: "connection refused".into(),
+                since: t(0),
+            }),
+            ..report("a", true)
+        };
+        assert_eq!(why(Some(&failing), Some(false)), "its readiness check fails: connection refused");
+        assert_eq!(why(Some(&report("a", true)), None), "");
     }
 
     proptest! {
@@ -222,7 +415,8 @@ mod tests {
         ) {
             let mut status = configured(&configured_as);
             let report = report(&running_as, running);
-            let restart = check_member(&mut status, Seen { report: Some(&report), check_passes: check }, persistent);
+            let seen = Seen { report: Some(&report), check_passes: check, node: NodeSeen::Ready };
+            let restart = check_member(&mut status, seen, persistent, t(0));
             let changed = running && configured_as != running_as;
             prop_assert_eq!(restart.is_some(), changed);
             if changed {

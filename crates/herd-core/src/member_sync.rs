@@ -33,9 +33,9 @@ pub struct MemberFacts<'a> {
     pub busy: bool,
     /// Its RemoveMember succeeded.
     pub removed: bool,
-    /// The topology digest of the configmeta it would be given now (None:
-    /// not known, only generations count).
-    pub topology: Option<&'a str>,
+    /// The digest of the configmeta it would be given now (None: not
+    /// known, only generations count).
+    pub digest: Option<&'a str>,
 }
 
 /// The action a member needs now.
@@ -95,13 +95,14 @@ pub fn member_sync(status: &mut MemberStatus, facts: &MemberFacts<'_>) -> Step {
         MemberState::Creating => creating(status, facts),
         MemberState::Configured => {
             let detail = &status.state_detail;
-            let moved = facts.topology.is_some_and(|t| detail.config_data_topology.as_deref() != Some(t));
-            let stale = detail.last_config_data_generation != Some(facts.generation) || moved;
+            let changed = facts.digest.is_some_and(|d| detail.config_data_digest.as_deref() != Some(d));
+            let stale = detail.last_config_data_generation != Some(facts.generation) || changed;
             if stale && !facts.busy { Step::Configure { run_setup: false } } else { Step::Wait }
         }
         MemberState::ConfigError => Step::Wait,
         MemberState::DeletePending | MemberState::Deleting => {
             status.ready = false;
+            status.not_ready_reason = Some("it is being removed".into());
             let announce = status.state == MemberState::DeletePending && facts.bound;
             if facts.removed || !facts.bound {
                 Step::Forget { announce }
@@ -153,9 +154,9 @@ fn creating(status: &mut MemberStatus, facts: &MemberFacts<'_>) -> Step {
                 // A spec change during setup: its configmeta follows.
                 member_sync(status, facts)
             }
-            SetupOutcome::Failed { code } => {
+            SetupOutcome::Failed { code, note } => {
                 let stderr = facts.report.and_then(|r| r.setup_stderr.as_deref()).unwrap_or("");
-                config_error(status, SetupOutcome::error_detail(code, stderr));
+                config_error(status, SetupOutcome::error_detail(code, note.as_deref(), stderr));
                 Step::Wait
             }
             SetupOutcome::Unreadable(why) => {
@@ -231,7 +232,7 @@ pub fn record_command(status: &mut MemberStatus, succeeded: bool, now: Timestamp
 pub fn record_configure(
     status: &mut MemberStatus,
     instance: &str,
-    (generation, topology): (i64, Option<&str>),
+    (generation, digest): (i64, Option<&str>),
     run_setup: bool,
     outcome: Result<(), String>,
 ) {
@@ -245,7 +246,7 @@ pub fn record_configure(
         Ok(()) if current => {
             if detail.last_config_data_generation <= Some(generation) {
                 detail.last_config_data_generation = Some(generation);
-                detail.config_data_topology = topology.map(str::to_string);
+                detail.config_data_digest = digest.map(str::to_string);
             }
             if run_setup && status.state == MemberState::Creating {
                 detail.setup_launched_instance = Some(instance.to_string());
@@ -283,7 +284,7 @@ mod tests {
             persistent: true,
             busy: false,
             removed: false,
-            topology: None,
+            digest: None,
         }
     }
 
@@ -369,7 +370,7 @@ mod tests {
     fn rule_a_persistent_restart_after_a_successful_setup_sets_up_nothing() {
         let mut status = configured_as_a();
         let again = report("b", Some(finished("a", 0)));
-        check_member(&mut status, Seen::from_report(Some(&again), false), true);
+        check_member(&mut status, Seen::from_report(Some(&again), false), true, Timestamp::default());
         assert_eq!(member_sync(&mut status, &facts(Some(&again))), Step::Wait);
         assert_eq!(status.state, MemberState::Configured);
         assert_eq!(status.state_detail.last_configured_instance.as_deref(), Some("b"));
@@ -379,7 +380,7 @@ mod tests {
     fn rule_a_clean_slate_restart_sets_up_again() {
         let mut status = configured_as_a();
         let again = report("b", None);
-        check_member(&mut status, Seen::from_report(Some(&again), false), false);
+        check_member(&mut status, Seen::from_report(Some(&again), false), false, Timestamp::default());
         let ephemeral = MemberFacts { persistent: false, ..facts(Some(&again)) };
         assert_eq!(member_sync(&mut status, &ephemeral), Step::Configure { run_setup: true });
     }
@@ -405,7 +406,7 @@ mod tests {
         member_sync(&mut status, &facts(Some(&failed)));
         assert_eq!(status.state, MemberState::ConfigError);
         let again = report("b", Some(finished("a", 1)));
-        check_member(&mut status, Seen::from_report(Some(&again), false), true);
+        check_member(&mut status, Seen::from_report(Some(&again), false), true, Timestamp::default());
         assert_eq!(member_sync(&mut status, &facts(Some(&again))), Step::Configure { run_setup: true });
     }
 
@@ -446,9 +447,9 @@ mod tests {
         let mut status = configured_as_a();
         record_configure(&mut status, "a", (1, Some("t1")), false, Ok(()));
         let running = report("a", Some(finished("a", 0)));
-        let same = MemberFacts { topology: Some("t1"), ..facts(Some(&running)) };
+        let same = MemberFacts { digest: Some("t1"), ..facts(Some(&running)) };
         assert_eq!(member_sync(&mut status, &same), Step::Wait);
-        let moved = MemberFacts { topology: Some("t2"), ..facts(Some(&running)) };
+        let moved = MemberFacts { digest: Some("t2"), ..facts(Some(&running)) };
         assert_eq!(member_sync(&mut status, &moved), Step::Configure { run_setup: false });
         record_configure(&mut status, "a", (1, Some("t2")), false, Ok(()));
         assert_eq!(member_sync(&mut status, &moved), Step::Wait);
@@ -538,7 +539,7 @@ mod tests {
                     Event::SpecChange => generation += 1,
                     Event::Pass => {
                         let seen = report(&me, file.clone());
-                        check_member(&mut status, Seen::from_report(Some(&seen), false), persistent);
+                        check_member(&mut status, Seen::from_report(Some(&seen), false), persistent, Timestamp::default());
                         let facts = MemberFacts {
                             generation,
                             persistent,

@@ -40,6 +40,11 @@ impl Timestamp {
         now.0.duration_since(self.0).unwrap_or_default()
     }
 
+    /// This time and `duration` later.
+    pub fn plus(self, duration: Duration) -> Timestamp {
+        Timestamp::from_system_time(self.0 + duration)
+    }
+
     pub fn parse(text: &str) -> Result<Self, humantime::TimestampError> {
         humantime::parse_rfc3339_weak(text).map(Timestamp::from_system_time)
     }

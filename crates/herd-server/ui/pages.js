@@ -170,9 +170,10 @@ function clusters() {
   if (waiting) return waiting;
   const all = objects("appclusters").sort(byName);
   const members = objects("members").sort(byName);
+  // A NotReady node's report is not current: what it said is not shown as now.
   const reports = new Map();
-  for (const node of objects("nodes")) {
-    for (const report of (node.status || {}).members || []) reports.set(report.name, report);
+  for (const node of objects("nodes").filter((n) => n.status && n.status.ready)) {
+    for (const report of node.status.members || []) reports.set(report.name, report);
   }
   const sections = all.map((cluster) => {
     const name = cluster.metadata.name;
@@ -192,20 +193,20 @@ function clusters() {
       return [
         `<span class="member-name">${esc(m)}</span>`,
         esc(member.spec.role),
-        `<span class="member-state" data-member="${esc(m)}">${pill(s.state || "creating", stateTone(s.state))}</span>`,
-        s.ready ? pill("ready", "ok") : pill("not ready", "warn"),
+        `<span class="member-state" data-member="${esc(m)}">${pill(s.state || "creating", stateTone(s.state))}${detail.crashLoop ? pill(`crash loop ×${detail.crashLoop.runs}`, "bad") : ""}</span>`,
+        `<span class="member-ready" data-member="${esc(m)}">${s.ready ? pill("ready", "ok") : pill("not ready", "warn")}</span>`,
         esc(node || "unplaced"),
         `<span class="mono">${esc(memberInstance(member, reports))}</span>`,
         `<span class="last-known" data-member="${esc(m)}">${esc(detail.lastKnownState || "-")}</span>`,
         notifies ? `${notifies} pending` : "-",
-        `<span class="bad">${esc(detail.configErrorDetail || s.reason || "")}</span>`,
+        `<span class="bad member-why" data-member="${esc(m)}">${esc(detail.configErrorDetail || (!s.ready && s.notReadyReason) || s.reason || "")}</span>`,
         logs,
       ];
     });
-    return `<section class="cluster" data-cluster="${esc(name)}"><h2>${esc(name)} <span class="muted">app ${esc(cluster.spec.app)}</span></h2>
+    return `<section class="cluster" data-cluster="${esc(name)}"><h2>${esc(name)} <span class="muted">app ${esc(cluster.spec.appRef)}</span></h2>
       <p>State <span class="cluster-state" data-cluster="${esc(name)}">${pill(status.state || "creating", stateTone(status.state))}</span>
         ${current ? "" : '<span class="muted">(the latest spec is not yet observed)</span>'} ${rollup.join("")}</p>
-      ${table(`members-${esc(name)}`, ["Member", "Role", "State", "Ready", "Node", "Instance", "Last known", "Notifies", "Config error", "Logs"], rows, "no members yet")}
+      ${table(`members-${esc(name)}`, ["Member", "Role", "State", "Ready", "Node", "Instance", "Last known", "Notifies", "Why", "Logs"], rows, "no members yet")}
     </section>`;
   });
   return `${sections.join("") || '<p class="muted">No app clusters: apply one with `herd apply -f examples/apps/etcd/`.</p>'}`;

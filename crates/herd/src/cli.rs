@@ -506,6 +506,16 @@ fn duration(text: &str) -> Result<HumanDuration, String> {
     HumanDuration::parse(text)
 }
 
+/// A directory path made absolute against the working directory once, as
+/// it is read: members, setups and scripts run in directories of their
+/// own, where a relative data dir would name another place.
+fn absolute_dir(text: &str) -> Result<PathBuf, String> {
+    if text.is_empty() {
+        return Err("must not be empty".into());
+    }
+    std::path::absolute(text).map_err(|e| format!("cannot make {text:?} absolute: {e}"))
+}
+
 /// `herd label` and `herd annotate`.
 #[derive(Args, Debug, Clone)]
 pub struct MetadataArgs {
@@ -527,7 +537,7 @@ pub struct ServerArgs {
     #[arg(long, default_value = "127.0.0.1:7700")]
     pub listen: SocketAddr,
     /// Where the SQLite store and the token files live.
-    #[arg(long, default_value = "herd-data")]
+    #[arg(long, default_value = "herd-data", value_parser = absolute_dir)]
     pub data_dir: PathBuf,
     /// `postgres://...` for several replicas [default: SQLite in the data dir].
     #[arg(long, env = "HERD_STORE")]
@@ -569,7 +579,7 @@ pub struct ServerArgs {
 pub struct FailoverArgs {
     /// The data dir of this node's agent: its certificate and its
     /// configuration copy.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", value_parser = absolute_dir)]
     pub agent_data_dir: PathBuf,
     /// Go ahead without a majority (a two-node cluster): only when you
     /// know the old master is down, or two masters may serve.
@@ -632,7 +642,7 @@ pub struct AgentArgs {
     #[arg(long, env = "HERD_JOIN_TOKEN", hide_env_values = true)]
     pub join_token: Option<String>,
     /// Where the agent keeps its identity, journal, members and volumes.
-    #[arg(long, default_value = "herd-agent")]
+    #[arg(long, default_value = "herd-agent", value_parser = absolute_dir)]
     pub data_dir: PathBuf,
     /// The node's name [default: the host name].
     #[arg(long)]
@@ -665,7 +675,7 @@ pub struct SimArgs {
 #[derive(Args, Debug, Clone)]
 pub struct DevArgs {
     /// Everything lives here; a restart with the same dir keeps the data.
-    #[arg(long, default_value = ".herd-dev")]
+    #[arg(long, default_value = ".herd-dev", value_parser = absolute_dir)]
     pub data_dir: PathBuf,
     /// Where the server's API (and the dashboard at /ui) listens.
     #[arg(long, default_value = "127.0.0.1:7700")]

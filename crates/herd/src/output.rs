@@ -177,7 +177,14 @@ fn columns(kind: &str) -> Vec<Column> {
             col("ROLE", |v| text(v, "/spec/role")),
             col("STATE", |v| {
                 let state = text(v, "/status/state");
-                if state.is_empty() { "createPending".into() } else { state }
+                let state = if state.is_empty() { "createPending".into() } else { state };
+                match v.pointer("/status/stateDetail/crashLoop") {
+                    Some(crash) => format!("{state} (crash loop, {} runs)", text(crash, "/runs")),
+                    None => state,
+                }
+            }),
+            col("READY", |v| {
+                if v.pointer("/status/ready") == Some(&Value::Bool(true)) { "yes" } else { "no" }.to_string()
             }),
             col("NODE", |v| text(v, "/spec/node")),
             col("INSTANCE", |v| {
@@ -186,8 +193,10 @@ fn columns(kind: &str) -> Vec<Column> {
             }),
             age,
             wide("LAST-KNOWN", |v| text(v, "/status/stateDetail/lastKnownState")),
-            wide("READY", |v| text(v, "/status/ready")),
-            wide("REASON", |v| text(v, "/status/reason")),
+            wide("REASON", |v| {
+                let why = text(v, "/status/notReadyReason");
+                if why.is_empty() { text(v, "/status/reason") } else { why }
+            }),
         ],
         "DisruptionBudget" => vec![
             name,

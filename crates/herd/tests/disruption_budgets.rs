@@ -203,3 +203,54 @@ async fn concurrent_evictions_never_share_one_allowance() {
     configured(server, "big", 6, Duration::from_secs(60)).await;
     counted(server, "big-five", 6, 1).await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_member_on_a_node_that_is_not_ready_is_not_ready_and_counted_so_everywhere() {
+    let mut nodes = nodes(3).await;
+    let budgets = budget_yaml("web-quorum", "herd.io/cluster=web", "minAvailable: 2");
+    apply_web(&nodes.server, nodes.dir.path(), "web", 3, &budgets);
+    let members = configured(&nodes.server, "web", 3, Duration::from_secs(60)).await;
+    counted(&nodes.server, "web-quorum", 3, 1).await;
+    let lost = members.iter().find(|m| m.spec.node.as_deref() == Some("n3")).unwrap().clone();
+    let other = members.iter().find(|m| m.spec.node.as_deref() == Some("n1")).unwrap().clone();
+
+    // n3's agent stops: its member keeps running, but nothing can see it.
+    nodes.agents[2].kill9();
+    let server = &nodes.server;
+    let seen = eventually(Duration::from_secs(30), "the member on n3 not ready", || async {
+        let member = server.admin().get::<herd_core::kinds::MemberSpec>(&lost.metadata.name).await.ok()?;
+        (!member.status.ready).then_some(member)
+    })
+    .await;
+    assert_eq!(seen.status.state_detail.last_known_state, herd_core::kinds::LastKnownState::Unknown);
+    let why = seen.status.not_ready_reason.clone().unwrap_or_default();
+    assert!(why.starts_with("node n3 is NotReady since") && why.contains("no heartbeat"), "{why}");
+    assert!(seen.status.ready_changed_at.is_some());
+    // The budget counts it unhealthy: an eviction now would take quorum away.
+    let short = counted(server, "web-quorum", 2, 0).await;
+    assert_eq!(short.status.unhealthy.len(), 1);
+    assert!(short.status.unhealthy[0].reason.contains("node n3 is NotReady"), "{:?}", short.status.unhealthy);
+    // What the operator reads says so.
+    let out = herd(server, &["get", "members"]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    let row = table.lines().find(|l| l.starts_with(&lost.metadata.name)).unwrap_or_else(|| panic!("{table}"));
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cells[3..6], ["configured", "no", "n3"], "{table}");
+    let out = herd(server, &["describe", "member", &lost.metadata.name]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("not ready since") && text.contains("not ready: node n3 is NotReady"), "{text}");
+    // And so does the configmeta the others are given.
+    let path = nodes.dir_of(&other).join(format!("volumes/{}/herd/configmeta.json", other.metadata.name));
+    let meta = eventually(Duration::from_secs(20), "the others' configmeta says it is not ready", || async {
+        let meta: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).ok()?).ok()?;
+        let listed =
+            meta["roles"][0]["members"].as_array()?.iter().find(|m| m["name"] == lost.metadata.name.as_str())?;
+        (listed["ready"] == false).then_some(meta)
+    })
+    .await;
+    let me = meta["roles"][0]["members"].as_array().unwrap().iter().find(|m| m["name"] == other.metadata.name.as_str());
+    assert_eq!(me.unwrap()["ready"], true, "{meta}");
+    // A refused eviction names it.
+    let out = herd(server, &["member", "evict", &other.metadata.name]);
+    assert!(!out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+}

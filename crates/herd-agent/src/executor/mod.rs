@@ -430,10 +430,9 @@ impl Executor {
             Action::DeleteVolume { member, volume } => self.delete_volume(entry, member, volume),
             Action::RunScript { member, script, expected_instance } => {
                 let record = self.member_as(member, expected_instance.as_deref(), "the script")?;
-                let started = |pid: u32| {
-                    let hook: DisconnectHook = Arc::new(move || {
-                        let _ = procs::signal_group(pid, libc::SIGKILL);
-                    });
+                let started = |pid: Option<u32>, mark: &procs::RunMark| {
+                    let mark = mark.clone();
+                    let hook: DisconnectHook = Arc::new(move || procs::end_run(pid, &mark));
                     self.set_hook(entry, Some(hook));
                 };
                 let outcome = script::run(&self.members, &record, script, entry.deadline, started).await?;

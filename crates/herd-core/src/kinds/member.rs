@@ -101,9 +101,9 @@ pub struct StateDetail {
     /// The cluster generation whose configmeta the member was last given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_config_data_generation: Option<i64>,
-    /// `ConfigMeta::topology_digest` of the configmeta it was last given.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub config_data_topology: Option<String>,
+    /// `ConfigMeta::digest` of the configmeta it was last given.
+    #[serde(default, skip_serializing_if = "Option::is_none", alias = "configDataTopology")]
+    pub config_data_digest: Option<String>,
     /// The generation its setup script last processed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_setup_generation: Option<i64>,
@@ -119,6 +119,11 @@ pub struct StateDetail {
     pub setup_launched_instance: Option<String>,
     #[serde(default)]
     pub last_known_state: LastKnownState,
+    /// Its process keeps exiting within seconds of starting (its node's
+    /// word), while it does: how many runs in a row, how the last ended,
+    /// when the agent starts it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crash_loop: Option<crate::api::CrashLoop>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pending_notify_cmds: Vec<PendingNotify>,
 }
@@ -130,9 +135,16 @@ pub struct MemberStatus {
     pub state: MemberState,
     #[serde(default)]
     pub state_detail: StateDetail,
-    /// Configured, running and passing its readiness check (what budgets count).
+    /// Configured, running on a Ready node and passing its readiness
+    /// check (what budgets count).
     #[serde(default)]
     pub ready: bool,
+    /// When `ready` last changed (or was first judged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_changed_at: Option<Timestamp>,
+    /// Why it is not ready, while it is not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_ready_reason: Option<String>,
     /// Why it waits, or what went wrong last (a placement no node can
     /// take, a refused or failed command).
     #[serde(default, skip_serializing_if = "Option::is_none")]

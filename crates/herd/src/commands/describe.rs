@@ -27,6 +27,12 @@ fn ago(time: Option<Timestamp>) -> String {
     .unwrap_or_default()
 }
 
+/// "at <time> (in 12s)".
+fn until(time: Timestamp) -> String {
+    let left = time.system_time().duration_since(SystemTime::now()).unwrap_or_default();
+    format!("at {time} (in {})", short_duration(left))
+}
+
 fn notify_line(notify: &PendingNotify) -> String {
     let error = notify.last_error.as_deref().map(|e| format!("; last error: {}", e.trim())).unwrap_or_default();
     format!("`{}`: {} attempts, {}{error}", notify.arguments.join(" "), notify.attempts, ago(notify.since))
@@ -38,14 +44,26 @@ fn member_lines(member: &Member, out: &mut String) {
     let instance = detail.last_configured_instance.as_deref().or(detail.configuring_instance.as_deref());
     let _ = writeln!(
         out,
-        "  {}: {:?} on {}, instance {}, last known {:?}{}",
+        "  {}: {:?} on {}, instance {}, last known {:?}, {}{}",
         member.metadata.name,
         status.state,
         member.spec.node.as_deref().unwrap_or("no node"),
         instance.unwrap_or("-"),
         detail.last_known_state,
-        if status.ready { ", ready" } else { "" },
+        if status.ready { "ready" } else { "not ready" },
+        status.ready_changed_at.map(|t| format!(" {}", ago(Some(t)))).unwrap_or_default(),
     );
+    if let Some(why) = status.not_ready_reason.as_deref().filter(|_| !status.ready) {
+        let _ = writeln!(out, "    not ready: {why}");
+    }
+    if let Some(crash) = &detail.crash_loop {
+        let next = crash.next_start.map(|t| format!("; next start {}", until(t))).unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "    crash loop: {} runs in a row ended within seconds (last: {}){next}",
+            crash.runs, crash.last_exit
+        );
+    }
     if let Some(reason) = &status.reason {
         let _ = writeln!(out, "    why: {reason}");
     }

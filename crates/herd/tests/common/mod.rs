@@ -373,3 +373,42 @@ impl Drop for SmallDisk {
         let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
     }
 }
+
+/// A process on this host, with its environment.
+#[derive(Clone, Debug)]
+pub struct HostProcess {
+    pub pid: u32,
+    pub command: String,
+    pub env: std::collections::BTreeMap<String, String>,
+}
+
+/// Every live process on the host whose environment holds `key=value`
+/// (zombies, which hold nothing, are left out).
+pub fn host_processes_with(key: &str, value: &str) -> Vec<HostProcess> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            if stat.get(stat.rfind(')')? + 2..)?.starts_with('Z') {
+                return None;
+            }
+            let environ = std::fs::read(entry.path().join("environ")).ok()?;
+            let env: std::collections::BTreeMap<String, String> = environ
+                .split(|b| *b == 0)
+                .filter_map(|pair| {
+                    let pair = String::from_utf8_lossy(pair);
+                    let (k, v) = pair.split_once('=')?;
+                    Some((k.to_string(), v.to_string()))
+                })
+                .collect();
+            if env.get(key).map(String::as_str) != Some(value) {
+                return None;
+            }
+            let command = std::fs::read(entry.path().join("cmdline")).ok()?;
+            let command = String::from_utf8_lossy(&command).replace('\0', " ").trim().to_string();
+            Some(HostProcess { pid, command, env })
+        })
+        .collect()
+}

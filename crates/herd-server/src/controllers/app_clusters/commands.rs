@@ -19,7 +19,7 @@ pub const MEMBER_ANNOTATION: &str = "herd.io/member";
 const PURPOSE_ANNOTATION: &str = "herd.io/purpose";
 const GENERATION_ANNOTATION: &str = "herd.io/generation";
 const NOTIFY_ANNOTATION: &str = "herd.io/notify";
-const TOPOLOGY_ANNOTATION: &str = "herd.io/topology";
+const DIGEST_ANNOTATION: &str = "herd.io/configmeta-digest";
 
 /// Why the controller gave a member a Command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,9 +99,9 @@ pub fn command_for(
 }
 
 /// What a ConfigureMember's configmeta is of: the generation and the
-/// topology digest.
-pub fn configmeta_annotations(generation: i64, topology: String) -> [(&'static str, String); 2] {
-    [(GENERATION_ANNOTATION, generation.to_string()), (TOPOLOGY_ANNOTATION, topology)]
+/// document's digest.
+pub fn configmeta_annotations(generation: i64, digest: String) -> [(&'static str, String); 2] {
+    [(GENERATION_ANNOTATION, generation.to_string()), (DIGEST_ANNOTATION, digest)]
 }
 
 pub fn notify_annotation(arguments: &[String]) -> (&'static str, String) {
@@ -167,8 +167,8 @@ pub fn consume(command: &Command, status: &mut MemberStatus, consumed: &mut Cons
         }
         (Purpose::Configure, Action::ConfigureMember { expected_instance, run_setup, .. }) => {
             let generation = annotations.get(GENERATION_ANNOTATION).and_then(|g| g.parse().ok()).unwrap_or(0);
-            let topology = annotations.get(TOPOLOGY_ANNOTATION).map(String::as_str);
-            record_configure(status, expected_instance, (generation, topology), *run_setup, result);
+            let digest = annotations.get(DIGEST_ANNOTATION).map(String::as_str);
+            record_configure(status, expected_instance, (generation, digest), *run_setup, result);
         }
         (Purpose::Notify, _) => {
             let arguments: Vec<String> =

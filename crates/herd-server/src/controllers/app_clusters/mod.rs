@@ -29,11 +29,12 @@ use herd_core::kinds::{
     Action, AppClusterSpec, AppSpec, ClusterConfigSpec, Command, CommandSpec, EventType, Member, MemberSpec,
     MemberState, MemberStatus, Node, NodeSpec,
 };
-use herd_core::member_check::{Restart, Seen, check_member};
+use herd_core::member_check::{NodeSeen, Restart, Seen, check_member, crash_news};
 use herd_core::member_sync::{MemberFacts, Step, command_due, member_sync};
 use herd_core::meta::OwnerReference;
 use herd_core::notifies::{Change, notify_due, notify_script, queue_notifies};
 use herd_core::role_sync::{MemberChange, role_sync};
+use herd_core::time::Timestamp;
 
 use self::commands::{Consumed, Purpose, command_for, consume, member_of, member_run};
 use self::issuing::Issue;
@@ -230,6 +231,23 @@ impl Nodes {
         node.status.members.iter().find(|r| r.name == member.metadata.name)
     }
 
+    /// What a pass sees of `member`: its node's report of it, taken as
+    /// current only while the node is Ready.
+    fn seen(&self, member: &Member, has_check: bool) -> Seen<'_> {
+        let seen = Seen::from_report(self.report(member), has_check);
+        match member.spec.node.as_deref().and_then(|name| self.get(name)) {
+            Some(node) if !node.status.ready => {
+                let condition = node.status.condition(herd_core::node_health::READY);
+                seen.on(NodeSeen::NotReady {
+                    node: &node.metadata.name,
+                    since: condition.map(|c| c.last_transition_time),
+                    why: condition.map_or("it has not sent a heartbeat", |c| c.message.as_str()),
+                })
+            }
+            _ => seen,
+        }
+    }
+
     /// The nodes `members` are bound to.
     fn of_members(&self, members: &[Member]) -> Vec<Arc<Node>> {
         let names: BTreeSet<&str> = members.iter().filter_map(|m| m.spec.node.as_deref()).collect();
@@ -345,31 +363,49 @@ impl AppClusterController {
         pass.removed.extend(consumed.removed);
     }
 
-    /// The seed's first step: each member against its node's report.
+    /// The seed's first step: each member against its node's report. A
+    /// restart, and a crash loop that grew since the status as stored, are
+    /// Events.
     async fn check_members(&self, pass: &mut Pass<'_>, app: &AppSpec) {
-        let mut restarts = Vec::new();
-        for member in &mut pass.members {
-            if member.spec.node.is_none() {
-                continue;
+        let now = now();
+        let mut events = Vec::new();
+        for i in 0..pass.members.len() {
+            let name = &pass.members[i].metadata.name;
+            let before = pass.stored.get(name).and_then(|s| s.state_detail.crash_loop.clone());
+            let Some(restart) = Self::check(pass, i, app, now) else { continue };
+            let member = &pass.members[i];
+            if let Some(restart) = restart {
+                let how = match restart {
+                    Restart::Persistent => "persistent restart: its setup is not run again if it succeeded",
+                    Restart::CleanSlate => "clean-slate restart: it is set up from scratch",
+                    Restart::ErrorRetry => "error-retry restart: it was in config error and is set up again",
+                };
+                events.push((
+                    member.clone(),
+                    EventType::Normal,
+                    "MemberRestarted",
+                    format!("a new instance runs ({how})"),
+                ));
             }
-            let report = pass.nodes.report(member);
-            let role = app.role(&member.spec.role);
-            let persistent = role.is_some_and(|r| r.run.volumes.iter().any(|v| v.persistent));
-            let seen = Seen::from_report(report, role.is_some_and(|r| r.readiness.is_some()));
-            if let Some(restart) = check_member(&mut member.status, seen, persistent) {
-                restarts.push((member.clone(), restart));
+            if let Some(news) = crash_news(before.as_ref(), member.status.state_detail.crash_loop.as_ref(), now) {
+                events.push((member.clone(), EventType::Warning, "MemberCrashLooping", news));
             }
         }
-        for (member, restart) in restarts {
-            let how = match restart {
-                Restart::Persistent => "persistent restart: its setup is not run again if it succeeded",
-                Restart::CleanSlate => "clean-slate restart: it is set up from scratch",
-                Restart::ErrorRetry => "error-retry restart: it was in config error and is set up again",
-            };
-            self.events
-                .record(&member, EventType::Normal, "MemberRestarted", format!("a new instance runs ({how})"))
-                .await;
+        for (member, type_, reason, message) in events {
+            self.events.record(&member, type_, reason, message).await;
         }
+    }
+
+    /// Checks member `i` against what its node reports (None: it is not
+    /// bound); returns its restart, if it restarted.
+    fn check(pass: &mut Pass<'_>, i: usize, app: &AppSpec, now: Timestamp) -> Option<Option<Restart>> {
+        let nodes = pass.nodes;
+        let member = &pass.members[i];
+        member.spec.node.as_ref()?;
+        let role = app.role(&member.spec.role);
+        let persistent = role.is_some_and(|r| r.run.volumes.iter().any(|v| v.persistent));
+        let seen = nodes.seen(member, role.is_some_and(|r| r.readiness.is_some()));
+        Some(check_member(&mut pass.members[i].status, seen, persistent, now))
     }
 
     /// Creates the members the spec asks for and sends away the surplus.
@@ -417,7 +453,7 @@ impl AppClusterController {
         let mut forgotten = BTreeSet::new();
         self.place_all(pass, app).await?;
         pass.near = pass.nodes.of_members(&pass.members);
-        let topology = herd_core::configmeta::topology(pass.cluster, &pass.members, &pass.near);
+        let digest = herd_core::configmeta::digest_of(pass.cluster, &pass.members, &pass.near);
         let mut issues = Vec::new();
         let mut configured = Vec::new();
         for i in 0..pass.members.len() {
@@ -433,14 +469,17 @@ impl AppClusterController {
                 persistent: app_role.run.volumes.iter().any(|v| v.persistent),
                 busy: pass.busy.contains(&member.metadata.name),
                 removed: pass.removed.contains(&member.metadata.name),
-                topology: Some(topology.as_str()),
+                digest: Some(digest.as_str()),
             };
-            let member = &mut pass.members[i];
-            let step = member_sync(&mut member.status, &facts);
-            if !was_configured && member.status.state == MemberState::Configured {
-                joined.push((member.spec.role.clone(), member.metadata.name.clone()));
+            let step = member_sync(&mut pass.members[i].status, &facts);
+            if !was_configured && pass.members[i].status.state == MemberState::Configured {
+                // Ready as of now when it runs (not a pass later): its
+                // configmeta and the others' say so at once.
+                Self::check(pass, i, app, now());
+                joined.push((pass.members[i].spec.role.clone(), pass.members[i].metadata.name.clone()));
                 configured.push(i);
             }
+            let member = &pass.members[i];
             match step {
                 // Placed by `place_all`, or by a later pass.
                 Step::Place | Step::Wait => {}
@@ -496,7 +535,7 @@ impl AppClusterController {
                 // Compact: it is stored, watched and replicated with the
                 // Command; the agent writes it out indented for people.
                 let configmeta = serde_json::to_string(&meta).unwrap_or_default();
-                let extra = commands::configmeta_annotations(cluster.metadata.generation, meta.topology_digest());
+                let extra = commands::configmeta_annotations(cluster.metadata.generation, meta.digest());
                 let setup = app_role.setup.as_ref();
                 let action = Action::ConfigureMember {
                     member: name,
@@ -589,7 +628,7 @@ impl AppClusterController {
                 persistent: false,
                 busy: busy.contains(&name),
                 removed: removed.contains(&name),
-                topology: None,
+                digest: None,
             };
             match member_sync(&mut member.status, &facts) {
                 Step::Forget { .. } => {

@@ -157,7 +157,8 @@ impl AppClusterController {
             if let Some(mut bound) = self.binding(pass, i, app_role).await {
                 // What checking a bound member that its node does not report yet says.
                 let persistent = app_role.run.volumes.iter().any(|v| v.persistent);
-                check_member(&mut bound.status, Seen::from_report(None, app_role.readiness.is_some()), persistent);
+                let seen = Seen::from_report(None, app_role.readiness.is_some());
+                check_member(&mut bound.status, seen, persistent, crate::objects::now());
                 pass.members[i] = bound;
             }
         }
