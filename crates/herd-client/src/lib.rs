@@ -470,6 +470,17 @@ impl Client {
         self.call(Method::POST, &format!("{}/eviction", object_path("members", name)), &query, None).await
     }
 
+    /// Drops member `name`'s first pending notify unsent (every one, with
+    /// `all`); the member as written after.
+    pub async fn skip_notify(
+        &self,
+        name: &str,
+        all: bool,
+    ) -> Result<Object<herd_core::kinds::MemberSpec>, ClientError> {
+        let query: Vec<(&str, String)> = if all { vec![("all", "true".into())] } else { Vec::new() };
+        self.call(Method::POST, &format!("{}/notifies/skip", object_path("members", name)), &query, None).await
+    }
+
     /// A node's Commands (with that node's token), and the revision to
     /// watch them from.
     pub async fn node_commands(&self, node: &str) -> Result<ObjectList<Object<CommandSpec>>, ClientError> {

@@ -50,8 +50,9 @@ pub fn admit_cluster_change(old: &AppCluster, new: &AppCluster, members: &[Membe
     }
     blocking.sort();
     Err(format!(
-        "members have notifies pending, made from the spec as it is: {}; bring them back, or delete or replace them, \
-         and change the spec after",
+        "members have notifies pending, made from the spec as it is: {}; bring them back (a notify to a member that \
+         is down waits for it), fix the App's script if it fails, or drop a notify that cannot be delivered with \
+         `herd member skip-notify MEMBER`; then change the spec",
         blocking.join("; ")
     ))
 }
@@ -118,8 +119,9 @@ mod tests {
         assert_eq!(
             error,
             "members have notifies pending, made from the spec as it is: db-member-1 (Configured, Terminated) has pending \
-             `--addnodes --role member --members db-member-3` (4 attempts, last: exit 120); bring them back, or delete \
-             or replace them, and change the spec after"
+             `--addnodes --role member --members db-member-3` (4 attempts, last: exit 120); bring them back (a \
+             notify to a member that is down waits for it), fix the App's script if it fails, or drop a notify that \
+             cannot be delivered with `herd member skip-notify MEMBER`; then change the spec"
         );
     }
 }

@@ -124,16 +124,12 @@ pub fn is_stale(budget: &DisruptionBudget) -> bool {
 }
 
 /// Why a budget can never allow an eviction, even with every member
-/// healthy (Kubernetes issue 91141: a drain waited on it silently).
+/// healthy (Kubernetes issue 91141: a drain waited on it silently). A
+/// budget that selects no member (yet: it is often applied before its
+/// members exist) is asked about no eviction, so it blocks none.
 pub fn never_allows(budget: &DisruptionBudget) -> Option<String> {
     let status = &budget.status;
-    if status.expected_members == 0 {
-        return Some(format!(
-            "budget {} selects no member ({:?}) and so allows no eviction",
-            budget.metadata.name, budget.spec.selector
-        ));
-    }
-    (status.desired_healthy >= status.expected_members).then(|| {
+    (status.expected_members > 0 && status.desired_healthy >= status.expected_members).then(|| {
         let asks = match (budget.spec.min_available, budget.spec.max_unavailable) {
             (Some(min), _) => format!("minAvailable {min}"),
             (None, Some(max)) => format!("maxUnavailable {max}"),
@@ -170,9 +166,20 @@ pub fn verdict(budget: &DisruptionBudget, member: &Member) -> Verdict {
     if status.disrupted_members.contains_key(&member.metadata.name) {
         return Verdict::Allowed { counts: false };
     }
+    let member_name = &member.metadata.name;
     let refused = || {
-        let mut text =
-            format!("budget {name} needs {} healthy, has {}", status.desired_healthy, status.current_healthy);
+        let (desired, healthy) = (status.desired_healthy, status.current_healthy);
+        let mut text = if member.status.ready {
+            format!(
+                "budget {name} needs {desired} healthy: evicting {member_name} would leave {}",
+                healthy.saturating_sub(1)
+            )
+        } else {
+            format!(
+                "budget {name} needs {desired} healthy and has {healthy}: {member_name} is not healthy, and may go \
+                 only while the budget holds without it"
+            )
+        };
         for (i, unhealthy) in status.unhealthy.iter().enumerate() {
             text.push_str(if i == 0 { "; " } else { ", " });
             text.push_str(&format!("{} is {}", unhealthy.name, unhealthy.reason));
@@ -273,14 +280,18 @@ mod tests {
         let mut b2 = b.clone();
         b2.status = approve(&b.status, &members[0], true, at(1));
         let Verdict::Refused(why) = verdict(&b2, &members[1]) else { panic!("a second eviction must be refused") };
-        assert_eq!(why, "budget etcd-quorum needs 2 healthy, has 2");
+        assert_eq!(why, "budget etcd-quorum needs 2 healthy: evicting etcd-member-1 would leave 1");
         // The evicted member goes down and is being set up again elsewhere.
         members[0].status.ready = false;
         members[0].status.state = MemberState::Creating;
         let b3 = counted(b2, &members, at(5));
         assert!(b3.status.disrupted_members.is_empty(), "the approval is forgotten once the member is down");
         let Verdict::Refused(why) = verdict(&b3, &members[1]) else { panic!("refused until the replacement is ready") };
-        assert_eq!(why, "budget etcd-quorum needs 2 healthy, has 2; etcd-member-0 is creating (being set up)");
+        assert_eq!(
+            why,
+            "budget etcd-quorum needs 2 healthy: evicting etcd-member-1 would leave 1; etcd-member-0 is creating \
+             (being set up)"
+        );
         // Ready again: the next eviction is allowed.
         members[0].status.ready = true;
         members[0].status.state = MemberState::Configured;
@@ -301,7 +312,7 @@ mod tests {
         assert_eq!(never_allows(&b), None);
         let nothing = counted(budget(Some(Amount::Count(1)), None), &[], at(0));
         assert_eq!(nothing.status.disruptions_allowed, 0, "nothing expected: fail closed");
-        assert!(never_allows(&nothing).unwrap().contains("selects no member"));
+        assert_eq!(never_allows(&nothing), None, "one that selects no member (yet) is asked about no eviction");
     }
 
     #[test]

@@ -7,7 +7,9 @@
 //! Each step is decided from the member's status alone, so a leader that
 //! takes over goes on from the last one written. Pure.
 
+use crate::disruption::APPROVAL_TIMEOUT;
 use crate::kinds::member::{Member, MemberState, MemberStatus, Migration};
+use crate::time::Timestamp;
 
 /// The annotation an eviction sets on a member with persistent volumes to
 /// ask for it to be moved with its data.
@@ -38,6 +40,17 @@ pub fn migration_step(member: &Member, busy: bool) -> MigrationStep {
         Some(_) if busy => MigrationStep::Nothing,
         Some(_) => MigrationStep::Issue,
     }
+}
+
+/// Whether a move asked for with its data has waited so long to start (no
+/// node could take it) that the approval it came with has lapsed
+/// (`disruption::APPROVAL_TIMEOUT`): it is then dropped, and a drain asks
+/// the budgets again, rather than moving the member minutes later on an
+/// approval that no longer holds. `now` against the time the request
+/// carries.
+pub fn request_lapsed(member: &Member, now: Timestamp) -> bool {
+    let asked = member.metadata.annotations.get(MIGRATE_ANNOTATION).and_then(|at| Timestamp::parse(at).ok());
+    member.status.migration.is_none() && asked.is_some_and(|at| at.age(now) >= APPROVAL_TIMEOUT)
 }
 
 /// Records the MigrateMember Command's outcome.
@@ -121,5 +134,18 @@ mod tests {
         assert_eq!(failed.migration, None);
         assert_eq!(failed.reason.as_deref(), Some("moving it to n3 failed: disk full"));
         assert_eq!(failed.state_detail.last_setup_generation, Some(3), "nothing else changes");
+    }
+
+    #[test]
+    fn a_request_that_could_not_start_within_an_approval_lapses() {
+        let at = Timestamp::parse("2026-12-01T10:00:00Z").unwrap();
+        let later = |secs| at.plus(std::time::Duration::from_secs(secs));
+        let mut member = crate::kinds::member::bound_member(0, "n1");
+        assert!(!request_lapsed(&member, later(600)), "nothing asked");
+        member.metadata.annotations.insert(MIGRATE_ANNOTATION.into(), at.to_string());
+        assert!(!request_lapsed(&member, later(119)));
+        assert!(request_lapsed(&member, later(120)));
+        member.status.migration = Some(Migration { from: "n1".into(), to: "n2".into(), ..Default::default() });
+        assert!(!request_lapsed(&member, later(600)), "once under way, it goes on");
     }
 }

@@ -3,12 +3,13 @@
 //! restart) or leave, every configured member of a role whose App role
 //! lists R in `notifies` gets `--addnodes|--delnodes --role R --members
 //! a,b` queued in its pendingNotifyCmds; they are sent at the end of every
-//! pass and retried until they succeed. Pure.
+//! pass, one member of a role at a time unless its App role asks for all
+//! at once (`notifyOrder`), and retried until they succeed. Pure.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::kinds::app::AppSpec;
+use crate::kinds::app::{AppSpec, NotifyOrder};
 use crate::kinds::member::{Member, MemberState, MemberStatus, PendingNotify};
 use crate::time::Timestamp;
 
@@ -89,6 +90,52 @@ pub fn notify_due(notify: &PendingNotify, now: Timestamp) -> bool {
         Some(at) if notify.attempts > 0 => at.age(now) >= retry_pause(notify.attempts),
         _ => true,
     }
+}
+
+/// Which members are sent their first pending notify at `now`, in the
+/// order their App role asks for: configured members with a setup script
+/// whose first notify is due and that have no Command on its way
+/// (`busy`); of a role that takes them one at a time, only the first of
+/// those by index, and none while one of the role's notifies is on its
+/// way (`notifying`). Indexes into `members`.
+pub fn to_send(
+    app: &AppSpec,
+    members: &[Member],
+    busy: &dyn Fn(&str) -> bool,
+    notifying: &dyn Fn(&str) -> bool,
+    now: Timestamp,
+) -> Vec<usize> {
+    let mut sending = Vec::new();
+    for role in &app.roles {
+        if role.setup.is_none() {
+            continue;
+        }
+        let mut of_role: Vec<usize> = (0..members.len()).filter(|&i| members[i].spec.role == role.name).collect();
+        of_role.sort_by_key(|&i| members[i].spec.index);
+        let due = of_role.iter().copied().filter(|&i| {
+            let member = &members[i];
+            member.status.state == MemberState::Configured
+                && !busy(&member.metadata.name)
+                && member.status.state_detail.pending_notify_cmds.first().is_some_and(|n| notify_due(n, now))
+        });
+        match role.notify_order {
+            NotifyOrder::Parallel => sending.extend(due),
+            NotifyOrder::OneAtATime if of_role.iter().any(|&i| notifying(&members[i].metadata.name)) => {}
+            NotifyOrder::OneAtATime => sending.extend(due.take(1)),
+        }
+    }
+    sending
+}
+
+/// The operator's way out of a notify that cannot be delivered: the first
+/// pending notify (or every one, with `all`) is dropped unsent. Returns
+/// what was dropped (none: nothing was pending). A delivery of a dropped
+/// notify already on its way is then recorded as nothing
+/// ([`record_delivery`] matches the first pending one by its arguments).
+pub fn skip(status: &mut MemberStatus, all: bool) -> Vec<PendingNotify> {
+    let pending = &mut status.state_detail.pending_notify_cmds;
+    let count = if all { pending.len() } else { pending.len().min(1) };
+    pending.drain(..count).collect()
 }
 
 /// Records one delivery of the notify with `arguments` (the first pending
@@ -208,5 +255,41 @@ mod tests {
             notify_script("echo \"$@\"", &["--addnodes".into(), "it's".into()]),
             "set -- '--addnodes' 'it'\\''s'\necho \"$@\""
         );
+    }
+
+    #[test]
+    fn rule_a_role_is_sent_its_notifies_one_member_at_a_time_unless_it_asks_for_all_at_once() {
+        let at = Timestamp::parse("2026-12-01T10:00:00Z").unwrap();
+        let mut members: Vec<Member> = (0..3).map(|i| member("member", i, MemberState::Configured)).collect();
+        members.push(member("worker", 0, MemberState::Configured));
+        queue_notifies(&app(), &mut members, Change::Deleted, &[("member".into(), "db-member-9".into())], at);
+        let none = |_: &str| false;
+        assert_eq!(to_send(&app(), &members, &none, &none, at), vec![0], "the lowest index first, alone");
+        let on_its_way = |m: &str| m == "db-member-0";
+        assert!(to_send(&app(), &members, &on_its_way, &on_its_way, at).is_empty(), "none while one is on its way");
+        let busy_configuring = |m: &str| m == "db-member-0";
+        assert_eq!(to_send(&app(), &members, &busy_configuring, &none, at), vec![1], "the next one not busy");
+        let mut parallel = app();
+        parallel.roles[0].notify_order = NotifyOrder::Parallel;
+        assert_eq!(to_send(&parallel, &members, &none, &none, at), vec![0, 1, 2]);
+        members[0].status.state_detail.pending_notify_cmds.clear();
+        assert_eq!(to_send(&app(), &members, &none, &none, at), vec![1]);
+    }
+
+    #[test]
+    fn rule_a_skipped_notify_is_dropped_unsent_and_a_late_delivery_of_it_changes_nothing() {
+        let at = Timestamp::parse("2026-12-01T10:00:00Z").unwrap();
+        let mut members = vec![member("member", 0, MemberState::Configured)];
+        queue_notifies(&app(), &mut members, Change::Deleted, &[("member".into(), "db-member-8".into())], at);
+        queue_notifies(&app(), &mut members, Change::Deleted, &[("member".into(), "db-member-9".into())], at);
+        let status = &mut members[0].status;
+        let first = status.state_detail.pending_notify_cmds[0].arguments.clone();
+        let skipped = skip(status, false);
+        assert_eq!(skipped.len(), 1);
+        assert_eq!(skipped[0].arguments, first);
+        assert!(!record_delivery(status, &first, Err("exit 120".into()), at), "its delivery, late, is nothing");
+        assert_eq!(status.state_detail.pending_notify_cmds.len(), 1);
+        assert_eq!(skip(status, true).len(), 1);
+        assert!(skip(status, true).is_empty(), "nothing pending: nothing skipped");
     }
 }

@@ -311,7 +311,15 @@ pub fn pass(operation: &Operation, view: &View, retry_refused: bool, now: Timest
         finish(&mut status, OperationPhase::Cancelled, message, now);
         return (status, Vec::new());
     }
-    status.blocker = blocker(&status, &waiting_on);
+    // A rolling restart's canaries go first, and alone.
+    let canaries = match action {
+        OperationAction::Restart { canary, .. } => usize::try_from(*canary).unwrap_or(usize::MAX),
+        OperationAction::Drain { .. } => 0,
+    };
+    let canaries_done = status.steps.iter().take(canaries).all(|s| s.state == StepState::Done);
+    let limit = if canaries_done { spec.max_parallel } else { u32::try_from(canaries).unwrap_or(u32::MAX) };
+    let room = usize::try_from(limit).unwrap_or(usize::MAX).saturating_sub(in_flight);
+    status.blocker = blocker(&status, &waiting_on, room, now);
     let past_deadline = match (spec.deadline, status.started_at) {
         (Some(deadline), Some(started)) => started.age(now) >= deadline.get(),
         _ => false,
@@ -339,14 +347,6 @@ pub fn pass(operation: &Operation, view: &View, retry_refused: bool, now: Timest
             }
         }
     }
-    // A rolling restart's canaries go first, and alone.
-    let canaries = match action {
-        OperationAction::Restart { canary, .. } => usize::try_from(*canary).unwrap_or(usize::MAX),
-        OperationAction::Drain { .. } => 0,
-    };
-    let canaries_done = status.steps.iter().take(canaries).all(|s| s.state == StepState::Done);
-    let limit = if canaries_done { spec.max_parallel } else { u32::try_from(canaries).unwrap_or(u32::MAX) };
-    let room = usize::try_from(limit).unwrap_or(usize::MAX).saturating_sub(in_flight);
     let due = |s: &&OperationStep| match s.state {
         StepState::Waiting => true,
         StepState::Refused => retry_refused || tried(s).age(now) >= refused_retry(s.attempts),
@@ -373,10 +373,14 @@ pub fn pass(operation: &Operation, view: &View, retry_refused: bool, now: Timest
     (status, orders)
 }
 
-/// What keeps the drain from going on: the oldest refusal (a budget that
-/// can never allow first), else the members on their way that are not
-/// ready yet.
-fn blocker(status: &OperationStatus, waiting_on: &[String]) -> Option<Blocker> {
+/// What keeps the Operation from going on now, and since when that has
+/// held: a budget that can never allow (while a step is refused so);
+/// else, when `room` is 0 (`maxParallel` on their way), the members on
+/// their way that are not ready yet (no refused one can be asked before
+/// one arrives, so its refusal is not what blocks); else the refusal
+/// heard last (what the budgets say now, not what they said first); else
+/// the members on their way.
+fn blocker(status: &OperationStatus, waiting_on: &[String], room: usize, now: Timestamp) -> Option<Blocker> {
     let refused = status.steps.iter().filter(|s| matches!(s.state, StepState::Refused | StepState::MoveFailed));
     if let Some(old) = &status.blocker
         && old.never
@@ -384,20 +388,23 @@ fn blocker(status: &OperationStatus, waiting_on: &[String]) -> Option<Blocker> {
     {
         return Some(old.clone());
     }
-    let since_refused = refused.clone().map(|s| s.since).min();
-    let first = refused.min_by_key(|s| s.since);
-    if let (Some(step), Some(since)) = (first, since_refused) {
-        let message = step.message.clone().unwrap_or_default();
-        let since = match &status.blocker {
-            Some(old) if old.message == message => old.since,
-            _ => since,
-        };
-        return Some(Blocker { message, since, never: false });
-    }
-    let message = waiting_on.first()?.clone();
-    let since =
-        status.steps.iter().filter(|s| s.state == StepState::Evicted).map(|s| s.since).min().unwrap_or_default();
-    Some(Blocker { message: format!("waiting for {message}"), since, never: false })
+    // Since the first of those on their way was evicted.
+    let in_flight = || -> Option<(String, Timestamp)> {
+        let since = status.steps.iter().filter(|s| s.state == StepState::Evicted).map(|s| s.since).min();
+        waiting_on.first().map(|why| (format!("waiting for {why}"), since.unwrap_or(now)))
+    };
+    let latest = refused.max_by_key(|s| (tried(s), s.since)).and_then(|s| Some((s.message.clone()?, s.since)));
+    let (message, since) = match (room, latest) {
+        (0, latest) => in_flight().or(latest)?,
+        (_, Some(latest)) => latest,
+        (_, None) => in_flight()?,
+    };
+    // A blocker that stays keeps the time it began.
+    let since = match &status.blocker {
+        Some(old) if old.message == message => old.since,
+        _ => since,
+    };
+    Some(Blocker { message, since, never: false })
 }
 
 /// When a step's member was last asked for.
@@ -598,6 +605,33 @@ mod tests {
         let blocker = op.status.blocker.clone().unwrap();
         assert_eq!((blocker.message.as_str(), blocker.since), ("budget q needs 2 healthy, has 2", at(1)));
         assert_eq!(op.status.history.iter().filter(|h| h.message.contains("refused")).count(), 1, "said once");
+    }
+
+    #[test]
+    fn the_blocker_is_what_blocks_now_not_the_first_refusal() {
+        let mut op = drain(1, None, OnDeadline::Fail);
+        let mut members = vec![member(0, "n1", true), member(1, "n1", true)];
+        assert_eq!(pass(&mut op, &members, false, at(1)), vec!["db-r-0"]);
+        let refused = |message: &str| Outcome::Refused { message: message.into(), never: false };
+        record(&mut op.status, "db-r-0", false, refused("budget q needs 2 healthy, has 2"), at(1));
+        // Asked again later, the budgets say something else: that is the blocker.
+        assert_eq!(pass(&mut op, &members, false, at(7)), vec!["db-r-0"]);
+        record(&mut op.status, "db-r-0", false, refused("no node can take db-r-0: n2 is cordoned"), at(7));
+        pass(&mut op, &members, false, at(8));
+        let blocker = op.status.blocker.clone().unwrap();
+        assert_eq!((blocker.message.as_str(), blocker.since), ("no node can take db-r-0: n2 is cordoned", at(1)));
+        // One on its way fills maxParallel: no refused one can be asked
+        // before it arrives, so it is what blocks.
+        evicted(&mut op, &mut members, "db-r-0", at(20));
+        members[0].spec.node = Some("n3".into());
+        members[0].status.ready = false;
+        members[0].status.state = MemberState::Creating;
+        assert!(pass(&mut op, &members, false, at(21)).is_empty());
+        let blocker = op.status.blocker.clone().unwrap();
+        assert!(blocker.message.starts_with("waiting for db-r-0 on n3 is creating"), "{}", blocker.message);
+        assert_eq!(blocker.since, at(20));
+        assert!(pass(&mut op, &members, false, at(300)).is_empty());
+        assert_eq!(op.status.blocker.unwrap().since, at(20), "it keeps when it began");
     }
 
     #[test]

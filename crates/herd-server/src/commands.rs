@@ -155,8 +155,13 @@ async fn record_report(
     }
 }
 
+/// How much of a failed script's standard error an Event keeps.
+const EVENT_STDERR_TAIL: usize = 400;
+
 /// An Event when an agent's report ended a Command badly (or ended an
-/// abandon): `herd events` shows every failure.
+/// abandon): `herd events` shows every failure. It says all that the
+/// Command said (whose member, the answer, a script's standard error):
+/// Commands an app cluster made are deleted once read.
 async fn tell_outcome(events: &EventRecorder, command: &Command, before: ManagementState) {
     let state = command.status.state_by_management;
     if state == before {
@@ -168,8 +173,21 @@ async fn tell_outcome(events: &EventRecorder, command: &Command, before: Managem
         ManagementState::Abandoned => "CommandAbandoned",
         _ => return,
     };
-    let answer = command.status.answer.as_ref().map_or("no answer", |a| a.message.as_str());
-    let message = format!("{} on node {} {state}: {answer}", command.spec.action.type_name(), command.spec.node);
+    let answer = command.status.answer.as_ref();
+    let said = answer.map_or("no answer", |a| a.message.as_str());
+    let stderr = answer.and_then(|a| a.details.get("stderr")).map(|e| e.trim()).filter(|e| !e.is_empty());
+    let stderr = stderr.map(|e| {
+        let start = e.char_indices().rev().nth(EVENT_STDERR_TAIL - 1).map_or(0, |(i, _)| i);
+        format!(": {}", &e[start..])
+    });
+    let action = &command.spec.action;
+    let message = format!(
+        "{} of member {} on node {} {state}: {said}{}",
+        action.type_name(),
+        action.member(),
+        command.spec.node,
+        stderr.unwrap_or_default()
+    );
     events.record(command, EventType::Warning, reason, message).await;
 }
 

@@ -14,9 +14,12 @@
 
 use herd_core::api::Eviction;
 use herd_core::disruption::{self, Verdict};
-use herd_core::kinds::{AppClusterSpec, AppSpec, DisruptionBudgetSpec, EventType, MemberSpec};
+use herd_core::kinds::{
+    App, AppCluster, AppClusterSpec, AppSpec, DisruptionBudgetSpec, EventType, Member, MemberSpec, NodeSpec,
+};
 use herd_core::migration::MIGRATE_ANNOTATION;
 use herd_core::node_loss::REPLACE_ANNOTATION;
+use herd_core::placement::{self, Placement};
 use herd_core::restart::RESTART_ANNOTATION;
 
 use crate::error::ApiError;
@@ -51,7 +54,7 @@ pub async fn disrupt(
 ) -> Result<Eviction, ApiError> {
     for _ in 0..ATTEMPTS {
         let member = objects.require::<MemberSpec>(name).await?;
-        let request = move_request(objects, &member, how).await?;
+        let (request, definition) = move_request(objects, &member, how).await?;
         let (budgets, _) = objects.list::<DisruptionBudgetSpec>().await?;
         let selecting: Vec<_> = budgets.into_iter().filter(|b| disruption::selects(b, &member)).collect();
         // Asked again while the first eviction is under way (approved, asked
@@ -74,6 +77,13 @@ pub async fn disrupt(
                 Verdict::Allowed { counts } => approvals.push((budget, counts)),
                 Verdict::Refused(why) => refusals.push(why),
             }
+        }
+        // An approval and the move it allows are one thing: none is given
+        // for a member no node can take now (it would go down and wait).
+        if let Some((cluster, app)) = &definition
+            && let Placement::Unplaceable(why) = target(objects, &member, cluster, app).await?
+        {
+            refusals.push(why);
         }
         if !refusals.is_empty() {
             return Err(ApiError::TooManyRequests(format!("cannot evict member {name}: {}", refusals.join("; and "))));
@@ -115,7 +125,7 @@ pub async fn disrupt(
 /// count a crash.
 pub async fn force(objects: &Objects, events: &EventRecorder, name: &str, how: Disruption) -> Result<String, ApiError> {
     let member = objects.require::<MemberSpec>(name).await?;
-    let request = move_request(objects, &member, how).await?;
+    let (request, _) = move_request(objects, &member, how).await?;
     let at = now().to_string();
     objects
         .modify::<MemberSpec, ObjectsError>(name, Part::Spec, |member| {
@@ -157,20 +167,41 @@ impl MoveRequest {
 }
 
 /// A member whose role keeps persistent volumes is migrated; the others
-/// are replaced; a restart is a restart.
+/// are replaced; a restart is a restart. A move comes with the member's
+/// AppCluster and App, when both exist (where it may go is theirs to say).
 async fn move_request(
     objects: &Objects,
-    member: &herd_core::kinds::Member,
+    member: &Member,
     how: Disruption,
-) -> Result<MoveRequest, ApiError> {
+) -> Result<(MoveRequest, Option<(AppCluster, App)>), ApiError> {
     if how == Disruption::Restart {
-        return Ok(MoveRequest::Restart);
+        return Ok((MoveRequest::Restart, None));
     }
     let Some(cluster) = objects.get::<AppClusterSpec>(&member.spec.cluster).await? else {
-        return Ok(MoveRequest::Replace);
+        return Ok((MoveRequest::Replace, None));
     };
-    let Some(app) = objects.get::<AppSpec>(&cluster.spec.app_ref).await? else { return Ok(MoveRequest::Replace) };
+    let Some(app) = objects.get::<AppSpec>(&cluster.spec.app_ref).await? else {
+        return Ok((MoveRequest::Replace, None));
+    };
     let persistent =
         app.spec.role(&member.spec.role).is_some_and(|role| role.run.persistent_volumes().next().is_some());
-    Ok(if persistent { MoveRequest::Migrate } else { MoveRequest::Replace })
+    let request = if persistent { MoveRequest::Migrate } else { MoveRequest::Replace };
+    Ok((request, Some((cluster, app))))
+}
+
+/// Where `member` would go if it left its node now, as placement judges
+/// it (its node excluded, its role's spread and node selector kept).
+async fn target(objects: &Objects, member: &Member, cluster: &AppCluster, app: &App) -> Result<Placement, ApiError> {
+    let Some(role) = app.spec.role(&member.spec.role) else {
+        return Ok(Placement::Unplaceable(format!("App {} has no role {}", app.metadata.name, member.spec.role)));
+    };
+    let (nodes, _) = objects.list::<NodeSpec>().await?;
+    let (members, _) = objects.list::<MemberSpec>().await?;
+    let peers: Vec<&Member> =
+        members.iter().filter(|m| m.spec.cluster == member.spec.cluster && m.spec.role == member.spec.role).collect();
+    let mut leaving = member.clone();
+    leaving.status.moved_from = leaving.spec.node.take();
+    let no_selector = Default::default();
+    let selector = cluster.spec.role(&member.spec.role).map_or(&no_selector, |r| &r.node_selector);
+    Ok(placement::place(&leaving, selector, role.placement.spread, &nodes, &peers, &|_| 0))
 }

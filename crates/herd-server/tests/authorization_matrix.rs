@@ -92,6 +92,7 @@ PATCH  /api/v1/members/{name}                       P    403  403  403  401  401
 DELETE /api/v1/members/{name}                       P    403  403  403  401  401  401
 PUT    /api/v1/members/{name}/status                P    403  403  403  401  401  401
 POST   /api/v1/members/{name}/eviction              P    403  403  403  401  401  401
+POST   /api/v1/members/{name}/notifies/skip         P    403  403  403  401  401  401
 GET    /api/v1/disruptionbudgets                    P    403  403  P    401  401  401
 POST   /api/v1/disruptionbudgets                    P    403  403  403  401  401  401
 GET    /api/v1/disruptionbudgets/{name}             P    403  403  P    401  401  401

@@ -268,14 +268,26 @@ pub enum MemberCommand {
         #[arg(long)]
         dry_run: bool,
     },
-    /// Recreate a member on another node, with empty volumes (for a member
-    /// whose node is lost). Says what would be lost and asks first.
+    /// Recreate a member on another node as a new member: its slot is set
+    /// up afresh there, with empty volumes (any member, on a node lost or
+    /// not; what it would lose is said first, and asked).
     Replace {
         /// The member's name.
         name: String,
         /// Do not ask.
         #[arg(long)]
         yes: bool,
+    },
+    /// Drop a member's first pending notify unsent (a notify its script
+    /// keeps failing, which blocks the cluster's spec changes): it is not
+    /// sent again, and a NotifySkipped Event says so. The other way out is
+    /// to fix the App's script, after which it is delivered.
+    SkipNotify {
+        /// The member's name.
+        name: String,
+        /// Drop every pending notify of the member.
+        #[arg(long)]
+        all: bool,
     },
 }
 

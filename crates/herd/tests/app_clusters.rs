@@ -306,8 +306,9 @@ async fn a_notify_that_always_fails_blocks_changes_until_its_member_is_deleted()
     // A spec change is refused, naming the member and its notify.
     let refused = resize(server, &log, 3, 1).await.unwrap_err();
     assert!(refused.contains("c-db-0") && refused.contains("--addnodes --role db --members c-db-2"), "{refused}");
+    assert!(refused.contains("herd member skip-notify"), "the refusal says the way out: {refused}");
 
-    // The way out: delete the member. Its process and volumes go from its
+    // One way out: delete the member. Its process and volumes go from its
     // node, the slot is filled afresh, and the change is accepted.
     let old = server.admin().get::<MemberSpec>("c-db-0").await.unwrap();
     let out = common::cluster::cli(server, &["delete", "member", "c-db-0"]);
@@ -319,6 +320,51 @@ async fn a_notify_that_always_fails_blocks_changes_until_its_member_is_deleted()
     assert_eq!(lines(&log.join("c-db-0.setups")).len(), 2, "set up afresh");
     resize(server, &log, 3, 1).await.unwrap();
     configured(server, "c", 4, Duration::from_secs(30)).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_notify_that_always_fails_is_skipped_by_the_operator_and_says_who_did() {
+    let nodes = nodes(3).await;
+    let server = &nodes.server;
+    let log = start_cluster(&nodes, SCRIPT, 2, 0).await;
+    configured(server, "c", 2, Duration::from_secs(30)).await;
+    std::fs::write(log.join("fail-notify-c-db-0"), "").unwrap();
+    resize(server, &log, 3, 0).await.unwrap();
+    eventually(Duration::from_secs(30), "c-db-0's notify failing", || async {
+        let member = server.admin().get::<MemberSpec>("c-db-0").await.ok()?;
+        (member.status.state_detail.pending_notify_cmds.first()?.attempts >= 1).then_some(())
+    })
+    .await;
+    // The failure is told in full by its Event, though its Command is gone.
+    let failed = common::event_where(&server.admin(), "the notify's CommandFailed event", |e| {
+        e.spec.reason == "CommandFailed" && e.spec.involved_object.name.starts_with("c-db-0.notify.")
+    })
+    .await;
+    assert!(
+        failed.spec.message.contains("of member c-db-0") && failed.spec.message.contains("notify refused by c-db-0")
+    );
+    assert!(resize(server, &log, 3, 1).await.is_err());
+
+    let out = common::cluster::cli(server, &["member", "skip-notify", "c-db-0"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("skipped `--addnodes --role db --members c-db-2`"), "{said}");
+    let member = server.admin().get::<MemberSpec>("c-db-0").await.unwrap();
+    assert!(member.status.state_detail.pending_notify_cmds.is_empty());
+    let skipped = common::event_where(&server.admin(), "a NotifySkipped event", |e| {
+        e.spec.reason == "NotifySkipped" && e.spec.involved_object.name == "c-db-0"
+    })
+    .await;
+    assert!(skipped.spec.message.starts_with("admin skipped the notify `--addnodes --role db --members c-db-2`"));
+    assert!(skipped.spec.message.contains("notify refused by c-db-0"), "{}", skipped.spec.message);
+    let again = common::cluster::cli(server, &["member", "skip-notify", "c-db-0"]);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("no pending notify"), "{again:?}");
+    // The change goes in now; the member was never told of c-db-2.
+    eventually(Duration::from_secs(20), "the spec change accepted", || async { resize(server, &log, 3, 1).await.ok() })
+        .await;
+    configured(server, "c", 4, Duration::from_secs(30)).await;
+    assert!(lines(&log.join("c-db-0.notifies")).iter().all(|l| !l.contains("c-db-2")));
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -34,8 +34,8 @@ async fn a_budget_counts_ready_members_and_a_crash_only_lowers_the_count() {
     let cells: Vec<&str> = row.split_whitespace().collect();
     assert_eq!(cells[1..6], ["herd.io/cluster=web", "2", "-", "3/3", "1"], "{table}");
 
-    // 100% of 3 can never allow an eviction: said as a Warning Event (after
-    // one saying it selects no member, if it was counted before they were made).
+    // 100% of 3 can never allow an eviction: said as a Warning Event; that
+    // it selected no member before its members were made was not one.
     let never = eventually(Duration::from_secs(20), "a BudgetNeverAllows event about 100%", || async {
         let events = server.admin().list::<EventSpec>("").await.ok()?;
         events.into_iter().find(|e| {
@@ -50,6 +50,10 @@ async fn a_budget_counts_ready_members_and_a_crash_only_lowers_the_count() {
         "{}",
         never.spec.message
     );
+    let events = server.admin().list::<EventSpec>("").await.unwrap();
+    let warned: Vec<&str> =
+        events.iter().filter(|e| e.spec.reason == "BudgetNeverAllows").map(|e| e.spec.message.as_str()).collect();
+    assert!(warned.iter().all(|m| !m.contains("selects no member")), "{warned:?}");
 
     // A crash is never asked about: the member comes back (set up again),
     // and meanwhile the budget shows it unhealthy and allows nothing.
@@ -126,7 +130,10 @@ async fn an_eviction_waits_for_the_last_one_to_be_ready_again() {
     assert!(first.message.contains("allowed by web-quorum"), "{first:?}");
     let second = admin.evict_member("web-w-1", false).await.unwrap_err();
     assert_eq!(second.reason(), Some(StatusReason::TooManyRequests), "{second}");
-    assert!(second.to_string().contains("budget web-quorum needs 2 healthy, has 2"), "{second}");
+    assert!(
+        second.to_string().contains("budget web-quorum needs 2 healthy: evicting web-w-1 would leave 1"),
+        "{second}"
+    );
 
     // The evicted member is placed again as a new member; once it is
     // configured and ready, the next eviction is allowed.
@@ -253,4 +260,47 @@ async fn a_member_on_a_node_that_is_not_ready_is_not_ready_and_counted_so_everyw
     // A refused eviction names it.
     let out = herd(server, &["member", "evict", &other.metadata.name]);
     assert!(!out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_eviction_no_node_can_take_is_refused_and_says_why() {
+    let nodes = nodes(3).await;
+    let server = &nodes.server;
+    let admin = server.admin();
+    // n3 takes no new members: with one member per node required, a member
+    // of n1 or n2 has nowhere to go.
+    let mut n3 = admin.get::<herd_core::kinds::NodeSpec>("n3").await.unwrap();
+    n3.spec.unschedulable = true;
+    admin.update(&n3).await.unwrap();
+    let app = serde_json::json!({"metadata": {"name": "solo"}, "spec": {"roles": [{
+        "name": "s", "run": {"command": ["sleep", "600"]}, "setup": {"script": "true"},
+        "placement": {"spread": "Required"}
+    }]}});
+    admin.create_value("apps", &app, Default::default()).await.unwrap();
+    let cluster = serde_json::json!({"metadata": {"name": "solo"},
+        "spec": {"appRef": "solo", "roles": [{"name": "s", "members": 2}]}});
+    admin.create_value("appclusters", &cluster, Default::default()).await.unwrap();
+    let members = configured(server, "solo", 2, Duration::from_secs(60)).await;
+    let victim = &members[0].metadata.name;
+    for args in [vec!["member", "evict", victim, "--dry-run"], vec!["member", "evict", victim]] {
+        let out = herd(server, &args);
+        let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(!out.status.success(), "{args:?}: {said}");
+        assert!(said.contains("no node can take") || said.contains("spread is required"), "{said}");
+        assert!(said.contains("n3 is cordoned"), "{said}");
+    }
+    let member = admin.get::<herd_core::kinds::MemberSpec>(victim).await.unwrap();
+    assert!(member.metadata.annotations.is_empty(), "nothing was asked of it: {:?}", member.metadata.annotations);
+    assert!(member.status.ready);
+    // A node frees up: the eviction is approved, and carried out.
+    let mut n3 = admin.get::<herd_core::kinds::NodeSpec>("n3").await.unwrap();
+    n3.spec.unschedulable = false;
+    admin.update(&n3).await.unwrap();
+    let out = herd(server, &["member", "evict", victim]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    eventually(Duration::from_secs(30), "the member placed on n3", || async {
+        let member = admin.get::<herd_core::kinds::MemberSpec>(victim).await.ok()?;
+        (member.spec.node.as_deref() == Some("n3") && member.status.ready).then_some(())
+    })
+    .await;
 }

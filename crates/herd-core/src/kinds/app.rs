@@ -41,6 +41,11 @@ pub struct AppRole {
     /// told of; a role not listed sends this one no notifies.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notifies: Vec<String>,
+    /// How this role's members are sent their notifies: one member at a
+    /// time (the default: a change such as `etcdctl member remove` is made
+    /// once, and the others find it made), or all at once.
+    #[serde(default, skip_serializing_if = "NotifyOrder::is_default")]
+    pub notify_order: NotifyOrder,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub readiness: Option<ReadinessCheck>,
     #[serde(default)]
@@ -105,6 +110,24 @@ pub enum Probe {
     Command(Vec<String>),
     /// One of the role's named ports accepts a TCP connection.
     TcpPort(String),
+}
+
+/// How a role's members are sent their notifies.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum NotifyOrder {
+    /// One member of the role at a time, the lowest index first: the next
+    /// is sent its notify once the one before has delivered or failed.
+    #[default]
+    OneAtATime,
+    /// Every member of the role at once.
+    Parallel,
+}
+
+impl NotifyOrder {
+    fn is_default(&self) -> bool {
+        *self == NotifyOrder::OneAtATime
+    }
 }
 
 /// Where a role's members may go.

@@ -6,6 +6,7 @@ mod commands;
 mod eviction;
 mod meta;
 mod nodes;
+mod notifies;
 mod resources;
 pub mod routes;
 mod tokens;

@@ -15,7 +15,9 @@ use schemars::{JsonSchema, SchemaGenerator};
 use serde_json::{Value, json};
 
 use super::resources::{ListQuery, WriteQuery};
-use super::{ApiBody, ApiName, ApiQuery, AppState, Caller, agents, commands, eviction, meta, nodes, resources, tokens};
+use super::{
+    ApiBody, ApiName, ApiQuery, AppState, Caller, agents, commands, eviction, meta, nodes, notifies, resources, tokens,
+};
 use crate::objects::Part;
 use crate::registry::Registry;
 
@@ -485,6 +487,21 @@ fn fixed_routes(generator: &mut SchemaGenerator) -> Vec<Route> {
             body: None,
             answer: Answer::Json(200, schema_of::<Eviction>(generator)),
             handler: post(eviction::evict),
+        },
+        Route {
+            method: Method::POST,
+            path: "/api/v1/members/{name}/notifies/skip".into(),
+            summary: "Drop a member's first pending notify unsent (every one with all=true): 409 if none is pending"
+                .into(),
+            access: Access::Admin,
+            viewer: false,
+            params: vec![
+                path_param("name", "the Member's name"),
+                query("all", "drop every pending notify of the member", json!({ "type": "boolean" })),
+            ],
+            body: None,
+            answer: Answer::Json(200, json!({ "$ref": "#/components/schemas/Object_for_MemberSpec" })),
+            handler: post(notifies::skip),
         },
         Route {
             method: Method::POST,

@@ -131,6 +131,9 @@ pub fn budget_summary(budget: &DisruptionBudget, evictions: &[Event]) -> String 
         "  {} healthy of {} expected, {} needed: {} eviction(s) allowed now",
         status.current_healthy, status.expected_members, status.desired_healthy, status.disruptions_allowed
     );
+    if status.expected_members == 0 {
+        let _ = writeln!(out, "  selects no member (yet): it is asked about no eviction");
+    }
     if let Some(never) = disruption::never_allows(budget) {
         let _ = writeln!(out, "  warning: {never}");
     }

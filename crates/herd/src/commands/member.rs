@@ -1,7 +1,8 @@
 //! `herd member replace`: recreate an app-cluster member on another node
 //! with empty volumes. It says what would be lost, asks (unless `--yes`),
 //! and records the request on the Member (`herd.io/replace`); the leader
-//! carries it out.
+//! carries it out. `herd member skip-notify`: drop a pending notify that
+//! cannot be delivered.
 
 use std::io::{BufRead, IsTerminal, Write};
 
@@ -63,4 +64,22 @@ pub async fn replace(client: &Client, name: &str, yes: bool) -> anyhow::Result<(
         }
     }
     bail!("member {name} kept changing; try again")
+}
+
+/// Drops member `name`'s first pending notify (every one, with `all`) and
+/// says what is still pending.
+pub async fn skip_notify(client: &Client, name: &str, all: bool) -> anyhow::Result<()> {
+    let before = client.get::<MemberSpec>(name).await?;
+    let pending: Vec<String> =
+        before.status.state_detail.pending_notify_cmds.iter().map(|n| n.arguments.join(" ")).collect();
+    let after = client.skip_notify(name, all).await?;
+    let skipped = pending.len() - after.status.state_detail.pending_notify_cmds.len();
+    for arguments in pending.iter().take(skipped) {
+        println!("member/{name}: skipped `{arguments}`");
+    }
+    let left = after.status.state_detail.pending_notify_cmds.len();
+    if left > 0 {
+        println!("member/{name}: {left} notify(ies) still pending (`herd describe member {name}`)");
+    }
+    Ok(())
 }

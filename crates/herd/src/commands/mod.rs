@@ -150,6 +150,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Member { command: MemberCommand::Replace { name, yes } } => {
             member::replace(&context::client(&conn)?, &name, yes).await
         }
+        Command::Member { command: MemberCommand::SkipNotify { name, all } } => {
+            member::skip_notify(&context::client(&conn)?, &name, all).await
+        }
         Command::Cluster { command: ClusterCommand::Verify { output } } => {
             let code = cluster::verify(&context::client(&conn)?, output).await?;
             if code != 0 {

@@ -118,6 +118,11 @@ pub fn concerns(command: &Command, node: Option<&String>) -> bool {
     node.is_some_and(|node| *node == command.spec.node || from == Some(node))
 }
 
+/// Why a Command of this controller exists.
+pub fn purpose_of(command: &Command) -> Option<Purpose> {
+    command.metadata.annotations.get(PURPOSE_ANNOTATION).and_then(|p| Purpose::parse(p))
+}
+
 /// The member a Command of this controller is for.
 pub fn member_of(command: &Command) -> Option<&str> {
     command.metadata.annotations.get(MEMBER_ANNOTATION).map(String::as_str)
@@ -154,7 +159,7 @@ pub struct Consumed {
 /// Writes a settled Command's outcome into its member's status.
 pub fn consume(command: &Command, status: &mut MemberStatus, consumed: &mut Consumed) {
     let annotations = &command.metadata.annotations;
-    let Some(purpose) = annotations.get(PURPOSE_ANNOTATION).and_then(|p| Purpose::parse(p)) else { return };
+    let Some(purpose) = purpose_of(command) else { return };
     let result = outcome(command);
     if purpose != Purpose::Notify {
         record_command(status, result.is_ok(), crate::objects::now());

@@ -5,12 +5,13 @@
 //! a restart that keeps its data and runs its setup again. A failed move
 //! leaves it where it was, saying why.
 
+use herd_core::disruption::APPROVAL_TIMEOUT;
 use herd_core::kinds::{Action, AppSpec, EventType, Migration};
-use herd_core::migration::{MIGRATE_ANNOTATION, MigrationStep, given_up, migration_step, rebound};
+use herd_core::migration::{MIGRATE_ANNOTATION, MigrationStep, given_up, migration_step, rebound, request_lapsed};
 
 use super::commands::{Purpose, command_for, member_run};
 use super::{AppClusterController, Pass};
-use crate::objects::ObjectsError;
+use crate::objects::{ObjectsError, now};
 
 impl AppClusterController {
     pub(super) async fn migrate_members(&self, pass: &mut Pass<'_>, app: &AppSpec) -> Result<(), ObjectsError> {
@@ -30,6 +31,7 @@ impl AppClusterController {
                         member.status.migration = Some(Migration { from, to, ports, ..Default::default() });
                         self.issue_migration(pass, i, app).await?;
                     }
+                    Err(why) if request_lapsed(&pass.members[i], now()) => self.lapse(pass, i, &why).await?,
                     Err(why) => pass.members[i].status.reason = Some(format!("cannot move it now: {why}")),
                 },
                 MigrationStep::Issue => self.issue_migration(pass, i, app).await?,
@@ -47,6 +49,25 @@ impl AppClusterController {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Drops a move that could not start while its approval held: the
+    /// member stays, and whoever asked (a drain) asks the budgets again.
+    async fn lapse(&self, pass: &mut Pass<'_>, i: usize, why: &str) -> Result<(), ObjectsError> {
+        let mut member = pass.members[i].clone();
+        member.metadata.annotations.remove(MIGRATE_ANNOTATION);
+        let status = member.status.clone();
+        let mut kept = self.objects.update(member, false).await?;
+        kept.status = status;
+        let message = format!(
+            "its eviction lapsed: no node could take it within {}s of its approval ({why}); it stays, and is \
+             evicted again only if its budgets allow then",
+            APPROVAL_TIMEOUT.as_secs()
+        );
+        kept.status.reason = Some(message.clone());
+        self.events.record(&kept, EventType::Warning, "MemberEvictionLapsed", message).await;
+        pass.members[i] = kept;
         Ok(())
     }
 

@@ -32,7 +32,7 @@ use herd_core::kinds::{
 use herd_core::member_check::{NodeSeen, Restart, Seen, check_member, crash_news};
 use herd_core::member_sync::{MemberFacts, Step, command_due, member_sync};
 use herd_core::meta::OwnerReference;
-use herd_core::notifies::{Change, notify_due, notify_script, queue_notifies};
+use herd_core::notifies::{Change, notify_script, queue_notifies, to_send};
 use herd_core::role_sync::{MemberChange, role_sync};
 use herd_core::time::Timestamp;
 
@@ -185,6 +185,8 @@ struct Pass<'a> {
     members: Vec<Member>,
     /// Members with an unsettled Command.
     busy: BTreeSet<String>,
+    /// Members with an unsettled notify.
+    notifying: BTreeSet<String>,
     /// Members whose RemoveMember succeeded.
     removed: BTreeSet<String>,
     /// Each member's settled Commands this pass read into its status:
@@ -280,6 +282,7 @@ impl AppClusterController {
             bookings: &round.bookings,
             members,
             busy: BTreeSet::new(),
+            notifying: BTreeSet::new(),
             removed: BTreeSet::new(),
             outcomes: BTreeMap::new(),
             stored,
@@ -351,6 +354,9 @@ impl AppClusterController {
                 // One left on a node the member no longer is on does not hold it here.
                 if member.is_none_or(|m| commands::concerns(command, m.spec.node.as_ref())) {
                     pass.busy.insert(member_name.to_string());
+                    if commands::purpose_of(command) == Some(Purpose::Notify) {
+                        pass.notifying.insert(member_name.to_string());
+                    }
                 }
                 continue;
             }
@@ -553,24 +559,21 @@ impl AppClusterController {
         Some(Issue { member: i, purpose, action, extra })
     }
 
-    /// The end of every pass: each configured member that is not busy is
-    /// sent its first pending notify (members side by side, each in order).
+    /// The end of every pass: the members whose turn it is (one of a role
+    /// at a time, unless its App role asks for all at once) are sent their
+    /// first pending notify.
     async fn send_notifies(&self, pass: &mut Pass<'_>, app: &AppSpec) -> Result<(), ObjectsError> {
+        let busy = |m: &str| pass.busy.contains(m);
+        let notifying = |m: &str| pass.notifying.contains(m);
         let mut issues = Vec::new();
-        for i in 0..pass.members.len() {
+        for i in to_send(app, &pass.members, &busy, &notifying, now()) {
             let member = &pass.members[i];
-            if member.status.state != MemberState::Configured || pass.busy.contains(&member.metadata.name) {
-                continue;
-            }
             let (Some(notify), Some(setup)) = (
                 member.status.state_detail.pending_notify_cmds.first(),
                 app.role(&member.spec.role).and_then(|r| r.setup.as_ref()),
             ) else {
                 continue;
             };
-            if !notify_due(notify, now()) {
-                continue;
-            }
             let action = Action::RunScript {
                 member: member.metadata.name.clone(),
                 script: notify_script(&setup.script, &notify.arguments),
