@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::kinds::app::{AppSpec, NotifyOrder};
-use crate::kinds::member::{Member, MemberState, MemberStatus, PendingNotify};
+use crate::kinds::member::{LastKnownState, Member, MemberState, MemberStatus, PendingNotify};
 use crate::time::Timestamp;
 
 /// Members joining or leaving in this pass.
@@ -93,11 +93,11 @@ pub fn notify_due(notify: &PendingNotify, now: Timestamp) -> bool {
 }
 
 /// Which members are sent their first pending notify at `now`, in the
-/// order their App role asks for: configured members with a setup script
-/// whose first notify is due and that have no Command on its way
-/// (`busy`); of a role that takes them one at a time, only the first of
-/// those by index, and none while one of the role's notifies is on its
-/// way (`notifying`). Indexes into `members`.
+/// order their App role asks for: configured members with a setup script,
+/// on a Ready node, whose first notify is due and that have no Command on
+/// its way (`busy`); of a role that takes them one at a time, only the
+/// first of those by index, and none while one of the role's notifies is
+/// on its way (`notifying`). Indexes into `members`.
 pub fn to_send(
     app: &AppSpec,
     members: &[Member],
@@ -112,9 +112,12 @@ pub fn to_send(
         }
         let mut of_role: Vec<usize> = (0..members.len()).filter(|&i| members[i].spec.role == role.name).collect();
         of_role.sort_by_key(|&i| members[i].spec.index);
+        // A member whose node is not Ready (its state unknown) takes no
+        // Command: it waits, and the others of its role go on.
         let due = of_role.iter().copied().filter(|&i| {
             let member = &members[i];
             member.status.state == MemberState::Configured
+                && member.status.state_detail.last_known_state != LastKnownState::Unknown
                 && !busy(&member.metadata.name)
                 && member.status.state_detail.pending_notify_cmds.first().is_some_and(|n| notify_due(n, now))
         });
@@ -186,6 +189,7 @@ mod tests {
             MemberSpec { cluster: "db".into(), role: role.into(), index, ..Default::default() },
         );
         member.status.state = state;
+        member.status.state_detail.last_known_state = LastKnownState::Running;
         member
     }
 
@@ -272,6 +276,8 @@ mod tests {
         let mut parallel = app();
         parallel.roles[0].notify_order = NotifyOrder::Parallel;
         assert_eq!(to_send(&parallel, &members, &none, &none, at), vec![0, 1, 2]);
+        members[0].status.state_detail.last_known_state = LastKnownState::Unknown;
+        assert_eq!(to_send(&app(), &members, &none, &none, at), vec![1], "one whose node is down waits, alone");
         members[0].status.state_detail.pending_notify_cmds.clear();
         assert_eq!(to_send(&app(), &members, &none, &none, at), vec![1]);
     }

@@ -600,3 +600,40 @@ async fn a_crash_loop_is_shown_where_an_operator_looks() {
     );
     server.admin().delete_value("appclusters", "crashy", Default::default()).await.unwrap();
 }
+
+/// A setup whose notifies take a while and log when each began and ended
+/// (seconds since the epoch, with nanoseconds) into `$SETUP_LOG/notifies`.
+const SLOW_NOTIFIES: &str = r#"case "$1" in
+--configure) ;;
+*)
+  echo "start $HERD_MEMBER $(date +%s.%N)" >>"$SETUP_LOG/notifies"
+  sleep 0.4
+  echo "end $HERD_MEMBER $(date +%s.%N)" >>"$SETUP_LOG/notifies" ;;
+esac
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_role_is_sent_its_notifies_one_member_at_a_time() {
+    let nodes = nodes(3).await;
+    let server = &nodes.server;
+    let log = start_cluster(&nodes, SLOW_NOTIFIES, 4, 0).await;
+    configured(server, "c", 4, Duration::from_secs(60)).await;
+    let _ = std::fs::remove_file(log.join("notifies"));
+    // A shrink: the three that stay are each told c-db-3 left.
+    resize(server, &log, 3, 0).await.unwrap();
+    let runs = eventually(Duration::from_secs(30), "three notifies delivered", || async {
+        let lines = lines(&log.join("notifies"));
+        (lines.iter().filter(|l| l.starts_with("end ")).count() >= 3).then_some(lines)
+    })
+    .await;
+    // Between one start and the next, the one before ended.
+    let mut running = 0;
+    for line in &runs {
+        running += if line.starts_with("start ") { 1 } else { -1 };
+        assert!(running <= 1, "two notifies of role db ran at once: {runs:#?}");
+    }
+    let mut told: Vec<&str> =
+        runs.iter().filter(|l| l.starts_with("end ")).map(|l| l.split(' ').nth(1).unwrap()).collect();
+    told.sort();
+    assert_eq!(told, ["c-db-0", "c-db-1", "c-db-2"], "each was told once");
+}
