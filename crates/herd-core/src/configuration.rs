@@ -133,9 +133,13 @@ pub fn apply(copy: &Configuration, delta: &Delta) -> Result<Configuration, Strin
 
 /// An object as the configuration keeps it: its metadata without the
 /// revision, and its spec; of the status only what a master started from
-/// the copy needs: a Node's address, and a Member's state and what it was
-/// configured as (not what is observed of it every heartbeat). None for a
-/// settled Command (no longer intent).
+/// the copy needs: a Node's address, a Member's state and what it was
+/// configured as (not what is observed of it: its readiness, its crash
+/// loop, what its configmeta said), a budget's approved evictions, and an
+/// Operation's progress (its phase, steps and history: a failover must
+/// neither forget what a drain evicted nor run a finished one again; its
+/// blocker is worked out again). None for a settled Command (no longer
+/// intent).
 pub fn intent_of(object: &Value) -> Option<Value> {
     let kind = object.get("kind")?.as_str()?;
     if kind == "Command" {
@@ -156,11 +160,20 @@ pub fn intent_of(object: &Value) -> Option<Value> {
         "Node" => object.pointer("/status/address").map(|a| serde_json::json!({ "address": a })),
         "Member" => object.get("status").cloned().map(|mut status| {
             if let Some(fields) = status.as_object_mut() {
-                fields.remove("ready");
-                fields.remove("reason");
-                if let Some(detail) = fields.get_mut("stateDetail").and_then(Value::as_object_mut) {
-                    detail.remove("lastKnownState");
+                for observed in ["ready", "readyChangedAt", "notReadyReason", "reason"] {
+                    fields.remove(observed);
                 }
+                if let Some(detail) = fields.get_mut("stateDetail").and_then(Value::as_object_mut) {
+                    for observed in ["lastKnownState", "crashLoop", "configDataDigest"] {
+                        detail.remove(observed);
+                    }
+                }
+            }
+            status
+        }),
+        "Operation" => object.get("status").cloned().map(|mut status| {
+            if let Some(fields) = status.as_object_mut() {
+                fields.remove("blocker");
             }
             status
         }),
@@ -333,6 +346,27 @@ mod tests {
         let kept = intent_of(&member).unwrap();
         assert_eq!(kept["metadata"]["ownerReferences"], json!([{"uid": "c"}]), "ownership survives");
         assert_eq!(kept["status"], json!({"state": "configured", "stateDetail": {"lastConfiguredInstance": "i1"}}));
+        let mut observed = member.clone();
+        observed["status"]["readyChangedAt"] = json!("2026-12-01T10:00:00.000Z");
+        observed["status"]["notReadyReason"] = json!("its node is NotReady");
+        observed["status"]["stateDetail"]["crashLoop"] = json!({"runs": 3, "lastExit": "exit status: 3"});
+        observed["status"]["stateDetail"]["configDataDigest"] = json!("ab12");
+        assert_eq!(intent_of(&observed).unwrap(), kept, "what is observed of a member is not configuration");
+    }
+
+    #[test]
+    fn an_operation_keeps_its_progress_in_the_copy_but_not_its_blocker() {
+        let drain = json!({"kind": "Operation", "metadata": {"name": "drain-n3"},
+            "spec": {"action": {"type": "Drain", "node": "n3"}},
+            "status": {"phase": "Succeeded", "done": 1, "total": 1,
+                       "steps": [{"member": "m", "state": "Done", "since": "2026-12-01T10:00:00.000Z"}],
+                       "blocker": {"message": "waiting for m", "since": "2026-12-01T10:00:00.000Z"},
+                       "history": [{"at": "2026-12-01T10:00:00.000Z", "message": "node n3 drained"}]}});
+        let kept = intent_of(&drain).unwrap();
+        assert_eq!(kept["status"]["phase"], "Succeeded", "a finished Operation stays finished");
+        assert_eq!(kept["status"]["steps"], drain["status"]["steps"], "what it did is kept");
+        assert_eq!(kept["status"]["history"], drain["status"]["history"]);
+        assert_eq!(kept["status"].get("blocker"), None);
     }
 
     fn secrets(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {

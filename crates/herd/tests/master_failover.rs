@@ -159,3 +159,120 @@ async fn a_candidate_takes_over_a_lost_sqlite_master_and_the_old_one_stands_asid
     assert_eq!(status.lease_transitions, old_term, "the old master never took its lease again");
     drop(agents);
 }
+
+/// The Operation draining `node`, as `server` has it.
+async fn drain_of(server: &TestServer, node: &str) -> Option<herd_core::kinds::Operation> {
+    let operations = server.admin().list::<herd_core::kinds::OperationSpec>(&format!("herd.io/target={node}")).await;
+    operations.ok()?.into_iter().next()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_master_failover_in_the_middle_of_a_drain_goes_on_from_its_steps_and_a_finished_one_stays_finished() {
+    use herd_core::kinds::{OperationPhase, StepState};
+    let dir = tempfile::tempdir().unwrap();
+    let old = TestServer::start_replica(&dir.path().join("old-master"), "old-master", None, &["--node", "n1"]);
+    quick_heartbeats(&old).await;
+    common::apps::own_member_ports(&old).await;
+    let dirs: Vec<PathBuf> = (1..=4).map(|i| dir.path().join(format!("n{i}"))).collect();
+    let _reapers: Vec<MemberReaper> = dirs.iter().map(|d| MemberReaper(d.clone())).collect();
+    let _agents: Vec<Proc> =
+        dirs.iter().enumerate().map(|(i, d)| start_agent(&old.url, d, &format!("n{}", i + 1))).collect();
+    eventually(Duration::from_secs(30), "four ready candidates", || async {
+        let nodes = old.admin().list::<NodeSpec>("").await.ok()?;
+        let ready = nodes.iter().filter(|n| n.status.ready && n.spec.role == NodeRole::Candidate).count();
+        (ready == 4 && dirs.iter().all(|d| d.join("config.json").exists())).then_some(())
+    })
+    .await;
+    // The master's node takes no members: they go to n2-n4.
+    let mut n1 = old.admin().get::<NodeSpec>("n1").await.unwrap();
+    n1.spec.unschedulable = true;
+    old.admin().update(&n1).await.unwrap();
+    let log = dir.path().join("log");
+    std::fs::create_dir_all(&log).unwrap();
+    let setup = format!("if [ -e {}/slow ]; then sleep 4; fi", log.display());
+    let budget = common::budgets::budget_yaml("web-one", "herd.io/cluster=web", "maxUnavailable: 1");
+    let manifest = dir.path().join("web.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "apiVersion: herd/v1\nkind: App\nmetadata: {{name: web}}\nspec:\n  roles:\n  - name: w\n    run: {{command: [sleep, '600']}}\n    setup: {{script: '{setup}'}}\n\
+             ---\napiVersion: herd/v1\nkind: AppCluster\nmetadata: {{name: web}}\nspec:\n  appRef: web\n  roles: [{{name: w, members: 4}}]\n{budget}"
+        ),
+    )
+    .unwrap();
+    let out = cli(&old, &["apply", "-f", manifest.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    common::apps::configured(&old, "web", 4, Duration::from_secs(60)).await;
+    common::budgets::counted(&old, "web-one", 4, 1).await;
+
+    // A drain that finishes: n3's members go, and n3 takes members again.
+    let out = cli(&old, &["node", "drain", "n3"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = cli(&old, &["node", "undrain", "n3"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let finished = drain_of(&old, "n3").await.unwrap();
+    assert_eq!(finished.status.phase, OperationPhase::Succeeded);
+    common::apps::configured(&old, "web", 4, Duration::from_secs(60)).await;
+    let on_n4: Vec<String> = common::apps::list_members(&old, "web")
+        .await
+        .into_iter()
+        .filter(|m| m.spec.node.as_deref() == Some("n4"))
+        .map(|m| m.metadata.name)
+        .collect();
+    assert_eq!(on_n4.len(), 2, "n4 holds two members");
+
+    // A drain of n4, slow: the master dies when one member is moved and
+    // the next is on its way.
+    std::fs::write(log.join("slow"), "").unwrap();
+    let out = cli(&old, &["node", "drain", "n4", "--detach"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let midway = eventually(Duration::from_secs(60), "the n4 drain at 1 of 2, the second on its way", || async {
+        let op = drain_of(&old, "n4").await?;
+        let evicted = op.status.steps.iter().filter(|s| s.state == StepState::Evicted).count();
+        (op.status.done == 1 && evicted == 1).then_some(op)
+    })
+    .await;
+    // The copies catch up with the drain's progress (a heartbeat or two).
+    eventually(Duration::from_secs(10), "n2's copy holds the drain at 1 of 2", || async {
+        let copy: serde_json::Value = serde_json::from_slice(&std::fs::read(dirs[1].join("config.json")).ok()?).ok()?;
+        let objects = copy["objects"].as_array()?;
+        let drain = objects.iter().find(|o| o["metadata"]["name"] == midway.metadata.name.as_str())?;
+        (drain["status"]["done"] == 1).then_some(())
+    })
+    .await;
+    drop(old);
+    // Its agents see it gone (the vote needs that no node still reaches it).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut proc = Proc::spawn(failover(&dir.path().join("new-master"), "n2", &dirs[1]));
+    let line = proc.wait_for_line("listening on", Duration::from_secs(60));
+    let url = line.rsplit(' ').next().unwrap().to_string();
+    let hash =
+        proc.wait_for_line("cluster CA: ", Duration::from_secs(5)).split_whitespace().nth(2).unwrap().to_string();
+    let new = TestServer { proc, url, data_dir: dir.path().join("new-master"), ca_hash: Some(hash) };
+
+    // The n4 drain goes on from where it was and ends with each member
+    // evicted once; the n3 drain stays finished and n3 stays regular.
+    let done = eventually(Duration::from_secs(90), "the n4 drain succeeded under the new master", || async {
+        let op = drain_of(&new, "n4").await?;
+        (op.status.phase == OperationPhase::Succeeded).then_some(op)
+    })
+    .await;
+    assert_eq!((done.status.done, done.status.total), (2, 2), "{:?}", done.status);
+    assert!(done.status.steps.iter().all(|s| s.attempts == 1), "no member asked twice: {:?}", done.status.steps);
+    let again = drain_of(&new, "n3").await.unwrap();
+    assert_eq!(again.status.phase, OperationPhase::Succeeded, "{:?}", again.status);
+    assert_eq!(again.status.steps, finished.status.steps, "the finished drain did nothing more");
+    let n3 = new.admin().get::<NodeSpec>("n3").await.unwrap();
+    assert_ne!(n3.spec.role, NodeRole::Drained, "n3 is not drained again");
+    let evictions: Vec<String> = new
+        .admin()
+        .list::<herd_core::kinds::EventSpec>("")
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.spec.reason == "MemberEvicted")
+        .map(|e| e.spec.involved_object.name)
+        .collect();
+    assert!(evictions.is_empty(), "the new master evicted no member again: {evictions:?}");
+    common::apps::configured(&new, "web", 4, Duration::from_secs(60)).await;
+}
