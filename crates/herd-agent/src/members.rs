@@ -52,6 +52,11 @@ pub enum MemberError {
     Unknown(String),
     #[error("member {member} is running; stop it first ({what})")]
     Running { member: String, what: String },
+    #[error(
+        "persistent volume {volume} of member {member} was lost on this node (its directory is gone): it is not \
+         started on an empty one; `herd member replace {member}` recreates it with empty volumes"
+    )]
+    VolumeLost { member: String, volume: String },
 }
 
 /// A member as persisted.
@@ -311,7 +316,20 @@ impl Members {
         }
         self.persist(member)?;
         for volume in &run.volumes {
-            self.prepare_volume(member, volume).map_err(io(format!("preparing volume {}", volume.name)))?;
+            match self.prepare_volume(member, volume) {
+                Ok(_) => {}
+                Err(PrepareError::Io(error)) => return Err(io(format!("preparing volume {}", volume.name))(error)),
+                Err(PrepareError::Lost) => {
+                    let lost = MemberError::VolumeLost { member: member.into(), volume: volume.name.clone() };
+                    if let Some(slot) = self.lock().get_mut(member) {
+                        slot.record.last_exit = Some(format!("not started: {lost}"));
+                        slot.record.launching = None;
+                    }
+                    self.persist(member)?;
+                    self.tell_changed();
+                    return Err(lost);
+                }
+            }
         }
         let record = self.record(member).ok_or(MemberError::Unknown(member.into()))?;
         let mut command = self.command(&record, &run.command[0], Some(&instance_id));
@@ -580,6 +598,7 @@ impl Members {
                     setup_stderr,
                     readiness: readiness.get(&record.name).cloned(),
                     crash_loop: crash_loop(record, live.is_some()),
+                    lost_volumes: self.lost_volumes(record),
                 }
             })
             .collect()
@@ -654,14 +673,68 @@ impl Members {
         self.lock().values().map(|slot| slot.record.clone()).collect()
     }
 
-    /// A persistent volume is kept; an ephemeral one starts empty.
-    fn prepare_volume(&self, member: &str, volume: &VolumeSpec) -> std::io::Result<PathBuf> {
+    /// A persistent volume is kept; an ephemeral one starts empty. A
+    /// persistent volume this node had (its mark beside it) and that is
+    /// gone was lost: it is not made again empty (`Lost`), for the member
+    /// would start on nothing as if it were its data.
+    fn prepare_volume(&self, member: &str, volume: &VolumeSpec) -> Result<PathBuf, PrepareError> {
         let path = self.volume_dir(member, &volume.name);
-        if !volume.persistent && path.exists() {
-            std::fs::remove_dir_all(&path)?;
+        let mark = self.volume_mark(member, &volume.name);
+        if !volume.persistent {
+            if path.exists() {
+                std::fs::remove_dir_all(&path)?;
+            }
+        } else if !path.is_dir() && mark.exists() {
+            return Err(PrepareError::Lost);
         }
         std::fs::create_dir_all(&path)?;
+        if volume.persistent && !mark.exists() {
+            write_atomic(&mark, b"", 0o644)?;
+        }
         Ok(path)
+    }
+
+    /// Beside a persistent volume: that this node has had it (a volume gone
+    /// while its mark stays was lost, not never made).
+    fn volume_mark(&self, member: &str, volume: &str) -> PathBuf {
+        self.data_dir.join("volumes").join(member).join(format!(".{volume}.kept"))
+    }
+
+    /// The persistent volumes of `record` this node had and lost.
+    pub fn lost_volumes(&self, record: &MemberRecord) -> Vec<String> {
+        record
+            .run
+            .volumes
+            .iter()
+            .filter(|v| v.persistent)
+            .filter(|v| {
+                !self.volume_dir(&record.name, &v.name).is_dir() && self.volume_mark(&record.name, &v.name).exists()
+            })
+            .map(|v| v.name.clone())
+            .collect()
+    }
+
+    /// Forgets that this node had `member`'s persistent volume `volume` (it
+    /// was deleted on purpose): a start makes it afresh.
+    pub fn forget_volume_mark(&self, member: &str, volume: &str) -> std::io::Result<()> {
+        match std::fs::remove_file(self.volume_mark(member, volume)) {
+            Err(error) if error.kind() != std::io::ErrorKind::NotFound => Err(error),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Why a volume could not be made ready for a start.
+#[derive(Debug)]
+enum PrepareError {
+    /// A persistent volume this node had is gone.
+    Lost,
+    Io(std::io::Error),
+}
+
+impl From<std::io::Error> for PrepareError {
+    fn from(error: std::io::Error) -> Self {
+        PrepareError::Io(error)
     }
 }
 

@@ -251,6 +251,10 @@ pub struct MemberReport {
     /// Its last runs each ended within seconds of starting.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub crash_loop: Option<CrashLoop>,
+    /// Its persistent volumes this node had and that are gone: it is not
+    /// started on empty ones.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lost_volumes: Vec<String>,
 }
 
 /// A member whose last runs each ended within seconds of starting: its

@@ -164,7 +164,7 @@ pub fn intent_of(object: &Value) -> Option<Value> {
                     fields.remove(observed);
                 }
                 if let Some(detail) = fields.get_mut("stateDetail").and_then(Value::as_object_mut) {
-                    for observed in ["lastKnownState", "crashLoop", "configDataDigest"] {
+                    for observed in ["lastKnownState", "crashLoop", "lostVolumes", "configDataDigest"] {
                         detail.remove(observed);
                     }
                 }

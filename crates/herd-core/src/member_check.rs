@@ -101,6 +101,7 @@ pub fn check_member(status: &mut MemberStatus, seen: Seen<'_>, persistent: bool,
     // is read from it.
     let current = seen.report.filter(|_| seen.node == NodeSeen::Ready);
     status.state_detail.crash_loop = current.and_then(|r| r.crash_loop.clone());
+    status.state_detail.lost_volumes = current.map(|r| r.lost_volumes.clone()).unwrap_or_default();
     let now_running = current.filter(|r| r.running).and_then(|r| r.instance_id.as_deref());
     let restarted = match (configured_instance(status), now_running) {
         (Some(before), Some(now)) => before != now,
@@ -151,6 +152,9 @@ fn not_ready_reason(status: &MemberStatus, seen: Seen<'_>) -> String {
         let since = since.map(|t| format!(" since {t}")).unwrap_or_default();
         return format!("node {node} is NotReady{since} ({why}): what it last reported of this member is not current");
     }
+    if !status.state_detail.lost_volumes.is_empty() {
+        return lost_message(&status.state_detail.lost_volumes);
+    }
     if let Some(crash) = &status.state_detail.crash_loop {
         return crash_message(crash);
     }
@@ -175,6 +179,21 @@ fn not_ready_reason(status: &MemberStatus, seen: Seen<'_>) -> String {
         MemberState::CreatePending | MemberState::Creating => "it is not configured yet".into(),
         MemberState::DeletePending | MemberState::Deleting => "it is being removed".into(),
     }
+}
+
+/// What lost volumes mean, in words.
+pub fn lost_message(volumes: &[String]) -> String {
+    format!(
+        "its node lost its persistent volume(s) {}: it is not started on empty ones; `herd member replace` \
+         recreates it with empty volumes",
+        volumes.join(", ")
+    )
+}
+
+/// The Event a pass records when a member's node says it lost volumes
+/// that it did not say it lost before.
+pub fn lost_news(before: &[String], after: &[String]) -> Option<String> {
+    after.iter().any(|v| !before.contains(v)).then(|| lost_message(after))
 }
 
 /// What a crash loop is, in words: its runs, how the last ended, the next try.
@@ -376,6 +395,22 @@ mod tests {
         // Its run lasted: the loop is over.
         check_member(&mut status, seen(Some(&report("a", true))), true, t(30));
         assert_eq!(status.state_detail.crash_loop, None);
+    }
+
+    #[test]
+    fn rule_a_member_whose_node_lost_its_volumes_says_so_once() {
+        let mut status = configured("a");
+        let lost = MemberReport {
+            lost_volumes: vec!["data".into()],
+            last_exit: Some("not started".into()),
+            ..report("a", false)
+        };
+        check_member(&mut status, seen(Some(&lost)), true, t(0));
+        assert_eq!(status.state_detail.lost_volumes, ["data"]);
+        let why = status.not_ready_reason.clone().unwrap();
+        assert!(why.contains("lost its persistent volume(s) data") && why.contains("herd member replace"), "{why}");
+        assert!(lost_news(&[], &status.state_detail.lost_volumes).is_some());
+        assert_eq!(lost_news(&status.state_detail.lost_volumes.clone(), &status.state_detail.lost_volumes), None);
     }
 
     #[test]

@@ -65,12 +65,16 @@ pub fn record_migration(status: &mut MemberStatus, result: Result<(), String>) {
 /// The status of a member that now runs on its target: the move is over,
 /// it is not placed back on its old node, and it is created again from
 /// its new instance, its setup run again (persistent data kept; its
-/// address changed). Nothing is sent to its old instance any more.
+/// address changed). Nothing is sent to its old instance any more, which
+/// is retired.
 pub fn rebound(status: &MemberStatus) -> MemberStatus {
     let mut next = status.clone();
     if let Some(migration) = next.migration.take() {
         next.moved_from = Some(migration.from.clone());
         next.reason = Some(format!("moved from {} to {} with its data", migration.from, migration.to));
+        // Its instance on the node it left: the move stopped and removed it
+        // there; a report of it from there is an old one.
+        next.retired_instances = crate::node_loss::retired(status);
     }
     next.state = MemberState::CreatePending;
     let detail = &mut next.state_detail;

@@ -74,6 +74,18 @@ const RETIRED_KEPT: usize = 4;
 /// pending, saying why, not to be placed on `from` again, and never to take
 /// one of its old instances (`old`'s, and those it had retired) as its own.
 pub fn replaced_status(why: String, from: &str, old: &MemberStatus) -> MemberStatus {
+    MemberStatus {
+        reason: Some(why),
+        moved_from: Some(from.to_string()),
+        retired_instances: retired(old),
+        ..Default::default()
+    }
+}
+
+/// The member's retired instances with the ones it runs or was configured
+/// as now added (the last [`RETIRED_KEPT`]): it leaves them behind where
+/// it was (a replace, a move).
+pub fn retired(old: &MemberStatus) -> Vec<String> {
     let detail = &old.state_detail;
     let mut retired = old.retired_instances.clone();
     for instance in [&detail.configuring_instance, &detail.last_configured_instance].into_iter().flatten() {
@@ -83,12 +95,7 @@ pub fn replaced_status(why: String, from: &str, old: &MemberStatus) -> MemberSta
     }
     let drop = retired.len().saturating_sub(RETIRED_KEPT);
     retired.drain(..drop);
-    MemberStatus {
-        reason: Some(why),
-        moved_from: Some(from.to_string()),
-        retired_instances: retired,
-        ..Default::default()
-    }
+    retired
 }
 
 #[cfg(test)]

@@ -68,7 +68,7 @@ async fn abandoning_a_copy_ends_its_worker_and_a_following_copy_runs_alone() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_migration_that_fails_mid_copy_leaves_its_member_running_where_it_was() {
+async fn a_migration_whose_source_data_vanished_starts_its_member_on_no_empty_volume_and_says_so() {
     let TwoNodes { server, a_dir, b_dir, .. } = &two_nodes(&["--copy-mib-per-sec", "1"]).await;
     run(server, "start-m1", "n1", Action::StartMember { member: "m1".into(), run: member_run() }).await;
     let source = a_dir.join("volumes/m1/data");
@@ -83,20 +83,26 @@ async fn a_migration_that_fails_mid_copy_leaves_its_member_running_where_it_was(
     let failed = settled(server, "move").await;
     assert_eq!(failed.status.state_by_management, ManagementState::Failed, "{:?}", failed.status);
     let message = failed.status.answer.unwrap().message;
-    assert!(message.contains("member m1 was started again on n1"), "{message}");
-    eventually(Duration::from_secs(10), "m1 runs on n1 again, and not on n2", || async {
+    // Its data is gone from n1 too: it is not started there on an empty
+    // volume as if it were its data, and the answer says so.
+    assert!(message.contains("starting it again there failed"), "{message}");
+    assert!(message.contains("persistent volume data of member m1 was lost on this node"), "{message}");
+    let n1 = eventually(Duration::from_secs(10), "n1 says it lost m1's volume", || async {
         let n1 = server.admin().get::<NodeSpec>("n1").await.ok()?;
-        let n2 = server.admin().get::<NodeSpec>("n2").await.ok()?;
-        let there = n1.status.members.iter().any(|m| m.name == "m1" && m.wanted && m.running);
-        let here = n2.status.members.iter().any(|m| m.name == "m1" && m.running);
-        (there && !here).then_some(())
+        let m1 = n1.status.members.iter().find(|m| m.name == "m1")?.clone();
+        (m1.lost_volumes == ["data"]).then_some(m1)
     })
     .await;
+    assert!(!n1.running, "{n1:?}");
+    assert!(n1.last_exit.as_deref().unwrap_or_default().contains("not started"), "{n1:?}");
+    assert!(!source.exists(), "no empty volume was made in its place");
+    let n2 = server.admin().get::<NodeSpec>("n2").await.unwrap();
+    assert!(!n2.status.members.iter().any(|m| m.name == "m1" && m.running));
     let failure = event_where(&server.admin(), "a CommandFailed event", |e| {
         e.spec.reason == "CommandFailed" && e.spec.involved_object.name == "move"
     })
     .await;
-    assert!(failure.spec.message.contains("started again on n1"), "{failure:?}");
+    assert!(failure.spec.message.contains("was lost on this node"), "{failure:?}");
     assert!(!staging.exists(), "the partial copy that cannot be resumed is removed");
 }
 

@@ -304,3 +304,32 @@ async fn an_eviction_no_node_can_take_is_refused_and_says_why() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_restart_leaves_its_members_ready_and_its_budgets_whole() {
+    let mut nodes = nodes(1).await;
+    let admin = nodes.server.admin();
+    let app = serde_json::json!({"metadata": {"name": "checked"}, "spec": {"roles": [{
+        "name": "c", "run": {"command": ["sleep", "600"]}, "setup": {"script": "true"},
+        "readiness": {"command": ["true"], "period": "2s"}
+    }]}});
+    admin.create_value("apps", &app, Default::default()).await.unwrap();
+    let cluster = serde_json::json!({"metadata": {"name": "checked"},
+        "spec": {"appRef": "checked", "roles": [{"name": "c", "members": 2}]}});
+    admin.create_value("appclusters", &cluster, Default::default()).await.unwrap();
+    configured(&nodes.server, "checked", 2, Duration::from_secs(60)).await;
+    // The agent restarts; its members never stopped, and their checks passed.
+    nodes.agents[0].kill9();
+    nodes.agents[0] = common::start_agent(&nodes.server.url, &nodes.dirs[0], "n1");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(4);
+    while tokio::time::Instant::now() < deadline {
+        for member in list_members(&nodes.server, "checked").await {
+            assert!(
+                member.status.ready,
+                "{} not ready across its agent's restart: {:?}",
+                member.metadata.name, member.status
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

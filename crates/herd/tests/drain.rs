@@ -90,6 +90,12 @@ async fn a_drain_moves_every_member_off_the_node_under_its_budget() {
     assert!(table.contains(&format!("Drain {node}")) && table.contains("Succeeded"), "{table}");
     let described = stdout(&herd(server, &["describe", "operation", &operation.metadata.name]));
     assert!(described.contains(&format!("step {}: Done", on_node[0])), "{described}");
+    // The old instances left on the node were removed as expected, not
+    // warned of as strays.
+    let events = server.admin().list::<herd_core::kinds::EventSpec>("").await.unwrap();
+    let warned: Vec<&str> =
+        events.iter().filter(|e| e.spec.reason == "StrayMember").map(|e| e.spec.message.as_str()).collect();
+    assert!(warned.is_empty(), "{warned:?}");
 
     let out = herd(server, &["node", "undrain", &node]);
     assert!(out.status.success(), "{}", stderr(&out));

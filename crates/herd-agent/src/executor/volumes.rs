@@ -179,6 +179,8 @@ impl Executor {
         if dir.is_dir() {
             let bytes = crate::volumes::staged_bytes(&dir).unwrap_or(0);
             std::fs::remove_dir_all(&dir).map_err(|e| format!("deleting {}: {e}", dir.display()))?;
+            // Deleted on purpose, not lost: a later start makes it afresh.
+            self.members.forget_volume_mark(member, volume).map_err(|e| format!("deleting its mark: {e}"))?;
             removed.push(format!("volume {member}/{volume} ({})", herd_core::units::human_bytes(bytes)));
         }
         if staging.is_dir() {

@@ -124,6 +124,10 @@ pub struct StateDetail {
     /// when the agent starts it again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub crash_loop: Option<crate::api::CrashLoop>,
+    /// Its persistent volumes that its node had and lost (its node's
+    /// word): it is not started on empty ones.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lost_volumes: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pending_notify_cmds: Vec<PendingNotify>,
 }

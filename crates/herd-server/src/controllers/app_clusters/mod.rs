@@ -29,7 +29,7 @@ use herd_core::kinds::{
     Action, AppClusterSpec, AppSpec, ClusterConfigSpec, Command, CommandSpec, EventType, Member, MemberSpec,
     MemberState, MemberStatus, Node, NodeSpec,
 };
-use herd_core::member_check::{NodeSeen, Restart, Seen, check_member, crash_news};
+use herd_core::member_check::{NodeSeen, Restart, Seen, check_member, crash_news, lost_news};
 use herd_core::member_sync::{MemberFacts, Step, command_due, member_sync};
 use herd_core::meta::OwnerReference;
 use herd_core::notifies::{Change, notify_script, queue_notifies, to_send};
@@ -377,7 +377,9 @@ impl AppClusterController {
         let mut events = Vec::new();
         for i in 0..pass.members.len() {
             let name = &pass.members[i].metadata.name;
-            let before = pass.stored.get(name).and_then(|s| s.state_detail.crash_loop.clone());
+            let stored = pass.stored.get(name).map(|s| &s.state_detail);
+            let before = stored.and_then(|d| d.crash_loop.clone());
+            let lost_before = stored.map(|d| d.lost_volumes.clone()).unwrap_or_default();
             let Some(restart) = Self::check(pass, i, app, now) else { continue };
             let member = &pass.members[i];
             if let Some(restart) = restart {
@@ -395,6 +397,9 @@ impl AppClusterController {
             }
             if let Some(news) = crash_news(before.as_ref(), member.status.state_detail.crash_loop.as_ref(), now) {
                 events.push((member.clone(), EventType::Warning, "MemberCrashLooping", news));
+            }
+            if let Some(news) = lost_news(&lost_before, &member.status.state_detail.lost_volumes) {
+                events.push((member.clone(), EventType::Warning, "MemberVolumesLost", news));
             }
         }
         for (member, type_, reason, message) in events {
@@ -677,6 +682,18 @@ impl AppClusterController {
                 if stored.as_ref().is_some_and(belongs) {
                     continue;
                 }
+                // The node's report as stored too: the cache may show one
+                // from before the node forgot the member (a move's end).
+                let reported = self.objects.get::<NodeSpec>(&node.metadata.name).await?;
+                let still = reported.is_some_and(|n| {
+                    n.status
+                        .members
+                        .iter()
+                        .any(|r| r.name == report.name && r.wanted && r.instance_id == report.instance_id)
+                });
+                if !still {
+                    continue;
+                }
                 let mut stray = Member::new(report.name.clone(), MemberSpec::default());
                 stray.spec.node = Some(node.metadata.name.clone());
                 let cluster = report.cluster.clone().unwrap_or_default();
@@ -684,13 +701,30 @@ impl AppClusterController {
                 let Some(command) = command_for(&cluster, &stray, Purpose::Remove, action, &[]) else { continue };
                 match crate::commands::create(&self.objects, command, false).await {
                     Ok(created) => {
+                        // An instance the member left behind (a replace, a
+                        // move) is expected to go: no warning.
+                        let retired = stored.as_ref().is_some_and(|m| {
+                            report.instance_id.as_ref().is_some_and(|i| m.status.retired_instances.contains(i))
+                        });
                         let bound =
                             stored.and_then(|m| m.spec.node).map_or("no node".to_string(), |n| format!("node {n}"));
-                        let message = format!(
-                            "member {} runs on node {} but is bound to {bound}: removing it there",
-                            report.name, node.metadata.name
-                        );
-                        self.events.record(&created, EventType::Warning, "StrayMember", message).await;
+                        let (type_, reason, message) = if retired {
+                            let what = format!(
+                                "member {}'s old instance {} runs on node {}, which it left (it is on {bound}): \
+                                 removing it there",
+                                report.name,
+                                report.instance_id.as_deref().unwrap_or("?"),
+                                node.metadata.name
+                            );
+                            (EventType::Normal, "OldInstanceRemoved", what)
+                        } else {
+                            let what = format!(
+                                "member {} runs on node {} but is bound to {bound}: removing it there",
+                                report.name, node.metadata.name
+                            );
+                            (EventType::Warning, "StrayMember", what)
+                        };
+                        self.events.record(&created, type_, reason, message).await;
                     }
                     Err(ObjectsError::Held(_)) => {}
                     Err(error) => return Err(error),
