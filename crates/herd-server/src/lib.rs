@@ -285,7 +285,8 @@ impl Server {
             let _ = record.await;
             served.map_err(ServerError::Serve)
         });
-        tracing::info!(%addr, backend = %config.store_url, identity = %config.identity, "herd server listening");
+        let backend = Store::redacted_url(&config.store_url);
+        tracing::info!(%addr, %backend, identity = %config.identity, "herd server listening");
         Ok(Server { addr, url, certificates, shutdown, task })
     }
 

@@ -99,6 +99,31 @@ impl Store {
         Store::new(backend).await
     }
 
+    /// `url` as it may be logged or shown: a password in it (`user:PASS@`,
+    /// or a `password=` parameter) replaced by `***`.
+    pub fn redacted_url(url: &str) -> String {
+        let mut shown = url.to_string();
+        if let Some(scheme_end) = shown.find("://") {
+            let authority_end = shown[scheme_end + 3..].find(['/', '?']).map_or(shown.len(), |i| scheme_end + 3 + i);
+            if let Some(at) = shown[..authority_end].rfind('@')
+                && let Some(colon) = shown[scheme_end + 3..at].find(':')
+            {
+                shown.replace_range(scheme_end + 3 + colon + 1..at, "***");
+            }
+        }
+        if let Some(query) = shown.find('?') {
+            let redacted: Vec<String> = shown[query + 1..]
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some((key, _)) if key.eq_ignore_ascii_case("password") => format!("{key}=***"),
+                    _ => pair.to_string(),
+                })
+                .collect();
+            shown = format!("{}?{}", &shown[..query], redacted.join("&"));
+        }
+        shown
+    }
+
     pub fn backend_name(&self) -> &'static str {
         self.inner.backend.name()
     }
@@ -220,5 +245,23 @@ impl Store {
     /// it get `Compacted` and must relist.
     pub async fn compact(&self, upto: Revision) -> Result<(), StoreError> {
         self.inner.backend.compact(upto).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Store;
+
+    #[test]
+    fn a_logged_store_url_shows_no_password() {
+        for (url, shown) in [
+            ("postgres://herd:herd@127.0.0.1:5432/herd", "postgres://herd:***@127.0.0.1:5432/herd"),
+            ("postgresql://u:p%40ss@db/x?sslmode=disable", "postgresql://u:***@db/x?sslmode=disable"),
+            ("postgres://u@db/x?password=secret&user=u", "postgres://u@db/x?password=***&user=u"),
+            ("postgres://db/x", "postgres://db/x"),
+            ("/var/lib/herd/herd.db", "/var/lib/herd/herd.db"),
+        ] {
+            assert_eq!(Store::redacted_url(url), shown, "{url}");
+        }
     }
 }

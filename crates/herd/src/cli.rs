@@ -552,7 +552,7 @@ pub struct ServerArgs {
     #[arg(long, default_value = "herd-data", value_parser = absolute_dir)]
     pub data_dir: PathBuf,
     /// `postgres://...` for several replicas [default: SQLite in the data dir].
-    #[arg(long, env = "HERD_STORE")]
+    #[arg(long, env = "HERD_STORE", hide_env_values = true)]
     pub store: Option<String>,
     /// [default: read from, or generated into, <data-dir>/admin.token]
     #[arg(long, env = "HERD_ADMIN_TOKEN", hide_env_values = true)]

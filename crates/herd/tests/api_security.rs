@@ -362,3 +362,31 @@ async fn a_dry_run_create_answers_without_a_uid_or_resource_version() {
     let created = admin.create_value("nodes", &node, Default::default()).await.unwrap();
     assert!(created["metadata"]["uid"].is_string() && created["metadata"]["resourceVersion"].is_string());
 }
+
+#[test]
+fn a_server_on_postgresql_logs_no_store_password() {
+    let Some(schema) = common::PostgresSchema::create() else { return };
+    let password = schema.url.split("://").nth(1).and_then(|rest| rest.split('@').next()).and_then(|u| u.split(':').nth(1));
+    let Some(password) = password.filter(|p| !p.is_empty()) else {
+        panic!("the test database URL has no password to look for: {}", schema.url);
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("server.log");
+    let mut command = common::herd();
+    command.args(["server", "--listen", "127.0.0.1:0", "--identity", "r1"]).arg("--data-dir").arg(dir.path());
+    command.env("HERD_STORE", &schema.url).env("HERD_ADMIN_TOKEN", common::ADMIN_TOKEN);
+    command.stdout(std::process::Stdio::piped()).stderr(std::fs::File::create(&log).unwrap());
+    let mut child = command.spawn().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stdout));
+    let listening = lines.by_ref().map_while(Result::ok).any(|l| l.contains("listening on"));
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(listening, "the server started");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("backend=postgres"), "the log names its store: {text}");
+    assert!(!text.contains(&format!(":{password}@")), "the store password is in the log:\n{text}");
+    let help = common::herd().args(["server", "--help"]).env("HERD_STORE", &schema.url).output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(!help.contains(&format!(":{password}@")), "--help shows HERD_STORE's value:\n{help}");
+}
