@@ -7,6 +7,7 @@
 //! sent twice, and its error says so. After a time-out the next request
 //! starts at the next server: a hung server is left behind.
 
+mod follow;
 mod peer;
 mod watch;
 
@@ -26,6 +27,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+pub use follow::Following;
 pub use peer::PeerClient;
 pub use watch::WatchStream;
 
@@ -412,7 +414,19 @@ impl Client {
         self.watch_path(&collection_path(plural), from, selector).await
     }
 
-    async fn watch_path(&self, path: &str, from: Option<&str>, selector: &str) -> Result<WatchStream, ClientError> {
+    /// Follows a kind's changes after revision `from` across servers
+    /// ([`Following`]: no bookmarks, no change missed or repeated when a
+    /// server ends, breaks or goes silent).
+    pub fn follow(&self, plural: &str, from: &str, selector: &str) -> Following {
+        Following::new(self.clone(), collection_path(plural), selector.to_string(), from.to_string())
+    }
+
+    pub(crate) async fn watch_path(
+        &self,
+        path: &str,
+        from: Option<&str>,
+        selector: &str,
+    ) -> Result<WatchStream, ClientError> {
         let mut query = vec![("watch", "true".to_string())];
         if let Some(from) = from {
             query.push(("resourceVersion", from.to_string()));

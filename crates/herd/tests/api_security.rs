@@ -366,7 +366,8 @@ async fn a_dry_run_create_answers_without_a_uid_or_resource_version() {
 #[test]
 fn a_server_on_postgresql_logs_no_store_password() {
     let Some(schema) = common::PostgresSchema::create() else { return };
-    let password = schema.url.split("://").nth(1).and_then(|rest| rest.split('@').next()).and_then(|u| u.split(':').nth(1));
+    let password =
+        schema.url.split("://").nth(1).and_then(|rest| rest.split('@').next()).and_then(|u| u.split(':').nth(1));
     let Some(password) = password.filter(|p| !p.is_empty()) else {
         panic!("the test database URL has no password to look for: {}", schema.url);
     };

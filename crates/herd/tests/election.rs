@@ -366,3 +366,29 @@ async fn a_killed_leader_is_replaced_at_once(store: Option<&str>) {
     eprintln!("election: takeover after kill -9 with a 15s lease {takeover:?}");
     assert!(takeover < Duration::from_secs(2), "takeover took {takeover:?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn herd_get_watch_shows_no_bookmarks_and_follows_the_next_replica_when_the_first_pauses() {
+    let Some(schema) = common::PostgresSchema::create() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let a = TestServer::start_replica(&dir.path().join("a"), "a", Some(&schema.url), &SHORT);
+    let b = TestServer::start_replica(&dir.path().join("b"), "b", Some(&schema.url), &SHORT);
+    let mut watch = common::herd();
+    watch.args(["get", "apps", "-w", "--server", &format!("{},{}", a.url, b.url), "--token", common::ADMIN_TOKEN]);
+    watch.env("HERD_CONFIG", "/nonexistent/herd-config.yaml");
+    let mut watch = common::Proc::spawn(watch);
+    // Two bookmarks' time with nothing to show (no app yet): no row.
+    let app = |name: &str| serde_json::json!({"metadata": {"name": name}, "spec": {"roles": [{"name": "r", "run": {"command": ["true"]}}]}});
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    b.admin().create_value("apps", &app("one"), Default::default()).await.unwrap();
+    let line = watch.wait_for_line("", Duration::from_secs(10));
+    assert!(line.starts_with("one"), "the first row is the app, no bookmark: {line}");
+    // The server it watches through pauses: it goes on from the other.
+    a.proc.signal("STOP");
+    b.admin().create_value("apps", &app("two"), Default::default()).await.unwrap();
+    let started = Instant::now();
+    let line = watch.wait_for_line("two", Duration::from_secs(30));
+    a.proc.signal("CONT");
+    assert!(line.starts_with("two"), "{line}");
+    eprintln!("the watch moved to the next replica in {:?}", started.elapsed());
+}

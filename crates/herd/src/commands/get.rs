@@ -56,7 +56,8 @@ async fn all(client: &Client, selector: &str, format: OutputFormat) -> anyhow::R
 
 /// `herd get -w`: the objects (or the one named) as they are, then each
 /// change as the store's watch brings it, from the list's revision on (so
-/// none is missed between the two).
+/// none is missed between the two), across servers (`Client::follow`: a
+/// server that goes silent is left for the next; bookmarks are not rows).
 pub async fn watch(
     client: &Client,
     kind: &str,
@@ -70,14 +71,13 @@ pub async fn watch(
         |object: &Value| name.is_none_or(|name| object.pointer("/metadata/name").and_then(Value::as_str) == Some(name));
     let items: Vec<Value> = list.items.iter().filter(|o| named(o)).cloned().collect();
     output::print(kind.kind, &json!({ "kind": format!("{}List", kind.kind), "items": items }), &items, &format)?;
-    let mut changes = client.watch(kind.plural, Some(&list.metadata.resource_version), selector).await?;
-    while let Some(event) = changes.next().await {
-        let event = event?;
+    let mut changes = client.follow(kind.plural, &list.metadata.resource_version, selector);
+    loop {
+        let event = changes.next().await?;
         if named(&event.object) {
             output::print_change(kind.kind, &event.object, &format)?;
         }
     }
-    anyhow::bail!("the server ended the watch")
 }
 
 /// `herd get` with no kind: the kinds and the names they go by.
@@ -134,14 +134,13 @@ pub async fn events(
     if !watch {
         return Ok(());
     }
-    let mut changes = client.watch("events", Some(&revision), "").await?;
-    while let Some(change) = changes.next().await {
-        let change = change?;
+    let mut changes = client.follow("events", &revision, "");
+    loop {
+        let change = changes.next().await?;
         if change.type_ != herd_core::api::WatchEventType::Deleted && is_about(&change.object, about) {
             output::print_change("Event", &change.object, &format)?;
         }
     }
-    anyhow::bail!("the server ended the watch")
 }
 
 pub async fn describe(client: &Client, kind: &str, name: &str) -> anyhow::Result<()> {
