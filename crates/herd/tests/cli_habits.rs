@@ -119,12 +119,16 @@ async fn appcluster_wait_returns_once_configured_and_says_a_missing_one_is_missi
     let server = &nodes.server;
     let out = cli(server, &["appcluster", "wait", "nope", "--timeout", "5s"]);
     assert_eq!(out.status.code(), Some(3), "a missing object is exit code 3: {out:?}");
-    common::budgets::apply_web(server, nodes.dir.path(), "web", 2, "");
+    let budget = common::budgets::budget_yaml("web-one", "herd.io/cluster=web", "maxUnavailable: 1");
+    common::budgets::apply_web(server, nodes.dir.path(), "web", 2, &budget);
     let out = cli(server, &["appcluster", "wait", "web", "--for", "configured", "--timeout", "90s"]);
     assert!(out.status.success(), "{out:?}");
-    assert_eq!(stdout(&out), "appcluster/web configured: 2 members ready\n");
+    assert_eq!(stdout(&out), "appcluster/web configured: 2 of 2 members ready, and counted healthy by its budgets\n");
     let members = common::apps::list_members(server, "web").await;
     assert!(members.iter().all(|m| m.status.ready), "it returned only once every member was ready");
+    // What it said is what the budget says right after.
+    let counted = common::budgets::budget(server, "web-one").await;
+    assert_eq!((counted.status.current_healthy, counted.status.expected_members), (2, 2), "{:?}", counted.status);
 }
 
 /// The documented exit codes (README): 0 success, 1 error, 2 usage error,
@@ -307,4 +311,65 @@ async fn label_and_annotate_patch_the_metadata() {
     assert_eq!(out.status.code(), Some(3), "{out:?}");
     let out = cli(&server, &["label", "clusterconfig", "cluster", "novalue"]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn label_and_annotate_go_through_while_the_object_keeps_changing() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path());
+    let app = serde_json::json!({"metadata": {"name": "busy"}, "spec": {"roles": [{"name": "r", "run": {"command": ["true"]}}]}});
+    server.admin().create_value("apps", &app, Default::default()).await.unwrap();
+    // Another writer changes the object all the time (as heartbeats change a Node).
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (admin, stop) = (server.admin(), stop.clone());
+        tokio::spawn(async move {
+            let mut writes = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let patch = serde_json::json!({"spec": {"description": format!("write {writes}")}});
+                if admin.patch_value("apps", "busy", &patch).await.is_ok() {
+                    writes += 1;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(15)).await;
+            }
+            writes
+        })
+    };
+    let url = server.url.clone();
+    let outcomes = tokio::task::spawn_blocking(move || {
+        (0..20)
+            .flat_map(|i| {
+                let run = |args: Vec<String>| {
+                    common::herd()
+                        .args(["--server", &url, "--token", common::ADMIN_TOKEN])
+                        .args(&args)
+                        .output()
+                        .unwrap()
+                };
+                [
+                    run(vec!["label".into(), "app".into(), "busy".into(), format!("round={i}"), "--overwrite".into()]),
+                    run(vec!["annotate".into(), "app".into(), "busy".into(), format!("note-{i}=x")]),
+                ]
+            })
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let writes = writer.await.unwrap();
+    let failed: Vec<String> = outcomes
+        .iter()
+        .filter(|o| !o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{} of {} failed while {writes} other writes landed: {failed:?}",
+        failed.len(),
+        outcomes.len()
+    );
+    let app = server.admin().get_value("apps", "busy").await.unwrap();
+    assert_eq!(app["metadata"]["labels"]["round"], "19");
+    assert_eq!(app["metadata"]["annotations"].as_object().unwrap().len(), 20);
+    assert!(writes > 20, "the other writer wrote all along ({writes})");
 }

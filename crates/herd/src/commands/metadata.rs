@@ -1,11 +1,16 @@
 //! `herd label` and `herd annotate`, as kubectl's: `key=value` sets,
 //! `key-` removes, a key already set is changed only with `--overwrite`.
-//! Sent as one JSON merge patch pinned to the revision the check was made
-//! at, so an object changed in between is refused (409), not overwritten.
+//! Sent as one JSON merge patch: with `--overwrite`, unpinned (a
+//! heartbeat or another writer in between changes nothing it touches);
+//! without, pinned to the revision the check was made at, and checked and
+//! sent again when the object moved meanwhile, so that no key set in
+//! between is overwritten and no 409 reaches the user for a write that
+//! touched other fields.
 
 use std::collections::BTreeMap;
 
 use herd_client::Client;
+use herd_core::api::StatusReason;
 use serde_json::{Value, json};
 
 use crate::cli::MetadataArgs;
@@ -46,37 +51,46 @@ fn parse(changes: &[String]) -> Result<BTreeMap<String, Option<String>>, crate::
     Ok(parsed)
 }
 
+/// How many times a pinned patch is checked and sent again when the
+/// object moved between the read and the write.
+const ATTEMPTS: usize = 10;
+
 pub async fn change(client: &Client, field: Field, args: &MetadataArgs) -> anyhow::Result<()> {
     let changes = parse(&args.changes)?;
     let kind = crate::kinds::resolve(&args.kind)?;
-    let object = client.get_value(kind.plural, &args.name).await?;
-    let current = &object["metadata"][field.key()];
-    if !args.overwrite {
-        let set: Vec<&str> = changes
-            .iter()
-            .filter(|(key, value)| value.is_some() && current.get(key.as_str()).is_some())
-            .map(|(key, _)| key.as_str())
-            .collect();
-        if !set.is_empty() {
-            anyhow::bail!(
-                "{}/{} has {} set already: {} (--overwrite changes them)",
-                kind.kind.to_ascii_lowercase(),
-                args.name,
-                field.key(),
-                set.join(", ")
-            );
+    let values: serde_json::Map<String, Value> =
+        changes.iter().map(|(key, value)| (key.clone(), value.clone().map_or(Value::Null, Value::String))).collect();
+    let what = format!("{}/{}", kind.kind.to_ascii_lowercase(), args.name);
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let patch = if args.overwrite {
+            json!({ "metadata": { field.key(): values } })
+        } else {
+            let object = client.get_value(kind.plural, &args.name).await?;
+            let current = &object["metadata"][field.key()];
+            let set: Vec<&str> = changes
+                .iter()
+                .filter(|(key, value)| value.is_some() && current.get(key.as_str()).is_some())
+                .map(|(key, _)| key.as_str())
+                .collect();
+            if !set.is_empty() {
+                anyhow::bail!("{what} has {} set already: {} (--overwrite changes them)", field.key(), set.join(", "));
+            }
+            let revision = object["metadata"]["resourceVersion"].clone();
+            json!({ "metadata": { "resourceVersion": revision, field.key(): values } })
+        };
+        match client.patch_value(kind.plural, &args.name, &patch).await {
+            Ok(_) => break,
+            Err(error) if !args.overwrite && error.reason() == Some(StatusReason::Conflict) && attempt < ATTEMPTS => {}
+            Err(error) => return Err(error.into()),
         }
     }
-    let values: serde_json::Map<String, Value> =
-        changes.into_iter().map(|(key, value)| (key, value.map_or(Value::Null, Value::String))).collect();
-    let revision = object["metadata"]["resourceVersion"].clone();
-    let patch = json!({ "metadata": { "resourceVersion": revision, field.key(): values } });
-    client.patch_value(kind.plural, &args.name, &patch).await?;
     let word = match field {
         Field::Labels => "labeled",
         Field::Annotations => "annotated",
     };
-    println!("{}/{} {word}", kind.kind.to_ascii_lowercase(), args.name);
+    println!("{what} {word}");
     Ok(())
 }
 

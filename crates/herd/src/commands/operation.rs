@@ -78,9 +78,19 @@ pub async fn wait_configured(client: &Client, name: &str, timeout: Duration) -> 
         bar.set_length(u64::from(wanted));
         bar.set_position(ready as u64);
         let current = cluster.status.observed_generation == Some(cluster.metadata.generation);
-        if current && cluster.status.state == ClusterState::Configured {
+        let all_ready = members.len() == wanted as usize && ready == members.len();
+        // Done when the budgets say so too: what the wait reports is what an
+        // eviction right after would be judged on.
+        let uncounted = if current && cluster.status.state == ClusterState::Configured && all_ready {
+            uncounted_by_budgets(client, &members).await?
+        } else {
+            Some("not every member ready yet".into())
+        };
+        if uncounted.is_none() {
             bar.finish_and_clear();
-            println!("appcluster/{name} configured: {wanted} members ready");
+            println!(
+                "appcluster/{name} configured: {ready} of {wanted} members ready, and counted healthy by its budgets"
+            );
             return Ok(());
         }
         if let Some(broken) = members.iter().find(|m| m.status.state == MemberState::ConfigError) {
@@ -90,7 +100,11 @@ pub async fn wait_configured(client: &Client, name: &str, timeout: Duration) -> 
         }
         let waiting: Vec<&str> =
             members.iter().filter(|m| !m.status.ready).map(|m| m.metadata.name.as_str()).take(3).collect();
-        bar.set_message(if waiting.is_empty() { String::new() } else { format!("waiting for {}", waiting.join(", ")) });
+        bar.set_message(match (waiting.is_empty(), uncounted) {
+            (false, _) => format!("waiting for {}", waiting.join(", ")),
+            (true, Some(why)) => why,
+            (true, None) => String::new(),
+        });
         if tokio::time::Instant::now() >= deadline {
             bar.finish_and_clear();
             bail!(
@@ -101,6 +115,29 @@ pub async fn wait_configured(client: &Client, name: &str, timeout: Duration) -> 
         }
         tokio::time::sleep(FOLLOW_EVERY).await;
     }
+}
+
+/// Why a budget that selects some of `members` does not count them all
+/// healthy yet (None: every one does).
+async fn uncounted_by_budgets(client: &Client, members: &[herd_core::kinds::Member]) -> anyhow::Result<Option<String>> {
+    let budgets = client.list::<herd_core::kinds::DisruptionBudgetSpec>("").await?;
+    for budget in &budgets {
+        let selected: Vec<&herd_core::kinds::Member> =
+            members.iter().filter(|m| herd_core::disruption::selects(budget, m)).collect();
+        if selected.is_empty() {
+            continue;
+        }
+        let name = &budget.metadata.name;
+        if herd_core::disruption::is_stale(budget) || budget.status.expected_members < selected.len() as u32 {
+            return Ok(Some(format!("budget {name} has not counted them yet")));
+        }
+        if let Some(unhealthy) =
+            budget.status.unhealthy.iter().find(|u| selected.iter().any(|m| m.metadata.name == u.name))
+        {
+            return Ok(Some(format!("budget {name} counts {} not healthy yet", unhealthy.name)));
+        }
+    }
+    Ok(None)
 }
 
 fn bar_style(template: &str) -> ProgressStyle {
