@@ -275,6 +275,17 @@ impl Client {
             (&Method::PUT, Some(object)) => Resend::for_replace(object),
             _ => Resend::Never,
         };
+        self.call_resending(method, path, query, body, resend).await
+    }
+
+    async fn call_resending<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<&Value>,
+        resend: Resend,
+    ) -> Result<T, ClientError> {
         let response = self
             .send(
                 method,
@@ -405,8 +416,13 @@ impl Client {
         node: &str,
         report: &AgentReport,
     ) -> Result<HeartbeatResponse<C, D>, ClientError> {
-        self.call(Method::POST, &format!("{}/heartbeat", object_path("nodes", node)), &[], Some(&to_value(report)?))
-            .await
+        // A heartbeat says what is: sent twice (a server that took it and
+        // did not answer, then the next), it records the same facts twice,
+        // and the agent forgets nothing before an answer acknowledges it. So
+        // a paused server is passed within the answer timeout, not the
+        // request's: the node must not come near NotReady meanwhile.
+        let path = format!("{}/heartbeat", object_path("nodes", node));
+        self.call_resending(Method::POST, &path, &[], Some(&to_value(report)?), Resend::Safe).await
     }
 
     /// Watches a kind for changes after revision `from` (None: from now).

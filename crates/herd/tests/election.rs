@@ -392,3 +392,38 @@ async fn herd_get_watch_shows_no_bookmarks_and_follows_the_next_replica_when_the
     assert!(line.starts_with("two"), "{line}");
     eprintln!("the watch moved to the next replica in {:?}", started.elapsed());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_keeps_well_inside_its_grace_when_the_replica_it_beats_to_pauses() {
+    let Some(schema) = common::PostgresSchema::create() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    // The defaults: heartbeats every 2 s, NotReady after 10 s of silence.
+    let a = TestServer::start_replica(&dir.path().join("a"), "a", Some(&schema.url), &SHORT);
+    let b = TestServer::start_replica(&dir.path().join("b"), "b", Some(&schema.url), &SHORT);
+    let agent_dir = dir.path().join("n1");
+    let _reaper = common::MemberReaper(agent_dir.clone());
+    let _agent = common::start_agent(&format!("{},{}", a.url, b.url), &agent_dir, "n1");
+    let admin = b.admin();
+    let beat = || async {
+        let node = admin.get::<herd_core::kinds::NodeSpec>("n1").await.ok()?;
+        Some((node.status.ready, node.status.last_heartbeat?))
+    };
+    eventually(Duration::from_secs(20), "n1 Ready", || async { beat().await.filter(|(ready, _)| *ready) }).await;
+    // Its agent beats to a first: a pauses, for longer than the grace.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    a.proc.signal("STOP");
+    let (mut last, mut widest) = (beat().await.unwrap().1, Duration::ZERO);
+    let until = Instant::now() + Duration::from_secs(14);
+    while Instant::now() < until {
+        let (ready, at) = beat().await.unwrap_or((true, last));
+        assert!(ready, "n1 went NotReady while one of two replicas was paused");
+        if at != last {
+            widest = widest.max(at.system_time().duration_since(last.system_time()).unwrap_or_default());
+            last = at;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    a.proc.signal("CONT");
+    eprintln!("the widest gap between stored heartbeats across the pause: {widest:?}");
+    assert!(widest <= Duration::from_secs(8), "the stored heartbeat went {widest:?} without moving (grace 10 s)");
+}
