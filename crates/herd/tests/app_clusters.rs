@@ -636,4 +636,16 @@ async fn a_role_is_sent_its_notifies_one_member_at_a_time() {
         runs.iter().filter(|l| l.starts_with("end ")).map(|l| l.split(' ').nth(1).unwrap()).collect();
     told.sort();
     assert_eq!(told, ["c-db-0", "c-db-1", "c-db-2"], "each was told once");
+    // The member the shrink removed has its Event, and the cluster's
+    // description tells its members' story (the removed one's too).
+    let removed = common::event_where(&server.admin(), "a MemberRemoved event for c-db-3", |e| {
+        e.spec.reason == "MemberRemoved" && e.spec.involved_object.name == "c-db-3"
+    })
+    .await;
+    assert!(removed.spec.message.contains("its cluster no longer asks for it"), "{}", removed.spec.message);
+    let described =
+        String::from_utf8_lossy(&common::cluster::cli(server, &["describe", "appcluster", "c"]).stdout).into_owned();
+    let events = described.split("\nEvents:").nth(1).unwrap_or_default();
+    assert!(events.contains("MemberRemoved") && events.contains("c-db-3"), "{described}");
+    assert!(events.contains("MemberConfigured") && events.contains("c-db-0"), "{described}");
 }

@@ -106,6 +106,26 @@ fn is_about(event: &Value, about: Option<(&str, &str)>) -> bool {
     })
 }
 
+/// Whether an Event is about AppCluster `cluster` (roles `roles`), one of
+/// its members (`<cluster>-<role>-<index>`, gone ones too) or one of their
+/// Commands (`<member>.<purpose>.<id>`).
+fn of_cluster(event: &Value, cluster: &str, roles: &[String]) -> bool {
+    let kind = event.pointer("/spec/involvedObject/kind").and_then(Value::as_str).unwrap_or_default();
+    let name = event.pointer("/spec/involvedObject/name").and_then(Value::as_str).unwrap_or_default();
+    let member_named = |name: &str| {
+        roles.iter().any(|role| {
+            name.strip_prefix(&format!("{cluster}-{role}-"))
+                .is_some_and(|index| !index.is_empty() && index.bytes().all(|b| b.is_ascii_digit()))
+        })
+    };
+    match kind {
+        "AppCluster" => name == cluster,
+        "Member" => member_named(name),
+        "Command" => name.split_once('.').is_some_and(|(member, _)| member_named(member)),
+        _ => false,
+    }
+}
+
 /// Events about one object (`kind/name`), or all, oldest first, and the
 /// revision they were listed at.
 async fn list_events(client: &Client, about: Option<(&str, &str)>) -> anyhow::Result<(Vec<Value>, String)> {
@@ -150,7 +170,21 @@ pub async fn describe(client: &Client, kind: &str, name: &str) -> anyhow::Result
         println!("{summary}");
     }
     print!("{}", serde_saphyr::to_string(&object)?);
-    let (events, _) = list_events(client, Some((kind.kind, name))).await?;
+    let events = if kind.kind == "AppCluster" {
+        // A cluster's story is mostly its members' (and their Commands'),
+        // those removed included.
+        let roles: Vec<String> = object
+            .pointer("/spec/roles")
+            .and_then(Value::as_array)
+            .map(|roles| roles.iter().filter_map(|r| r["name"].as_str().map(str::to_string)).collect())
+            .unwrap_or_default();
+        let list = client.list_values("events", "").await?;
+        let mut events: Vec<Value> = list.items.into_iter().filter(|e| of_cluster(e, name, &roles)).collect();
+        events.sort_by_key(timestamp);
+        events
+    } else {
+        list_events(client, Some((kind.kind, name))).await?.0
+    };
     println!("\nEvents:");
     if events.is_empty() {
         println!("  <none>");

@@ -514,6 +514,13 @@ impl AppClusterController {
         for name in &forgotten {
             self.objects.delete_if_present::<MemberSpec>(name).await?;
             crate::commands::forget_holds(&self.objects, name).await?;
+            if let Some(member) = pass.members.iter().find(|m| &m.metadata.name == name) {
+                let message = match &member.spec.node {
+                    Some(node) => format!("removed from node {node} with its volumes: its cluster no longer asks for it"),
+                    None => "removed: its cluster no longer asks for it".to_string(),
+                };
+                self.events.record(member, EventType::Normal, "MemberRemoved", message).await;
+            }
         }
         pass.members.retain(|m| !forgotten.contains(&m.metadata.name));
         let now = now();
@@ -645,6 +652,12 @@ impl AppClusterController {
                         self.objects.delete_if_present::<CommandSpec>(&command).await?;
                     }
                     crate::commands::forget_holds(&self.objects, &name).await?;
+                    let message = format!(
+                        "removed{} with its volumes: its AppCluster {} is gone",
+                        member.spec.node.as_ref().map(|n| format!(" from node {n}")).unwrap_or_default(),
+                        member.spec.cluster
+                    );
+                    self.events.record(&member, EventType::Normal, "MemberRemoved", message).await;
                 }
                 Step::Remove => {
                     let action = Action::RemoveMember { member: name.clone() };
