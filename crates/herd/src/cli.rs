@@ -86,7 +86,7 @@ impl std::str::FromStr for OutputFormat {
 pub enum Command {
     /// List objects of a kind, or show one; with no kind, the kinds.
     Get {
-        /// node, clusterconfig, lease, event (singular, plural or short name).
+        #[arg(help = crate::kinds::KINDS_HELP)]
         kind: Option<String>,
         /// One object's name [default: every object of the kind].
         name: Option<String>,
@@ -576,7 +576,8 @@ pub struct ServerArgs {
     /// This replica's name in the leader election [default: <host name>-<pid>].
     #[arg(long, env = "HERD_IDENTITY")]
     pub identity: Option<String>,
-    /// The URL other replicas and clients reach this one at [default: http://<listen address>].
+    /// The URL other replicas and clients reach this one at [default:
+    /// https://<listen address>, or http:// with --insecure-http].
     #[arg(long)]
     pub advertise_url: Option<String>,
     #[command(flatten)]

@@ -26,6 +26,12 @@ fn of<S: Resource>(short: &'static str) -> KindName {
     KindName { kind: S::KIND, plural: S::PLURAL, short, normalize: normalize::<S> }
 }
 
+/// What `herd get KIND` takes, for its help: every kind of [`all`] (a
+/// test holds the two together).
+pub const KINDS_HELP: &str = "The kind: node, clusterconfig, lease, event, replica, command, app, appcluster, member, \
+                              disruptionbudget, operation, or all (singular, plural or short name; `herd get` with \
+                              no kind lists them)";
+
 pub fn all() -> [KindName; 11] {
     [
         of::<CommandSpec>("cmd"),
@@ -80,5 +86,13 @@ mod tests {
         }
         assert_eq!(resolve("mem").unwrap().kind, "Member");
         assert_eq!(resolve("ops").unwrap().kind, "Operation");
+    }
+
+    #[test]
+    fn the_help_names_every_kind() {
+        let help = KINDS_HELP.to_ascii_lowercase();
+        for kind in all() {
+            assert!(help.contains(&kind.kind.to_ascii_lowercase()), "{} is missing from the help", kind.kind);
+        }
     }
 }

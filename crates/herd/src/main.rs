@@ -9,6 +9,7 @@ mod context;
 mod dev;
 mod jsonpath;
 mod kinds;
+mod manifest_lines;
 mod output;
 mod processes;
 mod tokens;
@@ -39,12 +40,29 @@ impl std::fmt::Display for Usage {
 
 impl std::error::Error for Usage {}
 
+/// What the CLI was asked cannot be done in the state things are in (an
+/// Operation that ended cannot be cancelled): exit code 4, as the
+/// server's conflicts.
+#[derive(Debug)]
+pub struct Conflict(pub String);
+
+impl std::fmt::Display for Conflict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Conflict {}
+
 fn exit_code(error: &anyhow::Error) -> u8 {
     if let Some(herd_server::ServerError::Settings(_)) = error.downcast_ref() {
         return 2;
     }
     if error.downcast_ref::<Usage>().is_some() {
         return 2;
+    }
+    if error.downcast_ref::<Conflict>().is_some() {
+        return 4;
     }
     match error.downcast_ref::<ClientError>().and_then(ClientError::reason) {
         Some(StatusReason::NotFound) => 3,

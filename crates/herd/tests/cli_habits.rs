@@ -26,6 +26,11 @@ async fn get_lists_the_kinds_names_only_output_and_both_versions() {
     for row in ["disruptionbudgets  budget", "operations         op", "nodes              no"] {
         assert!(kinds.contains(row), "{row:?} in {kinds}");
     }
+    let help = stdout(&cli(&server, &["get", "--help"])).replace('\n', " ");
+    for kind in kinds.lines().skip(1).filter_map(|row| row.split_whitespace().next()).filter(|k| *k != "all") {
+        let singular = kind.trim_end_matches('s');
+        assert!(help.contains(singular), "herd get --help names {singular}: {help}");
+    }
 
     let out = cli(&server, &["get", "clusterconfig", "-o", "name"]);
     assert!(out.status.success(), "{out:?}");

@@ -95,7 +95,20 @@ async fn bad_budgets_are_refused_naming_the_field() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{spec} was accepted");
         assert!(stderr.contains(field) && stderr.contains(reason), "{spec}: {stderr}");
+        assert!(stderr.contains("budget.yaml document 1 (line 4)"), "the line the field is on: {stderr}");
     }
+    // Several documents: the line in the file, the document's offset counted.
+    let manifest = dir.path().join("two.yaml");
+    std::fs::write(
+        &manifest,
+        "apiVersion: herd/v1\nkind: DisruptionBudget\nmetadata: {name: a}\nspec: {selector: 'a=b', maxUnavailable: 1}\n\
+         ---\napiVersion: herd/v1\nkind: DisruptionBudget\nmetadata:\n  name: b\nspec:\n  selector: 'a=b'\n  \
+         minAvailable: '101%'\n",
+    )
+    .unwrap();
+    let out = herd(&server, &["apply", "-f", manifest.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("two.yaml document 2 (line 12): spec.minAvailable"), "{stderr}");
     assert!(server.admin().get::<DisruptionBudgetSpec>("b").await.is_err(), "nothing was written");
 }
 

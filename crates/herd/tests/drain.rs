@@ -169,6 +169,10 @@ async fn a_blocked_drain_says_why_within_seconds_fails_at_its_deadline_and_can_b
     })
     .await;
     assert!(cancelled.status.message.unwrap().contains("stays drained"));
+    // It ended: cancelling it again is a conflict, said so, not a success.
+    let again = herd(server, &["operation", "cancel", &name]);
+    assert_eq!(again.status.code(), Some(4), "{}", stderr(&again));
+    assert!(stderr(&again).contains("has ended already (cancelled): nothing to cancel"), "{}", stderr(&again));
     let after = configured(server, "web", 3, Duration::from_secs(30)).await;
     for (a, b) in after.iter().zip(&before) {
         assert_eq!(instance(a), instance(b), "nothing was evicted");

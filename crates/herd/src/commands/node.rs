@@ -37,7 +37,10 @@ pub async fn volumes(client: &Client, node: &str, format: OutputFormat) -> anyho
     let stored = client.node_volumes(node).await?;
     match format {
         OutputFormat::Table | OutputFormat::Wide => {
-            println!("{}", render(node, &stored));
+            // A fresh name: one of an earlier Command would be taken (and
+            // `herd apply` of it would change nothing).
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+            println!("{}", render(node, &stored, &now.as_secs().to_string()));
             Ok(())
         }
         OutputFormat::Name => Err(crate::output::no_names("herd node volumes")),
@@ -48,7 +51,9 @@ pub async fn volumes(client: &Client, node: &str, format: OutputFormat) -> anyho
 }
 
 /// A row per volume or partial copy, then how to remove what nothing owns.
-fn render(node: &str, stored: &[StoredVolume]) -> String {
+/// The node's volumes as a table; what nothing owns gets the DeleteVolume
+/// that removes it, named with `suffix` (so the name is not taken).
+fn render(node: &str, stored: &[StoredVolume], suffix: &str) -> String {
     if stored.is_empty() {
         return format!("node {node} holds no volumes");
     }
@@ -68,7 +73,7 @@ fn render(node: &str, stored: &[StoredVolume]) -> String {
     if let Some(orphan) = stored.iter().find(|e| e.owner.is_none()) {
         out += &format!(
             "\n\nNothing owns the rows marked none. A DeleteVolume Command removes a volume and its partial copy:\n  \
-             apiVersion: herd/v1\n  kind: Command\n  metadata: {{name: delete-{m}-{v}}}\n  \
+             apiVersion: herd/v1\n  kind: Command\n  metadata: {{name: delete-{m}-{v}-{suffix}}}\n  \
              spec: {{node: {node}, action: {{type: DeleteVolume, member: {m}, volume: {v}}}}}",
             m = orphan.member,
             v = orphan.volume
@@ -95,6 +100,7 @@ mod tests {
         let text = render(
             "node-2",
             &[entry("data", StoredKind::Volume, Some("member m1 (stopped)")), entry("logs", StoredKind::Staging, None)],
+            "1796350000",
         );
         assert!(text.contains("m1      data    volume        268 MB  member m1 (stopped)"), "{text}");
         assert!(text.contains("m1      logs    partial copy  268 MB  none"), "{text}");
@@ -102,6 +108,7 @@ mod tests {
             text.contains("spec: {node: node-2, action: {type: DeleteVolume, member: m1, volume: logs}}"),
             "{text}"
         );
-        assert_eq!(render("node-2", &[]), "node node-2 holds no volumes");
+        assert!(text.contains("metadata: {name: delete-m1-logs-1796350000}"), "a name not taken: {text}");
+        assert_eq!(render("node-2", &[], "1"), "node node-2 holds no volumes");
     }
 }

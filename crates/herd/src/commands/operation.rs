@@ -242,8 +242,10 @@ pub async fn cancel(client: &Client, name: &str) -> anyhow::Result<()> {
     for _ in 0..5 {
         let mut operation = client.get::<OperationSpec>(name).await?;
         if operation.status.phase.is_finished() {
-            println!("operation/{name} has ended already ({})", phase_word(operation.status.phase));
-            return Ok(());
+            let phase = phase_word(operation.status.phase);
+            return Err(
+                crate::Conflict(format!("operation/{name} has ended already ({phase}): nothing to cancel")).into()
+            );
         }
         if operation.spec.cancel {
             println!("operation/{name}: cancel asked already");

@@ -516,7 +516,9 @@ impl AppClusterController {
             crate::commands::forget_holds(&self.objects, name).await?;
             if let Some(member) = pass.members.iter().find(|m| &m.metadata.name == name) {
                 let message = match &member.spec.node {
-                    Some(node) => format!("removed from node {node} with its volumes: its cluster no longer asks for it"),
+                    Some(node) => {
+                        format!("removed from node {node} with its volumes: its cluster no longer asks for it")
+                    }
                     None => "removed: its cluster no longer asks for it".to_string(),
                 };
                 self.events.record(member, EventType::Normal, "MemberRemoved", message).await;
