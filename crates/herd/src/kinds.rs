@@ -13,12 +13,41 @@ pub struct KindName {
     pub short: &'static str,
     /// Reads a manifest as this kind and validates it, as the server will;
     /// returns it with every default filled in.
-    pub normalize: fn(serde_json::Value) -> Result<serde_json::Value, ValidationErrors>,
+    pub normalize: fn(&str) -> Result<serde_json::Value, Manifest>,
 }
 
-fn normalize<S: Resource>(value: serde_json::Value) -> Result<serde_json::Value, ValidationErrors> {
-    let object = Object::<S>::from_json_value(value)?;
-    object.validate()?;
+/// Why a manifest is not an object of its kind.
+#[derive(Debug)]
+pub enum Manifest {
+    /// It does not read as the kind: the field at fault, the line (within
+    /// the document) the reader stopped at, and why.
+    Unreadable { field: String, line: Option<u64>, reason: String },
+    /// It reads, and breaks the kind's rules.
+    Invalid(ValidationErrors),
+}
+
+/// Reads a manifest's YAML (or JSON) text straight into the typed object,
+/// as STYLE asks (no untyped tree in between: YAML 1.1's `n`, `no`, `on`
+/// stay strings where the kind wants a string), validates it as the
+/// server will, and returns it with every default filled in.
+fn normalize<S: Resource>(text: &str) -> Result<serde_json::Value, Manifest> {
+    let mut field = String::new();
+    let read = serde_saphyr::with_deserializer_from_str(text, |deserializer| {
+        serde_path_to_error::deserialize::<_, Object<S>>(deserializer).map_err(|error| {
+            field = error.path().to_string();
+            error.into_inner()
+        })
+    });
+    let object = read.map_err(|error| {
+        let line = error.location().map(|l| l.line()).filter(|l| *l > 0);
+        // Its words without where (`at line 7, column 34`, within the
+        // document): the caller says where in the file.
+        let reason = error.without_snippet().to_string();
+        let reason = reason.rsplit_once(" at line ").map_or(reason.as_str(), |(words, _)| words).to_string();
+        let field = if field.is_empty() || field == "." || field == "?" { "body".to_string() } else { field };
+        Manifest::Unreadable { field, line, reason }
+    })?;
+    object.validate().map_err(Manifest::Invalid)?;
     Ok(object.to_json_value())
 }
 

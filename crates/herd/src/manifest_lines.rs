@@ -9,12 +9,14 @@
 /// The documents of a multi-document YAML text: each one's text and the
 /// 1-based line it starts on (a `---` line separates them).
 pub fn documents(text: &str) -> Vec<(String, usize)> {
+    // Only comments, or nothing: no document.
+    let has_content = |text: &str| text.lines().any(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'));
     let mut documents = Vec::new();
     let mut current = String::new();
     let mut start = 1;
     for (index, line) in text.lines().enumerate() {
         if line.trim_end() == "---" || line.starts_with("--- ") {
-            if !current.trim().is_empty() {
+            if has_content(&current) {
                 documents.push((std::mem::take(&mut current), start));
             }
             current.clear();
@@ -24,7 +26,7 @@ pub fn documents(text: &str) -> Vec<(String, usize)> {
         current.push_str(line);
         current.push('\n');
     }
-    if !current.trim().is_empty() {
+    if has_content(&current) {
         documents.push((current, start));
     }
     documents

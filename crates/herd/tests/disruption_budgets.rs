@@ -282,9 +282,7 @@ async fn an_eviction_no_node_can_take_is_refused_and_says_why() {
     let admin = server.admin();
     // n3 takes no new members: with one member per node required, a member
     // of n1 or n2 has nowhere to go.
-    let mut n3 = admin.get::<herd_core::kinds::NodeSpec>("n3").await.unwrap();
-    n3.spec.unschedulable = true;
-    admin.update(&n3).await.unwrap();
+    common::apps::cordon(server, "n3", true).await;
     let app = serde_json::json!({"metadata": {"name": "solo"}, "spec": {"roles": [{
         "name": "s", "run": {"command": ["sleep", "600"]}, "setup": {"script": "true"},
         "placement": {"spread": "Required"}
@@ -306,9 +304,7 @@ async fn an_eviction_no_node_can_take_is_refused_and_says_why() {
     assert!(member.metadata.annotations.is_empty(), "nothing was asked of it: {:?}", member.metadata.annotations);
     assert!(member.status.ready);
     // A node frees up: the eviction is approved, and carried out.
-    let mut n3 = admin.get::<herd_core::kinds::NodeSpec>("n3").await.unwrap();
-    n3.spec.unschedulable = false;
-    admin.update(&n3).await.unwrap();
+    common::apps::cordon(server, "n3", false).await;
     let out = herd(server, &["member", "evict", victim]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     eventually(Duration::from_secs(30), "the member placed on n3", || async {

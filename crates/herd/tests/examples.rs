@@ -105,20 +105,8 @@ fn resize(nodes: &Nodes, members: u32) {
     apply(nodes, &path);
 }
 
-/// Sets the node's `unschedulable`, reading it again when its heartbeat
-/// wrote its status in between (a 409, as the server says to do).
 async fn cordon(nodes: &Nodes, node: &str, unschedulable: bool) {
-    let admin = nodes.server.admin();
-    for _ in 0..20 {
-        let mut object = admin.get::<herd_core::kinds::NodeSpec>(node).await.unwrap();
-        object.spec.unschedulable = unschedulable;
-        match admin.update(&object).await {
-            Ok(_) => return,
-            Err(herd_client::ClientError::Api(status)) if status.code == 409 => continue,
-            Err(error) => panic!("cordon {node}: {error}"),
-        }
-    }
-    panic!("cordon {node}: still conflicting after 20 attempts");
+    common::apps::cordon(&nodes.server, node, unschedulable).await
 }
 
 async fn spec_seen(nodes: &Nodes) {

@@ -30,6 +30,14 @@ impl Document {
         }
     }
 
+    /// `file document 2 (line 14)`, for a line within the document.
+    fn at_line(&self, line: Option<u64>) -> String {
+        match line.and_then(|l| usize::try_from(l).ok()) {
+            Some(line) => format!("{} document {} (line {})", self.file, self.number, line + self.start - 1),
+            None => format!("{} document {}", self.file, self.number),
+        }
+    }
+
     /// The errors, each at its line.
     fn explain(&self, errors: &herd_core::ValidationErrors) -> String {
         let first = errors.errors.first().map(|e| e.field.as_str());
@@ -93,8 +101,12 @@ pub async fn apply(client: &Client, path: &Path, dry_run: bool) -> anyhow::Resul
             .with_context(|| format!("{}: kind: missing", document.at(None)))?;
         let kind = kinds::by_kind(kind_field)
             .with_context(|| format!("{}: kind: unknown kind {kind_field:?}", document.at(Some("kind"))))?;
-        let normalized = (kind.normalize)(document.value.clone())
-            .map_err(|errors| anyhow::anyhow!("{}", document.explain(&errors)))?;
+        let normalized = (kind.normalize)(&document.text).map_err(|refused| match refused {
+            kinds::Manifest::Invalid(errors) => anyhow::anyhow!("{}", document.explain(&errors)),
+            kinds::Manifest::Unreadable { field, line, reason } => {
+                anyhow::anyhow!("{}: {field}: {reason}", document.at_line(line))
+            }
+        })?;
         checked.push((kind, normalized, document));
     }
     let options = WriteOptions { dry_run };

@@ -160,3 +160,19 @@ pub fn require(programs: &[&str]) {
         );
     }
 }
+
+/// Sets a node's `unschedulable` (cordon), reading it again when its
+/// heartbeat wrote its status in between (a 409, as the server says to do).
+pub async fn cordon(server: &TestServer, node: &str, unschedulable: bool) {
+    let admin = server.admin();
+    for _ in 0..20 {
+        let mut object = admin.get::<NodeSpec>(node).await.unwrap();
+        object.spec.unschedulable = unschedulable;
+        match admin.update(&object).await {
+            Ok(_) => return,
+            Err(herd_client::ClientError::Api(status)) if status.code == 409 => continue,
+            Err(error) => panic!("cordon {node}: {error}"),
+        }
+    }
+    panic!("cordon {node}: still conflicting after 20 attempts");
+}
