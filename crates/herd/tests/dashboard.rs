@@ -123,6 +123,24 @@ async fn the_dashboard_shows_the_cluster_live_and_acts_for_the_operator() {
     assert!(seen.iter().any(|t| t != "running"), "the page never showed the member down: {seen:?}");
     assert_eq!(seen.last().map(String::as_str), Some("running"), "{seen:?}");
 
+    // A crash loop is shown where the member is, with its exit.
+    let crashy = nodes.dir.path().join("crashy.yaml");
+    std::fs::write(
+        &crashy,
+        "apiVersion: herd/v1\nkind: App\nmetadata: {name: crashy}\nspec:\n  roles:\n  - name: r\n    \
+         run: {command: [sh, -c, 'exit 3']}\n    setup: {script: 'true'}\n---\napiVersion: herd/v1\n\
+         kind: AppCluster\nmetadata: {name: crashy}\nspec: {appRef: crashy, roles: [{name: r, members: 1}]}\n",
+    )
+    .unwrap();
+    let out = herd(&nodes.server, &["apply", "-f", crashy.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    browser.wait_text(".member-state[data-member=crashy-r-0]", WAIT, |t| t.contains("crash loop")).await;
+    let why = browser.wait_text(".member-why[data-member=crashy-r-0]", WAIT, |t| t.contains("exit status: 3")).await;
+    assert!(why.contains("crash loop"), "{why}");
+    browser.screenshot("crash-loop").await;
+    let out = herd(&nodes.server, &["delete", "appcluster", "crashy"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
     // A drain that a budget can never allow: its progress and blocker.
     let budget = nodes.dir.path().join("all.yaml");
     std::fs::write(&budget, budget_yaml("etcd-all", "herd.io/cluster=etcd", "minAvailable: 3")).unwrap();

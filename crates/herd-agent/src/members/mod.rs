@@ -6,22 +6,26 @@
 //! start time match, and their instance id stays. A member that is gone
 //! (it exited, or the host rebooted) is started again with a fresh
 //! instance id. Members outlive the agent: stopping the agent leaves them
-//! running.
+//! running. `environment` is what every process of a member is given;
+//! `volumes` where its volumes are and which this node had.
+
+mod environment;
+mod volumes;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use herd_core::Timestamp;
 use herd_core::api::{CrashLoop, MemberReport, ReadinessReport};
-use herd_core::kinds::command::{DrainHook, MemberRun, VolumeSpec};
+use herd_core::kinds::command::MemberRun;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+use self::volumes::PrepareError;
 use crate::fsutil::write_atomic;
-use crate::procs::{self, RunMark};
+use crate::procs;
 
 /// In a member's directory: its last readiness verdict.
 const READINESS_FILE: &str = "readiness.json";
@@ -222,47 +226,6 @@ impl Members {
 
     pub fn member_dir(&self, member: &str) -> PathBuf {
         self.data_dir.join("members").join(member)
-    }
-
-    pub fn volume_dir(&self, member: &str, volume: &str) -> PathBuf {
-        self.data_dir.join("volumes").join(member).join(volume)
-    }
-
-    /// Where a copy of a volume is staged until it is verified (kept
-    /// across attempts, so that a copy resumes).
-    pub fn staging_dir(&self, member: &str, volume: &str) -> PathBuf {
-        self.incoming_dir().join(member).join(volume)
-    }
-
-    /// Where every copy is staged, one directory per member.
-    pub fn incoming_dir(&self) -> PathBuf {
-        self.data_dir.join("volumes").join(".incoming")
-    }
-
-    /// Every volume and partial copy in the data dir, with whether this
-    /// agent knows (and runs) its member.
-    pub fn stored_volumes(&self) -> std::io::Result<Vec<herd_core::api::StoredVolume>> {
-        use herd_core::api::{StoredKind, StoredVolume};
-        let root = self.data_dir.join("volumes");
-        let mut found = Vec::new();
-        for (kind, dir) in [(StoredKind::Volume, root.clone()), (StoredKind::Staging, root.join(".incoming"))] {
-            for (member, volume, path) in two_levels(&dir)? {
-                if kind == StoredKind::Volume && member == ".incoming" {
-                    continue;
-                }
-                let record = self.record(&member);
-                found.push(StoredVolume {
-                    bytes: crate::volumes::staged_bytes(&path).unwrap_or(0),
-                    member_known: record.is_some(),
-                    member_running: record.is_some_and(|r| r.wanted),
-                    member,
-                    volume,
-                    kind,
-                    owner: None,
-                });
-            }
-        }
-        Ok(found)
     }
 
     /// Starts `member` with `run`; a member already running with the same
@@ -473,77 +436,6 @@ impl Members {
         self.persist(member)
     }
 
-    /// `program` in the member's environment and nothing of the agent's:
-    /// its directory, the role's variables, herd's member variables
-    /// ([`Self::member_env`]), `HERD_INSTANCE_ID` (`instance`, else the
-    /// run's), and of the agent's own only `PATH`, `HOME` and `LANG`, so
-    /// that no herd credential (a join or admin token, the server, the
-    /// CA) reaches a member, its setup, scripts or checks. In a process
-    /// group of its own: signals reach all its processes, and none reach
-    /// it from the agent's terminal. Standard input is empty.
-    pub fn command(
-        &self,
-        record: &MemberRecord,
-        program: impl AsRef<std::ffi::OsStr>,
-        instance: Option<&str>,
-    ) -> tokio::process::Command {
-        let mut command = tokio::process::Command::new(program);
-        command.env_clear();
-        for key in ["PATH", "HOME", "LANG"] {
-            if let Some(value) = std::env::var_os(key) {
-                command.env(key, value);
-            }
-        }
-        if std::env::var_os("PATH").is_none() {
-            command.env("PATH", DEFAULT_PATH);
-        }
-        command.envs(&record.run.env).envs(self.member_env(record));
-        if let Some(instance) = instance.or(record.process.as_ref().map(|p| p.instance_id.as_str())) {
-            command.env("HERD_INSTANCE_ID", instance);
-        }
-        command.current_dir(self.member_dir(&record.name)).stdin(Stdio::null()).process_group(0);
-        command
-    }
-
-    /// `sh -c <script> <args>` in the member's environment (see
-    /// [`Self::command`]), marked as one run, its output piped: a
-    /// RunScript, a drain hook.
-    pub fn shell(&self, record: &MemberRecord, script: &str, args: &[&str], mark: &RunMark) -> tokio::process::Command {
-        let mut command = self.command(record, "sh", None);
-        command.arg("-c").arg(script).args(args).env(procs::RUN_VAR, mark.as_str());
-        command.stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
-        command
-    }
-
-    /// Runs the member's drain hook (`sh -c <script> herd-drain --drain`,
-    /// in its environment) for at most its timeout; what it says is logged.
-    /// Whatever it started ends with it.
-    async fn drain_hook(&self, record: &MemberRecord, hook: &DrainHook) {
-        let member = &record.name;
-        let mark = RunMark::fresh("drain");
-        let child = match self.shell(record, &hook.script, &["herd-drain", "--drain"], &mark).spawn() {
-            Ok(child) => child,
-            Err(error) => {
-                tracing::warn!(member, %error, "could not start the drain hook; stopping the member anyway");
-                return;
-            }
-        };
-        let pid = child.id().unwrap_or_default();
-        match tokio::time::timeout(hook.timeout.get(), child.wait_with_output()).await {
-            Ok(Ok(output)) => tracing::info!(
-                member,
-                status = %output.status,
-                stderr = %String::from_utf8_lossy(&output.stderr).trim(),
-                "drain hook ran"
-            ),
-            Ok(Err(error)) => tracing::warn!(member, %error, "the drain hook failed; stopping the member anyway"),
-            Err(_) => {
-                tracing::warn!(member, timeout = %hook.timeout, "the drain hook ran out of time; stopping the member");
-            }
-        }
-        procs::end_run(Some(pid), &mark);
-    }
-
     /// Forgets a member: stopped, its volumes, directory and record
     /// removed. Unknown members are not an error: forgetting is repeatable.
     pub async fn forget(&self, member: &str) -> Result<(), MemberError> {
@@ -614,22 +506,6 @@ impl Members {
         write_atomic(&path, &json, 0o644).map_err(io)
     }
 
-    /// What herd adds to a member's environment (for its process, its
-    /// scripts and its checks): `HERD_MEMBER`, `HERD_VOLUME_<NAME>` to the
-    /// path of each of its volumes, and `HERD_CONFIGMETA` when it is an
-    /// app-cluster member (and `HERD_CONFIGMETA_SH`, the same as shell variables).
-    pub fn member_env(&self, record: &MemberRecord) -> Vec<(String, std::ffi::OsString)> {
-        let mut env = vec![("HERD_MEMBER".to_string(), record.name.clone().into())];
-        for volume in &record.run.volumes {
-            env.push((volume_env(&volume.name), self.volume_dir(&record.name, &volume.name).into()));
-        }
-        if let Some(dir) = crate::setup::herd_volume(self, record) {
-            env.push(("HERD_CONFIGMETA".into(), dir.join(crate::setup::CONFIGMETA).into()));
-            env.push(("HERD_CONFIGMETA_SH".into(), dir.join(crate::setup::CONFIGMETA_SH).into()));
-        }
-        env
-    }
-
     /// Records a readiness check's result (a changed verdict is reported
     /// at once, and kept in the member's directory: an agent that restarts
     /// reports the verdict its running members last had, rather than none
@@ -672,70 +548,6 @@ impl Members {
     pub fn records(&self) -> Vec<MemberRecord> {
         self.lock().values().map(|slot| slot.record.clone()).collect()
     }
-
-    /// A persistent volume is kept; an ephemeral one starts empty. A
-    /// persistent volume this node had (its mark beside it) and that is
-    /// gone was lost: it is not made again empty (`Lost`), for the member
-    /// would start on nothing as if it were its data.
-    fn prepare_volume(&self, member: &str, volume: &VolumeSpec) -> Result<PathBuf, PrepareError> {
-        let path = self.volume_dir(member, &volume.name);
-        let mark = self.volume_mark(member, &volume.name);
-        if !volume.persistent {
-            if path.exists() {
-                std::fs::remove_dir_all(&path)?;
-            }
-        } else if !path.is_dir() && mark.exists() {
-            return Err(PrepareError::Lost);
-        }
-        std::fs::create_dir_all(&path)?;
-        if volume.persistent && !mark.exists() {
-            write_atomic(&mark, b"", 0o644)?;
-        }
-        Ok(path)
-    }
-
-    /// Beside a persistent volume: that this node has had it (a volume gone
-    /// while its mark stays was lost, not never made).
-    fn volume_mark(&self, member: &str, volume: &str) -> PathBuf {
-        self.data_dir.join("volumes").join(member).join(format!(".{volume}.kept"))
-    }
-
-    /// The persistent volumes of `record` this node had and lost.
-    pub fn lost_volumes(&self, record: &MemberRecord) -> Vec<String> {
-        record
-            .run
-            .volumes
-            .iter()
-            .filter(|v| v.persistent)
-            .filter(|v| {
-                !self.volume_dir(&record.name, &v.name).is_dir() && self.volume_mark(&record.name, &v.name).exists()
-            })
-            .map(|v| v.name.clone())
-            .collect()
-    }
-
-    /// Forgets that this node had `member`'s persistent volume `volume` (it
-    /// was deleted on purpose): a start makes it afresh.
-    pub fn forget_volume_mark(&self, member: &str, volume: &str) -> std::io::Result<()> {
-        match std::fs::remove_file(self.volume_mark(member, volume)) {
-            Err(error) if error.kind() != std::io::ErrorKind::NotFound => Err(error),
-            _ => Ok(()),
-        }
-    }
-}
-
-/// Why a volume could not be made ready for a start.
-#[derive(Debug)]
-enum PrepareError {
-    /// A persistent volume this node had is gone.
-    Lost,
-    Io(std::io::Error),
-}
-
-impl From<std::io::Error> for PrepareError {
-    fn from(error: std::io::Error) -> Self {
-        PrepareError::Io(error)
-    }
 }
 
 /// What the heartbeat says of a member whose last runs each ended within
@@ -766,35 +578,6 @@ fn find_launched(launching: &Launching) -> Option<Running> {
         start_ticks: procs::start_ticks(pid)?,
         started_at: launching.started_at,
     })
-}
-
-/// The directories two levels under `dir` (`<member>/<volume>`), sorted;
-/// none when `dir` does not exist.
-fn two_levels(dir: &Path) -> std::io::Result<Vec<(String, String, PathBuf)>> {
-    let subdirs = |dir: &Path| -> std::io::Result<Vec<(String, PathBuf)>> {
-        let mut found = Vec::new();
-        match std::fs::read_dir(dir) {
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(found),
-            Err(error) => return Err(error),
-            Ok(items) => {
-                for item in items {
-                    let item = item?;
-                    if item.file_type()?.is_dir() {
-                        found.push((item.file_name().to_string_lossy().into_owned(), item.path()));
-                    }
-                }
-            }
-        }
-        found.sort();
-        Ok(found)
-    };
-    let mut found = Vec::new();
-    for (member, path) in subdirs(dir)? {
-        for (volume, path) in subdirs(&path)? {
-            found.push((member.clone(), volume, path));
-        }
-    }
-    Ok(found)
 }
 
 /// Ends the processes of every member recorded in `data_dir` (SIGTERM to
@@ -839,153 +622,5 @@ fn end_instance(instance: &str) {
     }
 }
 
-/// `HERD_VOLUME_<NAME>`, the name upper-cased with `-` and `.` as `_`.
-fn volume_env(name: &str) -> String {
-    let upper: String =
-        name.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' }).collect();
-    format!("HERD_VOLUME_{upper}")
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn run(script: &str, volumes: Vec<VolumeSpec>) -> MemberRun {
-        MemberRun {
-            command: vec!["sh".into(), "-c".into(), script.into()],
-            env: BTreeMap::new(),
-            volumes,
-            readiness: None,
-            drain: None,
-        }
-    }
-
-    async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-        for _ in 0..200 {
-            if check() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        panic!("timed out waiting for {what}");
-    }
-
-    #[tokio::test]
-    async fn a_restarted_agent_adopts_running_members_and_a_reboot_starts_them_afresh() {
-        let dir = tempfile::tempdir().unwrap();
-        let stop = CancellationToken::new();
-        let members = Members::open(dir.path(), stop.clone()).await.unwrap();
-        let volumes = vec![
-            VolumeSpec { name: "data".into(), persistent: true },
-            VolumeSpec { name: "scratch".into(), persistent: false },
-        ];
-        let script =
-            "echo started >> \"$HERD_VOLUME_DATA/starts\"; touch \"$HERD_VOLUME_SCRATCH/x\"; echo out; exec sleep 60";
-        let first = members.start("m1", run(script, volumes.clone())).await.unwrap();
-        let starts = members.volume_dir("m1", "data").join("starts");
-        let stdout = members.member_dir("m1").join("stdout.log");
-        let log = || std::fs::read_to_string(&stdout).unwrap_or_default();
-        eventually("the member ran its script", || log() == "out\n").await;
-        assert_eq!(
-            members.start("m1", run(script, volumes.clone())).await.unwrap(),
-            first,
-            "starting again is a no-op"
-        );
-
-        // The agent stops (members keep running) and starts again: adopted.
-        stop.cancel();
-        let stop = CancellationToken::new();
-        let members = Members::open(dir.path(), stop.clone()).await.unwrap();
-        let report = members.report();
-        assert_eq!(report[0].instance_id.as_deref(), Some(first.as_str()));
-        assert!(report[0].running);
-        let pid = report[0].pid.unwrap();
-
-        // A "host reboot": the agent and its members die; the member comes
-        // back with a new instance id, its persistent volume kept and its
-        // ephemeral one emptied.
-        stop.cancel();
-        procs::signal_group(pid, libc::SIGKILL).unwrap();
-        eventually("the member died", || procs::start_ticks(pid).is_none()).await;
-        let stop = CancellationToken::new();
-        let members = Members::open(dir.path(), stop.clone()).await.unwrap();
-        let second = members.report()[0].instance_id.clone().unwrap();
-        assert_ne!(second, first);
-        eventually("both runs' output in one log", || log() == "out\nout\n").await;
-        assert_eq!(std::fs::read_to_string(&starts).unwrap().lines().count(), 2);
-        members.stop("m1").await.unwrap();
-        assert!(!members.report()[0].running);
-        assert!(members.volume_dir("m1", "data").join("starts").exists(), "stopping keeps volumes");
-        stop.cancel();
-    }
-
-    #[tokio::test]
-    async fn a_member_started_just_before_the_agent_was_killed_is_found_not_started_twice() {
-        use std::os::unix::process::CommandExt;
-        let dir = tempfile::tempdir().unwrap();
-        let stop = CancellationToken::new();
-        let members = Members::open(dir.path(), stop.clone()).await.unwrap();
-        let volumes = vec![VolumeSpec { name: "data".into(), persistent: true }];
-        let script = "echo started >> \"$HERD_VOLUME_DATA/starts\"; exec sleep 60";
-        let first = members.start("m1", run(script, volumes)).await.unwrap();
-        let starts = members.volume_dir("m1", "data").join("starts");
-        let count = || std::fs::read_to_string(&starts).unwrap_or_default().lines().count();
-        eventually("the first run started", || count() == 1).await;
-        let first_pid = members.report()[0].pid.unwrap();
-        stop.cancel();
-
-        // The first run dies and the agent starts a second one, but is
-        // killed after the spawn and before recording its pid: the record
-        // holds only the new instance id, marked as being launched.
-        procs::signal_group(first_pid, libc::SIGKILL).unwrap();
-        eventually("the first run died", || procs::start_ticks(first_pid).is_none()).await;
-        let mut record = members.record("m1").unwrap();
-        let launching = Launching { instance_id: uuid::Uuid::now_v7().to_string(), started_at: crate::now() };
-        record.launching = Some(launching.clone());
-        write_atomic(&members.member_dir("m1").join("member.json"), &serde_json::to_vec(&record).unwrap(), 0o644)
-            .unwrap();
-        let mut second = std::process::Command::new("sh")
-            .args(["-c", script])
-            .env("HERD_INSTANCE_ID", &launching.instance_id)
-            .env("HERD_VOLUME_DATA", members.volume_dir("m1", "data"))
-            .process_group(0)
-            .spawn()
-            .unwrap();
-        eventually("the second run started", || count() == 2).await;
-
-        let stop = CancellationToken::new();
-        let members = Members::open(dir.path(), stop.clone()).await.unwrap();
-        let report = members.report()[0].clone();
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let runs = count();
-        let _ = second.kill();
-        let _ = second.wait();
-        stop.cancel();
-        assert_eq!(report.instance_id.as_deref(), Some(launching.instance_id.as_str()), "{report:?}");
-        assert_ne!(report.instance_id.as_deref(), Some(first.as_str()));
-        assert_eq!(report.pid, Some(second.id()));
-        assert!(report.running);
-        assert_eq!(runs, 2, "no third run was started");
-        assert_eq!(members.record("m1").unwrap().launching, None, "the record now holds the found run");
-    }
-
-    #[tokio::test]
-    async fn a_member_that_exits_is_started_again_with_a_new_instance_id() {
-        let dir = tempfile::tempdir().unwrap();
-        let stop = CancellationToken::new();
-        let members = Members::open(dir.path(), stop.clone()).await.unwrap();
-        let first = members.start("m1", run("sleep 0.2", vec![])).await.unwrap();
-        eventually("a restart", || members.report()[0].restarts >= 1).await;
-        let report = &members.report()[0];
-        assert_ne!(report.instance_id.as_deref(), Some(first.as_str()));
-        assert!(report.last_exit.as_deref().unwrap_or_default().contains("exit status: 0"), "{report:?}");
-        members.stop("m1").await.unwrap();
-        stop.cancel();
-    }
-
-    #[test]
-    fn the_restart_backoff_doubles_over_short_runs_and_is_capped() {
-        let delays: Vec<u64> = [0, 1, 2, 5, 6, 20].map(|streak| restart_delay(streak).as_millis() as u64).to_vec();
-        assert_eq!(delays, [500, 1000, 2000, 16000, 30000, 30000]);
-    }
-}
+mod tests;

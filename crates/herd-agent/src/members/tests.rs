@@ -1,0 +1,138 @@
+//! The members' tests: adoption, a reboot, a launch cut short, restarts and their backoff.
+
+use super::*;
+use herd_core::kinds::command::VolumeSpec;
+
+fn run(script: &str, volumes: Vec<VolumeSpec>) -> MemberRun {
+    MemberRun {
+        command: vec!["sh".into(), "-c".into(), script.into()],
+        env: BTreeMap::new(),
+        volumes,
+        readiness: None,
+        drain: None,
+    }
+}
+
+async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    for _ in 0..200 {
+        if check() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+#[tokio::test]
+async fn a_restarted_agent_adopts_running_members_and_a_reboot_starts_them_afresh() {
+    let dir = tempfile::tempdir().unwrap();
+    let stop = CancellationToken::new();
+    let members = Members::open(dir.path(), stop.clone()).await.unwrap();
+    let volumes = vec![
+        VolumeSpec { name: "data".into(), persistent: true },
+        VolumeSpec { name: "scratch".into(), persistent: false },
+    ];
+    let script =
+        "echo started >> \"$HERD_VOLUME_DATA/starts\"; touch \"$HERD_VOLUME_SCRATCH/x\"; echo out; exec sleep 60";
+    let first = members.start("m1", run(script, volumes.clone())).await.unwrap();
+    let starts = members.volume_dir("m1", "data").join("starts");
+    let stdout = members.member_dir("m1").join("stdout.log");
+    let log = || std::fs::read_to_string(&stdout).unwrap_or_default();
+    eventually("the member ran its script", || log() == "out\n").await;
+    assert_eq!(members.start("m1", run(script, volumes.clone())).await.unwrap(), first, "starting again is a no-op");
+
+    // The agent stops (members keep running) and starts again: adopted.
+    stop.cancel();
+    let stop = CancellationToken::new();
+    let members = Members::open(dir.path(), stop.clone()).await.unwrap();
+    let report = members.report();
+    assert_eq!(report[0].instance_id.as_deref(), Some(first.as_str()));
+    assert!(report[0].running);
+    let pid = report[0].pid.unwrap();
+
+    // A "host reboot": the agent and its members die; the member comes
+    // back with a new instance id, its persistent volume kept and its
+    // ephemeral one emptied.
+    stop.cancel();
+    procs::signal_group(pid, libc::SIGKILL).unwrap();
+    eventually("the member died", || procs::start_ticks(pid).is_none()).await;
+    let stop = CancellationToken::new();
+    let members = Members::open(dir.path(), stop.clone()).await.unwrap();
+    let second = members.report()[0].instance_id.clone().unwrap();
+    assert_ne!(second, first);
+    eventually("both runs' output in one log", || log() == "out\nout\n").await;
+    assert_eq!(std::fs::read_to_string(&starts).unwrap().lines().count(), 2);
+    members.stop("m1").await.unwrap();
+    assert!(!members.report()[0].running);
+    assert!(members.volume_dir("m1", "data").join("starts").exists(), "stopping keeps volumes");
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn a_member_started_just_before_the_agent_was_killed_is_found_not_started_twice() {
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    let stop = CancellationToken::new();
+    let members = Members::open(dir.path(), stop.clone()).await.unwrap();
+    let volumes = vec![VolumeSpec { name: "data".into(), persistent: true }];
+    let script = "echo started >> \"$HERD_VOLUME_DATA/starts\"; exec sleep 60";
+    let first = members.start("m1", run(script, volumes)).await.unwrap();
+    let starts = members.volume_dir("m1", "data").join("starts");
+    let count = || std::fs::read_to_string(&starts).unwrap_or_default().lines().count();
+    eventually("the first run started", || count() == 1).await;
+    let first_pid = members.report()[0].pid.unwrap();
+    stop.cancel();
+
+    // The first run dies and the agent starts a second one, but is
+    // killed after the spawn and before recording its pid: the record
+    // holds only the new instance id, marked as being launched.
+    procs::signal_group(first_pid, libc::SIGKILL).unwrap();
+    eventually("the first run died", || procs::start_ticks(first_pid).is_none()).await;
+    let mut record = members.record("m1").unwrap();
+    let launching = Launching { instance_id: uuid::Uuid::now_v7().to_string(), started_at: crate::now() };
+    record.launching = Some(launching.clone());
+    write_atomic(&members.member_dir("m1").join("member.json"), &serde_json::to_vec(&record).unwrap(), 0o644).unwrap();
+    let mut second = std::process::Command::new("sh")
+        .args(["-c", script])
+        .env("HERD_INSTANCE_ID", &launching.instance_id)
+        .env("HERD_VOLUME_DATA", members.volume_dir("m1", "data"))
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    eventually("the second run started", || count() == 2).await;
+
+    let stop = CancellationToken::new();
+    let members = Members::open(dir.path(), stop.clone()).await.unwrap();
+    let report = members.report()[0].clone();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let runs = count();
+    let _ = second.kill();
+    let _ = second.wait();
+    stop.cancel();
+    assert_eq!(report.instance_id.as_deref(), Some(launching.instance_id.as_str()), "{report:?}");
+    assert_ne!(report.instance_id.as_deref(), Some(first.as_str()));
+    assert_eq!(report.pid, Some(second.id()));
+    assert!(report.running);
+    assert_eq!(runs, 2, "no third run was started");
+    assert_eq!(members.record("m1").unwrap().launching, None, "the record now holds the found run");
+}
+
+#[tokio::test]
+async fn a_member_that_exits_is_started_again_with_a_new_instance_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let stop = CancellationToken::new();
+    let members = Members::open(dir.path(), stop.clone()).await.unwrap();
+    let first = members.start("m1", run("sleep 0.2", vec![])).await.unwrap();
+    eventually("a restart", || members.report()[0].restarts >= 1).await;
+    let report = &members.report()[0];
+    assert_ne!(report.instance_id.as_deref(), Some(first.as_str()));
+    assert!(report.last_exit.as_deref().unwrap_or_default().contains("exit status: 0"), "{report:?}");
+    members.stop("m1").await.unwrap();
+    stop.cancel();
+}
+
+#[test]
+fn the_restart_backoff_doubles_over_short_runs_and_is_capped() {
+    let delays: Vec<u64> = [0, 1, 2, 5, 6, 20].map(|streak| restart_delay(streak).as_millis() as u64).to_vec();
+    assert_eq!(delays, [500, 1000, 2000, 16000, 30000, 30000]);
+}
