@@ -52,6 +52,8 @@ pub struct View<'a> {
     pub members: &'a [Member],
     /// The members whose process the drained node still reports.
     pub reported: &'a BTreeSet<String>,
+    /// Whether that node is Ready: a NotReady node's report is not current.
+    pub reporter_ready: bool,
 }
 
 /// An eviction the drain asks for.
@@ -111,13 +113,16 @@ fn abandoned(member: &Member, node: &str) -> bool {
 }
 
 /// Where a member bound elsewhere stands: ready, or why not.
-fn arrived(member: &Member, node: &str, reported: &BTreeSet<String>) -> Result<(), String> {
+fn arrived(member: &Member, node: &str, view: &View) -> Result<(), String> {
     let name = &member.metadata.name;
     if member.spec.node.as_deref() == Some(node) {
         return Err(format!("{name} is still bound to {node}"));
     }
-    if reported.contains(name) {
-        return Err(format!("{name}'s old process still runs on {node}"));
+    if view.reported.contains(name) {
+        return Err(match view.reporter_ready {
+            true => format!("{name}'s old process still runs on {node}"),
+            false => format!("{node} is NotReady: whether {name}'s old process still runs there is not known"),
+        });
     }
     if !member.status.ready {
         let place = member.spec.node.as_deref().map(|n| format!(" on {n}")).unwrap_or_default();
@@ -154,7 +159,7 @@ fn standing(action: &OperationAction, step: &OperationStep, member: &Member, vie
             if !asked {
                 return if member.spec.node.as_deref() != Some(node) { Standing::Left } else { Standing::NotYet };
             }
-            match arrived(member, node, view.reported) {
+            match arrived(member, node, view) {
                 Ok(()) => Standing::Done(format!("ready on {}", member.spec.node.as_deref().unwrap_or_default())),
                 Err(why) => Standing::Waiting(why),
             }
@@ -524,7 +529,8 @@ mod tests {
 
     fn pass(op: &mut Operation, members: &[Member], retry: bool, now: Timestamp) -> Vec<String> {
         let reported = BTreeSet::new();
-        let (status, orders) = super::pass(op, &View { members, reported: &reported }, retry, now);
+        let (status, orders) =
+            super::pass(op, &View { members, reported: &reported, reporter_ready: true }, retry, now);
         op.status = status;
         orders.into_iter().map(|o| o.member).collect()
     }
@@ -635,6 +641,22 @@ mod tests {
     }
 
     #[test]
+    fn a_drained_node_that_is_not_ready_is_not_taken_at_its_word() {
+        let mut op = drain(1, None, OnDeadline::Fail);
+        let mut members = vec![member(0, "n1", true)];
+        pass(&mut op, &members, false, at(1));
+        evicted(&mut op, &mut members, "db-r-0", at(1));
+        members[0].spec.node = Some("n2".into());
+        let reported = BTreeSet::from(["db-r-0".to_string()]);
+        for (ready, said) in [(true, "db-r-0's old process still runs on n1"), (false, "n1 is NotReady: whether")] {
+            let view = View { members: &members, reported: &reported, reporter_ready: ready };
+            let (status, _) = super::pass(&op, &view, false, at(2));
+            let blocker = status.blocker.unwrap().message;
+            assert!(blocker.contains(said), "{blocker}");
+        }
+    }
+
+    #[test]
     fn a_budget_that_never_allows_is_the_blocker_at_once() {
         let mut op = drain(1, None, OnDeadline::Fail);
         let members = vec![member(0, "n1", true)];
@@ -673,8 +695,8 @@ mod tests {
                         && message.ends_with("budget q needs 2 healthy, has 2"),
                     "{message}"
                 );
-                let (status, orders) =
-                    super::pass(&op, &View { members: &members, reported: &BTreeSet::new() }, true, at(40));
+                let view = View { members: &members, reported: &BTreeSet::new(), reporter_ready: true };
+                let (status, orders) = super::pass(&op, &view, true, at(40));
                 assert!(orders.is_empty() && status == op.status, "a finished Operation never changes");
             }
         }

@@ -129,11 +129,11 @@ impl OperationsController {
             OperationAction::Restart { .. } => (Disruption::Restart, None),
         };
         let members = self.members.list();
-        let reported: BTreeSet<String> = node
-            .and_then(|node| self.nodes.get(node))
-            .map(|n| n.status.members.iter().map(|m| m.name.clone()).collect())
-            .unwrap_or_default();
-        let view = View { members: &members, reported: &reported };
+        let drained = node.and_then(|node| self.nodes.get(node));
+        let reported: BTreeSet<String> =
+            drained.as_ref().map(|n| n.status.members.iter().map(|m| m.name.clone()).collect()).unwrap_or_default();
+        let reporter_ready = drained.as_ref().is_none_or(|n| n.status.ready);
+        let view = View { members: &members, reported: &reported, reporter_ready };
         let at = now();
         let (mut status, orders) = operation::pass(op, &view, retry_refused, at);
         for order in orders {
