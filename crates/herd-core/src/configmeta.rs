@@ -126,7 +126,8 @@ fn quoted(value: &str) -> String {
 }
 
 /// FNV-1a, 64 bits, over each staying member's name, node, host, ports,
-/// state and readiness: stable across processes and versions.
+/// and whether it is configured and ready: stable across processes and
+/// versions.
 fn digest(roles: &[RoleMeta]) -> String {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     let mut feed = |text: &str| {
@@ -145,8 +146,14 @@ fn digest(roles: &[RoleMeta]) -> String {
                 feed(port);
                 feed(&number.to_string());
             }
-            feed(&format!("{:?}", member.state));
-            feed(if member.ready { "ready" } else { "not ready" });
+            // Whether it is configured and ready, not every step on the
+            // way (create pending, creating): a cluster forming would send
+            // every member a fresh copy at each of the others' steps.
+            feed(match (member.state == MemberState::Configured, member.ready) {
+                (true, true) => "ready",
+                (true, false) => "configured, not ready",
+                (false, _) => "not configured",
+            });
         }
     }
     format!("{hash:016x}")
@@ -154,12 +161,15 @@ fn digest(roles: &[RoleMeta]) -> String {
 
 impl ConfigMeta {
     /// A digest of what the document says of the members: each staying
-    /// member's name, role, node, host, ports, state and readiness. A
-    /// configured member whose configmeta was written with another digest
-    /// is given a fresh one (a member replaced on another host, one that
-    /// became configured, one whose node went NotReady): what it reads is
-    /// never left stale. (A change while one is on its way waits for it:
-    /// one Command at a time per member, so changes coalesce.)
+    /// member's name, role, node, host, ports, and whether it is
+    /// configured and ready (not each step before: create pending and
+    /// creating are both "not configured yet"). A configured member whose
+    /// configmeta was written with another digest is given a fresh one (a
+    /// member replaced on another host, one that became configured, one
+    /// whose node went NotReady): no member is left reading another as not
+    /// configured, or ready, when it is not. (A change while one is on its
+    /// way waits for it: one Command at a time per member, so changes
+    /// coalesce.)
     pub fn digest(&self) -> String {
         digest(&self.roles)
     }
@@ -302,6 +312,8 @@ mod tests {
         assert_eq!(digest(&members), digest_of(&cluster, &members, &[] as &[Node]));
         let mut seen = vec![digest(&members)];
         let mut later = members.clone();
+        later[1].status.state = MemberState::CreatePending;
+        assert_eq!(digest(&later), seen[0], "a step before configured is not a change to send");
         later[1].status.state = MemberState::Configured;
         seen.push(digest(&later));
         later[1].status.ready = true;
