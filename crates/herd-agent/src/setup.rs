@@ -5,11 +5,14 @@
 //! `setup.sh --configure` runs detached, in a process group of its own,
 //! under a small shell wrapper (no `timeout`: a program that makes a
 //! process group of its own would escape the run's). `setup.status` says
-//! how it went (`herd_core::setup_status`): the agent writes `<instance>=`
-//! before the launch; at the end the wrapper writes `<instance>=<exit
-//! code>`, and the agent, which reaps the wrapper while it lives, writes
-//! it when the wrapper could not (the volume is full: the agent's space
-//! reserve gives the line room), with why. The agent enforces the
+//! how it went (`herd_core::setup_status`), and only the agent writes it:
+//! `<instance>=` before the launch, `<instance>=<exit code>` at the end
+//! (the wrapper's exit code, which it reaps while it lives, or the one
+//! the wrapper recorded in `setup.result` for an agent that was not
+//! there), with why when the volume was full (the agent's space reserve
+//! gives the line room); its output files get space
+//! reserved before it starts, so that what it says on a full volume
+//! lands too. The agent enforces the
 //! timeout itself (`setup.run.json` in the member's directory keeps the
 //! deadline and the run's process, so a restarted agent goes on
 //! enforcing it), and answers a run that is gone without a status. Every
@@ -50,12 +53,22 @@ const STDERR_TAIL: u64 = 2048;
 /// found its volume full.
 const FULL: u64 = 64 << 10;
 
+/// Space held for each of a setup's output files before it starts: what
+/// it writes when its volume is full still lands (a setup that fills its
+/// volume says why it failed).
+const LOG_RESERVE: i64 = 64 << 10;
+
+/// Where the wrapper records the setup's exit code, for an agent that was
+/// not there to reap it (the agent alone writes `setup.status`).
+const RESULT: &str = "setup.result";
+
 /// The wrapper that runs the setup and records its exit code. `$1` is the
-/// herd volume.
+/// herd volume. Its output is appended to files the agent emptied and
+/// reserved space in (a truncating `>` would give the space back).
 const WRAPPER: &str = r#"dir="$1"
-sh "$dir/setup.sh" --configure >"$dir/setup.out" 2>"$dir/setup.err" </dev/null
+sh "$dir/setup.sh" --configure >>"$dir/setup.out" 2>>"$dir/setup.err" </dev/null
 code=$?
-printf '%s=%s\n' "$HERD_INSTANCE_ID" "$code" >"$dir/setup.status.tmp" && mv -f "$dir/setup.status.tmp" "$dir/setup.status"
+printf '%s=%s\n' "$HERD_INSTANCE_ID" "$code" >"$dir/setup.result.tmp" && mv -f "$dir/setup.result.tmp" "$dir/setup.result"
 exit "$code"
 "#;
 
@@ -105,7 +118,8 @@ enum End {
     Exited(Option<i32>),
     /// Its deadline passed.
     TimedOut,
-    /// It is gone, and no one saw it end (an agent restarted meanwhile).
+    /// It is gone, and no one saw it end (an agent restarted meanwhile):
+    /// its wrapper's `setup.result` says how, if it could write it.
     Gone,
 }
 
@@ -165,6 +179,9 @@ pub fn configure(
     // The run is recorded before the status says launched: a restarted
     // agent that finds the one finds the other.
     write_run(&member_dir, &run)?;
+    for log in [STDOUT, STDERR] {
+        reserve_log(&dir.join(log)).map_err(|e| written(members, log, &e))?;
+    }
     let reserve = SpaceReserve::of(members.data_dir());
     reserve
         .write_atomic(&dir.join(STATUS), launched(instance).as_bytes(), 0o644)
@@ -213,7 +230,9 @@ pub fn look(members: &Members, record: &MemberRecord) {
 }
 
 /// A run ended: whatever it started ends too, and the status file records
-/// the end when the wrapper did not.
+/// how (the agent is its only writer): the exit code, with why when the
+/// volume was full at the end; a signal; the timeout; or, for a run no one
+/// saw end, the code its wrapper recorded, else that it left none.
 fn finish(members: &Members, member: &str, run: &SetupRun, end: End) {
     procs::end_run(run.pid, &run.mark());
     // A run the agent ended itself (its member's instance ended) has no
@@ -225,40 +244,72 @@ fn finish(members: &Members, member: &str, run: &SetupRun, end: End) {
     let Some(record) = members.record(member) else { return };
     let Some(dir) = herd_volume(members, &record) else { return };
     let status = read_status(&dir);
+    let recorded = std::fs::read_to_string(dir.join(RESULT)).ok();
+    let full = full_volume(&dir);
+    let with_full = |code: i32| match (&full, code) {
+        (Some(full), code) if code != 0 => finished_noted(&run.instance, code, full),
+        _ => finished(&run.instance, code),
+    };
     let line = match end {
-        _ if ended(status.as_deref(), &run.instance) => None,
         // Ended by the agent (a restart of its member, a removal) meanwhile.
         _ if status_instance(status.as_deref()) != Some(run.instance.as_str()) => None,
-        End::Exited(Some(code)) => Some(match full_volume(&dir) {
-            Some(full) => finished_noted(&run.instance, code, &format!("its status could not be written: {full}")),
-            None => finished(&run.instance, code),
-        }),
+        _ if ended(status.as_deref(), &run.instance) => None,
+        End::Exited(Some(code)) => Some(with_full(code)),
         End::Exited(None) => Some(ended_without_code(&run.instance, "killed by a signal")),
         End::TimedOut => Some(ended_without_code(
             &run.instance,
             &format!("timed out after {} s; killed with everything it started", run.timeout_secs),
         )),
-        End::Gone => {
-            let why = "it ended without recording its exit status";
-            Some(ended_without_code(
-                &run.instance,
-                &match full_volume(&dir) {
-                    Some(full) => format!("{why}: {full}"),
-                    None => why.to_string(),
-                },
-            ))
-        }
+        End::Gone => match recorded.as_deref().and_then(|r| recorded_code(r, &run.instance)) {
+            Some(code) => Some(with_full(code)),
+            None => {
+                let why = "it ended without recording its exit status";
+                Some(ended_without_code(
+                    &run.instance,
+                    &match &full {
+                        Some(full) => format!("{why}: {full}"),
+                        None => why.to_string(),
+                    },
+                ))
+            }
+        },
     };
     if let Some(line) = line {
         let reserve = SpaceReserve::of(members.data_dir());
         match reserve.write_atomic(&dir.join(STATUS), line.as_bytes(), 0o644) {
-            Ok(()) => tracing::warn!(member, status = line.trim(), "recorded how a setup ended"),
+            Ok(()) => tracing::info!(member, status = line.trim(), "recorded how a setup ended"),
             Err(error) => tracing::error!(member, %error, status = line.trim(), "could not record how a setup ended"),
         }
         reserve.take();
     }
+    let _ = std::fs::remove_file(dir.join(RESULT));
     let _ = std::fs::remove_file(member_dir.join(RUN_FILE));
     members.tell_changed();
+}
+
+/// The exit code a wrapper recorded for `instance` (`<instance>=<code>`).
+fn recorded_code(text: &str, instance: &str) -> Option<i32> {
+    let (of, code) = text.trim().split_once('=')?;
+    (of == instance).then(|| code.trim().parse().ok()).flatten()
+}
+
+/// Empties a setup's output file and holds [`LOG_RESERVE`] of real blocks
+/// for it past its end (`FALLOC_FL_KEEP_SIZE`: its length stays 0), which
+/// its appends use first. A file system that cannot reserve gets none,
+/// and the output is written as space allows.
+fn reserve_log(path: &Path) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).open(path)?;
+    // SAFETY: fallocate(2) on a file descriptor this function owns, with plain integers.
+    let reserved = unsafe { libc::fallocate(file.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, 0, LOG_RESERVE) };
+    if reserved != 0 {
+        let error = std::io::Error::last_os_error();
+        if is_disk_full(&error) {
+            return Err(error);
+        }
+        tracing::debug!(path = %path.display(), %error, "could not reserve space for a setup's output");
+    }
+    Ok(())
 }
 
 /// "no space left on the member's volume (12 kB free)" when it is full.

@@ -336,7 +336,13 @@ fi
     })
     .await
     .unwrap_or_default();
-    assert!(detail.contains("exit status 1") && detail.contains("no space left on the member's volume"), "{detail}");
+    let herd_volume = agent_dir.join("volumes/full-db-0/herd");
+    let shown = |name: &str| std::fs::read_to_string(herd_volume.join(name)).unwrap_or_else(|e| format!("({e})"));
+    let files = format!("setup.status: {:?}, setup.err: {:?}", shown("setup.status"), shown("setup.err"));
+    assert!(
+        detail.contains("exit status 1") && detail.contains("no space left on the member's volume"),
+        "{detail} ({files})"
+    );
     let _ = std::fs::remove_file(agent_dir.join("volumes/full-db-0/data/fill"));
     admin.delete_value("appclusters", "full", Default::default()).await.unwrap();
     eventually(Duration::from_secs(30), "full-db-0 gone", || async {
