@@ -29,30 +29,16 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// A command given wrongly (an unknown kind, a malformed argument): exit
 /// code 2, as clap's own usage errors.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
 pub struct Usage(pub String);
-
-impl std::fmt::Display for Usage {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Usage {}
 
 /// What the CLI was asked cannot be done in the state things are in (an
 /// Operation that ended cannot be cancelled): exit code 4, as the
 /// server's conflicts.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
 pub struct Conflict(pub String);
-
-impl std::fmt::Display for Conflict {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Conflict {}
 
 fn exit_code(error: &anyhow::Error) -> u8 {
     if let Some(herd_server::ServerError::Settings(_)) = error.downcast_ref() {

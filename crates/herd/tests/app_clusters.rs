@@ -279,21 +279,30 @@ async fn seen(server: &TestServer) {
     .await;
 }
 
+/// Cluster `c` of two db members grown to three, c-db-0 refusing the
+/// notify of c-db-2's join until it failed `attempts` times; returns the
+/// log directory and that notify.
+async fn refused_notify(nodes: &Nodes, attempts: u32) -> (PathBuf, herd_core::kinds::member::PendingNotify) {
+    let server = &nodes.server;
+    let log = start_cluster(nodes, SCRIPT, 2, 0).await;
+    configured(server, "c", 2, Duration::from_secs(30)).await;
+    std::fs::write(log.join("fail-notify-c-db-0"), "").unwrap();
+    resize(server, &log, 3, 0).await.unwrap();
+    let blocked = eventually(Duration::from_secs(30), "c-db-0's notify failing", || async {
+        let member = server.admin().get::<MemberSpec>("c-db-0").await.ok()?;
+        let notify = member.status.state_detail.pending_notify_cmds.first()?.clone();
+        (notify.attempts >= attempts).then_some(notify)
+    })
+    .await;
+    (log, blocked)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_notify_that_always_fails_blocks_changes_until_its_member_is_deleted() {
     let nodes = nodes(3).await;
     let server = &nodes.server;
-    let log = start_cluster(&nodes, SCRIPT, 2, 0).await;
-    configured(server, "c", 2, Duration::from_secs(30)).await;
-    std::fs::write(log.join("fail-notify-c-db-0"), "").unwrap();
-    resize(server, &log, 3, 0).await.unwrap();
     // c-db-0 is told of c-db-2 and refuses, again and again.
-    let blocked = eventually(Duration::from_secs(30), "c-db-0's notify failing twice", || async {
-        let member = server.admin().get::<MemberSpec>("c-db-0").await.ok()?;
-        let notify = member.status.state_detail.pending_notify_cmds.first()?.clone();
-        (notify.attempts >= 2).then_some(notify)
-    })
-    .await;
+    let (log, blocked) = refused_notify(&nodes, 2).await;
     assert_eq!(blocked.arguments, ["--addnodes", "--role", "db", "--members", "c-db-2"]);
     let error = blocked.last_error.clone().unwrap();
     assert!(error.contains("exited with 120") && error.contains("notify refused by c-db-0"), "{error}");
@@ -326,15 +335,7 @@ async fn a_notify_that_always_fails_blocks_changes_until_its_member_is_deleted()
 async fn a_notify_that_always_fails_is_skipped_by_the_operator_and_says_who_did() {
     let nodes = nodes(3).await;
     let server = &nodes.server;
-    let log = start_cluster(&nodes, SCRIPT, 2, 0).await;
-    configured(server, "c", 2, Duration::from_secs(30)).await;
-    std::fs::write(log.join("fail-notify-c-db-0"), "").unwrap();
-    resize(server, &log, 3, 0).await.unwrap();
-    eventually(Duration::from_secs(30), "c-db-0's notify failing", || async {
-        let member = server.admin().get::<MemberSpec>("c-db-0").await.ok()?;
-        (member.status.state_detail.pending_notify_cmds.first()?.attempts >= 1).then_some(())
-    })
-    .await;
+    let (log, _) = refused_notify(&nodes, 1).await;
     // The failure is told in full by its Event, though its Command is gone.
     let failed = common::event_where(&server.admin(), "the notify's CommandFailed event", |e| {
         e.spec.reason == "CommandFailed" && e.spec.involved_object.name.starts_with("c-db-0.notify.")

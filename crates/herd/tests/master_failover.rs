@@ -37,6 +37,17 @@ fn failover(dir: &Path, node: &str, agent_dir: &Path) -> std::process::Command {
     command
 }
 
+/// The server `herd cluster master-failover` starts on `node`, once it
+/// serves.
+fn new_master(dir: &Path, node: &str, agent_dir: &Path) -> TestServer {
+    let mut proc = Proc::spawn(failover(dir, node, agent_dir));
+    let line = proc.wait_for_line("listening on", Duration::from_secs(60));
+    let url = line.rsplit(' ').next().unwrap().to_string();
+    let hash =
+        proc.wait_for_line("cluster CA: ", Duration::from_secs(5)).split_whitespace().nth(2).unwrap().to_string();
+    TestServer { proc, url, data_dir: dir.to_path_buf(), ca_hash: Some(hash) }
+}
+
 /// Each node's members and the pids its agent reports, as `server` has them.
 async fn member_pids(server: &TestServer) -> BTreeMap<String, u32> {
     let nodes = server.admin().list::<NodeSpec>("").await.unwrap();
@@ -97,12 +108,7 @@ async fn a_candidate_takes_over_a_lost_sqlite_master_and_the_old_one_stands_asid
 
     agents[2] = Some(again(2, &old_url));
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let mut proc = Proc::spawn(failover(&dir.path().join("new-master"), "n2", &dirs[1]));
-    let line = proc.wait_for_line("listening on", Duration::from_secs(60));
-    let url = line.rsplit(' ').next().unwrap().to_string();
-    let hash =
-        proc.wait_for_line("cluster CA: ", Duration::from_secs(5)).split_whitespace().nth(2).unwrap().to_string();
-    let new = TestServer { proc, url, data_dir: dir.path().join("new-master"), ca_hash: Some(hash) };
+    let new = new_master(&dir.path().join("new-master"), "n2", &dirs[1]);
     eventually(Duration::from_secs(30), "n2 and n3 heartbeat the new master", || async {
         let nodes = new.admin().list::<NodeSpec>("").await.ok()?;
         let ready: Vec<&str> = nodes.iter().filter(|n| n.status.ready).map(|n| n.metadata.name.as_str()).collect();
@@ -241,12 +247,7 @@ async fn a_master_failover_in_the_middle_of_a_drain_goes_on_from_its_steps_and_a
     drop(old);
     // Its agents see it gone (the vote needs that no node still reaches it).
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let mut proc = Proc::spawn(failover(&dir.path().join("new-master"), "n2", &dirs[1]));
-    let line = proc.wait_for_line("listening on", Duration::from_secs(60));
-    let url = line.rsplit(' ').next().unwrap().to_string();
-    let hash =
-        proc.wait_for_line("cluster CA: ", Duration::from_secs(5)).split_whitespace().nth(2).unwrap().to_string();
-    let new = TestServer { proc, url, data_dir: dir.path().join("new-master"), ca_hash: Some(hash) };
+    let new = new_master(&dir.path().join("new-master"), "n2", &dirs[1]);
 
     // The n4 drain goes on from where it was and ends with each member
     // evicted once; the n3 drain stays finished and n3 stays regular.
