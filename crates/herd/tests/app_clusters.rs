@@ -103,6 +103,19 @@ async fn members_are_placed_set_up_once_told_of_joins_and_survive_restarts() {
         assert_eq!(meta["me"]["name"], member.metadata.name.as_str());
         assert_eq!(meta["roles"][0]["members"].as_array().unwrap().len(), 3, "{meta}");
         assert_eq!(meta["generation"], 1);
+        // What it says of every member is what is: configured and ready,
+        // not the state each was in when this member was first set up.
+        let path = node_dir.join(format!("volumes/{}/herd/configmeta.json", member.metadata.name));
+        eventually(Duration::from_secs(20), "each member's configmeta shows every member configured", || async {
+            let meta: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).ok()?).ok()?;
+            let listed: Vec<serde_json::Value> = meta["roles"]
+                .as_array()?
+                .iter()
+                .flat_map(|r| r["members"].as_array().cloned().unwrap_or_default())
+                .collect();
+            (listed.len() == 4 && listed.iter().all(|m| m["state"] == "configured" && m["ready"] == true)).then_some(())
+        })
+        .await;
     }
     assert!(db.iter().all(|m| m.spec.ports.contains_key("client")));
     // A configured member is told of the members that join after it (the

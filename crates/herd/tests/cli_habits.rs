@@ -378,3 +378,45 @@ async fn label_and_annotate_go_through_while_the_object_keeps_changing() {
     assert_eq!(app["metadata"]["annotations"].as_object().unwrap().len(), 20);
     assert!(writes > 20, "the other writer wrote all along ({writes})");
 }
+
+#[test]
+fn help_says_what_the_commands_do() {
+    let help = |args: &[&str]| {
+        let out = common::herd().args(args).arg("--help").output().unwrap();
+        String::from_utf8_lossy(&out.stdout).split_whitespace().collect::<Vec<_>>().join(" ")
+    };
+    let server = help(&["server"]);
+    assert!(server.contains("https://<listen address>"), "--advertise-url's default: {server}");
+    let replace = help(&["member", "replace"]);
+    assert!(replace.contains("any member") && !replace.contains("whose node is lost"), "{replace}");
+    let skip = help(&["member", "skip-notify"]);
+    assert!(skip.contains("NotifySkipped") && skip.contains("fix the App's script"), "{skip}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_whose_server_hangs_says_so_and_does_not_tell_the_operator_to_look_first() {
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(&dir.path().join("server"));
+    common::cluster::quick_heartbeats(&server).await;
+    let agent_dir = dir.path().join("n1");
+    let log = dir.path().join("agent.log");
+    let mut command = common::herd();
+    command.args(["agent", "--server", &server.url, "--name", "n1"]).arg("--data-dir").arg(&agent_dir);
+    command.env("HERD_JOIN_TOKEN", common::JOIN_TOKEN);
+    command.stdout(std::process::Stdio::null()).stderr(std::fs::File::create(&log).unwrap());
+    let mut agent = command.spawn().unwrap();
+    common::eventually(Duration::from_secs(15), "n1 Ready", || async {
+        server.admin().get::<herd_core::kinds::NodeSpec>("n1").await.ok().filter(|n| n.status.ready)
+    })
+    .await;
+    // The server hangs (takes connections, answers nothing) a while.
+    server.proc.signal("STOP");
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    server.proc.signal("CONT");
+    let _ = agent.kill();
+    let _ = agent.wait();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("heartbeat failed"), "{text}");
+    assert!(!text.contains("look before you retry"), "a heartbeat may be sent again; the agent does: {text}");
+}

@@ -141,6 +141,25 @@ fn a_busy_data_dir_is_refused_naming_the_pid_and_a_dead_agent_is_started_again()
     }
     let zombie = std::fs::read_to_string(format!("/proc/{killed}/stat")).map(|s| s.contains(") Z ")).unwrap_or(false);
     assert!(!zombie, "the killed agent was reaped");
+
+    // As the README's tour says: a paused agent's node goes NotReady
+    // within the grace period and a heartbeat (10 s + 2 s), and is Ready
+    // again once it goes on.
+    let paused = agent_pid(&data, "node-3").to_string();
+    Command::new("kill").args(["-STOP", &paused]).status().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while ready_nodes(&home) == 3 {
+        assert!(Instant::now() < deadline, "node-3 NotReady within 20 s of its agent's pause");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let nodes = String::from_utf8_lossy(&cli(&home, &["get", "nodes"]).stdout).into_owned();
+    assert!(nodes.lines().any(|l| l.starts_with("node-3") && l.contains("NotReady")), "{nodes}");
+    Command::new("kill").args(["-CONT", &paused]).status().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ready_nodes(&home) < 3 {
+        assert!(Instant::now() < deadline, "node-3 Ready again once its agent goes on");
+        std::thread::sleep(Duration::from_millis(200));
+    }
     dev.signal("INT");
     assert!(dev.wait_exit(Duration::from_secs(15)).success());
 
