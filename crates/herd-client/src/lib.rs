@@ -68,8 +68,9 @@ pub enum ClientError {
     AgentUnreachable { agent: String, reason: String },
     #[error("unexpected answer from {url}: {reason}")]
     Protocol { url: String, reason: String },
-    /// The server's certificate does not lead to the trusted cluster CA.
-    #[error("refusing the herd server at {server}: its certificate is not the cluster's ({reason})")]
+    /// The server's certificate does not lead to the trusted cluster CA, or
+    /// is not the API server's (a node's, shown by someone in between).
+    #[error("refusing the herd server at {server}: its certificate is not the cluster API server's ({reason})")]
     Untrusted { server: String, reason: String },
     #[error("TLS settings: {0}")]
     Tls(String),

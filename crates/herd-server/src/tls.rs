@@ -134,7 +134,7 @@ fn url_host(url: &str) -> Option<String> {
 
 /// This replica's serving certificate, for `names`.
 pub fn serving_identity(ca: &ClusterCa, identity: &str, names: &[String]) -> Result<ServingIdentity, TlsError> {
-    ca.issue(&format!("herd server {identity}"), names, SystemTime::now(), SERVING_LIFETIME)
+    ca.issue_api_server(&format!("herd server {identity}"), names, SystemTime::now(), SERVING_LIFETIME)
 }
 
 /// Signs nodes' certificates with the cluster CA: at join, and on renewal
@@ -156,9 +156,8 @@ impl NodeCertificates {
         report: &herd_core::api::AgentReport,
     ) -> Result<Option<herd_core::api::NodeCertificate>, crate::error::ApiError> {
         let Some(request) = &report.csr else { return Ok(None) };
-        let endpoint = report.address.as_deref().and_then(|a| a.parse::<SocketAddr>().ok()).map(|a| a.ip());
         let now = SystemTime::now();
-        let chain_pem = self.ca.sign_node(request, node, endpoint, now, self.lifetime).map_err(|e| {
+        let chain_pem = self.ca.sign_node(request, node, now, self.lifetime).map_err(|e| {
             let errors =
                 herd_core::ValidationErrors::single("csr", format!("not a signing request this CA can sign: {e}"));
             crate::error::ApiError::invalid("Node", node, errors)

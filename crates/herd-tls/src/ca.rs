@@ -12,7 +12,7 @@ use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 
 use crate::TlsError;
-use crate::trust::CaHash;
+use crate::trust::{API_DNS_NAME, CaHash};
 
 /// How long the CA is valid.
 const CA_LIFETIME: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
@@ -73,6 +73,21 @@ impl ClusterCa {
         CaHash::of(&self.cert_der)
     }
 
+    /// The API server's serving certificate: for `names` (the addresses and
+    /// host names it is reached by) and [`API_DNS_NAME`], the mark API
+    /// clients look for.
+    pub fn issue_api_server(
+        &self,
+        common_name: &str,
+        names: &[String],
+        now: SystemTime,
+        lifetime: Duration,
+    ) -> Result<ServingIdentity, TlsError> {
+        let mut names = names.to_vec();
+        names.push(API_DNS_NAME.to_string());
+        self.issue(common_name, &names, now, lifetime)
+    }
+
     /// A serving certificate for `names` (DNS names or IP addresses), valid
     /// for `lifetime`; it may also be shown as a client certificate.
     pub fn issue(
@@ -94,6 +109,23 @@ impl ClusterCa {
     }
 }
 
+/// The DNS names a certificate carries (its subject alternative names);
+/// none for one that does not parse.
+pub(crate) fn dns_names(cert: &CertificateDer<'_>) -> Vec<String> {
+    use x509_parser::extensions::GeneralName;
+    let Ok((_, parsed)) = x509_parser::parse_x509_certificate(cert) else { return Vec::new() };
+    let Ok(Some(names)) = parsed.subject_alternative_name() else { return Vec::new() };
+    names
+        .value
+        .general_names
+        .iter()
+        .filter_map(|name| match name {
+            GeneralName::DNSName(name) => Some(name.to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The DNS name a node's certificate carries: its identity to peers.
 pub fn node_dns_name(node: &str) -> String {
     format!("{node}.node.herd")
@@ -111,20 +143,20 @@ pub fn node_key_and_request(node: &str) -> Result<(String, String), TlsError> {
 
 impl ClusterCa {
     /// Signs a node's request: whatever it asks for, the certificate names
-    /// only `node` (`<node>.node.herd`) and its endpoint's address, for
-    /// `lifetime`. Returns the chain (leaf, then the CA), PEM.
+    /// only `node` (`<node>.node.herd`), for `lifetime`: no address (a
+    /// caller checks the node's name, whatever it dialled, and an address
+    /// would be the node's own word) and never [`API_DNS_NAME`], so it
+    /// serves the node's endpoint to peers and passes for nothing else.
+    /// Returns the chain (leaf, then the CA), PEM.
     pub fn sign_node(
         &self,
         request_pem: &str,
         node: &str,
-        endpoint: Option<std::net::IpAddr>,
         now: SystemTime,
         lifetime: Duration,
     ) -> Result<String, TlsError> {
         let mut request = rcgen::CertificateSigningRequestParams::from_pem(request_pem)?;
-        let mut names = vec![node_dns_name(node)];
-        names.extend(endpoint.map(|ip| ip.to_string()));
-        let mut params = CertificateParams::new(names)?;
+        let mut params = CertificateParams::new(vec![node_dns_name(node)])?;
         params.distinguished_name.push(DnType::CommonName, node);
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
@@ -161,11 +193,11 @@ mod tests {
         let (key, request) = node_key_and_request("node-1").unwrap();
         assert!(key.contains("PRIVATE KEY") && !request.contains("PRIVATE KEY"));
         let chain =
-            ca.sign_node(&request, "node-1", Some("127.0.0.7".parse().unwrap()), now, Duration::from_secs(60)).unwrap();
+            ca.sign_node(&request, "node-1", now, Duration::from_secs(60)).unwrap();
         assert_eq!(chain.matches("BEGIN CERTIFICATE").count(), 2);
         let mut damaged = request.clone();
         let middle = damaged.len() / 2;
         damaged.replace_range(middle..middle + 4, "AAAA");
-        assert!(ca.sign_node(&damaged, "node-1", None, now, Duration::from_secs(60)).is_err());
+        assert!(ca.sign_node(&damaged, "node-1", now, Duration::from_secs(60)).is_err());
     }
 }

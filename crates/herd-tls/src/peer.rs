@@ -71,15 +71,11 @@ pub fn server_config(identity: &ServingIdentity) -> Result<rustls::ServerConfig,
 /// Who a verified certificate names: a node (`<node>.node.herd`) or the
 /// server; None for anything else.
 pub fn holder_of(cert: &CertificateDer<'_>) -> Option<Holder> {
-    use x509_parser::extensions::GeneralName;
-    let (_, parsed) = x509_parser::parse_x509_certificate(cert).ok()?;
-    let names = parsed.subject_alternative_name().ok()??;
-    names.value.general_names.iter().find_map(|name| match name {
-        GeneralName::DNSName(name) if *name == SERVER_DNS_NAME => Some(Holder::Server),
-        GeneralName::DNSName(name) => {
-            name.strip_suffix(NODE_SUFFIX).filter(|node| !node.is_empty()).map(|n| Holder::Node(n.into()))
+    crate::ca::dns_names(cert).into_iter().find_map(|name| {
+        if name == SERVER_DNS_NAME {
+            return Some(Holder::Server);
         }
-        _ => None,
+        name.strip_suffix(NODE_SUFFIX).filter(|node| !node.is_empty()).map(|n| Holder::Node(n.into()))
     })
 }
 
@@ -93,7 +89,7 @@ mod tests {
     fn node_identity(ca: &ClusterCa, node: &str) -> ServingIdentity {
         let (key_pem, request) = crate::node_key_and_request(node).unwrap();
         let chain_pem = ca
-            .sign_node(&request, node, Some("127.0.0.1".parse().unwrap()), SystemTime::now(), Duration::from_secs(60))
+            .sign_node(&request, node, SystemTime::now(), Duration::from_secs(60))
             .unwrap();
         ServingIdentity { chain_pem, key_pem }
     }

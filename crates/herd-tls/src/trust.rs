@@ -1,7 +1,9 @@
 //! Whom a TLS client trusts: the cluster CA, given as its certificate (the
 //! CLI's config file) or pinned by its hash (`--ca-hash sha256:...`, what
 //! an agent joins with, as kubeadm's discovery hash). A server whose chain
-//! does not lead to that CA is refused.
+//! does not lead to that CA is refused, and so is one whose certificate
+//! the CA signed for anything but the API server: a node's certificate,
+//! taken from its agent's data dir, does not pass for the server's.
 
 use std::fmt;
 use std::str::FromStr;
@@ -67,6 +69,10 @@ impl FromStr for CaHash {
     }
 }
 
+/// The name only the API server's certificate carries: what a client of
+/// the API checks, besides the address it dialled.
+pub const API_DNS_NAME: &str = "api.herd";
+
 /// What a client trusts.
 #[derive(Clone, Debug)]
 pub enum Trust {
@@ -77,10 +83,10 @@ pub enum Trust {
     Pinned(Vec<CaHash>),
 }
 
-/// A rustls client configuration that trusts only the cluster CA.
+/// A rustls client configuration that trusts only the cluster CA, and of
+/// the certificates it signed only the API server's.
 pub fn client_config(trust: &Trust) -> Result<ClientConfig, TlsError> {
-    let builder = ClientConfig::builder_with_provider(provider()).with_safe_default_protocol_versions()?;
-    let config = match trust {
+    let which = match trust {
         Trust::Ca(pem) => {
             let mut roots = RootCertStore::empty();
             for cert in CertificateDer::pem_slice_iter(pem.as_bytes()) {
@@ -90,16 +96,21 @@ pub fn client_config(trust: &Trust) -> Result<ClientConfig, TlsError> {
             if roots.is_empty() {
                 return Err(TlsError::Pem("no certificate in the CA file".into()));
             }
-            builder.with_root_certificates(roots).with_no_client_auth()
+            WhichCa::known(Arc::new(roots))?
         }
         Trust::Pinned(hash) => {
             if hash.is_empty() {
                 return Err(TlsError::Hash("no CA hash to pin".into()));
             }
-            let verifier = CaVerifier::pinned(hash.clone());
-            builder.dangerous().with_custom_certificate_verifier(Arc::new(verifier)).with_no_client_auth()
+            WhichCa::Pinned(hash.clone())
         }
     };
+    let verifier = CaVerifier { which, expected: Expected::ApiServer, provider: provider() };
+    let config = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(verifier))
+        .with_no_client_auth();
     Ok(config)
 }
 
@@ -112,14 +123,32 @@ enum WhichCa {
     Known(Arc<WebPkiServerVerifier>),
 }
 
-/// Accepts a server whose certificate the trusted CA signed for the name
-/// asked, or for `expected` whatever was dialled (an agent is known by its
-/// node's name, not its address).
+impl WhichCa {
+    fn known(roots: Arc<RootCertStore>) -> Result<WhichCa, TlsError> {
+        let verifier = WebPkiServerVerifier::builder_with_provider(roots, provider())
+            .build()
+            .map_err(|e| TlsError::Pem(format!("the CA: {e}")))?;
+        Ok(WhichCa::Known(verifier))
+    }
+}
+
+/// Whose certificate a verifier wants.
+#[derive(Debug)]
+enum Expected {
+    /// The API server's: signed for the name dialled, and naming
+    /// [`API_DNS_NAME`], which only the API server's certificate carries.
+    ApiServer,
+    /// Node `node`'s agent (its certificate's name), whatever address was
+    /// dialled: an agent is known by its node's name.
+    Node(ServerName<'static>, String),
+}
+
+/// Accepts a server whose certificate the trusted CA signed for the
+/// certificate expected.
 #[derive(Debug)]
 pub(crate) struct CaVerifier {
     which: WhichCa,
-    /// The certificate's name, and the node it stands for (for the error).
-    expected: Option<(ServerName<'static>, String)>,
+    expected: Expected,
     provider: Arc<rustls::crypto::CryptoProvider>,
 }
 
@@ -128,14 +157,7 @@ impl CaVerifier {
     pub(crate) fn for_node(roots: Arc<RootCertStore>, node: &str) -> Result<CaVerifier, TlsError> {
         let name = ServerName::try_from(crate::node_dns_name(node))
             .map_err(|e| TlsError::Pem(format!("node name {node:?}: {e}")))?;
-        let known = WebPkiServerVerifier::builder_with_provider(roots, provider())
-            .build()
-            .map_err(|e| TlsError::Pem(format!("the CA: {e}")))?;
-        Ok(CaVerifier { which: WhichCa::Known(known), expected: Some((name, node.into())), provider: provider() })
-    }
-
-    fn pinned(hashes: Vec<CaHash>) -> CaVerifier {
-        CaVerifier { which: WhichCa::Pinned(hashes), expected: None, provider: provider() }
+        Ok(CaVerifier { which: WhichCa::known(roots)?, expected: Expected::Node(name, node.into()), provider: provider() })
     }
 }
 
@@ -148,7 +170,10 @@ impl ServerCertVerifier for CaVerifier {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        let name = self.expected.as_ref().map_or(server_name, |(name, _)| name);
+        let name = match &self.expected {
+            Expected::ApiServer => server_name,
+            Expected::Node(name, _) => name,
+        };
         let verified = match &self.which {
             WhichCa::Known(verifier) => {
                 verifier.verify_server_cert(end_entity, intermediates, name, ocsp_response, now)
@@ -172,10 +197,21 @@ impl ServerCertVerifier for CaVerifier {
                 verifier.verify_server_cert(end_entity, &[], name, ocsp_response, now)
             }
         };
-        verified.map_err(|error| match &self.expected {
-            Some((_, node)) => rustls::Error::General(format!("the agent reached is not node {node}'s: {error}")),
-            None => error,
-        })
+        match &self.expected {
+            Expected::Node(_, node) => verified
+                .map_err(|error| rustls::Error::General(format!("the agent reached is not node {node}'s: {error}"))),
+            Expected::ApiServer => {
+                let verified = verified?;
+                if crate::ca::dns_names(end_entity).iter().any(|name| name == API_DNS_NAME) {
+                    Ok(verified)
+                } else {
+                    Err(rustls::Error::General(format!(
+                        "the cluster CA signed it, but not for the API server (it does not name {API_DNS_NAME}): \
+                         a node's certificate shown by someone in between?"
+                    )))
+                }
+            }
+        }
     }
 
     fn verify_tls12_signature(
@@ -230,6 +266,48 @@ mod tests {
         for bad in ["", "sha256:", "md5:00", &format!("sha256:{}", "g".repeat(64))] {
             let error = bad.parse::<CaHash>().unwrap_err().to_string();
             assert!(error.contains("expected sha256: and 64 hex digits"), "{bad}: {error}");
+        }
+    }
+
+    /// A TLS handshake from an API client trusting `trust` to a server
+    /// showing `identity`, dialled as 127.0.0.1.
+    async fn handshake(trust: &Trust, identity: &crate::ServingIdentity) -> Result<(), String> {
+        crate::install_provider();
+        let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = tcp.local_addr().unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server_config(identity).unwrap()));
+        let served = tokio::spawn(async move {
+            let (stream, _) = tcp.accept().await.unwrap();
+            let _ = acceptor.accept(stream).await;
+        });
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(client_config(trust).unwrap()));
+        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let result = connector.connect(ServerName::try_from("127.0.0.1").unwrap(), stream).await;
+        served.abort();
+        result.map(|_| ()).map_err(|e| e.to_string())
+    }
+
+    #[tokio::test]
+    async fn an_api_client_takes_only_the_api_servers_certificate_not_a_nodes() {
+        use std::time::{Duration, SystemTime};
+        let now = SystemTime::now();
+        let ca = crate::ClusterCa::generate(now).unwrap();
+        let pem = Trust::Ca(ca.cert_pem().to_string());
+        let pinned = Trust::Pinned(vec![ca.hash()]);
+        let api = ca.issue_api_server("herd server", &["127.0.0.1".into()], now, Duration::from_secs(60)).unwrap();
+        // A certificate the same CA signed for the address, but without the
+        // API server's mark: what a node's certificate was before.
+        let unmarked = ca.issue("node-2", &["127.0.0.1".into()], now, Duration::from_secs(60)).unwrap();
+        let (key_pem, request) = crate::node_key_and_request("node-2").unwrap();
+        let node = crate::ServingIdentity { chain_pem: ca.sign_node(&request, "node-2", now, Duration::from_secs(60)).unwrap(), key_pem };
+        for trust in [&pem, &pinned] {
+            handshake(trust, &api).await.expect("the API server's certificate");
+            for impostor in [&unmarked, &node] {
+                let error = handshake(trust, impostor).await.unwrap_err();
+                assert!(error.contains("certificate") , "{error}");
+            }
+            let error = handshake(trust, &unmarked).await.unwrap_err();
+            assert!(error.contains("not for the API server"), "{error}");
         }
     }
 }

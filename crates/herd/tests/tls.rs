@@ -69,7 +69,7 @@ async fn the_server_serves_tls_with_the_cluster_ca_and_plain_http_only_when_aske
     let untrusted = cli(&[]);
     assert_eq!(untrusted.status.code(), Some(1));
     let said = String::from_utf8_lossy(&untrusted.stderr);
-    assert!(said.contains("its certificate is not the cluster's"), "{said}");
+    assert!(said.contains("its certificate is not the cluster API server's"), "{said}");
 
     // --insecure-http: plain HTTP, no CA.
     let plain_dir = tempfile::tempdir().unwrap();
@@ -105,7 +105,7 @@ async fn an_agent_refuses_a_wrong_ca_hash_and_a_server_in_between_and_keeps_the_
         .output()
         .unwrap();
     assert!(!cli.status.success());
-    assert!(String::from_utf8_lossy(&cli.stderr).contains("not the cluster's"), "{cli:?}");
+    assert!(String::from_utf8_lossy(&cli.stderr).contains("not the cluster API server's"), "{cli:?}");
 
     // With no hash and none kept, the agent says what it needs.
     let mut blind = agent(&real.url, &dir.path().join("blind"), "node-b", None);
@@ -170,6 +170,8 @@ async fn an_agent_gets_a_certificate_for_its_identity_keeps_its_key_and_renews_i
     let chain = first["chainPem"].as_str().unwrap();
     assert!(signed_for(&hash, chain, "node-1.node.herd"), "the CA signed it for the node's identity");
     assert!(!signed_for(&hash, chain, "node-2.node.herd"), "and for no other node");
+    assert!(!signed_for(&hash, chain, "127.0.0.1"), "nor for the address it reports");
+    assert!(!signed_for(&hash, chain, herd_tls::trust::API_DNS_NAME), "nor as the API server");
     // The key never left the host: the server's store holds no trace of it.
     let key = first["keyPem"].as_str().unwrap();
     let key_body: String = key.lines().filter(|l| !l.starts_with("-----")).collect();
@@ -185,4 +187,92 @@ async fn an_agent_gets_a_certificate_for_its_identity_keeps_its_key_and_renews_i
     assert_ne!(renewed["keyPem"], first["keyPem"], "a renewal makes a new key");
     assert!(renewed["expires"].as_str().unwrap() > first["expires"].as_str().unwrap());
     assert!(signed_for(&hash, renewed["chainPem"].as_str().unwrap(), "node-1.node.herd"));
+}
+
+/// A TLS server on loopback showing `identity` (someone in between, holding
+/// a node's certificate and key): every byte a client sends it after the
+/// handshake, as it reads them.
+struct Impostor {
+    url: String,
+    read: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    accepting: tokio::task::JoinHandle<()>,
+}
+
+impl Impostor {
+    async fn start(identity: &herd_tls::ServingIdentity) -> Impostor {
+        use tokio::io::AsyncReadExt;
+        let config = herd_tls::server_config(identity).unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+        let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("https://{}", tcp.local_addr().unwrap());
+        let read = std::sync::Arc::<std::sync::Mutex<Vec<u8>>>::default();
+        let into = read.clone();
+        let accepting = tokio::spawn(async move {
+            while let Ok((stream, _)) = tcp.accept().await {
+                let (acceptor, into) = (acceptor.clone(), into.clone());
+                tokio::spawn(async move {
+                    let Ok(mut tls) = acceptor.accept(stream).await else { return };
+                    let mut buffer = [0; 4096];
+                    while let Ok(n @ 1..) = tls.read(&mut buffer).await {
+                        into.lock().unwrap().extend_from_slice(&buffer[..n]);
+                    }
+                });
+            }
+        });
+        Impostor { url, read, accepting }
+    }
+
+    fn heard(&self) -> String {
+        String::from_utf8_lossy(&self.read.lock().unwrap()).into_owned()
+    }
+}
+
+impl Drop for Impostor {
+    fn drop(&mut self) {
+        self.accepting.abort();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_proxy_holding_a_nodes_certificate_is_not_the_server_to_the_cli_or_a_joining_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(&dir.path().join("server"));
+    let hash = server.ca_hash.clone().unwrap();
+    let node_dir = dir.path().join("node-2");
+    let _node = common::start_agent(&server.url, &node_dir, "node-2");
+    let admin = server.admin();
+    eventually(Duration::from_secs(20), "node-2 Ready", async || {
+        admin.get::<NodeSpec>("node-2").await.ok().filter(|n| n.status.ready)
+    })
+    .await;
+    let kept = eventually(Duration::from_secs(10), "node-2's certificate", async || kept_certificate(&node_dir)).await;
+    let stolen = herd_tls::ServingIdentity {
+        chain_pem: kept["chainPem"].as_str().unwrap().into(),
+        key_pem: kept["keyPem"].as_str().unwrap().into(),
+    };
+    let proxy = Impostor::start(&stolen).await;
+
+    // The CLI, trusting the cluster CA by its hash or its certificate.
+    let ca_file = server.data_dir.join("ca.pem");
+    for trust in [["--ca-hash", hash.as_str()], ["--ca-file", ca_file.to_str().unwrap()]] {
+        let cli = herd_trusting_nothing()
+            .args(["--server", &proxy.url, "--token", ADMIN_TOKEN])
+            .args(trust)
+            .args(["get", "nodes"])
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&cli.stderr);
+        assert_eq!(cli.status.code(), Some(1), "the CLI refuses the proxy ({trust:?}): {said}");
+        assert!(said.contains("not the cluster API server's"), "and says why: {said}");
+    }
+
+    // A new agent, pinning the CA by its hash, with a join token.
+    let mut joining = agent(&proxy.url, &dir.path().join("node-3"), "node-3", Some(&hash));
+    assert!(!joining.wait_exit(Duration::from_secs(20)).success(), "the agent refuses the proxy and stops");
+
+    let heard = proxy.heard();
+    assert!(heard.is_empty(), "the proxy learnt nothing (no token, no request): {heard:?}");
+    assert!(!heard.contains(ADMIN_TOKEN) && !heard.contains(JOIN_TOKEN));
+    // The real server still serves both clients.
+    server.admin().list::<NodeSpec>("").await.expect("the server's own certificate is the server's");
 }
