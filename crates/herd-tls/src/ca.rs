@@ -192,8 +192,7 @@ mod tests {
         let ca = ClusterCa::generate(now).unwrap();
         let (key, request) = node_key_and_request("node-1").unwrap();
         assert!(key.contains("PRIVATE KEY") && !request.contains("PRIVATE KEY"));
-        let chain =
-            ca.sign_node(&request, "node-1", now, Duration::from_secs(60)).unwrap();
+        let chain = ca.sign_node(&request, "node-1", now, Duration::from_secs(60)).unwrap();
         assert_eq!(chain.matches("BEGIN CERTIFICATE").count(), 2);
         let mut damaged = request.clone();
         let middle = damaged.len() / 2;

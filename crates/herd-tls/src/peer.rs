@@ -88,9 +88,7 @@ mod tests {
 
     fn node_identity(ca: &ClusterCa, node: &str) -> ServingIdentity {
         let (key_pem, request) = crate::node_key_and_request(node).unwrap();
-        let chain_pem = ca
-            .sign_node(&request, node, SystemTime::now(), Duration::from_secs(60))
-            .unwrap();
+        let chain_pem = ca.sign_node(&request, node, SystemTime::now(), Duration::from_secs(60)).unwrap();
         ServingIdentity { chain_pem, key_pem }
     }
 

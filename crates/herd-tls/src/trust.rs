@@ -157,7 +157,11 @@ impl CaVerifier {
     pub(crate) fn for_node(roots: Arc<RootCertStore>, node: &str) -> Result<CaVerifier, TlsError> {
         let name = ServerName::try_from(crate::node_dns_name(node))
             .map_err(|e| TlsError::Pem(format!("node name {node:?}: {e}")))?;
-        Ok(CaVerifier { which: WhichCa::known(roots)?, expected: Expected::Node(name, node.into()), provider: provider() })
+        Ok(CaVerifier {
+            which: WhichCa::known(roots)?,
+            expected: Expected::Node(name, node.into()),
+            provider: provider(),
+        })
     }
 }
 
@@ -299,12 +303,15 @@ mod tests {
         // API server's mark: what a node's certificate was before.
         let unmarked = ca.issue("node-2", &["127.0.0.1".into()], now, Duration::from_secs(60)).unwrap();
         let (key_pem, request) = crate::node_key_and_request("node-2").unwrap();
-        let node = crate::ServingIdentity { chain_pem: ca.sign_node(&request, "node-2", now, Duration::from_secs(60)).unwrap(), key_pem };
+        let node = crate::ServingIdentity {
+            chain_pem: ca.sign_node(&request, "node-2", now, Duration::from_secs(60)).unwrap(),
+            key_pem,
+        };
         for trust in [&pem, &pinned] {
             handshake(trust, &api).await.expect("the API server's certificate");
             for impostor in [&unmarked, &node] {
                 let error = handshake(trust, impostor).await.unwrap_err();
-                assert!(error.contains("certificate") , "{error}");
+                assert!(error.contains("certificate"), "{error}");
             }
             let error = handshake(trust, &unmarked).await.unwrap_err();
             assert!(error.contains("not for the API server"), "{error}");
