@@ -212,6 +212,7 @@ impl Heartbeat {
                     }
                     executor.acknowledge(&answer.acknowledged);
                     access.remember_grant_key(&answer.grant_key);
+                    access.end_attempts(&answer.ended_attempts);
                     let period = answer.heartbeat_period.get();
                     backoff.reset();
                     if !sleep_or_report(started + period, &executor, &members, &stop).await {

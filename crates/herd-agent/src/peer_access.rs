@@ -3,7 +3,10 @@
 //! answers, kept in `<data dir>/grant-key` so that a restarted agent
 //! serves before its first heartbeat), the endpoint's TLS configuration
 //! (made from the node certificate once there is one, changed when it is
-//! renewed), and the requests refused since the last heartbeat (each
+//! renewed), the Command attempts that ended whose grants it refuses from
+//! then on (from the heartbeat answers, kept in `<data dir>/ended-grants.json`
+//! until those grants expire, so that a restarted agent does not take
+//! them again), and the requests refused since the last heartbeat (each
 //! becomes an Event on this node).
 
 use std::path::{Path, PathBuf};
@@ -11,7 +14,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use axum::http::{HeaderMap, StatusCode};
 use herd_core::api::PeerRefusal;
-use herd_core::grant::{Access, Holder, Refusal, check};
+use herd_core::grant::{Access, EndedAttempt, Holder, Refusal, Revocations, check};
 use herd_tls::ServingIdentity;
 use herd_tls::grant::{GRANT_HEADER, GrantVerifier};
 use tokio::sync::watch;
@@ -26,6 +29,8 @@ struct Inner {
     node: String,
     key_file: PathBuf,
     verifier: RwLock<Option<GrantVerifier>>,
+    ended_file: PathBuf,
+    ended: RwLock<Revocations>,
     identity: RwLock<Option<ServingIdentity>>,
     tls: watch::Sender<Option<Arc<rustls::ServerConfig>>>,
     refusals: Mutex<Vec<PeerRefusal>>,
@@ -38,11 +43,15 @@ impl PeerAccess {
         let key_file = data_dir.join("grant-key");
         let verifier =
             std::fs::read_to_string(&key_file).ok().and_then(|key| GrantVerifier::from_public_key(&key).ok());
+        let ended_file = data_dir.join("ended-grants.json");
+        let ended = std::fs::read(&ended_file).ok().and_then(|kept| serde_json::from_slice(&kept).ok());
         let (tls, _) = watch::channel(None);
         let access = PeerAccess(Arc::new(Inner {
             node: node.to_string(),
             key_file,
             verifier: RwLock::new(verifier),
+            ended_file,
+            ended: RwLock::new(ended.unwrap_or_default()),
             identity: RwLock::new(None),
             tls,
             refusals: Mutex::new(Vec::new()),
@@ -65,6 +74,21 @@ impl PeerAccess {
             tracing::warn!(%error, "could not keep the grant key in the data dir");
         }
         *current = Some(verifier);
+    }
+
+    /// Refuses the grants of `ended` from now on (until they expire), and
+    /// keeps that in the data dir.
+    pub fn end_attempts(&self, ended: &[EndedAttempt]) {
+        let Ok(mut kept) = self.0.ended.write() else { return };
+        if !kept.merge(ended, crate::now()) {
+            return;
+        }
+        let written = serde_json::to_vec(&*kept)
+            .map_err(|e| e.to_string())
+            .and_then(|json| crate::fsutil::write_atomic(&self.0.ended_file, &json, 0o644).map_err(|e| e.to_string()));
+        if let Err(error) = written {
+            tracing::warn!(%error, "could not keep the ended grants in the data dir");
+        }
     }
 
     /// Serves and calls with `identity` (the node's certificate) from now on.
@@ -108,7 +132,11 @@ impl PeerAccess {
         let checked = shown
             .ok_or(Refusal::Missing)
             .and_then(|signed| verifier.verify(signed).map_err(|e| Refusal::Invalid(e.to_string())))
-            .and_then(|grant| check(&grant, caller, &self.0.node, &asked, crate::now()));
+            .and_then(|grant| {
+                let ended =
+                    self.0.ended.read().map_err(|_| Refusal::Invalid("the ended grants are unreadable".into()))?;
+                check(&grant, caller, &self.0.node, &asked, (crate::now(), &ended))
+            });
         checked.map_err(|refusal| {
             let caller = caller.map_or("a caller without a cluster certificate".to_string(), Holder::to_string);
             let reason = refusal.to_string();

@@ -353,6 +353,10 @@ pub struct HeartbeatResponse<C = crate::configuration::Configuration, D = crate:
     /// The node is no master candidate: it deletes its copy.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub drop_configuration: bool,
+    /// The Command attempts that ended whose grants this node's agent
+    /// serves and that have not expired: it refuses them from now on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ended_attempts: Vec<crate::grant::EndedAttempt>,
     /// A master failover superseded the answering server: the facts name
     /// the master to follow instead, and nothing else in the answer counts.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

@@ -4,12 +4,24 @@
 //! M) and for its own reads (a log, the volumes); the serving agent checks
 //! the signature (herd-tls), then [`check`]: that the caller its TLS
 //! certificate names is the grant's holder, that the grant is for this
-//! node, that it covers the request, and that it has not expired. A stolen
-//! grant is of no use without its holder's key, and names one action.
+//! node, that it covers the request, that it has not expired and that the
+//! Command attempt it was given for has not ended ([`Revocations`]: the
+//! server names, in each heartbeat answer, the attempts that ended whose
+//! grants the node serves, [`ended_attempts`]). A stolen grant is of no use
+//! without its holder's key, names one action, and ends with its attempt.
 
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::kinds::{Action, Command};
 use crate::time::Timestamp;
+
+/// A Command's grants outlast its attempt's deadline by this much, for
+/// clocks a little apart.
+pub const CLOCK_SLACK: Duration = Duration::from_secs(60);
 
 /// Who holds a grant: a node's agent (or its copy worker), or the server.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -86,6 +98,113 @@ pub struct Grant {
     /// Why it was given (a Command's name and attempt, or the server's
     /// request), for the refusal's Event.
     pub purpose: String,
+    /// The Command attempt it was given for: it ends when that attempt
+    /// does, expired or not. None for the server's own requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<GrantedAttempt>,
+}
+
+/// One attempt of one Command: what a Command's grants are given for.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GrantedAttempt {
+    pub command: String,
+    pub attempt: u32,
+}
+
+impl std::fmt::Display for GrantedAttempt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "command {} attempt {}", self.command, self.attempt)
+    }
+}
+
+/// A Command attempt that has ended, and until when its grants would have
+/// lasted (after which the expiry refuses them anyway).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EndedAttempt {
+    #[serde(flatten)]
+    pub attempt: GrantedAttempt,
+    pub grants_expire: Timestamp,
+}
+
+/// What `action` needs from another node's agent: that node, and one
+/// access per thing it does there (none for an action on its own node).
+pub fn accesses_for(action: &Action) -> Option<(&str, Vec<Access>)> {
+    match action {
+        Action::CopyVolume { member, volume, from_node } => {
+            Some((from_node, vec![Access::read_volume(member, volume)]))
+        }
+        Action::MigrateMember { member, from_node, run } => {
+            let mut accesses: Vec<Access> =
+                run.persistent_volumes().map(|volume| Access::read_volume(member, volume)).collect();
+            accesses.extend([
+                Access::StopMember { member: member.clone() },
+                Access::StartMember { member: member.clone() },
+                Access::ForgetMember { member: member.clone() },
+            ]);
+            Some((from_node, accesses))
+        }
+        _ => None,
+    }
+}
+
+/// Until when the grants of an attempt issued at `issued` last: while it
+/// may run (`timeout`), and the clock slack.
+pub fn command_grant_expiry(issued: Timestamp, timeout: Duration) -> Timestamp {
+    Timestamp::from_system_time(issued.system_time() + timeout + CLOCK_SLACK)
+}
+
+/// The attempts of `command` that have ended while grants served by
+/// `serving` may still be unexpired: every attempt before the current one,
+/// and the current one once it is settled or taken back for a retry. The
+/// expiry of the earlier ones is bounded by the latest issue or change:
+/// each was issued before it.
+pub fn ended_attempts(command: &Command, serving: &str, now: Timestamp) -> Vec<EndedAttempt> {
+    let Some((source, _)) = accesses_for(&command.spec.action) else { return Vec::new() };
+    if source != serving {
+        return Vec::new();
+    }
+    let status = &command.status;
+    let latest = [status.issued.as_ref().map(|issue| issue.at), status.updated].into_iter().flatten().max();
+    let Some(latest) = latest else { return Vec::new() };
+    let grants_expire = command_grant_expiry(latest, command.spec.timeout());
+    if grants_expire.system_time() <= now.system_time() {
+        return Vec::new();
+    }
+    let running = status.issued.as_ref().filter(|_| !status.state_by_management.is_settled()).map(|i| i.attempt);
+    (1..=status.attempts)
+        .filter(|attempt| Some(*attempt) != running)
+        .map(|attempt| EndedAttempt {
+            attempt: GrantedAttempt { command: command.metadata.name.clone(), attempt },
+            grants_expire,
+        })
+        .collect()
+}
+
+/// The ended attempts a serving agent knows of, each kept until its grants
+/// would have expired: merged from every heartbeat answer, so that a
+/// Command deleted after its attempt was named keeps its grants ended.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Revocations(BTreeMap<GrantedAttempt, Timestamp>);
+
+impl Revocations {
+    /// Adds `ended` and forgets what has expired by `now`; whether that
+    /// changed anything.
+    pub fn merge(&mut self, ended: &[EndedAttempt], now: Timestamp) -> bool {
+        let before = self.0.clone();
+        for ended in ended {
+            let until = self.0.entry(ended.attempt.clone()).or_insert(ended.grants_expire);
+            *until = (*until).max(ended.grants_expire);
+        }
+        self.0.retain(|_, until| until.system_time() > now.system_time());
+        self.0 != before
+    }
+
+    pub fn contains(&self, attempt: &GrantedAttempt) -> bool {
+        self.0.contains_key(attempt)
+    }
 }
 
 /// Why a request was refused.
@@ -105,16 +224,19 @@ pub enum Refusal {
     OutOfScope { granted: Access, asked: Access },
     #[error("the grant expired at {expires}")]
     Expired { expires: Timestamp },
+    #[error("the grant ended with {attempt}, which is over")]
+    Ended { attempt: GrantedAttempt },
 }
 
 /// Whether `caller` (as its certificate names it; None: no certificate)
-/// may do `asked` on node `here` with `grant` at `now`.
+/// may do `asked` on node `here` with `grant` at `now`, the attempts in
+/// `ended` being over.
 pub fn check(
     grant: &Grant,
     caller: Option<&Holder>,
     here: &str,
     asked: &Access,
-    now: Timestamp,
+    (now, ended): (Timestamp, &Revocations),
 ) -> Result<(), Refusal> {
     let Some(caller) = caller else { return Err(Refusal::Anonymous) };
     if *caller != grant.holder {
@@ -128,6 +250,9 @@ pub fn check(
     }
     if now.system_time() >= grant.expires.system_time() {
         return Err(Refusal::Expired { expires: grant.expires });
+    }
+    if let Some(attempt) = grant.attempt.as_ref().filter(|attempt| ended.contains(attempt)) {
+        return Err(Refusal::Ended { attempt: attempt.clone() });
     }
     Ok(())
 }
@@ -153,34 +278,44 @@ mod tests {
             access: read("m1"),
             expires: at(60),
             purpose: "copy-1 attempt 1".into(),
+            attempt: Some(GrantedAttempt { command: "copy-1".into(), attempt: 1 }),
         }
     }
 
     #[test]
     fn the_holder_may_do_what_the_grant_names_on_its_node_until_it_expires() {
         let n2 = Holder::Node("n2".into());
-        assert_eq!(check(&grant(), Some(&n2), "n1", &read("m1"), at(59)), Ok(()));
-        assert_eq!(check(&grant(), Some(&n2), "n1", &read("m1"), at(60)), Err(Refusal::Expired { expires: at(60) }));
+        assert_eq!(check(&grant(), Some(&n2), "n1", &read("m1"), (at(59), &Revocations::default())), Ok(()));
+        assert_eq!(
+            check(&grant(), Some(&n2), "n1", &read("m1"), (at(60), &Revocations::default())),
+            Err(Refusal::Expired { expires: at(60) })
+        );
     }
 
     #[test]
     fn another_caller_another_node_or_another_action_is_refused() {
         let n2 = Holder::Node("n2".into());
         let n3 = Holder::Node("n3".into());
-        assert!(matches!(check(&grant(), Some(&n3), "n1", &read("m1"), at(0)), Err(Refusal::NotHolder { .. })));
         assert!(matches!(
-            check(&grant(), Some(&Holder::Server), "n1", &read("m1"), at(0)),
+            check(&grant(), Some(&n3), "n1", &read("m1"), (at(0), &Revocations::default())),
             Err(Refusal::NotHolder { .. })
         ));
-        assert_eq!(check(&grant(), None, "n1", &read("m1"), at(0)), Err(Refusal::Anonymous));
-        assert!(matches!(check(&grant(), Some(&n2), "n3", &read("m1"), at(0)), Err(Refusal::OtherNode { .. })));
+        assert!(matches!(
+            check(&grant(), Some(&Holder::Server), "n1", &read("m1"), (at(0), &Revocations::default())),
+            Err(Refusal::NotHolder { .. })
+        ));
+        assert_eq!(check(&grant(), None, "n1", &read("m1"), (at(0), &Revocations::default())), Err(Refusal::Anonymous));
+        assert!(matches!(
+            check(&grant(), Some(&n2), "n3", &read("m1"), (at(0), &Revocations::default())),
+            Err(Refusal::OtherNode { .. })
+        ));
         for asked in [
             read("m2"),
             Access::ReadVolume { member: "m1".into(), volume: "logs".into() },
             Access::StopMember { member: "m1".into() },
             Access::ListVolumes,
         ] {
-            let refused = check(&grant(), Some(&n2), "n1", &asked, at(0));
+            let refused = check(&grant(), Some(&n2), "n1", &asked, (at(0), &Revocations::default()));
             assert!(matches!(refused, Err(Refusal::OutOfScope { .. })), "{asked}: {refused:?}");
         }
     }
@@ -188,10 +323,54 @@ mod tests {
     #[test]
     fn a_refusal_says_who_what_and_where() {
         let n3 = Holder::Node("n3".into());
-        let refused = check(&grant(), Some(&n3), "n1", &read("m1"), at(0)).unwrap_err().to_string();
+        let refused =
+            check(&grant(), Some(&n3), "n1", &read("m1"), (at(0), &Revocations::default())).unwrap_err().to_string();
         assert_eq!(refused, "the grant is for node n2, but the caller is node n3");
         let asked = Access::StopMember { member: "m1".into() };
-        let refused = check(&grant(), Some(&Holder::Node("n2".into())), "n1", &asked, at(0)).unwrap_err();
+        let refused = check(&grant(), Some(&Holder::Node("n2".into())), "n1", &asked, (at(0), &Revocations::default()))
+            .unwrap_err();
         assert_eq!(refused.to_string(), "the grant allows to read volume m1/data, not to stop member m1");
+    }
+
+    #[test]
+    fn a_grant_ends_with_its_attempt_not_only_at_its_expiry() {
+        let n2 = Holder::Node("n2".into());
+        let mut ended = Revocations::default();
+        let over =
+            EndedAttempt { attempt: GrantedAttempt { command: "copy-1".into(), attempt: 1 }, grants_expire: at(60) };
+        assert!(ended.merge(std::slice::from_ref(&over), at(10)));
+        assert!(!ended.merge(std::slice::from_ref(&over), at(11)), "named again: nothing new");
+        let refused = check(&grant(), Some(&n2), "n1", &read("m1"), (at(10), &ended)).unwrap_err();
+        assert_eq!(refused.to_string(), "the grant ended with command copy-1 attempt 1, which is over");
+        let mut own = grant();
+        own.attempt = None;
+        assert_eq!(check(&own, Some(&n2), "n1", &read("m1"), (at(10), &ended)), Ok(()), "the server's own");
+        assert!(ended.merge(&[], at(60)), "forgotten once its grants expired");
+        assert!(!ended.contains(&over.attempt));
+    }
+
+    #[test]
+    fn the_attempts_that_ended_are_the_earlier_ones_and_the_settled_or_retried_current_one() {
+        use crate::Object;
+        use crate::kinds::{CommandSpec, ManagementState};
+        let action = Action::CopyVolume { member: "m".into(), volume: "data".into(), from_node: "n1".into() };
+        let spec = CommandSpec { node: "n2".into(), timeout: Some(crate::time::HumanDuration::from_secs(100)), action };
+        let mut command: Command = Object::new("copy-1", spec);
+        let names = |command: &Command, node: &str, now| -> Vec<u32> {
+            ended_attempts(command, node, now).iter().map(|e| e.attempt.attempt).collect()
+        };
+        assert!(names(&command, "n1", at(0)).is_empty(), "never issued");
+        command.status.issue(1, BTreeMap::new(), Vec::new(), at(0));
+        assert!(names(&command, "n1", at(1)).is_empty(), "attempt 1 runs");
+        command.status.retry("the agent lost it", at(5));
+        assert_eq!(names(&command, "n1", at(5)), [1], "taken back for a retry");
+        command.status.issue(1, BTreeMap::new(), Vec::new(), at(6));
+        assert_eq!(names(&command, "n1", at(7)), [1], "attempt 2 runs");
+        assert!(names(&command, "n2", at(7)).is_empty(), "n2 serves none of its grants");
+        command.status.state_by_management = ManagementState::Completed;
+        let ended = ended_attempts(&command, "n1", at(8));
+        assert_eq!(ended.iter().map(|e| e.attempt.attempt).collect::<Vec<_>>(), [1, 2]);
+        assert_eq!(ended[0].grants_expire, at(6 + 100 + 60));
+        assert!(names(&command, "n1", at(166)).is_empty(), "its grants expired anyway");
     }
 }

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use herd_core::api::{AgentReport, HeartbeatResponse, JoinRequest, JoinResponse};
 use herd_core::configuration::{SerialOnly, Ssconf};
+use herd_core::grant;
 use herd_core::join::{JoinVerdict, Joiner, join_verdict};
 use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
 use herd_core::kinds::{ClusterConfigSpec, CommandSpec, EventType, InvolvedObject, Node, NodeRole, NodeSpec};
@@ -222,6 +223,9 @@ pub async fn heartbeat(
     report: AgentReport,
 ) -> Result<Heartbeat, ApiError> {
     let HeartbeatServices { objects, config, commands, configuration, events, metrics, certificates } = services;
+    let at = now();
+    let ended_attempts =
+        commands.map(|command| grant::ended_attempts(command, name, at)).into_iter().flatten().collect();
     let commands = crate::commands::reported(objects, commands, &report.commands).await?;
     if let Some(refusal) = crate::commands::foreign_report(name, &commands) {
         return Err(refusal);
@@ -246,6 +250,7 @@ pub async fn heartbeat(
         configuration: configuration.configuration,
         configuration_deltas: configuration.deltas,
         drop_configuration: configuration.drop_configuration,
+        ended_attempts,
         superseded: false,
     };
     Ok(Heartbeat { response, configuration_bytes: configuration.bytes })

@@ -1,7 +1,7 @@
 //! The server's part in agent-to-agent access: it signs the grants of the
 //! Commands it issues (one per action the target needs from the source:
 //! read volume V of member M, stop, start or forget member M, valid while
-//! the attempt may run) and of its own requests to agents (a log, the
+//! the attempt may run and ended with it, `herd_core::grant`) and of its own requests to agents (a log, the
 //! volumes, a look at a copy: valid for a couple of minutes), and calls
 //! agents with its own certificate (`server.herd`, made by each replica
 //! from the shared CA at start). The signing key is derived from the
@@ -13,8 +13,8 @@ use std::time::{Duration, SystemTime};
 
 use herd_client::{ClientError, PeerClient};
 use herd_core::Timestamp;
-use herd_core::grant::{Access, Grant, Holder};
-use herd_core::kinds::{Action, Command, Node, NodeRole};
+use herd_core::grant::{Access, Grant, GrantedAttempt, Holder, accesses_for, command_grant_expiry};
+use herd_core::kinds::{Command, Node, NodeRole};
 use herd_tls::grant::GrantSigner;
 use herd_tls::peer::SERVER_DNS_NAME;
 use herd_tls::{ClusterCa, ServingIdentity, TlsError};
@@ -25,9 +25,6 @@ use crate::metrics::Metrics;
 const IDENTITY_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
 /// How long a grant for the server's own request lasts.
 const OWN_GRANT_LIFETIME: Duration = Duration::from_secs(120);
-/// A Command's grants outlast its attempt's deadline by this much, for
-/// clocks a little apart.
-const CLOCK_SLACK: Duration = Duration::from_secs(60);
 
 pub struct PeerAuthority {
     signer: GrantSigner,
@@ -49,24 +46,11 @@ impl PeerAuthority {
     /// The grants `command`'s node needs from other agents for one attempt
     /// issued at `now`.
     pub fn command_grants(&self, command: &Command, attempt: u32, now: SystemTime) -> Vec<String> {
-        let (from_node, accesses) = match &command.spec.action {
-            Action::CopyVolume { member, volume, from_node } => (from_node, vec![Access::read_volume(member, volume)]),
-            Action::MigrateMember { member, from_node, run } => {
-                let mut accesses: Vec<Access> =
-                    run.persistent_volumes().map(|volume| Access::read_volume(member, volume)).collect();
-                accesses.extend([
-                    Access::StopMember { member: member.clone() },
-                    Access::StartMember { member: member.clone() },
-                    Access::ForgetMember { member: member.clone() },
-                ]);
-                (from_node, accesses)
-            }
-            _ => return Vec::new(),
-        };
-        let expires = now + command.spec.timeout() + CLOCK_SLACK;
-        let purpose = format!("command {} attempt {attempt}", command.metadata.name);
+        let Some((from_node, accesses)) = accesses_for(&command.spec.action) else { return Vec::new() };
+        let expires = command_grant_expiry(Timestamp::from_system_time(now), command.spec.timeout());
+        let attempt = GrantedAttempt { command: command.metadata.name.clone(), attempt };
         let holder = Holder::Node(command.spec.node.clone());
-        self.sign_all(holder, from_node, accesses, expires, &purpose)
+        self.sign_all(holder, from_node, accesses, expires, Ok(attempt))
     }
 
     fn sign_all(
@@ -74,10 +58,13 @@ impl PeerAuthority {
         holder: Holder,
         node: &str,
         accesses: Vec<Access>,
-        expires: SystemTime,
-        purpose: &str,
+        expires: Timestamp,
+        for_attempt: Result<GrantedAttempt, &str>,
     ) -> Vec<String> {
-        let expires = Timestamp::from_system_time(expires);
+        let (purpose, attempt) = match for_attempt {
+            Ok(attempt) => (attempt.to_string(), Some(attempt)),
+            Err(purpose) => (purpose.to_string(), None),
+        };
         accesses
             .into_iter()
             .map(|access| {
@@ -86,7 +73,8 @@ impl PeerAuthority {
                     node: node.to_string(),
                     access,
                     expires,
-                    purpose: purpose.to_string(),
+                    purpose: purpose.clone(),
+                    attempt: attempt.clone(),
                 })
             })
             .collect()
@@ -105,7 +93,8 @@ impl PeerAuthority {
             agent: name.clone(),
             reason: "its agent has not reported its address yet".into(),
         })?;
-        let grants = self.sign_all(Holder::Server, name, accesses, SystemTime::now() + OWN_GRANT_LIFETIME, purpose);
+        let expires = Timestamp::from_system_time(SystemTime::now() + OWN_GRANT_LIFETIME);
+        let grants = self.sign_all(Holder::Server, name, accesses, expires, Err(purpose));
         PeerClient::new(address, name, &self.identity, &grants)
     }
 }

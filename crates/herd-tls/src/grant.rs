@@ -92,6 +92,7 @@ mod tests {
                 SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_800_000_000),
             ),
             purpose: "test".into(),
+            attempt: None,
         }
     }
 

@@ -12,7 +12,8 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-use common::{ADMIN_TOKEN, MemberReaper, TestServer, eventually, start_agent};
+use common::cluster::{TwoNodes, command, fill_volume, settled, two_nodes};
+use common::{ADMIN_TOKEN, MemberReaper, TestServer, event_where, eventually, start_agent};
 use herd_client::PeerClient;
 use herd_core::grant::{Access, Grant, Holder};
 use herd_core::kinds::command::{MemberRun, VolumeSpec};
@@ -37,6 +38,7 @@ fn grant(holder: &str, node: &str, access: Access, lasts: Duration) -> Grant {
         access,
         expires: Timestamp::from_system_time(SystemTime::now() + lasts),
         purpose: "test".into(),
+        attempt: None,
     }
 }
 
@@ -175,4 +177,34 @@ async fn a_node_reads_and_stops_nothing_on_another_without_a_grant_for_exactly_t
         assert!(std::time::Instant::now() < deadline, "no PeerAccessRefused Event on n1 says {missing:?}:\n{all}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_copys_grant_replayed_after_the_copy_completed_reads_nothing() {
+    let TwoNodes { server, a_dir, b_dir, .. } = &two_nodes(&[]).await;
+    let admin = server.admin();
+    fill_volume(&a_dir.join("volumes/m1/data"), 7, 3, 64 << 10);
+    let copy = Action::CopyVolume { member: "m1".into(), volume: "data".into(), from_node: "n1".into() };
+    admin.create(&command("copy", "n2", copy)).await.unwrap();
+    let copied = settled(server, "copy").await;
+    assert_eq!(copied.status.state_by_management, ManagementState::Completed, "{:?}", copied.status);
+    let grants = copied.status.issued.expect("it was issued").grants;
+    assert!(!grants.is_empty(), "the copy was given a grant to read n1's volume");
+
+    // n2 (its own key and certificate) shows the copy's grant again: its
+    // expiry is an hour away, but the attempt it was for is over.
+    let n1_address = admin.get::<NodeSpec>("n1").await.unwrap().status.address.unwrap();
+    let replay = PeerClient::new(&n1_address, "n1", &identity_of(b_dir), &grants).unwrap();
+    eventually(Duration::from_secs(15), "the replayed grant refused", || async {
+        let error = replay.manifest("m1", "data").await.err()?.to_string();
+        error.contains("status 403").then_some(())
+    })
+    .await;
+    refused(replay.file("m1", "data", "f0", 0).await.map(|_| ()), "a file with the replayed grant");
+    event_where(&admin, "a PeerAccessRefused Event saying the attempt ended", |e| {
+        e.spec.reason == "PeerAccessRefused"
+            && e.spec.involved_object.name == "n1"
+            && e.spec.message.contains("ended with command copy attempt 1")
+    })
+    .await;
 }

@@ -68,6 +68,7 @@ fn signed(signer: &GrantSigner, me: &str, node: &str, access: Access) -> String 
         access,
         expires: Timestamp::from_system_time(SystemTime::now() + GRANT_LIFETIME),
         purpose: format!("master failover run on node {me}"),
+        attempt: None,
     })
 }
 
