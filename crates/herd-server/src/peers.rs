@@ -1,12 +1,13 @@
 //! The server's part in agent-to-agent access: it signs the grants of the
 //! Commands it issues (one per action the target needs from the source:
 //! read volume V of member M, stop, start or forget member M, valid while
-//! the attempt may run and ended with it, `herd_core::grant`) and of its own requests to agents (a log, the
-//! volumes, a look at a copy: valid for a couple of minutes), and calls
-//! agents with its own certificate (`server.herd`, made by each replica
-//! from the shared CA at start). The signing key is derived from the
-//! admin token, as the CA key's seal is: replicas sign alike. An offline
-//! node is never called: the refusal is immediate and counted.
+//! the attempt may run and ended with it, `herd_core::grant`) and of its
+//! own requests to agents (a log, the volumes, a look at a copy: valid
+//! for a couple of minutes), and calls agents with its own certificate
+//! (`server.herd`, made by each replica from the shared CA at start). The
+//! signing key is derived from the admin token, as the CA key's seal is:
+//! replicas sign alike. An offline node is never called: the refusal is
+//! immediate and counted.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -50,7 +51,7 @@ impl PeerAuthority {
         let expires = command_grant_expiry(Timestamp::from_system_time(now), command.spec.timeout());
         let attempt = GrantedAttempt { command: command.metadata.name.clone(), attempt };
         let holder = Holder::Node(command.spec.node.clone());
-        self.sign_all(holder, from_node, accesses, expires, Ok(attempt))
+        self.sign_all(holder, from_node, accesses, expires, (&attempt.to_string(), Some(attempt)))
     }
 
     fn sign_all(
@@ -59,12 +60,8 @@ impl PeerAuthority {
         node: &str,
         accesses: Vec<Access>,
         expires: Timestamp,
-        for_attempt: Result<GrantedAttempt, &str>,
+        (purpose, attempt): (&str, Option<GrantedAttempt>),
     ) -> Vec<String> {
-        let (purpose, attempt) = match for_attempt {
-            Ok(attempt) => (attempt.to_string(), Some(attempt)),
-            Err(purpose) => (purpose.to_string(), None),
-        };
         accesses
             .into_iter()
             .map(|access| {
@@ -73,7 +70,7 @@ impl PeerAuthority {
                     node: node.to_string(),
                     access,
                     expires,
-                    purpose: purpose.clone(),
+                    purpose: purpose.to_string(),
                     attempt: attempt.clone(),
                 })
             })
@@ -94,7 +91,7 @@ impl PeerAuthority {
             reason: "its agent has not reported its address yet".into(),
         })?;
         let expires = Timestamp::from_system_time(SystemTime::now() + OWN_GRANT_LIFETIME);
-        let grants = self.sign_all(Holder::Server, name, accesses, expires, Err(purpose));
+        let grants = self.sign_all(Holder::Server, name, accesses, expires, (purpose, None));
         PeerClient::new(address, name, &self.identity, &grants)
     }
 }
