@@ -175,7 +175,7 @@ impl Heartbeat {
             report.config_serial = copies.serial();
             // Kept until a heartbeat carries them (the newest, if many).
             report.peer_refusals.extend(access.take_refusals());
-            let excess = report.peer_refusals.len().saturating_sub(crate::peer_access::KEPT_REFUSALS);
+            let excess = report.peer_refusals.len().saturating_sub(herd_core::api::MAX_PEER_REFUSALS);
             report.peer_refusals.drain(..excess);
             match client.with_token(Some(creds.node_token.clone())).heartbeat(&name, &report).await {
                 Ok(answer) => {

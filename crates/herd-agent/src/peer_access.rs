@@ -13,14 +13,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 
 use axum::http::{HeaderMap, StatusCode};
-use herd_core::api::PeerRefusal;
+use herd_core::api::{MAX_PEER_REFUSALS, PeerRefusal};
 use herd_core::grant::{Access, EndedAttempt, Holder, Refusal, Revocations, check};
 use herd_tls::ServingIdentity;
 use herd_tls::grant::{GRANT_HEADER, GrantVerifier};
 use tokio::sync::watch;
-
-/// The most refusals kept for the next heartbeat (the newest win).
-pub const KEPT_REFUSALS: usize = 64;
 
 #[derive(Clone)]
 pub struct PeerAccess(Arc<Inner>);
@@ -137,22 +134,17 @@ impl PeerAccess {
                     self.0.ended.read().map_err(|_| Refusal::Invalid("the ended grants are unreadable".into()))?;
                 check(&grant, caller, &self.0.node, &asked, (crate::now(), &ended))
             });
-        checked.map_err(|refusal| {
-            let caller = caller.map_or("a caller without a cluster certificate".to_string(), Holder::to_string);
-            let reason = refusal.to_string();
-            tracing::warn!(%caller, asked = %asked, %reason, "refused a peer request");
+        checked.map_err(|reason| {
+            let named = caller.map_or("a caller without a cluster certificate".to_string(), Holder::to_string);
+            tracing::warn!(caller = %named, asked = %asked, %reason, "refused a peer request");
+            let answer = format!("{named} may not {asked} on node {}: {reason}", self.0.node);
             if let Ok(mut kept) = self.0.refusals.lock() {
-                if kept.len() >= KEPT_REFUSALS {
+                if kept.len() >= MAX_PEER_REFUSALS {
                     kept.remove(0);
                 }
-                kept.push(PeerRefusal {
-                    caller: caller.clone(),
-                    asked: asked.to_string(),
-                    reason: reason.clone(),
-                    at: crate::now(),
-                });
+                kept.push(PeerRefusal { caller: caller.cloned(), asked, reason, at: crate::now() });
             }
-            (StatusCode::FORBIDDEN, format!("{caller} may not {asked} on node {}: {reason}", self.0.node))
+            (StatusCode::FORBIDDEN, answer)
         })
     }
 

@@ -163,15 +163,20 @@ pub struct AgentReport {
 }
 
 /// A request to an agent's endpoint that it refused: who asked (as its
-/// certificate names it), what, and why.
+/// certificate names it; None: a caller without a cluster certificate),
+/// what, and why. Typed, so that the server words the Event itself.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PeerRefusal {
-    pub caller: String,
-    pub asked: String,
-    pub reason: String,
+    #[serde(default)]
+    pub caller: Option<crate::grant::Holder>,
+    pub asked: crate::grant::Access,
+    pub reason: crate::grant::Refusal,
     pub at: crate::time::Timestamp,
 }
+
+/// The most refusals one report carries (an agent keeps the newest).
+pub const MAX_PEER_REFUSALS: usize = 64;
 
 /// A certificate the cluster CA signed for a node: the chain (the node's
 /// certificate, then the CA), PEM, and when it expires.

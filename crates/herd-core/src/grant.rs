@@ -24,7 +24,7 @@ use crate::time::Timestamp;
 pub const CLOCK_SLACK: Duration = Duration::from_secs(60);
 
 /// Who holds a grant: a node's agent (or its copy worker), or the server.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum Holder {
     Node(String),
@@ -41,7 +41,7 @@ impl std::fmt::Display for Holder {
 }
 
 /// One action on an agent's endpoint.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", tag = "action")]
 pub enum Access {
     /// A volume's manifest, its files and how much of a copy is staged.
@@ -208,7 +208,8 @@ impl Revocations {
 }
 
 /// Why a request was refused.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", rename_all_fields = "camelCase")]
 pub enum Refusal {
     #[error("no grant was shown")]
     Missing,

@@ -6,6 +6,7 @@
 //! property-testable, and what lets the server and the agent share them.
 
 pub mod admission;
+pub mod agent_report;
 pub mod api;
 pub mod authz;
 pub mod configmeta;
@@ -36,6 +37,7 @@ pub mod role_sync;
 pub mod roles;
 pub mod selection;
 pub mod setup_status;
+pub mod throttle;
 pub mod time;
 pub mod units;
 pub mod validation;

@@ -21,6 +21,7 @@ pub mod elector;
 pub mod error;
 pub mod events;
 pub mod eviction;
+pub mod join_refusals;
 pub mod metrics;
 pub mod node_roles;
 pub mod nodes;
@@ -226,6 +227,7 @@ impl Server {
             openapi: Arc::new(openapi::document(&registry)),
             registry,
             auth: Arc::new(Authenticator::new(store, &config.admin_token, &config.join_token, shutdown.clone())),
+            join_refusals: Arc::default(),
             metrics: metrics.clone(),
             events: EventRecorder::new(objects.clone(), "api"),
             leader_health: Arc::default(),
@@ -271,11 +273,13 @@ impl Server {
                 Some(tls_config) => {
                     let listener =
                         herd_tls::listener::TlsListener::new(listener, tls_config).map_err(ServerError::Serve)?;
-                    axum::serve(listener, router).with_graceful_shutdown(stop.cancelled_owned()).await
+                    let service = router.into_make_service_with_connect_info::<join_refusals::RemoteAddr>();
+                    axum::serve(listener, service).with_graceful_shutdown(stop.cancelled_owned()).await
                 }
                 None => {
-                    let listener = axum::serve::ListenerExt::tap_io(listener, no_delay);
-                    axum::serve(listener, router).with_graceful_shutdown(stop.cancelled_owned()).await
+                    let listener = join_refusals::PlainListener(listener);
+                    let service = router.into_make_service_with_connect_info::<join_refusals::RemoteAddr>();
+                    axum::serve(listener, service).with_graceful_shutdown(stop.cancelled_owned()).await
                 }
             };
             // The elector stops the leader-only work, then releases the
@@ -356,13 +360,5 @@ async fn ensure_cluster_config(objects: &Objects) -> Result<(), ApiError> {
     match objects.create(config, false, false).await {
         Ok(_) | Err(ObjectsError::AlreadyExists { .. }) => Ok(()),
         Err(other) => Err(other.into()),
-    }
-}
-
-/// Sends small responses at once: without it, a response written in two
-/// parts waits for the peer's delayed acknowledgement (40 ms on Linux).
-fn no_delay(stream: &mut tokio::net::TcpStream) {
-    if let Err(error) = stream.set_nodelay(true) {
-        tracing::debug!(%error, "could not set TCP_NODELAY");
     }
 }

@@ -48,6 +48,13 @@ struct HolderLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct JoinRefusalLabels {
+    /// `refused`: the token was looked at and is not valid; `limited`:
+    /// answered 429 without looking, the source being over its rate.
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReadyLabels {
     ready: &'static str,
 }
@@ -82,6 +89,7 @@ pub struct Metrics {
     pub offline_calls_refused: Counter,
     /// Bytes of configuration (documents and deltas) heartbeat answers carried.
     pub configuration_bytes_sent: Counter,
+    join_refusals: Family<JoinRefusalLabels, Counter>,
     nodes: Family<ReadyLabels, Gauge>,
 }
 
@@ -102,6 +110,7 @@ impl Metrics {
             fenced_writes: Counter::default(),
             offline_calls_refused: Counter::default(),
             configuration_bytes_sent: Counter::default(),
+            join_refusals: Family::default(),
             nodes: Family::default(),
         };
         let r = &mut metrics.registry;
@@ -159,6 +168,11 @@ impl Metrics {
             Unit::Bytes,
             metrics.configuration_bytes_sent.clone(),
         );
+        r.register(
+            "herd_join_refusals",
+            "Joins refused for their token (refused), or unread because their source was over its rate (limited)",
+            metrics.join_refusals.clone(),
+        );
         r.register("herd_nodes", "Nodes by readiness, as last seen by the node controller", metrics.nodes.clone());
         metrics
     }
@@ -189,6 +203,12 @@ impl Metrics {
             .get_or_create(&RouteLabels { method: method.clone(), route: route.clone() })
             .observe(elapsed.as_secs_f64());
         self.requests.get_or_create(&RequestLabels { method, route, code }).inc();
+    }
+
+    /// A join refused for its token; `limited`: without looking at it.
+    pub fn join_refused(&self, limited: bool) {
+        let outcome = if limited { "limited" } else { "refused" };
+        self.join_refusals.get_or_create(&JoinRefusalLabels { outcome }).inc();
     }
 
     /// One reconcile pass of `controller`, and whether it failed.

@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use herd_core::api::{AgentReport, HeartbeatResponse, JoinRequest, JoinResponse};
+use herd_core::api::{AgentReport, HeartbeatResponse, JoinRequest, JoinResponse, PeerRefusal};
 use herd_core::configuration::{SerialOnly, Ssconf};
-use herd_core::grant;
+use herd_core::grant::{self, Holder};
 use herd_core::join::{JoinVerdict, Joiner, join_verdict};
 use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
 use herd_core::kinds::{ClusterConfigSpec, CommandSpec, EventType, InvolvedObject, Node, NodeRole, NodeSpec};
@@ -40,13 +40,6 @@ async fn tell(events: &EventRecorder, node: &Node, effects: HeartbeatEffects) {
 /// The Event subject for node `name`, which need not exist.
 pub fn node_named(name: &str, node: Option<&Node>) -> InvolvedObject {
     InvolvedObject { kind: "Node".into(), name: name.into(), uid: node.and_then(|n| n.metadata.uid.clone()) }
-}
-
-/// A join refused for its token: an Event on the node it named.
-pub async fn refused_join_token(events: &EventRecorder, request: Option<JoinRequest>, error: &ApiError) {
-    let Some(request) = request else { return };
-    let message = format!("a join was refused (address {:?}): {error}", request.report.address);
-    events.record_about(node_named(&request.node_name, None), EventType::Warning, "JoinRefused", message).await;
 }
 
 /// Deletes node `name` as an admin asked: its token is revoked and a record
@@ -100,8 +93,8 @@ pub async fn join(
     let name = request.node_name.clone();
     let mut errors = ValidationErrors::new();
     validation::check_node_name(&FieldPath::root("nodeName"), &name, &mut errors);
-    if request.report.agent_boot_id.is_empty() {
-        errors.add(&FieldPath::root("agentBootId"), "must not be empty");
+    if let Err(report) = herd_core::agent_report::check(&request.report) {
+        errors.errors.extend(report.errors);
     }
     errors.into_result().map_err(|e| ApiError::invalid("Node", &name, e))?;
 
@@ -110,7 +103,8 @@ pub async fn join(
     let joiner =
         Joiner { boot_id: &request.report.agent_boot_id, previous_token: request.previous_node_token.as_deref() };
     if let JoinVerdict::Refuse(why) = join_verdict(&name, existing.as_ref(), deleted.as_ref(), joiner) {
-        let message = format!("a join for this name was refused (address {:?}): {why}", request.report.address);
+        let from = request.report.address.as_deref().map(|a| format!(" from {a}")).unwrap_or_default();
+        let message = format!("a join for this name{from} was refused: {why}");
         events.record_about(node_named(&name, existing.as_ref()), EventType::Warning, "JoinRefused", message).await;
         return Err(ApiError::Conflict(why));
     }
@@ -204,6 +198,8 @@ pub struct Heartbeat {
 pub struct HeartbeatServices<'a> {
     pub objects: &'a Objects,
     pub config: &'a Reflector<ClusterConfigSpec>,
+    /// The nodes as cached: who a refusal's caller may be.
+    pub nodes: &'a Reflector<NodeSpec>,
     /// The Commands as cached: a report on an attempt the cache holds
     /// costs no read.
     pub commands: &'a Reflector<CommandSpec>,
@@ -222,7 +218,8 @@ pub async fn heartbeat(
     (name, held): (&str, Option<Node>),
     report: AgentReport,
 ) -> Result<Heartbeat, ApiError> {
-    let HeartbeatServices { objects, config, commands, configuration, events, metrics, certificates } = services;
+    let HeartbeatServices { objects, config, nodes, commands, configuration, events, metrics, certificates } = services;
+    herd_core::agent_report::check(&report).map_err(|e| ApiError::invalid("Node", name, e))?;
     let at = now();
     let ended_attempts =
         commands.map(|command| grant::ended_attempts(command, name, at)).into_iter().flatten().collect();
@@ -235,7 +232,7 @@ pub async fn heartbeat(
     let node = heartbeat_node(objects, events, (name, held), &report, refresh).await?;
     for refusal in &report.peer_refusals {
         // Without the time: the same refusal again counts up one Event.
-        let message = format!("the agent refused {} to {}: {}", refusal.caller, refusal.asked, refusal.reason);
+        let message = refusal_message(refusal, |node| nodes.get(node).is_some());
         events.record(&node, EventType::Warning, "PeerAccessRefused", message).await;
     }
     let acknowledged =
@@ -254,6 +251,18 @@ pub async fn heartbeat(
         superseded: false,
     };
     Ok(Heartbeat { response, configuration_bytes: configuration.bytes })
+}
+
+/// The Event's words for a refusal a node reports, as its agent saw it:
+/// the caller is named only if it is a node of the cluster (`known`), so
+/// that a node's report names no one the server does not know.
+fn refusal_message(refusal: &PeerRefusal, known: impl Fn(&str) -> bool) -> String {
+    let caller = match &refusal.caller {
+        None => "a caller without a cluster certificate".to_string(),
+        Some(Holder::Node(node)) if !known(node) => "a caller whose certificate names no node of this cluster".into(),
+        Some(holder) => holder.to_string(),
+    };
+    format!("the node's agent reports it refused {caller} to {}: {}", refusal.asked, refusal.reason)
 }
 
 /// What a heartbeat answer carries of the configuration: the small facts

@@ -50,6 +50,8 @@ pub struct AppState {
     /// node for the agents' watches (`commands::agent_to_tell`).
     pub node_commands: herd_store::Partitioned,
     pub auth: Arc<Authenticator>,
+    /// Joins refused for their token, by source (`crate::join_refusals`).
+    pub join_refusals: Arc<crate::join_refusals::JoinRefusals>,
     pub metrics: Arc<Metrics>,
     pub events: EventRecorder,
     pub openapi: Arc<serde_json::Value>,

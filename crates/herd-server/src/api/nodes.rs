@@ -1,7 +1,7 @@
 //! `POST /api/v1/join` and `POST /api/v1/nodes/{name}/heartbeat`.
 
 use axum::Json;
-use axum::extract::State;
+use axum::extract::{ConnectInfo, State};
 use axum::http::HeaderMap;
 use herd_core::api::{AgentReport, JoinRequest, JoinResponse};
 use herd_core::api::{NodeRoleChanged, NodeRoleRequest, NodeRoleResponse};
@@ -18,14 +18,24 @@ use super::resources::{ListQuery, parse_body, serve_list};
 use super::{ApiBody, ApiName, ApiQuery, AppState, Caller};
 use crate::auth::bearer;
 use crate::error::ApiError;
+use crate::join_refusals::RemoteAddr;
 
+/// `POST /api/v1/join`. A join refused for its token stores nothing (its
+/// body is anyone's) and counts against its source's rate
+/// (`crate::join_refusals`).
 pub async fn join(
     State(state): State<AppState>,
+    ConnectInfo(RemoteAddr(source)): ConnectInfo<RemoteAddr>,
     headers: HeaderMap,
     ApiBody(body): ApiBody,
 ) -> Result<Json<JoinResponse>, ApiError> {
+    if let Err(limited) = state.join_refusals.admit(source.ip()) {
+        state.metrics.join_refused(true);
+        return Err(limited);
+    }
     if let Err(error) = state.auth.check_join_token(bearer(&headers)).await {
-        crate::nodes::refused_join_token(&state.events, parse_body(&body, "Node", "").ok(), &error).await;
+        state.metrics.join_refused(false);
+        state.join_refusals.refused(source.ip(), &error);
         return Err(error);
     }
     let request: JoinRequest = parse_body(&body, "Node", "")?;
@@ -103,6 +113,7 @@ pub async fn heartbeat(
     let services = crate::nodes::HeartbeatServices {
         objects: &state.objects,
         config: &state.config,
+        nodes: &state.nodes,
         commands: &state.commands,
         configuration: &state.configuration,
         events: &state.events,
