@@ -74,10 +74,21 @@ pub fn check_labels(path: &FieldPath, labels: &Labels, errors: &mut ValidationEr
     }
 }
 
-/// Checks annotation keys; values are free text.
+/// The most bytes all annotations of one object may take, keys and values
+/// together (Kubernetes' limit): annotations are notes, not storage.
+pub const MAX_ANNOTATIONS_BYTES: usize = 256 * 1024;
+
+/// Checks annotation keys and their total size; values are free text.
 pub fn check_annotations(path: &FieldPath, annotations: &Labels, errors: &mut ValidationErrors) {
     for key in annotations.keys() {
         check_key(path, key, errors);
+    }
+    let total: usize = annotations.iter().map(|(key, value)| key.len() + value.len()).sum();
+    if total > MAX_ANNOTATIONS_BYTES {
+        errors.add(
+            path,
+            format!("may take at most {MAX_ANNOTATIONS_BYTES} bytes in all (keys and values), take {total}"),
+        );
     }
 }
 
@@ -333,6 +344,19 @@ mod tests {
         );
         assert_eq!(errors.errors.len(), 1);
         assert_eq!(errors.errors[0].field, "metadata.labels[app]");
+    }
+
+    #[test]
+    fn annotations_take_at_most_256_kib_in_all() {
+        let path = FieldPath::root("metadata").child("annotations");
+        let half = "x".repeat(MAX_ANNOTATIONS_BYTES / 2);
+        let mut errors = ValidationErrors::new();
+        check_annotations(&path, &labels(&[("a", &half[1..]), ("b", &half[1..])]), &mut errors);
+        assert!(errors.is_empty(), "{errors}");
+        check_annotations(&path, &labels(&[("a", &half), ("b", &half)]), &mut errors);
+        assert_eq!(errors.errors.len(), 1, "{errors}");
+        assert_eq!(errors.errors[0].field, "metadata.annotations");
+        assert!(errors.errors[0].reason.contains("262146"), "{errors}");
     }
 
     proptest! {

@@ -40,9 +40,10 @@ impl Timestamp {
         now.0.duration_since(self.0).unwrap_or_default()
     }
 
-    /// This time and `duration` later.
+    /// This time and `duration` later (at most the latest time there is).
     pub fn plus(self, duration: Duration) -> Timestamp {
-        Timestamp::from_system_time(self.0 + duration)
+        let later = self.0.checked_add(duration).unwrap_or_else(|| self.0 + MAX_DURATION);
+        Timestamp::from_system_time(later)
     }
 
     pub fn parse(text: &str) -> Result<Self, humantime::TimestampError> {
@@ -82,6 +83,10 @@ impl JsonSchema for Timestamp {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct HumanDuration(pub Duration);
 
+/// The longest duration anything takes: ten years (of 365.25 days, as
+/// humantime counts them).
+pub const MAX_DURATION: Duration = Duration::from_secs(315_576_000);
+
 impl HumanDuration {
     pub const fn from_secs(secs: u64) -> Self {
         HumanDuration(Duration::from_secs(secs))
@@ -91,14 +96,19 @@ impl HumanDuration {
     }
 
     /// Reads `15s`, `2m`, `1h 30m`; a negative duration is named as such
-    /// rather than reported as a stray character.
+    /// rather than reported as a stray character, and one over
+    /// [`MAX_DURATION`] is refused (no setting means centuries, and every
+    /// time it is added to stays representable).
     pub fn parse(text: &str) -> Result<Self, String> {
         if text.trim_start().starts_with('-') {
             return Err(format!("{text:?} is negative: a duration must be 0 or more, like 15s or 2m"));
         }
-        humantime::parse_duration(text)
-            .map(HumanDuration)
-            .map_err(|e| format!("{text:?} is not a duration like 15s or 2m: {e}"))
+        let parsed =
+            humantime::parse_duration(text).map_err(|e| format!("{text:?} is not a duration like 15s or 2m: {e}"))?;
+        if parsed > MAX_DURATION {
+            return Err(format!("{text:?} is longer than {}, the longest duration", HumanDuration(MAX_DURATION)));
+        }
+        Ok(HumanDuration(parsed))
     }
 }
 
@@ -149,5 +159,8 @@ mod tests {
         assert!(serde_json::from_str::<HumanDuration>("\"soon\"").is_err());
         let negative = HumanDuration::parse("-1s").unwrap_err();
         assert!(negative.contains("is negative"), "{negative}");
+        let huge = HumanDuration::parse("18446744073709551615s").unwrap_err();
+        assert!(huge.contains("is longer than 10years"), "{huge}");
+        assert_eq!(HumanDuration::parse("10years").map(HumanDuration::get), Ok(MAX_DURATION));
     }
 }

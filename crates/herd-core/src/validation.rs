@@ -151,6 +151,19 @@ pub fn check_env(path: &FieldPath, env: &std::collections::BTreeMap<String, Stri
     }
 }
 
+/// A duration between `min` and `max` (both included), named by field.
+pub fn check_duration(
+    path: &FieldPath,
+    value: crate::HumanDuration,
+    (min, max): (std::time::Duration, std::time::Duration),
+    errors: &mut ValidationErrors,
+) {
+    if value.get() < min || value.get() > max {
+        let (min, max) = (crate::HumanDuration(min), crate::HumanDuration(max));
+        errors.add(path, format!("must be from {min} to {max}, is {value}"));
+    }
+}
+
 /// Names that must each appear once in a list (roles, ports).
 pub fn check_unique_names<'a>(
     path: &FieldPath,

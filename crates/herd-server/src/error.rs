@@ -67,7 +67,7 @@ impl ApiError {
                 "{kind} {name:?} was modified: you sent resourceVersion {expected}, it is now {}; read it again and retry",
                 actual.map_or("deleted".to_string(), |r| r.to_string())
             )),
-            StoreError::Compacted { .. } => ApiError::Gone(error.to_string()),
+            StoreError::Compacted { .. } | StoreError::FutureRevision { .. } => ApiError::Gone(error.to_string()),
             StoreError::InvalidKey(_) => ApiError::BadRequest(error.to_string()),
             StoreError::Backend(_) | StoreError::Closed => ApiError::Unavailable(error.to_string()),
         }
@@ -141,6 +141,11 @@ mod tests {
     fn store_errors_map_to_the_api_statuses() {
         let code = |e: StoreError| ApiError::from_store("Node", "n1", e).status().code;
         assert_eq!(code(StoreError::Compacted { requested: 3, compacted: 9 }), 410, "relist after compaction");
+        assert_eq!(
+            code(StoreError::FutureRevision { requested: 99, head: 9 }),
+            410,
+            "relist: another store's revision"
+        );
         assert_eq!(code(StoreError::Conflict { key: "k".into(), expected: 1, actual: Some(2) }), 409);
         assert_eq!(code(StoreError::AlreadyExists("k".into())), 409);
         assert_eq!(code(StoreError::NotFound("k".into())), 404);

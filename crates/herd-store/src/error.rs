@@ -14,6 +14,12 @@ pub enum StoreError {
         "revision {requested} is compacted (history starts after {compacted}): list again, then watch from the list's revision"
     )]
     Compacted { requested: Revision, compacted: Revision },
+    /// A watch from a revision the store has not reached: the client's
+    /// revision is from elsewhere (another store, one restored since).
+    #[error(
+        "revision {requested} is ahead of the store (its newest is {head}): list again, then watch from the list's revision"
+    )]
+    FutureRevision { requested: Revision, head: Revision },
     #[error("invalid key {0:?}: keys are 1-1024 printable ASCII characters without spaces")]
     InvalidKey(String),
     #[error("store backend error: {0}")]

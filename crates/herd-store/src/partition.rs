@@ -89,8 +89,10 @@ impl Partitioned {
     }
 
     /// Watches one partition for changes after revision `after`. Fails at
-    /// once with `Compacted` if that history is gone.
+    /// once with `Compacted` if that history is gone, `FutureRevision` if
+    /// the store has not reached it.
     pub async fn watch(&self, partition: &str, after: Revision) -> Result<PartitionWatch, StoreError> {
+        self.shared.store.check_reached(after).await?;
         let mut watch = PartitionWatch {
             owner: self.clone(),
             partition: partition.to_string(),

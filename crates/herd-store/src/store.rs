@@ -238,7 +238,22 @@ impl Store {
     /// Fails at once with `Compacted` if that history is gone.
     pub async fn watch(&self, prefix: &str, after: Revision) -> Result<Watcher, StoreError> {
         check_key(prefix)?;
+        self.check_reached(after).await?;
         Watcher::start(self.inner.backend.clone(), &self.inner.hub, prefix.to_string(), after).await
+    }
+
+    /// Whether the store has reached revision `after`, as a watch from it
+    /// needs: `FutureRevision` if not (asked of the database when this
+    /// process has not seen it, as another process may have written it).
+    pub async fn check_reached(&self, after: Revision) -> Result<(), StoreError> {
+        if after <= self.head() {
+            return Ok(());
+        }
+        let (_, head) = self.inner.backend.get("/").await?;
+        if after > head {
+            return Err(StoreError::FutureRevision { requested: after, head });
+        }
+        Ok(())
     }
 
     /// Forgets the history up to and including `upto`. Watches from before

@@ -115,3 +115,102 @@ async fn a_node_cannot_write_markup_into_its_status_nor_blame_nodes_the_cluster_
     assert!(events.contains("refused a caller whose certificate names no node of this cluster to stop member web-1"));
     assert!(events.contains("refused node node-b to stop member web-1: no grant was shown"), "{events}");
 }
+
+/// Posts `body` to `path` over HTTP/2 (ALPN h2, as browsers do):
+/// the status, or the error that ended the stream.
+async fn post_over_http2(server: &TestServer, path: &str, body: Vec<u8>) -> Result<u16, String> {
+    let mut config = herd_tls::client_config(&server.trust().unwrap()).unwrap();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let tcp = tokio::net::TcpStream::connect(server.listen_addr()).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config)).connect(name, tcp).await.unwrap();
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]), "HTTP/2 was negotiated");
+    let io = hyper_util::rt::TokioIo::new(tls);
+    let (mut sender, connection) =
+        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io).await.unwrap();
+    tokio::spawn(connection);
+    let request = hyper::Request::post(format!("{}{path}", server.url))
+        .header("authorization", format!("Bearer {}", common::ADMIN_TOKEN))
+        .body(http_body_util::Full::new(hyper::body::Bytes::from(body)))
+        .unwrap();
+    sender.send_request(request).await.map(|answer| answer.status().as_u16()).map_err(|e| format!("{e:?}"))
+}
+
+/// A body over the limit is answered 413, over HTTP/2 and HTTP/1.1 alike,
+/// however much more is coming: not a stream or connection broken off.
+#[tokio::test]
+async fn a_body_over_the_limit_is_a_413_however_large_and_over_either_protocol() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path());
+    let url = format!("{}/api/v1/nodes", server.url);
+    for megabytes in [3, 5, 8, 20] {
+        let body = vec![b' '; megabytes << 20];
+        let over_http2 = post_over_http2(&server, "/api/v1/nodes", body.clone()).await;
+        assert_eq!(over_http2, Ok(413), "HTTP/2, {megabytes} MB");
+        let sent = server.raw_http().post(&url).bearer_auth(common::ADMIN_TOKEN).body(body).send().await;
+        let answer = sent.unwrap_or_else(|e| panic!("HTTP/1.1, {megabytes} MB: no answer: {e:?}"));
+        assert_eq!(answer.status().as_u16(), 413, "HTTP/1.1, {megabytes} MB");
+        let status: serde_json::Value = answer.json().await.unwrap();
+        assert!(status["message"].as_str().unwrap().contains("too large"), "{status}");
+    }
+    assert!(server.admin().list::<NodeSpec>("").await.unwrap().is_empty());
+}
+
+/// Each bad input is refused naming its field, and nothing is stored.
+#[tokio::test]
+async fn bad_input_is_refused_naming_the_field_and_nothing_is_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path());
+    let admin = server.admin();
+    let refused = |error: ClientError| {
+        let status = status(error);
+        (status.code, status.causes.first().map(|c| c.field.clone()).unwrap_or_default(), status.message)
+    };
+
+    // Annotations: 256 KiB in all at most, on create and on a change.
+    let big = "x".repeat(1 << 20);
+    let node = json!({"metadata": {"name": "n1", "annotations": {"note": big}}});
+    let (code, field, _) = refused(admin.create_value("nodes", &node, Default::default()).await.unwrap_err());
+    assert_eq!((code, field.as_str()), (422, "metadata.annotations"));
+    admin.create_value("nodes", &json!({"metadata": {"name": "n1"}}), Default::default()).await.unwrap();
+    let patch = json!({"metadata": {"annotations": {"a": "x".repeat(200 << 10), "b": "x".repeat(100 << 10)}}});
+    let (code, field, _) = refused(admin.patch_value("nodes", "n1", &patch).await.unwrap_err());
+    assert_eq!((code, field.as_str()), (422, "metadata.annotations"));
+    assert!(admin.get::<NodeSpec>("n1").await.unwrap().metadata.annotations.is_empty());
+
+    // An Operation's deadline: not centuries, not a nanosecond.
+    for (deadline, reason) in [("18446744073709551615s", "longer than 10years"), ("1ns", "must be from 1s to 30days")] {
+        let drain = json!({"metadata": {"name": "d1"}, "spec": {"action": {"type": "Drain", "node": "n1"}, "deadline": deadline}});
+        let (code, field, message) =
+            refused(admin.create_value("operations", &drain, Default::default()).await.unwrap_err());
+        assert_eq!((code, field.as_str()), (422, "spec.deadline"), "{deadline}: {message}");
+        assert!(message.contains(reason), "{deadline}: {message}");
+    }
+    assert!(admin.list_values("operations", "").await.unwrap().items.is_empty());
+
+    // A POST whose options are query parameters takes no fields.
+    let url = format!("{}/api/v1/members/m1/eviction", server.url);
+    let answer =
+        server.raw_http().post(&url).bearer_auth(common::ADMIN_TOKEN).json(&json!({"x": 1})).send().await.unwrap();
+    assert_eq!(answer.status().as_u16(), 422);
+    let status: serde_json::Value = answer.json().await.unwrap();
+    assert_eq!(status["causes"][0]["field"], "x", "{status}");
+    let empty = server.raw_http().post(&url).bearer_auth(common::ADMIN_TOKEN).json(&json!({})).send().await.unwrap();
+    assert_eq!(empty.status().as_u16(), 404, "an empty object is no option: the member is looked for");
+
+    // A watch from a revision the store has not reached: 410, as a
+    // compacted one, so that the client lists again.
+    let head: u64 = admin.list_values("nodes", "").await.unwrap().metadata.resource_version.parse().unwrap();
+    let future = (head + 1000).to_string();
+    let watch = admin.watch("nodes", Some(&future), "").await;
+    let error = match watch {
+        Ok(mut stream) => tokio::time::timeout(Duration::from_secs(2), stream.next())
+            .await
+            .expect("the watch answers at once")
+            .expect("the watch says why it ends")
+            .expect_err("an error, not an event"),
+        Err(error) => error,
+    };
+    assert_eq!(error.reason(), Some(StatusReason::Gone), "{error}");
+    assert!(error.to_string().contains("ahead of the store"), "{error}");
+}

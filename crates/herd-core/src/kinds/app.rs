@@ -9,9 +9,10 @@ use serde::{Deserialize, Serialize};
 
 use super::NoStatus;
 use super::command::MemberRun;
+use super::member_run::SCRIPT_TIMEOUT_RANGE;
 use crate::resource::{Object, Resource};
 use crate::time::HumanDuration;
-use crate::validation::{FieldPath, ValidationErrors, check_unique_names};
+use crate::validation::{FieldPath, ValidationErrors, check_duration, check_unique_names};
 
 pub type App = Object<AppSpec>;
 
@@ -166,9 +167,7 @@ impl AppRole {
             if setup.script.trim().is_empty() {
                 errors.add(&path.child("setup").child("script"), "must not be empty");
             }
-            if setup.timeout.get().is_zero() {
-                errors.add(&path.child("setup").child("timeout"), "must be positive");
-            }
+            check_duration(&path.child("setup").child("timeout"), setup.timeout, SCRIPT_TIMEOUT_RANGE, errors);
         }
         for (i, role) in self.notifies.iter().enumerate() {
             if app.role(role).is_none() {

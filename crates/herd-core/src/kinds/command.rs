@@ -14,13 +14,17 @@ use serde::{Deserialize, Serialize};
 
 use crate::resource::{Object, Resource};
 use crate::time::{HumanDuration, Timestamp};
-use crate::validation::{FieldPath, ValidationErrors, check_name};
+use crate::validation::{FieldPath, ValidationErrors, check_duration, check_name};
 
 pub type Command = Object<CommandSpec>;
 
 /// The label every Command carries with its node's name: agents watch
 /// their own Commands through it.
 pub const NODE_LABEL: &str = "herd.io/node";
+
+/// A Command's timeout: a second at least, a week at most (a copy of
+/// terabytes).
+pub const TIMEOUT_RANGE: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(7 * 24 * 3600));
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -565,8 +569,8 @@ impl Resource for CommandSpec {
 
     fn validate_spec(&self, path: &FieldPath, errors: &mut ValidationErrors) {
         check_name(&path.child("node"), &self.node, errors);
-        if self.timeout.is_some_and(|t| t.get().is_zero()) {
-            errors.add(&path.child("timeout"), "must be positive");
+        if let Some(timeout) = self.timeout {
+            check_duration(&path.child("timeout"), timeout, TIMEOUT_RANGE, errors);
         }
         self.action.validate(&path.child("action"), errors);
     }

@@ -3,12 +3,17 @@
 //! Command carries it and an App's role declares it.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::time::HumanDuration;
-use crate::validation::{FieldPath, ValidationErrors, check_env, check_unique_names};
+use crate::validation::{FieldPath, ValidationErrors, check_duration, check_env, check_unique_names};
+
+/// A script's timeout (a setup, a drain hook): a second at least, a day
+/// at most.
+pub const SCRIPT_TIMEOUT_RANGE: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(24 * 3600));
 
 /// How a member runs: the process and its volumes.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -71,6 +76,9 @@ impl MemberRun {
         check_env(&path.child("env"), &self.env, errors);
         if let Some(check) = &self.readiness {
             check.validate(&path.child("readiness"), errors);
+        }
+        if let Some(drain) = &self.drain {
+            check_duration(&path.child("drain").child("timeout"), drain.timeout, SCRIPT_TIMEOUT_RANGE, errors);
         }
     }
 }

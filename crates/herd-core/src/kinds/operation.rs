@@ -6,12 +6,14 @@
 //! status is the leader's record of every step (`crate::operation`
 //! decides them), so a new leader goes on where the old one stopped.
 
+use std::time::Duration;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::resource::{Object, Resource};
 use crate::time::{HumanDuration, Timestamp};
-use crate::validation::{FieldPath, ValidationErrors, check_name};
+use crate::validation::{FieldPath, ValidationErrors, check_duration, check_name};
 
 pub type Operation = Object<OperationSpec>;
 
@@ -199,6 +201,10 @@ pub struct OperationStatus {
 /// How many history entries an Operation keeps.
 pub const HISTORY_KEPT: usize = 50;
 
+/// An Operation's deadline: a second at least (it must be able to start),
+/// thirty days at most (a drain of terabytes takes days, not years).
+pub const DEADLINE_RANGE: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(30 * 24 * 3600));
+
 impl Resource for OperationSpec {
     const KIND: &'static str = "Operation";
     const PLURAL: &'static str = "operations";
@@ -216,8 +222,8 @@ impl Resource for OperationSpec {
         if self.max_parallel == 0 {
             errors.add(&path.child("maxParallel"), "must be at least 1 (how many members may move at once)");
         }
-        if self.deadline.is_some_and(|d| d.get().is_zero()) {
-            errors.add(&path.child("deadline"), "must be more than 0s; leave it out for no deadline");
+        if let Some(deadline) = self.deadline {
+            check_duration(&path.child("deadline"), deadline, DEADLINE_RANGE, errors);
         }
     }
 
@@ -282,7 +288,7 @@ mod tests {
         let said = errors(&bad, None);
         assert!(said.contains("spec.action.node: "), "{said}");
         assert!(said.contains("spec.maxParallel: must be at least 1"), "{said}");
-        assert!(said.contains("spec.deadline: must be more than 0s"), "{said}");
+        assert!(said.contains("spec.deadline: must be from 1s to 30days, is 0s"), "{said}");
         let unknown = serde_json::from_value::<OperationSpec>(serde_json::json!({"action": {"type": "Explode"}}));
         assert!(unknown.is_err());
     }

@@ -21,7 +21,7 @@ use axum::extract::{FromRequest, FromRequestParts, MatchedPath, Request, State};
 use axum::http::request::Parts;
 use axum::http::{Method, StatusCode, Uri};
 use axum::middleware::{self, Next};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use herd_core::authz::{self, Principal, Target, Verb};
 use tokio_util::sync::CancellationToken;
 
@@ -155,18 +155,57 @@ impl<T: serde::de::DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Api
 /// The largest request body taken (what axum's body extractors allow).
 const MAX_BODY_BYTES: usize = 2 << 20;
 
+/// How much of a body over the limit is read and dropped so that its
+/// sender hears the 413: a connection (HTTP/1.1) or stream (HTTP/2) closed
+/// with a body still coming in is a broken pipe or a reset to the client,
+/// not an answer. Past this the connection is closed after the answer.
+const MAX_DRAINED_BYTES: usize = 64 << 20;
+
 /// Reads every request's body before it is routed, so that a request
 /// refused before its handler reads the body (401, 403, 404) leaves the
-/// connection clean: over TLS, closing a connection with a body still
-/// coming in is a broken stream to the client, not a refusal.
+/// connection clean, and one over the limit is a 413 its sender hears.
 async fn read_body_first(request: Request, next: Next) -> Response {
+    use futures_util::StreamExt;
     let (parts, body) = request.into_parts();
-    match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
-        Ok(bytes) => next.run(Request::from_parts(parts, axum::body::Body::from(bytes))).await,
-        Err(_) => axum::response::IntoResponse::into_response(ApiError::PayloadTooLarge(format!(
-            "the body is too large, or broke off: at most {MAX_BODY_BYTES} bytes are taken"
-        ))),
+    let mut chunks = body.into_data_stream();
+    let (mut taken, mut read) = (Vec::new(), 0usize);
+    while let Some(chunk) = chunks.next().await {
+        let Ok(chunk) = chunk else {
+            return ApiError::BadRequest("the body broke off before its end".into()).into_response();
+        };
+        read += chunk.len();
+        if read > MAX_DRAINED_BYTES {
+            break;
+        }
+        if read <= MAX_BODY_BYTES {
+            taken.extend_from_slice(&chunk);
+        }
     }
+    if read > MAX_BODY_BYTES {
+        return ApiError::PayloadTooLarge(format!("the body is too large: at most {MAX_BODY_BYTES} bytes are taken"))
+            .into_response();
+    }
+    next.run(Request::from_parts(parts, axum::body::Body::from(taken))).await
+}
+
+/// What a POST that takes no body may carry: nothing, or `{}`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NoBody {}
+
+/// A POST whose options are all query parameters (an eviction, a retry)
+/// refuses a body with fields, as every other body refuses unknown ones.
+async fn refuse_body(request: Request, next: Next) -> Response {
+    let (parts, body) = request.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY_BYTES).await else {
+        return ApiError::BadRequest("the body broke off before its end".into()).into_response();
+    };
+    if !bytes.trim_ascii().is_empty()
+        && let Err(error) = resources::parse_body::<NoBody>(&bytes, "request", "")
+    {
+        return error.into_response();
+    }
+    next.run(Request::from_parts(parts, axum::body::Body::from(bytes))).await
 }
 
 async fn record_metrics(State(state): State<AppState>, request: Request, next: Next) -> Response {
@@ -183,7 +222,11 @@ pub fn router(state: AppState) -> Router {
     let mut generator = routes::schema_generator();
     let mut router = Router::new();
     for route in routes::routes(&state.registry, &mut generator) {
-        router = router.route(&route.path, route.handler);
+        let handler = match (&route.method, &route.body) {
+            (&Method::POST, None) => route.handler.layer(middleware::from_fn(refuse_body)),
+            _ => route.handler,
+        };
+        router = router.route(&route.path, handler);
     }
     router
         .fallback(no_route)

@@ -26,6 +26,7 @@ macro_rules! conformance_suite {
         $crate::conformance_suite!(@tests $harness;
             crud_and_revisions, write_conflicts, txn_is_atomic, list_prefix_paging_and_filter,
             watch_delivers_puts_and_deletes, watch_from_mid_revision, compaction_expires_old_watches,
+            a_watch_from_a_revision_not_reached_fails,
             concurrent_creates_have_one_winner, concurrent_writers_are_group_committed,
             writes_whose_writers_went_away_are_committed_and_watched,
             concurrent_watch_sees_every_write_once_in_order, a_peer_s_commits_reach_watches_promptly,
@@ -211,6 +212,27 @@ pub async fn compaction_expires_old_watches(h: &impl Harness) {
     let mut watcher = store.watch("/", last - 3).await.unwrap();
     assert_eq!(collect_keys(&mut watcher, 3).await.len(), 3, "history after the compaction point is kept");
     assert_eq!(store.get(&key(0)).await.unwrap().unwrap().value, b"v", "compaction keeps current values");
+}
+
+/// A revision from elsewhere (another store, one since restored) is
+/// refused at once, as a compacted one is, rather than waited on for ever;
+/// one a peer reached and this process has not seen yet is taken.
+pub async fn a_watch_from_a_revision_not_reached_fails(h: &impl Harness) {
+    let store = h.open().await;
+    let head = store.create(&key(0), b"v".to_vec()).await.unwrap();
+    match store.watch("/", head + 100).await {
+        Err(StoreError::FutureRevision { requested, head: newest }) => {
+            assert_eq!((requested, newest), (head + 100, head))
+        }
+        Err(other) => panic!("expected FutureRevision, got {other}"),
+        Ok(_) => panic!("expected FutureRevision, got a watch"),
+    }
+    store.watch("/", head).await.expect("a watch from the head waits for what comes next");
+    let Some(peer) = h.peer().await else { return };
+    let written = peer.create(&key(1), b"v".to_vec()).await.unwrap();
+    let mut watch = store.watch("/", written).await.expect("a peer's revision is reached");
+    store.create(&key(2), b"v".to_vec()).await.unwrap();
+    assert_eq!(collect_keys(&mut watch, 1).await[0].1, key(2));
 }
 
 pub async fn concurrent_creates_have_one_winner(h: &impl Harness) {
