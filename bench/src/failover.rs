@@ -154,7 +154,7 @@ impl Cluster {
             }
             Scenario::Pause => {
                 signal(pid, "CONT")?;
-                let client = Client::new(vec![self.replicas[index].url.clone()], None);
+                let client = Client::new(vec![self.replicas[index].url.clone()], Some(ADMIN_TOKEN.into()));
                 let deadline = Instant::now() + Duration::from_secs(30);
                 while client.get_text("/metrics").await.map_or(true, |m| !m.lines().any(|l| l == "herd_leader 0")) {
                     if Instant::now() > deadline {

@@ -102,10 +102,15 @@ fn is_untrusted(error: &(dyn std::error::Error + 'static)) -> bool {
     text.contains("invalid peer certificate") || text.contains("not the pinned CA")
 }
 
+/// The message, then each cause it does not say already (a 422's message
+/// names its causes; printing them again would say each twice).
 fn format_status(status: &Status) -> String {
     let mut text = status.message.clone();
     for cause in &status.causes {
-        text.push_str(&format!("\n  {}: {}", cause.field, cause.reason));
+        let said = format!("{}: {}", cause.field, cause.reason);
+        if !status.message.contains(&said) {
+            text.push_str(&format!("\n  {said}"));
+        }
     }
     text
 }
@@ -558,10 +563,11 @@ impl Client {
         self.call(Method::POST, &path, &[], Some(&to_value(request)?)).await
     }
 
-    /// `herd node readmit`: a deleted node's agent may join again.
-    pub async fn readmit_node(&self, node: &str) -> Result<(), ClientError> {
+    /// `herd node readmit`: a deleted node's agent may join again (and
+    /// whether it can with the join token it holds).
+    pub async fn readmit_node(&self, node: &str) -> Result<herd_core::api::Readmission, ClientError> {
         let path = format!("{}/readmit", object_path("nodes", node));
-        check(self.send(Method::POST, &path, |r| r, Some(self.timeout), Resend::Safe).await?).await.map(|_| ())
+        self.call_resending(Method::POST, &path, &[], None, Resend::Safe).await
     }
 
     /// The raw text of an unauthenticated endpoint (`/metrics`, `/healthz`).
@@ -637,5 +643,15 @@ mod tests {
         assert_eq!(Resend::for_replace(&blind), Resend::Never);
         let empty = serde_json::json!({"metadata": {"name": "n1", "resourceVersion": ""}});
         assert_eq!(Resend::for_replace(&empty), Resend::Never);
+    }
+
+    #[test]
+    fn a_cause_the_message_says_is_not_printed_again() {
+        let cause = |field: &str, reason: &str| herd_core::FieldError { field: field.into(), reason: reason.into() };
+        let mut status = Status::new(StatusReason::Invalid, "Node \"n1\" is invalid: metadata.labels[app]: bad value");
+        status.causes = vec![cause("metadata.labels[app]", "bad value")];
+        assert_eq!(format_status(&status), "Node \"n1\" is invalid: metadata.labels[app]: bad value");
+        status.causes.push(cause("spec.role", "unknown"));
+        assert_eq!(format_status(&status).lines().collect::<Vec<_>>()[1], "  spec.role: unknown");
     }
 }

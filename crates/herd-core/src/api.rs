@@ -643,6 +643,19 @@ pub struct NodeRoleRequest {
     pub auto_promote: bool,
 }
 
+/// What `POST /api/v1/nodes/{name}/readmit` did: the deleted node's record
+/// forgotten, and whether its agent can join again by itself (the join
+/// token it joined with may be gone).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Readmission {
+    pub node: String,
+    /// Whether its agent can join again with what it holds.
+    pub agent_can_join: bool,
+    /// In words, with what to do when it cannot.
+    pub message: String,
+}
+
 /// What a role change did: every node it changed, with why.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -111,6 +111,10 @@ pub struct DeletedNode {
     pub token_hash: Option<String>,
     /// Whether the node was Ready when it was deleted.
     pub was_ready: bool,
+    /// The id of the API-made join token its agent joined with (None: the
+    /// server's own, or not known).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub join_token: Option<String>,
 }
 
 /// blake3 of a token, hex: what is kept instead of the token.
@@ -190,8 +194,12 @@ mod tests {
     #[test]
     fn rule_a_deleted_nodes_agent_is_refused_until_readmitted_a_new_host_is_not() {
         let old_token = "herdnode.n3.secret";
-        let deleted =
-            DeletedNode { deleted_at: Timestamp::default(), token_hash: Some(token_hash(old_token)), was_ready: true };
+        let deleted = DeletedNode {
+            deleted_at: Timestamp::default(),
+            token_hash: Some(token_hash(old_token)),
+            was_ready: true,
+            join_token: None,
+        };
         let old_agent = Joiner { boot_id: "b1", previous_token: Some(old_token) };
         let JoinVerdict::Refuse(why) = join_verdict("n3", None, Some(&deleted), old_agent) else { panic!() };
         assert!(why.contains("deleted by an admin") && why.contains("herd node readmit n3"), "{why}");

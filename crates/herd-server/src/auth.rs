@@ -60,6 +60,10 @@ fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, ApiError> {
 struct StoredToken {
     hash: String,
     issued: herd_core::Timestamp,
+    /// The id of the API-made join token the node joined with (None: the
+    /// server's own): whether its agent could join again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    join_token: Option<String>,
 }
 
 /// A fresh random secret: two v4 UUIDs, 244 random bits.
@@ -163,19 +167,29 @@ impl Authenticator {
         Err(ApiError::Unauthorized("the bearer token is not valid".into()))
     }
 
-    /// Whether `token` is a join token usable now: the server's own, or one
-    /// created through the API and not expired.
-    pub async fn check_join_token(&self, token: Option<&str>) -> Result<(), ApiError> {
+    /// Whether `token` is a join token usable now: the server's own (None),
+    /// or one created through the API and not expired (its id).
+    pub async fn check_join_token(&self, token: Option<&str>) -> Result<Option<String>, ApiError> {
         let token = token.ok_or_else(|| ApiError::Unauthorized("joining needs a join token as bearer token".into()))?;
         if hash(token) == self.join {
-            return Ok(());
+            return Ok(None);
         }
-        self.api_token(token, TokenKind::Join).await
+        self.api_token(token, TokenKind::Join).await.map(Some)
+    }
+
+    /// Whether an agent holding the API-made join token `id` may join now:
+    /// why not, if it may not.
+    pub async fn join_token_refusal(&self, id: &str) -> Result<Option<String>, ApiError> {
+        let key = join_token_key(id);
+        let Some(kv) = self.store.get(&key).await? else {
+            return Ok(Some(format!("join token {id}, which its agent joined with, was deleted")));
+        };
+        Ok(decode::<JoinTokenRecord>(&key, &kv.value)?.usable_at(now()).err())
     }
 
     /// Whether `token` is a token of `kind` created through the API, known,
     /// and not expired.
-    async fn api_token(&self, token: &str, kind: TokenKind) -> Result<(), ApiError> {
+    async fn api_token(&self, token: &str, kind: TokenKind) -> Result<String, ApiError> {
         let invalid = || ApiError::Unauthorized(format!("the {} token is not valid", kind.word()));
         let id = match token_id(token) {
             Some((found, id)) if found == kind => id,
@@ -189,7 +203,8 @@ impl Authenticator {
         if record.kind != kind || blake3::Hash::from_hex(&record.hash).ok() != Some(hash(token)) {
             return Err(invalid());
         }
-        record.usable_at(now()).map_err(ApiError::Unauthorized)
+        record.usable_at(now()).map_err(ApiError::Unauthorized)?;
+        Ok(record.id)
     }
 
     /// Creates a join or viewer token that lives `ttl` (None: until
@@ -239,31 +254,31 @@ impl Authenticator {
     /// record of who it was, so that its agent cannot join again unasked.
     pub async fn node_deletion_ops(&self, name: &str, was_ready: bool) -> Result<Vec<herd_store::Op>, ApiError> {
         let key = node_token_key(name);
-        let token_hash = match self.store.get(&key).await? {
-            Some(kv) => Some(decode::<StoredToken>(&key, &kv.value)?.hash),
+        let stored = match self.store.get(&key).await? {
+            Some(kv) => Some(decode::<StoredToken>(&key, &kv.value)?),
             None => None,
         };
-        let deleted = DeletedNode { deleted_at: now(), token_hash, was_ready };
+        let (token_hash, join_token) = stored.map(|s| (Some(s.hash), s.join_token)).unwrap_or_default();
+        let deleted = DeletedNode { deleted_at: now(), token_hash, was_ready, join_token };
         Ok(vec![
             herd_store::Op::Delete { key },
             herd_store::Op::Put { key: deleted_node_key(name), value: encode(&deleted)? },
         ])
     }
 
-    /// Lets a deleted node's agent join again; whether there was anything to forget.
-    pub async fn readmit(&self, name: &str) -> Result<bool, ApiError> {
-        let key = deleted_node_key(name);
-        if self.store.get(&key).await?.is_none() {
-            return Ok(false);
-        }
-        self.store.txn(Txn::new().delete(key)).await?;
-        Ok(true)
+    /// Lets a deleted node's agent join again: the record forgotten, if
+    /// there was one.
+    pub async fn readmit(&self, name: &str) -> Result<Option<DeletedNode>, ApiError> {
+        let Some(deleted) = self.deleted_node(name).await? else { return Ok(None) };
+        self.store.txn(Txn::new().delete(deleted_node_key(name))).await?;
+        Ok(Some(deleted))
     }
 
-    /// Issues a new token for `node`, replacing any earlier one.
-    pub async fn issue_node_token(&self, node: &str) -> Result<String, ApiError> {
+    /// Issues a new token for `node`, replacing any earlier one; `join_token`
+    /// is the API-made join token it joined with, if any.
+    pub async fn issue_node_token(&self, node: &str, join_token: Option<String>) -> Result<String, ApiError> {
         let token = format!("{NODE_TOKEN_PREFIX}{node}.{}", generate_secret());
-        let stored = StoredToken { hash: token_hash(&token), issued: now() };
+        let stored = StoredToken { hash: token_hash(&token), issued: now(), join_token };
         let txn = Txn::new().put(node_token_key(node), encode(&stored)?).delete(deleted_node_key(node));
         self.store.txn(txn).await.map_err(ApiError::from)?;
         self.note_token_changed(node);
@@ -284,7 +299,7 @@ mod tests {
     #[tokio::test]
     async fn a_cached_node_token_is_refused_at_once_after_its_revocation_here() {
         let (_dir, auth) = authenticator().await;
-        let token = auth.issue_node_token("n1").await.unwrap();
+        let token = auth.issue_node_token("n1", None).await.unwrap();
         for _ in 0..2 {
             assert!(matches!(auth.principal(Some(&token)).await, Ok(Principal::Node(n)) if n == "n1"));
         }
@@ -302,7 +317,7 @@ mod tests {
     async fn a_node_token_revoked_through_another_replica_is_refused_here() {
         let (_dir, here) = authenticator().await;
         let there = Authenticator::new(here.store.clone(), "admin-secret", "join-secret", CancellationToken::new());
-        let token = there.issue_node_token("n1").await.unwrap();
+        let token = there.issue_node_token("n1", None).await.unwrap();
         here.node_tokens.synced().await;
         assert!(here.principal(Some(&token)).await.is_ok());
         let ops = there.node_deletion_ops("n1", true).await.unwrap();
@@ -322,9 +337,9 @@ mod tests {
     #[tokio::test]
     async fn a_replaced_node_token_is_refused_and_its_successor_taken() {
         let (_dir, auth) = authenticator().await;
-        let old = auth.issue_node_token("n1").await.unwrap();
+        let old = auth.issue_node_token("n1", None).await.unwrap();
         assert!(auth.principal(Some(&old)).await.is_ok());
-        let new = auth.issue_node_token("n1").await.unwrap();
+        let new = auth.issue_node_token("n1", None).await.unwrap();
         assert!(auth.principal(Some(&old)).await.is_err(), "the replaced token was still taken");
         assert!(matches!(auth.principal(Some(&new)).await, Ok(Principal::Node(n)) if n == "n1"));
         let forged = format!("{NODE_TOKEN_PREFIX}n1.{}", generate_secret());

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use herd_core::api::{AgentReport, HeartbeatResponse, JoinRequest, JoinResponse, PeerRefusal};
+use herd_core::api::{AgentReport, HeartbeatResponse, JoinRequest, JoinResponse, PeerRefusal, Readmission};
 use herd_core::configuration::{SerialOnly, Ssconf};
 use herd_core::grant::{self, Holder};
 use herd_core::join::{JoinVerdict, Joiner, join_verdict};
@@ -69,14 +69,27 @@ pub async fn delete(
     Ok(last)
 }
 
-/// Lets a deleted node's agent join again (`herd node readmit`).
-pub async fn readmit(auth: &Authenticator, events: &EventRecorder, name: &str) -> Result<(), ApiError> {
-    if !auth.readmit(name).await? {
+/// Lets a deleted node's agent join again (`herd node readmit`), saying
+/// whether it can by itself: not when the join token it joined with was
+/// deleted or has expired since.
+pub async fn readmit(auth: &Authenticator, events: &EventRecorder, name: &str) -> Result<Readmission, ApiError> {
+    let Some(deleted) = auth.readmit(name).await? else {
         return Err(ApiError::NotFound { kind: "DeletedNode".into(), name: name.into() });
-    }
-    let message = "an admin readmitted the node: its agent may join again".to_string();
-    events.record_about(node_named(name, None), EventType::Normal, "NodeReadmitted", message).await;
-    Ok(())
+    };
+    let refusal = match &deleted.join_token {
+        Some(id) => auth.join_token_refusal(id).await?,
+        None => None,
+    };
+    let message = match &refusal {
+        None => "its agent may join again".to_string(),
+        Some(why) => format!(
+            "its agent may join again, but not with the token it holds ({why}): give it a new join token \
+             (`herd token create`)"
+        ),
+    };
+    let said = format!("an admin readmitted the node: {message}");
+    events.record_about(node_named(name, None), EventType::Normal, "NodeReadmitted", said).await;
+    Ok(Readmission { node: name.to_string(), agent_can_join: refusal.is_none(), message })
 }
 
 /// Registers a node and issues its node token; a name that has joined is
@@ -88,7 +101,7 @@ pub async fn join(
     auth: &Authenticator,
     events: &EventRecorder,
     certificates: &crate::tls::NodeCertificates,
-    request: JoinRequest,
+    (request, join_token): (JoinRequest, Option<String>),
 ) -> Result<JoinResponse, ApiError> {
     let name = request.node_name.clone();
     let mut errors = ValidationErrors::new();
@@ -110,7 +123,7 @@ pub async fn join(
     }
     // Signed before anything is written: a bad request changes nothing.
     let certificate = certificates.answer(&name, &request.report)?;
-    let token = auth.issue_node_token(&name).await?;
+    let token = auth.issue_node_token(&name, join_token).await?;
     let node = match existing {
         None => {
             let mut node = Object::new(name.clone(), NodeSpec::default());

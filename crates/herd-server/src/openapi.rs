@@ -32,9 +32,6 @@ fn operation(route: &Route) -> Value {
             let content = json!({ media: { "schema": { "type": "string" } } });
             responses.insert("200".into(), json!({ "description": "success", "content": content }));
         }
-        Answer::Empty => {
-            responses.insert("204".into(), json!({ "description": "done" }));
-        }
     }
     responses.insert("default".into(), error_body());
     let who = match route.access {

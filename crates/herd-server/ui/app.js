@@ -303,7 +303,12 @@ async function login(event) {
   } catch (error) {
     herd.token = null;
     $("login-error").hidden = false;
-    $("login-error").textContent = `The token was refused: ${error.message}`;
+    // A valid token of another kind (a node's, a join token) is not refused
+    // but may not read: say which tokens log in.
+    $("login-error").textContent =
+      error.status === 403
+        ? "This token does not open the dashboard (is it a node's?): log in with the admin token or a viewer token (herd token create --viewer)"
+        : `The token was refused: ${error.message}`;
     return;
   }
   sessionStorage.setItem("herd.token", herd.token);

@@ -41,7 +41,8 @@ fn parts(
 /// `<node>.node.herd`).
 pub fn client_config(identity: &ServingIdentity, node: &str) -> Result<ClientConfig, TlsError> {
     let (chain, key, roots) = parts(identity)?;
-    let verifier = CaVerifier::for_node(roots, node)?;
+    let ca = chain.last().map(|ca| crate::CaHash::of(ca)).into_iter().collect();
+    let verifier = CaVerifier::for_node((roots, ca), node)?;
     let mut config = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()?
         .dangerous()

@@ -83,6 +83,19 @@ pub enum Trust {
     Pinned(Vec<CaHash>),
 }
 
+impl Trust {
+    /// The hashes of the CAs trusted: what `--ca-hash` pins.
+    pub fn ca_hashes(&self) -> Result<Vec<CaHash>, TlsError> {
+        match self {
+            Trust::Pinned(hashes) => Ok(hashes.clone()),
+            Trust::Ca(pem) => CertificateDer::pem_slice_iter(pem.as_bytes())
+                .map(|cert| cert.map(|cert| CaHash::of(&cert)))
+                .collect::<Result<_, _>>()
+                .map_err(|e| TlsError::Pem(format!("the CA certificate: {e}"))),
+        }
+    }
+}
+
 /// A rustls client configuration that trusts only the cluster CA, and of
 /// the certificates it signed only the API server's.
 pub fn client_config(trust: &Trust) -> Result<ClientConfig, TlsError> {
@@ -96,7 +109,7 @@ pub fn client_config(trust: &Trust) -> Result<ClientConfig, TlsError> {
             if roots.is_empty() {
                 return Err(TlsError::Pem("no certificate in the CA file".into()));
             }
-            WhichCa::known(Arc::new(roots))?
+            WhichCa::known(Arc::new(roots), trust.ca_hashes()?)?
         }
         Trust::Pinned(hash) => {
             if hash.is_empty() {
@@ -119,17 +132,28 @@ pub fn client_config(trust: &Trust) -> Result<ClientConfig, TlsError> {
 enum WhichCa {
     /// Any in the server's chain with one of these hashes.
     Pinned(Vec<CaHash>),
-    /// This one.
-    Known(Arc<WebPkiServerVerifier>),
+    /// This one (a CA file's), and its hashes, to name in a refusal.
+    Known(Arc<WebPkiServerVerifier>, Vec<CaHash>),
 }
 
 impl WhichCa {
-    fn known(roots: Arc<RootCertStore>) -> Result<WhichCa, TlsError> {
+    fn known(roots: Arc<RootCertStore>, hashes: Vec<CaHash>) -> Result<WhichCa, TlsError> {
         let verifier = WebPkiServerVerifier::builder_with_provider(roots, provider())
             .build()
             .map_err(|e| TlsError::Pem(format!("the CA: {e}")))?;
-        Ok(WhichCa::Known(verifier))
+        Ok(WhichCa::Known(verifier, hashes))
     }
+}
+
+/// A refusal of a server whose chain leads to none of the `trusted` CAs,
+/// naming the CA it showed and those trusted.
+fn not_the_trusted_ca(intermediates: &[CertificateDer<'_>], trusted: &[CaHash], fix: &str) -> rustls::Error {
+    let shown = intermediates.last().map_or("no CA".to_string(), |cert| format!("a CA with hash {}", CaHash::of(cert)));
+    let trusted: Vec<String> = trusted.iter().map(CaHash::to_string).collect();
+    rustls::Error::General(format!(
+        "the server showed {shown}, not the trusted CA {}: refusing it ({fix}, or someone in between)",
+        trusted.join(" or ")
+    ))
 }
 
 /// Whose certificate a verifier wants.
@@ -153,12 +177,16 @@ pub(crate) struct CaVerifier {
 }
 
 impl CaVerifier {
-    /// Trusts only `roots`, and only a certificate for node `node`.
-    pub(crate) fn for_node(roots: Arc<RootCertStore>, node: &str) -> Result<CaVerifier, TlsError> {
+    /// Trusts only `roots` (the CA, and its hash), and only a certificate
+    /// for node `node`.
+    pub(crate) fn for_node(
+        (roots, hashes): (Arc<RootCertStore>, Vec<CaHash>),
+        node: &str,
+    ) -> Result<CaVerifier, TlsError> {
         let name = ServerName::try_from(crate::node_dns_name(node))
             .map_err(|e| TlsError::Pem(format!("node name {node:?}: {e}")))?;
         Ok(CaVerifier {
-            which: WhichCa::known(roots)?,
+            which: WhichCa::known(roots, hashes)?,
             expected: Expected::Node(name, node.into()),
             provider: provider(),
         })
@@ -179,19 +207,18 @@ impl ServerCertVerifier for CaVerifier {
             Expected::Node(name, _) => name,
         };
         let verified = match &self.which {
-            WhichCa::Known(verifier) => {
-                verifier.verify_server_cert(end_entity, intermediates, name, ocsp_response, now)
+            WhichCa::Known(verifier, hashes) => {
+                let shows_trusted = intermediates.iter().any(|cert| hashes.contains(&CaHash::of(cert)));
+                match verifier.verify_server_cert(end_entity, intermediates, name, ocsp_response, now) {
+                    Err(_) if !shows_trusted => {
+                        Err(not_the_trusted_ca(intermediates, hashes, "a CA file of another cluster"))
+                    }
+                    verified => verified,
+                }
             }
             WhichCa::Pinned(hashes) => {
                 let Some(ca) = intermediates.iter().find(|cert| hashes.contains(&CaHash::of(cert))) else {
-                    let shown = intermediates
-                        .last()
-                        .map_or("no CA".to_string(), |cert| format!("a CA with hash {}", CaHash::of(cert)));
-                    let pinned: Vec<String> = hashes.iter().map(CaHash::to_string).collect();
-                    return Err(rustls::Error::General(format!(
-                        "the server showed {shown}, not the pinned CA {}: refusing it (a wrong --ca-hash, or someone in between)",
-                        pinned.join(" or ")
-                    )));
+                    return Err(not_the_trusted_ca(intermediates, hashes, "a wrong --ca-hash"));
                 };
                 let mut roots = RootCertStore::empty();
                 roots.add(ca.clone().into_owned())?;

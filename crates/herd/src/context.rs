@@ -51,6 +51,11 @@ pub fn write_config(path: &Path, config: &ConfigFile) -> anyhow::Result<()> {
 
 /// A client for the server the user means.
 pub fn client(conn: &Connection) -> anyhow::Result<Client> {
+    client_trusting(conn).map(|(client, _)| client)
+}
+
+/// A client for the server the user means, and whom it trusts.
+pub fn client_trusting(conn: &Connection) -> anyhow::Result<(Client, Option<Trust>)> {
     let path = conn.config.clone().or_else(default_config_path);
     let file = match &path {
         Some(path) => read_config(path)?,
@@ -61,10 +66,19 @@ pub fn client(conn: &Connection) -> anyhow::Result<Client> {
     if servers.is_empty() {
         bail!("no server given: use --server URL, set HERD_SERVER, or run `herd dev`, which writes a config file");
     }
+    let trusted = trust(conn, file.ca)?;
+    if trusted.is_none()
+        && let Some(server) = servers.iter().find(|server| server.starts_with("https://"))
+    {
+        bail!(
+            "no cluster CA to trust for {server}: give --ca-hash (`herd server` prints it), --ca-file (its ca.pem), \
+             or a config file with `ca` (`herd dev` writes one)"
+        );
+    }
     let client = Client::new(servers, conn.token.clone().or(file.token));
-    match trust(conn, file.ca)? {
-        Some(trust) => Ok(client.with_trust(&trust)?),
-        None => Ok(client),
+    match trusted {
+        Some(trust) => Ok((client.with_trust(&trust)?, Some(trust))),
+        None => Ok((client, None)),
     }
 }
 

@@ -260,7 +260,9 @@ async fn openapi_and_metrics_describe_the_server() {
     assert!(openapi["components"]["schemas"].as_object().unwrap().keys().any(|k| k.contains("NodeSpec")));
 
     server.admin().list_values("nodes", "").await.unwrap();
-    let metrics = server.anonymous().get_text("/metrics").await.unwrap();
+    let refused = server.anonymous().get_text("/metrics").await.unwrap_err();
+    assert_eq!(refused.reason(), Some(herd_core::api::StatusReason::Unauthorized), "metrics need a token");
+    let metrics = server.admin().get_text("/metrics").await.unwrap();
     assert!(
         metrics.contains("herd_http_requests_total{method=\"GET\",route=\"/api/v1/nodes\",code=\"200\"} 1"),
         "{metrics}"

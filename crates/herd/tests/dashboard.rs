@@ -68,6 +68,18 @@ async fn the_dashboard_shows_the_cluster_live_and_acts_for_the_operator() {
     let refused = browser.wait_text("#login-error", WAIT, |t| !t.is_empty()).await;
     assert!(refused.contains("The token was refused") && refused.contains("not valid"), "{refused}");
     browser.screenshot("login-refused").await;
+    // A node's own token is valid but opens nothing here: the page says
+    // which tokens log in.
+    let request = herd_core::api::JoinRequest {
+        node_name: "not-a-viewer".into(),
+        previous_node_token: None,
+        report: herd_core::api::AgentReport { agent_boot_id: "b".into(), ..Default::default() },
+    };
+    let joined = nodes.server.anonymous().with_token(Some(common::JOIN_TOKEN.into())).join(&request).await.unwrap();
+    log_in(&browser, &joined.node_token).await;
+    let refused = browser.wait_text("#login-error", WAIT, |t| t.contains("does not open")).await;
+    assert!(refused.contains("herd token create --viewer") && !refused.contains("replicas"), "{refused}");
+    admin.delete_value("nodes", "not-a-viewer", Default::default()).await.unwrap();
 
     // A viewer: three Ready nodes, the leader, no action buttons.
     log_in(&browser, &viewer).await;

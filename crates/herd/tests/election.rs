@@ -31,7 +31,7 @@ async fn leads(server: &TestServer) -> bool {
 }
 
 async fn metric(server: &TestServer, name: &str) -> Option<u64> {
-    let metrics = server.anonymous().get_text("/metrics").await.ok()?;
+    let metrics = server.admin().get_text("/metrics").await.ok()?;
     metrics.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
 }
 

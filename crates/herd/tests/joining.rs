@@ -158,3 +158,60 @@ async fn a_deleted_node_is_kept_out_until_readmitted_and_a_new_host_may_take_its
     let registered = events(&server, "NodeRegistered", "node-2").await;
     assert!(registered.iter().any(|e| e.spec.message.contains("a new host")), "{registered:?}");
 }
+
+/// The agent command `herd token create` prints joins as printed: it names
+/// the hash of the CA the CLI trusts (here from a CA file), which an agent
+/// needs to trust the server.
+#[tokio::test]
+async fn the_join_command_token_create_prints_joins_as_printed() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(&dir.path().join("server"));
+    let created = common::herd_trusting_nothing()
+        .args(["--server", &server.url, "--token", ADMIN_TOKEN, "--ca-file"])
+        .arg(server.data_dir.join("ca.pem"))
+        .args(["token", "create", "--ttl", "10m"])
+        .output()
+        .unwrap();
+    assert!(created.status.success(), "{created:?}");
+    let said = String::from_utf8(created.stderr).unwrap();
+    let printed = said.lines().find_map(|line| line.trim().strip_prefix("herd agent ")).expect("the agent command");
+    let hash = server.ca_hash.clone().unwrap();
+    assert!(printed.contains(&format!("--ca-hash {hash}")), "{printed}");
+
+    let args: Vec<String> = printed.split_whitespace().map(|arg| arg.replace("NODE", "printed")).collect();
+    let mut command = common::herd_trusting_nothing();
+    command.arg("agent").args(&args).arg("--data-dir").arg(dir.path().join("agent"));
+    let _agent = common::Proc::spawn(command);
+    let admin = server.admin();
+    let ready = async || admin.get::<NodeSpec>("printed").await.ok().filter(|n| n.status.ready);
+    eventually(Duration::from_secs(20), "the agent joined as printed", ready).await;
+}
+
+/// Readmitting a node whose agent's join token is gone says so, rather
+/// than that its agent may join again.
+#[tokio::test]
+async fn a_readmission_says_when_the_agents_join_token_is_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path());
+    let admin = server.admin();
+    for (node, expired) in [("n1", false), ("n2", true)] {
+        let ttl = Some(HumanDuration::from_secs(if expired { 1 } else { 3600 }));
+        let made = admin.create_join_token(&JoinTokenRequest { ttl, ..Default::default() }).await.unwrap();
+        with(&server, made.token.as_deref().unwrap()).join(&join_request(node, node)).await.unwrap();
+        admin.delete_value("nodes", node, Default::default()).await.unwrap();
+        if expired {
+            tokio::time::sleep(Duration::from_millis(1100)).await;
+        } else {
+            admin.delete_join_token(&made.id).await.unwrap();
+        }
+        let readmitted = admin.readmit_node(node).await.unwrap();
+        assert!(!readmitted.agent_can_join, "{readmitted:?}");
+        let why = if expired { "expired at" } else { "was deleted" };
+        assert!(readmitted.message.contains(why) && readmitted.message.contains("herd token create"), "{readmitted:?}");
+    }
+    // Joined with the server's own token, which lasts: it may.
+    with(&server, JOIN_TOKEN).join(&join_request("n3", "n3")).await.unwrap();
+    admin.delete_value("nodes", "n3", Default::default()).await.unwrap();
+    let readmitted = cli(&server, &["node", "readmit", "n3"]);
+    assert_eq!(String::from_utf8_lossy(&readmitted.stdout).trim(), "node/n3 readmitted: its agent may join again");
+}

@@ -42,7 +42,7 @@ async fn promtool_passes_metrics_of_a_server_that_ran_app_clusters() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     configured(server, "web", 3, Duration::from_secs(60)).await;
 
-    let metrics = server.anonymous().get_text("/metrics").await.unwrap();
+    let metrics = server.admin().get_text("/metrics").await.unwrap();
     let mut promtool = Command::new(PROMTOOL)
         .args(["check", "metrics"])
         .stdin(Stdio::piped())

@@ -69,7 +69,18 @@ async fn the_server_serves_tls_with_the_cluster_ca_and_plain_http_only_when_aske
     let untrusted = cli(&[]);
     assert_eq!(untrusted.status.code(), Some(1));
     let said = String::from_utf8_lossy(&untrusted.stderr);
-    assert!(said.contains("its certificate is not the cluster API server's"), "{said}");
+    assert!(said.contains("no cluster CA to trust") && said.contains("--ca-hash"), "{said}");
+    assert!(!said.contains("ERROR"), "no stray log line: {said}");
+    // Another cluster's CA in the config file: refused, naming both CAs.
+    let other = TestServer::start(&dir.path().join("other"));
+    let config = dir.path().join("config.yaml");
+    let other_pem = std::fs::read_to_string(other.data_dir.join("ca.pem")).unwrap();
+    let file = serde_json::json!({"servers": [server.url.clone()], "token": ADMIN_TOKEN, "ca": other_pem});
+    std::fs::write(&config, serde_json::to_string(&file).unwrap()).unwrap();
+    let refused = cli(&["--config", config.to_str().unwrap()]);
+    let said = String::from_utf8_lossy(&refused.stderr);
+    let (theirs, trusted) = (server.ca_hash.as_deref().unwrap(), other.ca_hash.as_deref().unwrap());
+    assert!(said.contains(&format!("showed a CA with hash {theirs}, not the trusted CA {trusted}")), "{said}");
 
     // --insecure-http: plain HTTP, no CA.
     let plain_dir = tempfile::tempdir().unwrap();

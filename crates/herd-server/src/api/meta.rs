@@ -1,5 +1,5 @@
-//! Health, metrics and the OpenAPI document (no authentication needed),
-//! and the cluster status and verify findings (admins and viewers).
+//! Health and the OpenAPI document (no authentication needed), and the
+//! metrics, the cluster status and verify findings (admins and viewers).
 
 use axum::Json;
 use axum::extract::State;
@@ -26,8 +26,12 @@ pub async fn healthz(State(state): State<AppState>) -> impl IntoResponse {
     }
 }
 
-pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, prometheus_client::encoding::prometheus_text::CONTENT_TYPE)], state.metrics.render())
+/// The metrics, for the admin or a viewer token (a Prometheus scrape
+/// config's `authorization`): they name nodes, replicas and routes.
+pub async fn metrics(State(state): State<AppState>, caller: Caller) -> Result<impl IntoResponse, ApiError> {
+    caller.may(Verb::Get, "metrics", None)?;
+    let content_type = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+    Ok(([(header::CONTENT_TYPE, content_type)], state.metrics.render()))
 }
 
 pub async fn openapi(State(state): State<AppState>) -> impl IntoResponse {

@@ -3,7 +3,7 @@
 use axum::Json;
 use axum::extract::{ConnectInfo, State};
 use axum::http::HeaderMap;
-use herd_core::api::{AgentReport, JoinRequest, JoinResponse};
+use herd_core::api::{AgentReport, JoinRequest, JoinResponse, Readmission};
 use herd_core::api::{NodeRoleChanged, NodeRoleRequest, NodeRoleResponse};
 use herd_core::authz::Verb;
 use herd_core::configuration::Ssconf;
@@ -33,14 +33,19 @@ pub async fn join(
         state.metrics.join_refused(true);
         return Err(limited);
     }
-    if let Err(error) = state.auth.check_join_token(bearer(&headers)).await {
-        state.metrics.join_refused(false);
-        state.join_refusals.refused(source.ip(), &error);
-        return Err(error);
-    }
+    let join_token = match state.auth.check_join_token(bearer(&headers)).await {
+        Ok(join_token) => join_token,
+        Err(error) => {
+            state.metrics.join_refused(false);
+            state.join_refusals.refused(source.ip(), &error);
+            return Err(error);
+        }
+    };
     let request: JoinRequest = parse_body(&body, "Node", "")?;
-    let certificates = &state.node_certificates;
-    crate::nodes::join(&state.objects, &state.config, &state.auth, &state.events, certificates, request).await.map(Json)
+    let (objects, certificates) = (&state.objects, &state.node_certificates);
+    crate::nodes::join(objects, &state.config, &state.auth, &state.events, certificates, (request, join_token))
+        .await
+        .map(Json)
 }
 
 /// `GET /api/v1/nodes/{name}/commands` (list, or watch with `watch=true`):
@@ -95,10 +100,9 @@ pub async fn readmit(
     State(state): State<AppState>,
     caller: Caller,
     ApiName(name): ApiName,
-) -> Result<axum::http::StatusCode, ApiError> {
+) -> Result<Json<Readmission>, ApiError> {
     caller.may(Verb::Update, "nodes", Some(&name))?;
-    crate::nodes::readmit(&state.auth, &state.events, &name).await?;
-    Ok(axum::http::StatusCode::NO_CONTENT)
+    crate::nodes::readmit(&state.auth, &state.events, &name).await.map(Json)
 }
 
 pub async fn heartbeat(

@@ -45,8 +45,6 @@ pub enum Answer {
     Text,
     /// A dashboard file of this content type.
     Asset(&'static str),
-    /// No body (204).
-    Empty,
 }
 
 /// One route: method, path (`{param}` as in OpenAPI and axum), handler and
@@ -345,9 +343,9 @@ fn fixed_routes(generator: &mut SchemaGenerator) -> Vec<Route> {
         Route {
             method: Method::GET,
             path: "/metrics".into(),
-            summary: "Prometheus metrics (text exposition format)".into(),
-            access: Access::Public,
-            viewer: false,
+            summary: "Prometheus metrics (text exposition format); scrape with a viewer token".into(),
+            access: Access::Admin,
+            viewer: true,
             params: vec![],
             body: None,
             answer: Answer::Text,
@@ -433,12 +431,12 @@ fn fixed_routes(generator: &mut SchemaGenerator) -> Vec<Route> {
         Route {
             method: Method::POST,
             path: "/api/v1/nodes/{name}/readmit".into(),
-            summary: "Let the agent of a deleted node join again (404 if nothing is kept out)".into(),
+            summary: "Let the agent of a deleted node join again, saying whether it can with its join token (404 if nothing is kept out)".into(),
             access: Access::Admin,
             viewer: false,
             params: vec![node()],
             body: None,
-            answer: Answer::Empty,
+            answer: Answer::Json(200, schema_of::<herd_core::api::Readmission>(generator)),
             handler: post(nodes::readmit),
         },
         Route {

@@ -122,16 +122,16 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             operation::cancel(&context::client(&conn)?, &name).await
         }
         Command::Node { command: NodeCommand::Readmit { name } } => {
-            context::client(&conn)?.readmit_node(&name).await?;
-            println!("node/{name} readmitted: its agent may join again");
+            let readmitted = context::client(&conn)?.readmit_node(&name).await?;
+            println!("node/{name} readmitted: {}", readmitted.message);
             Ok(())
         }
         Command::Token { command } => {
-            let client = context::client(&conn)?;
+            let (client, trust) = context::client_trusting(&conn)?;
             match command {
                 TokenCommand::Create { viewer, ttl, description } => {
                     let kind = if viewer { TokenKind::Viewer } else { TokenKind::Join };
-                    token::create(&client, kind, ttl, description).await
+                    token::create(&client, trust.as_ref(), kind, ttl, description).await
                 }
                 TokenCommand::List { output } => token::list(&client, output).await,
                 TokenCommand::Delete { id } => {

@@ -13,9 +13,12 @@ use crate::cli::OutputFormat;
 use crate::output::{self, short_duration};
 
 /// Creates a token and prints it alone on stdout (for scripts), and on
-/// stderr when it expires and how an agent joins with it.
+/// stderr when it expires and how an agent joins with it: the whole
+/// command, with the hash of the CA this CLI trusts (an agent trusts only
+/// a CA it is given).
 pub async fn create(
     client: &Client,
+    trust: Option<&herd_tls::Trust>,
     kind: TokenKind,
     ttl: Option<HumanDuration>,
     description: String,
@@ -27,8 +30,12 @@ pub async fn create(
     let servers = client.servers().join(",");
     match kind {
         TokenKind::Join => {
+            let pins: String = match trust {
+                Some(trust) => trust.ca_hashes()?.iter().map(|hash| format!(" --ca-hash {hash}")).collect(),
+                None => String::new(),
+            };
             eprintln!("join token {} (valid {until}); on a new host:", created.id);
-            eprintln!("  herd agent --server {servers} --name NODE --join-token {token}");
+            eprintln!("  herd agent --server {servers}{pins} --name NODE --join-token {token}");
         }
         TokenKind::Viewer => {
             eprintln!("viewer token {} (valid {until}): reads everything but tokens, changes nothing;", created.id);
