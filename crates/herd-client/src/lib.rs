@@ -99,7 +99,7 @@ fn is_untrusted(error: &(dyn std::error::Error + 'static)) -> bool {
     }
     // Some layers keep only the message: rustls's own words for a refused certificate.
     let text = error_chain(error);
-    text.contains("invalid peer certificate") || text.contains("not the pinned CA")
+    text.contains("invalid peer certificate") || text.contains("not the trusted CA")
 }
 
 /// The message, then each cause it does not say already (a 422's message

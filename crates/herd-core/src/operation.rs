@@ -80,8 +80,11 @@ fn note(status: &mut OperationStatus, now: Timestamp, message: String) {
     status.history.drain(..excess);
 }
 
+/// Ends the Operation: nothing blocks a finished one (its message says
+/// how it ended, and why, if something stood in its way).
 fn finish(status: &mut OperationStatus, phase: OperationPhase, message: String, now: Timestamp) {
     status.phase = phase;
+    status.blocker = None;
     status.finished_at = Some(now);
     status.message = Some(message.clone());
     note(status, now, message);
@@ -295,7 +298,6 @@ pub fn pass(operation: &Operation, view: &View, retry_refused: bool, now: Timest
     status.total = u32::try_from(status.steps.len()).unwrap_or(u32::MAX);
     status.done = u32::try_from(status.steps.iter().filter(|s| s.state == StepState::Done).count()).unwrap_or(0);
     if let Some(why) = broken {
-        status.blocker = None;
         finish(&mut status, OperationPhase::Failed, format!("{why}; the rest were left as they are"), now);
         return (status, Vec::new());
     }
@@ -306,7 +308,6 @@ pub fn pass(operation: &Operation, view: &View, retry_refused: bool, now: Timest
         .collect();
     let in_flight = status.steps.iter().filter(|s| s.state == StepState::Evicted).count();
     if left.is_empty() && in_flight == 0 {
-        status.blocker = None;
         let message = said(action, &status, Said::Done);
         finish(&mut status, OperationPhase::Succeeded, message, now);
         return (status, Vec::new());
@@ -708,9 +709,12 @@ mod tests {
         let mut members = vec![member(0, "n1", true), member(1, "n1", true)];
         pass(&mut op, &members, false, at(1));
         evicted(&mut op, &mut members, "db-r-0", at(1));
+        pass(&mut op, &members, false, at(1));
+        assert!(op.status.blocker.is_some(), "db-r-1 waits for db-r-0: {:?}", op.status);
         op.spec.cancel = true;
         assert!(pass(&mut op, &members, true, at(2)).is_empty());
         assert_eq!(op.status.phase, OperationPhase::Cancelled);
+        assert_eq!(op.status.blocker, None, "nothing blocks a cancelled Operation");
         assert!(op.status.message.unwrap().starts_with("cancelled with 0 of 2 members done (1 on their way go on)"));
     }
 

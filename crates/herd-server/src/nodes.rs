@@ -268,10 +268,12 @@ pub async fn heartbeat(
 
 /// The Event's words for a refusal a node reports, as its agent saw it:
 /// the caller is named only if it is a node of the cluster (`known`), so
-/// that a node's report names no one the server does not know.
+/// that a node's report names no one the server does not know; what a
+/// caller without a cluster certificate asked is anyone's words, and is
+/// not kept (its refusals fold into one Event, counted).
 fn refusal_message(refusal: &PeerRefusal, known: impl Fn(&str) -> bool) -> String {
     let caller = match &refusal.caller {
-        None => "a caller without a cluster certificate".to_string(),
+        None => return "the node's agent reports it refused a caller without a cluster certificate".into(),
         Some(Holder::Node(node)) if !known(node) => "a caller whose certificate names no node of this cluster".into(),
         Some(holder) => holder.to_string(),
     };

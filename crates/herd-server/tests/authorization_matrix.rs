@@ -24,7 +24,7 @@ const CALLERS: [&str; 7] = ["admin", "node-a", "node-b", "viewer", "join", "garb
 
 const MATRIX: &str = "
 GET    /healthz                                     P    P    P    P    P    P    P
-GET    /metrics                                     P    P    P    P    P    P    P
+GET    /metrics                                     P    403  403  P    401  401  401
 GET    /openapi.json                                P    P    P    P    P    P    P
 GET    /api/v1/cluster/status                       P    403  403  P    401  401  401
 POST   /api/v1/join                                 401  401  401  401  P    401  401

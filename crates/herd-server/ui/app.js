@@ -55,6 +55,9 @@ class Reflector {
     this.lost = null;
     this.stopped = false;
     this.abort = null;
+    /// Counts the changes seen: what is derived from the objects is made
+    /// again only when it moves (`memo`).
+    this.version = 0;
   }
 
   start() {
@@ -98,12 +101,16 @@ class Reflector {
     this.items = new Map(list.items.map((object) => [object.metadata.name, object]));
     this.revision = list.metadata.resourceVersion;
     this.listed = true;
-    changed();
+    this.version++;
+    // A page waits on its first lists: shown at once.
+    changed(true);
   }
 
   async watch() {
     this.abort = new AbortController();
-    const url = `/api/v1/${this.plural}?watch=true&resourceVersion=${this.revision}`;
+    // Changes come in chunks of up to half a second: a page renders at most
+    // once a second, and a browser pays for each chunk it reads.
+    const url = `/api/v1/${this.plural}?watch=true&batchMillis=500&resourceVersion=${this.revision}`;
     const response = await fetch(url, {
       headers: { Authorization: `Bearer ${herd.token}` },
       signal: this.abort.signal,
@@ -134,7 +141,10 @@ class Reflector {
     if (event.type === "ADDED" || event.type === "MODIFIED") this.items.set(object.metadata.name, object);
     if (event.type === "DELETED") this.items.delete(object.metadata.name);
     if (object.metadata && object.metadata.resourceVersion) this.revision = object.metadata.resourceVersion;
-    if (event.type !== "BOOKMARK") changed();
+    if (event.type !== "BOOKMARK") {
+      this.version++;
+      changed();
+    }
   }
 
   setLost(why) {
@@ -159,6 +169,26 @@ function objects(plural) {
   return reflector ? reflector.list() : [];
 }
 
+/// Where the reflectors of `plurals` stand: a key that moves when any of
+/// them changes.
+function version(...plurals) {
+  return plurals.map((plural) => (herd.reflectors.get(plural) || { version: -1 }).version).join("/");
+}
+
+/// `derive`, remembered: made again only when the key it is called with
+/// (the first argument) moves.
+function memo(derive) {
+  let key = null;
+  let value;
+  return (at, ...args) => {
+    if (at !== key) {
+      key = at;
+      value = derive(...args);
+    }
+    return value;
+  };
+}
+
 function listed(plural) {
   const reflector = herd.reflectors.get(plural);
   return Boolean(reflector && reflector.listed);
@@ -178,16 +208,29 @@ function follow(plurals) {
   showConnection();
 }
 
-let renderQueued = false;
+let renderTimer = null;
+let renderedAt = 0;
 
-/// Something changed: render once on the next frame.
-function changed() {
-  if (renderQueued) return;
-  renderQueued = true;
-  requestAnimationFrame(() => {
-    renderQueued = false;
-    render();
-  });
+/// At most this often for what the watch streams bring: a thousand nodes'
+/// heartbeats are a hundred changes a second, and one render a second
+/// shows them (ages are shown in steps of seconds).
+const RENDER_GAP_MS = 1000;
+
+/// Something changed: render once, on a frame at least RENDER_GAP_MS after
+/// the last render (`now`: at once, for the operator's own input).
+function changed(now = false) {
+  if (renderTimer !== null) {
+    if (!now) return;
+    clearTimeout(renderTimer);
+  }
+  const wait = now ? 0 : Math.max(0, renderedAt + RENDER_GAP_MS - performance.now());
+  renderTimer = setTimeout(() => {
+    requestAnimationFrame(() => {
+      renderTimer = null;
+      renderedAt = performance.now();
+      render();
+    });
+  }, wait);
 }
 
 let rendered = "";
@@ -417,6 +460,16 @@ document.addEventListener("click", async (event) => {
     flash(error.message, true);
   }
 });
+
+/// The overview's node filter: typed or chosen, shown at once.
+function filterNodes(event) {
+  if (event.target.id === "node-filter") herd.nodeFilter.text = event.target.value;
+  else if (event.target.id === "node-show") herd.nodeFilter.show = event.target.value;
+  else return;
+  changed(true);
+}
+document.addEventListener("input", filterNodes);
+document.addEventListener("change", filterNodes);
 
 document.addEventListener("DOMContentLoaded", () => {
   $("login").addEventListener("submit", login);

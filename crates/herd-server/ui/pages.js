@@ -4,11 +4,15 @@
 // handled in app.js; a viewer sees no action buttons.
 "use strict";
 
-/// "12s", "3m", "2h", "4d": how long ago `timestamp` was.
+/// "5s", "35s", "3m", "2h", "4d": how long ago `timestamp` was. Seconds
+/// go in steps of five: a page of a thousand nodes whose heartbeat ages
+/// changed every second would be redrawn every second, to say nothing
+/// an operator acts on.
 function age(timestamp) {
   if (!timestamp) return "-";
   const seconds = Math.max(0, Math.floor((Date.now() - Date.parse(timestamp)) / 1000));
-  if (seconds < 120) return `${seconds}s`;
+  if (seconds < 5) return "<5s";
+  if (seconds < 120) return `${seconds - (seconds % 5)}s`;
   if (seconds < 7200) return `${Math.floor(seconds / 60)}m`;
   if (seconds < 172800) return `${Math.floor(seconds / 3600)}h`;
   return `${Math.floor(seconds / 86400)}d`;
@@ -26,8 +30,12 @@ function table(id, headers, rows, empty) {
   return `<table id="${id}"><thead><tr>${head}</tr></thead><tbody>${body}</tbody></table>`;
 }
 
+/// One collator for every sort: `localeCompare` with options makes one per
+/// call, which a thousand nodes' sort pays ten thousand times a render.
+const names = new Intl.Collator(undefined, { numeric: true });
+
 function byName(a, b) {
-  return a.metadata.name.localeCompare(b.metadata.name, undefined, { numeric: true });
+  return names.compare(a.metadata.name, b.metadata.name);
 }
 
 function action(name, target, label, danger = false) {
@@ -65,10 +73,63 @@ function nodeRole(node) {
   return roles;
 }
 
+/// The most node rows the overview shows: past it, the filter narrows.
+const NODE_ROWS = 50;
+
+/// What the overview's node filter asks for (kept across renders).
+herd.nodeFilter = { text: "", show: "all" };
+
+const NODE_SHOWS = { all: "all nodes", NotReady: "NotReady", Ready: "Ready", candidate: "candidates", drained: "drained", offline: "offline" };
+
+function nodeReady(node) {
+  return Boolean(node.status && node.status.ready);
+}
+
+/// Whether `node` is one the filter asks for.
+function nodeShown(node, filter) {
+  const role = nodeRole(node);
+  const show =
+    filter.show === "all" ||
+    (filter.show === "NotReady" && !nodeReady(node)) ||
+    (filter.show === "Ready" && nodeReady(node)) ||
+    role.includes(filter.show);
+  if (!show) return false;
+  const text = filter.text.trim().toLowerCase();
+  if (!text) return true;
+  const said = [node.metadata.name, (node.status || {}).address || "", ...role].join(" ").toLowerCase();
+  return said.includes(text);
+}
+
+/// NotReady first (what needs the operator), then by name.
+function byReadiness(a, b) {
+  return nodeReady(a) - nodeReady(b) || byName(a, b);
+}
+
+/// Each node's members: the Members placed there, and what a Ready node
+/// reports running (members started by a Command, not by an app cluster);
+/// a NotReady node's report is not current and is not counted.
+function membersPerNode(nodes, members) {
+  const perNode = new Map();
+  const add = (node, member) => {
+    if (!perNode.has(node)) perNode.set(node, new Set());
+    perNode.get(node).add(member);
+  };
+  for (const member of members) if (member.spec.node) add(member.spec.node, member.metadata.name);
+  for (const node of nodes.filter(nodeReady)) {
+    for (const report of node.status.members || []) add(node.metadata.name, report.name);
+  }
+  return perNode;
+}
+
+/// What the verify findings are made of: fetched again only when it changes.
+const verifyInput = memo((nodes, config) =>
+  JSON.stringify([nodes.map((n) => [n.metadata.name, n.spec, nodeReady(n), (n.status || {}).configSerial, (n.status || {}).master]), config && config.spec.candidatePoolSize]),
+);
+
 function overview() {
   const waiting = loading(PAGES.overview.follows);
   if (waiting) return waiting;
-  const nodes = objects("nodes").sort(byName);
+  const nodes = objects("nodes");
   const members = objects("members");
   const leases = objects("leases");
   const replicas = objects("replicas").sort(byName);
@@ -76,11 +137,7 @@ function overview() {
   const replicaKey = replicas.map((r) => `${r.metadata.name}/${(r.status || {}).leading}/${(r.status || {}).stoppedAt}`).join();
   refetchOn("clusterStatus", "/api/v1/cluster/status", `${leaseKey}|${replicaKey}`);
   const config = objects("clusterconfigs")[0];
-  refetchOn(
-    "verify",
-    "/api/v1/cluster/verify",
-    JSON.stringify([nodes.map((n) => [n.metadata.name, n.spec, (n.status || {}).ready, (n.status || {}).configSerial, (n.status || {}).master]), config && config.spec.candidatePoolSize]),
-  );
+  refetchOn("verify", "/api/v1/cluster/verify", verifyInput(version("nodes", "clusterconfigs"), nodes, config));
 
   const status = herd.clusterStatus;
   const leader = status && status.leader;
@@ -108,15 +165,12 @@ function overview() {
     ? `<b id="pool">${verify.candidates} of ${verify.wantedCandidates} wanted</b> <span class="muted">pool size ${verify.poolSize}</span>`
     : `<b id="pool">-</b>`;
 
-  const perNode = new Map();
-  for (const member of members) {
-    const node = member.spec.node;
-    if (node) perNode.set(node, (perNode.get(node) || 0) + 1);
-  }
-  const ready = nodes.filter((n) => n.status && n.status.ready).length;
-  const nodeRows = nodes.map((node) => {
+  const perNode = membersPerNode(nodes, members);
+  const ready = nodes.filter(nodeReady).length;
+  const filter = herd.nodeFilter;
+  const matching = nodes.filter((node) => nodeShown(node, filter)).sort(byReadiness);
+  const nodeRows = matching.slice(0, NODE_ROWS).map((node) => {
     const name = node.metadata.name;
-    const isReady = node.status && node.status.ready;
     const role = nodeRole(node);
     const roleText = role.map((r) => pill(r, r === "offline" ? "bad" : r === "drained" ? "warn" : "")).join("");
     const capable = node.spec.masterCapable === false ? ' <span class="muted">(not master capable)</span>' : "";
@@ -130,15 +184,23 @@ function overview() {
           : "";
     return [
       `<span class="node-name">${esc(name)}</span>`,
-      `<span class="node-status">${isReady ? pill("Ready", "ok") : pill("NotReady", "bad")}</span>`,
+      `<span class="node-status">${nodeReady(node) ? pill("Ready", "ok") : pill("NotReady", "bad")}</span>`,
       roleText + capable,
       `${age((node.status || {}).lastHeartbeat)} ago`,
-      `<span class="node-members">${perNode.get(name) || 0}</span>`,
+      `<span class="node-members">${(perNode.get(name) || new Set()).size}</span>`,
       `<span class="mono">${esc((node.status || {}).address || "-")}</span>`,
       `${esc((node.status || {}).configSerial ?? "-")}`,
       buttons,
     ];
   });
+  const shows = Object.entries(NODE_SHOWS).map(([value, label]) => `<option value="${value}">${esc(label)}</option>`).join("");
+  const counted =
+    matching.length > NODE_ROWS
+      ? `showing ${NODE_ROWS} of ${matching.length} (NotReady first): narrow the filter to see the others`
+      : `${matching.length} of ${nodes.length}`;
+  const empty = nodes.length
+    ? "no node matches the filter"
+    : "no node has joined: start an agent with `herd agent --server URL --name NODE --join-token TOKEN`";
 
   return `
     <section><h2>Control plane</h2>
@@ -150,12 +212,14 @@ function overview() {
       </div>
       ${table("replicas", ["Replica", "State", "URL", "Node", "Up", "Last seen"], replicaRows, "no replica has registered")}
     </section>
-    <section><h2>Nodes</h2>
-      ${table("nodes", ["Name", "Status", "Role", "Heartbeat", "Members", "Address", "Config serial", ""], nodeRows, "no node has joined: start an agent with `herd agent --server URL --name NODE --join-token TOKEN`")}
-    </section>
     <section><h2>Cluster verify</h2>
       ${verify && !verify.findings.length ? '<p class="ok" id="findings">No findings.</p>' : `<ul id="findings">${findings}</ul>`}
       ${verify && verify.offline.length ? `<p>Offline, not checked: ${esc(verify.offline.join(", "))}</p>` : ""}
+    </section>
+    <section><h2>Nodes</h2>
+      <p class="filters"><input id="node-filter" type="search" placeholder="name, address or role" autocomplete="off">
+        <select id="node-show">${shows}</select> <span class="muted" id="node-count">${esc(counted)}</span></p>
+      ${table("nodes", ["Name", "Status", "Role", "Heartbeat", "Members", "Address", "Config serial", ""], nodeRows, empty)}
     </section>`;
 }
 
@@ -244,7 +308,7 @@ function operationsPage() {
     const s = operation.status || {};
     const a = operation.spec.action;
     const what = a.type === "Drain" ? `drain node ${a.node}` : `restart ${a.cluster}/${a.role}`;
-    const blocker = s.blocker
+    const blocker = s.blocker && !finished(operation)
       ? `<span class="blocker ${s.blocker.never ? "bad" : "warn"}" data-operation="${esc(name)}">${esc(s.blocker.message)} <span class="muted">(for ${age(s.blocker.since)}${s.blocker.never ? "; can never clear: change the budget or add members" : ""})</span></span>`
       : "";
     const steps = (s.steps || []).map((step) => `${esc(step.member)}: ${esc(step.state)}`).join(", ");

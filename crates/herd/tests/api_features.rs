@@ -69,6 +69,39 @@ async fn watch_delivers_changes_after_the_list_revision() {
     assert!(bookmark.object["metadata"]["resourceVersion"].as_str().unwrap().parse::<u64>().unwrap() > 0);
 }
 
+/// `batchMillis`: the changes that come within that long of one another
+/// arrive as one chunk (a browser pays per chunk); without it, each write
+/// is its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batched_watch_sends_changes_close_together_as_one_chunk() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path());
+    let admin = server.admin();
+    let url = |batch: &str| format!("{}/api/v1/nodes?watch=true{batch}", server.url);
+    let refused = server.raw_http().get(url("&batchMillis=5000")).bearer_auth(ADMIN_TOKEN).send().await.unwrap();
+    assert_eq!(refused.status().as_u16(), 400, "at most a second");
+    for (batch, chunks) in [("&batchMillis=400", 1), ("", 3)] {
+        // From now: the watch waits on new writes, not on the log.
+        let mut answer = server.raw_http().get(url(batch)).bearer_auth(ADMIN_TOKEN).send().await.unwrap();
+        assert_eq!(answer.status().as_u16(), 200);
+        // Written 50 ms apart, each in its own commit.
+        for i in 0..3 {
+            let name = format!("b{i}{}", batch.len());
+            admin.create_value("nodes", &json!({"metadata": {"name": name}}), Default::default()).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let mut seen = Vec::new();
+        while seen.iter().map(|c: &String| c.lines().count()).sum::<usize>() < 3 {
+            let chunk = tokio::time::timeout(Duration::from_secs(5), answer.chunk()).await.unwrap().unwrap().unwrap();
+            let text = String::from_utf8(chunk.to_vec()).unwrap();
+            if !text.contains("BOOKMARK") {
+                seen.push(text);
+            }
+        }
+        assert_eq!(seen.len(), chunks, "{batch:?}: {seen:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_selector_watch_sees_objects_enter_and_leave_the_selection() {
     let dir = tempfile::tempdir().unwrap();

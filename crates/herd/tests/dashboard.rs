@@ -119,11 +119,19 @@ async fn the_dashboard_shows_the_cluster_live_and_acts_for_the_operator() {
         browser.wait_text(&members, WAIT, |t| t == "1").await;
     }
     browser.screenshot("overview").await;
+    // A member started by a Command, not by an app cluster, counts on its node too.
+    let start = herd_core::kinds::Action::StartMember { member: "loose".into(), run: common::cluster::member_run() };
+    admin.create(&common::cluster::command("start-loose", "n1", start)).await.unwrap();
+    browser.wait_text("#nodes tbody tr:nth-child(1) .node-members", WAIT, |t| t == "2").await;
+    let stop = herd_core::kinds::Action::RemoveMember { member: "loose".into() };
+    admin.create(&common::cluster::command("forget-loose", "n1", stop)).await.unwrap();
+    browser.wait_text("#nodes tbody tr:nth-child(1) .node-members", WAIT, |t| t == "1").await;
     browser.click("a[data-page=clusters]").await;
 
     // A member killed: the page shows it leave configured and come back.
     let victim = &members[0];
     let css = format!(".last-known[data-member={}]", victim.metadata.name);
+    browser.wait_text(&css, WAIT, |t| t == "running").await;
     record_texts(&browser, &css).await;
     common::apps::kill9(pid_of(&nodes.server, victim).await);
     browser.wait_text(&css, WAIT, |t| t != "running").await;

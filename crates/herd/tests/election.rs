@@ -319,6 +319,8 @@ async fn bad_election_settings_are_refused_at_start_naming_the_setting() {
     let stderr = refused_start(&["--retry-period", "1ns"]);
     assert!(stderr.contains("--retry-period: must be at least 100ms, is 1ns"), "{stderr}");
     let stderr = refused_start(&["--lease-duration", "99999999999999d"]);
+    assert!(stderr.contains("--lease-duration") && stderr.contains("is longer than 10years"), "{stderr}");
+    let stderr = refused_start(&["--lease-duration", "2h"]);
     assert!(stderr.contains("--lease-duration: must be at most 1h"), "{stderr}");
     let stderr = refused_start(&["--retry-period", "-1s"]);
     assert!(stderr.contains("--retry-period") && stderr.contains("is negative"), "{stderr}");

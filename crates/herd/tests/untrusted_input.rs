@@ -101,17 +101,22 @@ async fn a_node_cannot_write_markup_into_its_status_nor_blame_nodes_the_cluster_
     assert_eq!(answer.status().as_u16(), 422);
 
     // A caller that is no node of the cluster is not named; one that is, is.
-    let refusal = |caller: &str| PeerRefusal {
+    let refusal = |caller: &str, member: &str| PeerRefusal {
         caller: Some(Holder::Node(caller.into())),
-        asked: Access::StopMember { member: "web-1".into() },
+        asked: Access::StopMember { member: member.into() },
         reason: Refusal::Missing,
         at: herd_core::Timestamp::from_system_time(std::time::SystemTime::now()),
     };
-    let reported =
-        AgentReport { peer_refusals: vec![refusal("node-zz"), refusal("node-b")], ..report("node-a", "127.0.0.1:1") };
+    // What a caller without a certificate asked is anyone's words: not kept.
+    let anonymous = |member: &str| PeerRefusal { caller: None, reason: Refusal::Anonymous, ..refusal(member, member) };
+    let refusals = vec![refusal("node-zz", "web-1"), refusal("node-b", "web-1"), anonymous("aa-1"), anonymous("aa-2")];
+    let reported = AgentReport { peer_refusals: refusals, ..report("node-a", "127.0.0.1:1") };
     node_a.heartbeat("node-a", &reported).await.unwrap();
     let events = events_text(&server).await;
-    assert!(!events.contains("node-zz"), "{events}");
+    assert!(!events.contains("node-zz") && !events.contains("aa-1"), "{events}");
+    let all = server.admin().list::<EventSpec>("").await.unwrap();
+    let anonymous: Vec<_> = all.iter().filter(|e| e.spec.message.contains("without a cluster certificate")).collect();
+    assert_eq!(anonymous.iter().map(|e| e.spec.count).collect::<Vec<_>>(), [2], "one Event, counted");
     assert!(events.contains("refused a caller whose certificate names no node of this cluster to stop member web-1"));
     assert!(events.contains("refused node node-b to stop member web-1: no grant was shown"), "{events}");
 }

@@ -26,6 +26,7 @@ pub struct ListQuery {
     watch: Option<bool>,
     resource_version: Option<String>,
     timeout_seconds: Option<u64>,
+    batch_millis: Option<u64>,
 }
 
 /// The longest label selector (and continue token) taken.
@@ -34,6 +35,8 @@ pub const MAX_SELECTOR_LENGTH: usize = 1024;
 pub const MAX_LIMIT: usize = 100_000;
 /// The longest a watch may ask to last before it ends by itself.
 pub const MAX_WATCH_SECONDS: u64 = 3600;
+/// The longest a watch may ask to gather changes into one chunk.
+pub const MAX_BATCH_MILLIS: u64 = 1000;
 
 impl ListQuery {
     pub(super) fn selector(&self) -> Result<LabelSelector, ApiError> {
@@ -79,9 +82,17 @@ pub(super) async fn serve_list(
         }
         None => None,
     };
+    let batch = match query.batch_millis {
+        None | Some(0) => None,
+        Some(millis @ 1..=MAX_BATCH_MILLIS) => Some(std::time::Duration::from_millis(millis)),
+        Some(other) => {
+            return Err(ApiError::BadRequest(format!("batchMillis must be 0 to {MAX_BATCH_MILLIS}, is {other}")));
+        }
+    };
     if query.watch.unwrap_or(false) {
         let from = query.resource_version.as_deref().map(parse_revision).transpose()?;
-        return super::watch::stream(state, kind, selector, from, timeout, source).await;
+        let options = super::watch::WatchOptions { from, timeout, batch };
+        return super::watch::stream(state, kind, selector, options, source).await;
     }
     if let Some(revision) = &query.resource_version {
         parse_revision(revision)?;

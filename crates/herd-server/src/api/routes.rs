@@ -116,6 +116,11 @@ fn list_params() -> Vec<Value> {
             "with watch: end the stream after this many seconds [default: never]",
             json!({ "type": "integer", "minimum": 1, "maximum": 3600 }),
         ),
+        query(
+            "batchMillis",
+            "with watch: send the changes that come within this many milliseconds of one another as one chunk [default: 0, each as it comes]",
+            json!({ "type": "integer", "minimum": 0, "maximum": 1000 }),
+        ),
     ]
 }
 

@@ -2,7 +2,8 @@
 //! store revision, with a BOOKMARK every few seconds carrying how far the
 //! watch got; `timeoutSeconds` ends it cleanly after that long. With a label selector, objects entering the selection are
 //! ADDED and objects leaving it DELETED (`herd_core::selection`). A watch from a compacted revision gets 410 Gone; compaction
-//! overtaking a running watch ends it with an ERROR line carrying 410.
+//! overtaking a running watch ends it with an ERROR line carrying 410. `batchMillis` sends the changes that come within
+//! that long of one another as one chunk: a browser following a thousand nodes' heartbeats pays per chunk, not per byte.
 
 use std::collections::{HashSet, VecDeque};
 use std::convert::Infallible;
@@ -68,8 +69,24 @@ impl Feed {
     }
 }
 
+/// What a watch asks for besides its selection.
+pub struct WatchOptions {
+    /// After this revision (None: from now).
+    pub from: Option<u64>,
+    /// The stream ends by itself after this long (`timeoutSeconds`).
+    pub timeout: Option<Duration>,
+    /// Changes within this long of the first of a chunk go in that chunk
+    /// (`batchMillis`; None: each as it comes).
+    pub batch: Option<Duration>,
+}
+
+/// The most bytes one batched chunk gathers before it goes.
+const MAX_BATCH_BYTES: usize = 1 << 20;
+
 struct WatchState {
     feed: Feed,
+    /// `WatchOptions::batch`.
+    batch: Option<Duration>,
     kind: KindInfo,
     selection: SelectionTracker,
     /// The selector's scan, made once.
@@ -123,42 +140,54 @@ impl WatchState {
                 self.pending.push_back(bookmark);
                 true
             }
-            batch = self.feed.next() => match batch {
-                Ok(batch) => {
-                    // A batch's lines go out as one chunk: one write, not one each.
-                    let mut lines = Vec::new();
-                    for event in batch.events {
-                        let kind = match event.kind {
-                            EventKind::Delete => ChangeKind::Deleted,
-                            EventKind::Put if event.is_create() => ChangeKind::Created,
-                            EventKind::Put => ChangeKind::Modified,
-                        };
-                        // Most events of a selective watch are not its own:
-                        // turned away by a scan, their labels are not parsed.
-                        let labels = if self.prefilter.may_match(&event.value) {
-                            stored_labels(&event.value)
-                        } else {
-                            Default::default()
-                        };
-                        let change = Change { key: &event.key, labels: &labels, revision: event.revision, kind };
-                        let Some(type_) = self.selection.classify(change) else { continue };
-                        match stored_json(&event.value, &event.key, event.revision) {
-                            Ok(object) => push_line(&mut lines, &WatchEvent { type_, object }),
-                            Err(error) => tracing::error!(%error, "skipping an unreadable stored object in a watch"),
+            batch = self.feed.next() => {
+                // A batch's lines go out as one chunk: one write, not one each.
+                let mut lines = Vec::new();
+                let mut next = batch;
+                let until = self.batch.map(|window| tokio::time::Instant::now() + window);
+                loop {
+                    match next {
+                        Ok(batch) => self.push_batch(&mut lines, batch),
+                        Err(error) => {
+                            let status = ApiError::from_store(self.kind.kind, "", error).status();
+                            push_line(&mut lines, &WatchEvent { type_: WatchEventType::Error, object: status });
+                            self.done = true;
+                            break;
                         }
                     }
-                    if !lines.is_empty() {
-                        self.pending.push_back(Bytes::from(lines));
+                    let Some(until) = until.filter(|_| lines.len() < MAX_BATCH_BYTES) else { break };
+                    // The feed's next is cancel-safe: what did not come in time comes next chunk.
+                    match tokio::time::timeout_at(until, self.feed.next()).await {
+                        Ok(more) => next = more,
+                        Err(_) => break,
                     }
-                    true
                 }
-                Err(error) => {
-                    let status = ApiError::from_store(self.kind.kind, "", error).status();
-                    self.pending.push_back(line(&WatchEvent { type_: WatchEventType::Error, object: status }));
-                    self.done = true;
-                    true
+                if !lines.is_empty() {
+                    self.pending.push_back(Bytes::from(lines));
                 }
-            },
+                true
+            }
+        }
+    }
+
+    /// Appends the lines of `batch`'s events that this watch delivers.
+    fn push_batch(&mut self, lines: &mut Vec<u8>, batch: WatchBatch) {
+        for event in batch.events {
+            let kind = match event.kind {
+                EventKind::Delete => ChangeKind::Deleted,
+                EventKind::Put if event.is_create() => ChangeKind::Created,
+                EventKind::Put => ChangeKind::Modified,
+            };
+            // Most events of a selective watch are not its own:
+            // turned away by a scan, their labels are not parsed.
+            let labels =
+                if self.prefilter.may_match(&event.value) { stored_labels(&event.value) } else { Default::default() };
+            let change = Change { key: &event.key, labels: &labels, revision: event.revision, kind };
+            let Some(type_) = self.selection.classify(change) else { continue };
+            match stored_json(&event.value, &event.key, event.revision) {
+                Ok(object) => push_line(lines, &WatchEvent { type_, object }),
+                Err(error) => tracing::error!(%error, "skipping an unreadable stored object in a watch"),
+            }
         }
     }
 }
@@ -189,8 +218,7 @@ pub async fn stream(
     state: AppState,
     kind: KindInfo,
     selector: LabelSelector,
-    from: Option<u64>,
-    timeout: Option<Duration>,
+    WatchOptions { from, timeout, batch }: WatchOptions,
     source: Source,
 ) -> Result<Response, ApiError> {
     let from = from.unwrap_or_else(|| state.objects.store().head());
@@ -208,6 +236,7 @@ pub async fn stream(
     bookmarks.reset();
     let initial = WatchState {
         feed,
+        batch,
         kind,
         selection,
         prefilter,

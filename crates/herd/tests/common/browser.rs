@@ -144,6 +144,25 @@ impl Browser {
         panic!("{css} could not be clicked: {last_error}");
     }
 
+    /// CPU time (user and system, in seconds) that chromedriver and the
+    /// Chromium it started (its process group) have used so far.
+    pub fn cpu_seconds(&self) -> f64 {
+        let group = self._driver.0.id().to_string();
+        // SAFETY: sysconf reads a constant of the system.
+        let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+        let mut ticks = 0u64;
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+            // After the command's name (in parentheses): state, ppid, pgrp, ..., utime (14th), stime (15th).
+            let Some((_, fields)) = stat.rsplit_once(')') else { continue };
+            let fields: Vec<&str> = fields.split_whitespace().collect();
+            if fields.len() > 12 && fields[2] == group {
+                ticks += fields[11].parse::<u64>().unwrap_or(0) + fields[12].parse::<u64>().unwrap_or(0);
+            }
+        }
+        ticks as f64 / ticks_per_second
+    }
+
     pub async fn count(&self, css: &str) -> usize {
         self.client.find_all(Locator::Css(css)).await.map_or(0, |found| found.len())
     }
