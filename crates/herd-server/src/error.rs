@@ -5,8 +5,11 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use herd_core::ValidationErrors;
 use herd_core::api::{Status, StatusReason};
+use herd_core::roles::RoleRefusal;
 use herd_store::StoreError;
 
+use crate::eviction::EvictionError;
+use crate::node_roles::RoleChangeError;
 use crate::objects::ObjectsError;
 
 #[derive(Debug, thiserror::Error)]
@@ -112,6 +115,26 @@ impl From<ObjectsError> for ApiError {
             ObjectsError::BadRequest(_) => ApiError::BadRequest(message),
             ObjectsError::Corrupt { .. } => ApiError::Internal(message),
             ObjectsError::Store(store) => ApiError::from_store("object", "", store),
+        }
+    }
+}
+
+impl From<EvictionError> for ApiError {
+    fn from(error: EvictionError) -> Self {
+        match error {
+            EvictionError::Refused { .. } => ApiError::TooManyRequests(error.to_string()),
+            EvictionError::Contended(_) => ApiError::Conflict(error.to_string()),
+            EvictionError::Objects(objects) => objects.into(),
+        }
+    }
+}
+
+impl From<RoleChangeError> for ApiError {
+    fn from(error: RoleChangeError) -> Self {
+        match error {
+            RoleChangeError::Refused(RoleRefusal::NoSuchNode(name)) => ApiError::not_found("Node", &name),
+            RoleChangeError::Refused(_) | RoleChangeError::Contended(_) => ApiError::Conflict(error.to_string()),
+            RoleChangeError::Objects(objects) => objects.into(),
         }
     }
 }

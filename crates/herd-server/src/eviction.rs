@@ -22,12 +22,27 @@ use herd_core::node_loss::REPLACE_ANNOTATION;
 use herd_core::placement::{self, Placement};
 use herd_core::restart::RESTART_ANNOTATION;
 
-use crate::error::ApiError;
 use crate::events::EventRecorder;
 use crate::objects::{Objects, ObjectsError, Part, Staged, now};
 
 /// How many times an approval that lost a race is decided again.
 const ATTEMPTS: usize = 16;
+
+/// Why an eviction was not approved. Only [`EvictionError::Refused`] is
+/// an answer about the member; the others decided nothing, and asking
+/// again may get one.
+#[derive(Debug, thiserror::Error)]
+pub enum EvictionError {
+    /// A budget, or where the member could go, does not allow it now.
+    #[error("cannot evict member {member}: {why}")]
+    Refused { member: String, why: String },
+    /// The member or its budgets changed under every attempt.
+    #[error("member {0} or its budgets kept changing; try again")]
+    Contended(String),
+    /// Reading or writing the store failed, or the member is gone.
+    #[error(transparent)]
+    Objects(#[from] ObjectsError),
+}
 
 /// What a voluntary disruption does to the member once its budgets allow.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,7 +55,12 @@ pub enum Disruption {
 
 /// Asks the budgets to evict member `name` and, if all allow and this is
 /// not a dry run, approves it and asks for the member to be moved.
-pub async fn evict(objects: &Objects, events: &EventRecorder, name: &str, dry_run: bool) -> Result<Eviction, ApiError> {
+pub async fn evict(
+    objects: &Objects,
+    events: &EventRecorder,
+    name: &str,
+    dry_run: bool,
+) -> Result<Eviction, EvictionError> {
     disrupt(objects, events, name, dry_run, Disruption::Move).await
 }
 
@@ -51,7 +71,7 @@ pub async fn disrupt(
     name: &str,
     dry_run: bool,
     how: Disruption,
-) -> Result<Eviction, ApiError> {
+) -> Result<Eviction, EvictionError> {
     for _ in 0..ATTEMPTS {
         let member = objects.require::<MemberSpec>(name).await?;
         let (request, definition) = move_request(objects, &member, how).await?;
@@ -86,7 +106,7 @@ pub async fn disrupt(
             refusals.push(why);
         }
         if !refusals.is_empty() {
-            return Err(ApiError::TooManyRequests(format!("cannot evict member {name}: {}", refusals.join("; and "))));
+            return Err(EvictionError::Refused { member: name.to_string(), why: refusals.join("; and ") });
         }
         let what = request.what(name);
         let message = if budget_names.is_empty() {
@@ -117,13 +137,18 @@ pub async fn disrupt(
             Err(other) => return Err(other.into()),
         }
     }
-    Err(ApiError::Conflict(format!("member {name} or its budgets kept changing; try again")))
+    Err(EvictionError::Contended(name.to_string()))
 }
 
 /// Evicts member `name` without asking its budgets: a drain whose deadline
 /// passed with `onDeadline: force` (Nomad's). The budgets count it as they
 /// count a crash.
-pub async fn force(objects: &Objects, events: &EventRecorder, name: &str, how: Disruption) -> Result<String, ApiError> {
+pub async fn force(
+    objects: &Objects,
+    events: &EventRecorder,
+    name: &str,
+    how: Disruption,
+) -> Result<String, ObjectsError> {
     let member = objects.require::<MemberSpec>(name).await?;
     let (request, _) = move_request(objects, &member, how).await?;
     let at = now().to_string();
@@ -173,7 +198,7 @@ async fn move_request(
     objects: &Objects,
     member: &Member,
     how: Disruption,
-) -> Result<(MoveRequest, Option<(AppCluster, App)>), ApiError> {
+) -> Result<(MoveRequest, Option<(AppCluster, App)>), ObjectsError> {
     if how == Disruption::Restart {
         return Ok((MoveRequest::Restart, None));
     }
@@ -191,7 +216,12 @@ async fn move_request(
 
 /// Where `member` would go if it left its node now, as placement judges
 /// it (its node excluded, its role's spread and node selector kept).
-async fn target(objects: &Objects, member: &Member, cluster: &AppCluster, app: &App) -> Result<Placement, ApiError> {
+async fn target(
+    objects: &Objects,
+    member: &Member,
+    cluster: &AppCluster,
+    app: &App,
+) -> Result<Placement, ObjectsError> {
     let Some(role) = app.spec.role(&member.spec.role) else {
         return Ok(Placement::Unplaceable(format!("App {} has no role {}", app.metadata.name, member.spec.role)));
     };

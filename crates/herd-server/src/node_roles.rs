@@ -16,6 +16,22 @@ use crate::error::ApiError;
 use crate::events::EventRecorder;
 use crate::objects::{Objects, ObjectsError};
 
+/// Why a role change was not made. Only [`RoleChangeError::Refused`] is
+/// an answer about the node; the others decided nothing, and asking again
+/// may get one.
+#[derive(Debug, thiserror::Error)]
+pub enum RoleChangeError {
+    /// The roles' rules do not allow it (the reason says which).
+    #[error(transparent)]
+    Refused(#[from] RoleRefusal),
+    /// Nodes changed under every attempt.
+    #[error("nodes kept changing meanwhile; node {0} was not changed: try again")]
+    Contended(String),
+    /// Reading or writing the store failed.
+    #[error(transparent)]
+    Objects(#[from] ObjectsError),
+}
+
 /// Decisions taken again at most this often when nodes keep changing.
 const ATTEMPTS: usize = 5;
 
@@ -84,7 +100,7 @@ async fn tell(events: &EventRecorder, nodes: &[Node], updates: &[NodeUpdate]) {
 }
 
 /// An operator's change to node `name`: the updates written (none when it
-/// changed nothing), or 404/409 with the rule's reason.
+/// changed nothing), or why not.
 pub async fn change(
     objects: &Objects,
     events: &EventRecorder,
@@ -92,22 +108,16 @@ pub async fn change(
     name: &str,
     change: RoleChange,
     auto_promote: bool,
-) -> Result<Vec<NodeUpdate>, ApiError> {
+) -> Result<Vec<NodeUpdate>, RoleChangeError> {
     for _ in 0..ATTEMPTS {
         let (nodes, facts, master) = read(objects).await?;
-        let updates =
-            decide(&facts, master.as_deref(), name, change, pool_size, auto_promote).map_err(
-                |refusal| match refusal {
-                    RoleRefusal::NoSuchNode(name) => ApiError::NotFound { kind: "Node".into(), name },
-                    other => ApiError::Conflict(other.to_string()),
-                },
-            )?;
+        let updates = decide(&facts, master.as_deref(), name, change, pool_size, auto_promote)?;
         if updates.is_empty() || write(objects, &nodes, &updates).await? {
             tell(events, &nodes, &updates).await;
             return Ok(updates);
         }
     }
-    Err(ApiError::Conflict(format!("nodes kept changing meanwhile; node {name} was not changed: try again")))
+    Err(RoleChangeError::Contended(name.to_string()))
 }
 
 /// A Node replaced through the API (`herd apply`) that changes its role

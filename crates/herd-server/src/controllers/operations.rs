@@ -22,9 +22,9 @@ use herd_core::operation::{self, Outcome, View};
 use herd_core::roles::RoleChange;
 
 use crate::controllers::runtime::{Controller, Next};
-use crate::error::ApiError;
 use crate::events::EventRecorder;
-use crate::eviction::Disruption;
+use crate::eviction::{Disruption, EvictionError};
+use crate::node_roles::RoleChangeError;
 use crate::nodes::cluster_config;
 use crate::objects::{Objects, ObjectsError, now};
 use crate::reflector::Reflector;
@@ -113,17 +113,21 @@ impl OperationsController {
                 }
                 Ok(operation::begin(&op.status, said, at))
             }
-            // Not an answer about the node: this replica cannot write now.
-            Err(error @ (ApiError::Fenced(_) | ApiError::Unavailable(_) | ApiError::Internal(_))) => {
-                tracing::info!(operation = %op.metadata.name, %error, "drain to be taken up again");
-                Ok(op.status.clone())
+            Err(RoleChangeError::Refused(refused)) => {
+                Ok(operation::refuse(&op.status, format!("node {node} cannot be drained: {refused}"), at))
             }
-            Err(refused) => Ok(operation::refuse(&op.status, format!("node {node} cannot be drained: {refused}"), at)),
+            // Not an answer about the node: taken up again on the next pass.
+            Err(RoleChangeError::Contended(_)) => Ok(op.status.clone()),
+            Err(RoleChangeError::Objects(failed)) => Err(failed),
         }
     }
 
-    /// One pass of a Running Operation: the evictions it decided, asked for.
-    async fn work(&self, op: &Operation, retry_refused: bool) -> OperationStatus {
+    /// One pass of a Running Operation: the evictions it decided, asked
+    /// for, and how each went. It stops at the first eviction that got no
+    /// answer (the store failed, or the member and its budgets kept
+    /// changing): that one is not recorded, and it and the rest are asked
+    /// on the next pass.
+    async fn work(&self, op: &Operation, retry_refused: bool) -> (OperationStatus, Option<EvictionError>) {
         let (how, node) = match &op.spec.action {
             OperationAction::Drain { node } => (Disruption::Move, Some(node)),
             OperationAction::Restart { .. } => (Disruption::Restart, None),
@@ -138,7 +142,7 @@ impl OperationsController {
         let (mut status, orders) = operation::pass(op, &view, retry_refused, at);
         for order in orders {
             let asked = if order.force {
-                crate::eviction::force(&self.objects, &self.events, &order.member, how).await
+                crate::eviction::force(&self.objects, &self.events, &order.member, how).await.map_err(Into::into)
             } else {
                 crate::eviction::disrupt(&self.objects, &self.events, &order.member, false, how)
                     .await
@@ -146,7 +150,7 @@ impl OperationsController {
             };
             let outcome = match asked {
                 Ok(message) => Outcome::Evicted(message),
-                Err(refused) => {
+                Err(refused @ EvictionError::Refused { .. }) => {
                     let never = members.iter().find(|m| m.metadata.name == order.member).and_then(|member| {
                         self.budgets
                             .list()
@@ -156,10 +160,11 @@ impl OperationsController {
                     });
                     Outcome::Refused { message: refused.to_string(), never: never.is_some() }
                 }
+                Err(unanswered) => return (status, Some(unanswered)),
             };
             operation::record(&mut status, &order.member, order.force, outcome, now());
         }
-        status
+        (status, None)
     }
 }
 
@@ -186,26 +191,151 @@ impl Controller for OperationsController {
             // last status written (the cache may not show it yet, and a pass
             // on an older one would forget the steps taken since).
             let Some(op) = self.objects.get::<OperationSpec>(&name).await? else { continue };
-            let status = match op.status.phase {
-                OperationPhase::Pending => self.begin(&op).await?,
+            let (status, unanswered) = match op.status.phase {
+                OperationPhase::Pending => (self.begin(&op).await?, None),
                 OperationPhase::Running => self.work(&op, retry_refused).await,
                 _ => continue,
             };
             if let Some(due) = operation::next_pass(&Operation { status: status.clone(), ..op.clone() }, now()) {
                 next = next.min(due.max(Duration::from_millis(100)));
             }
-            if status == op.status {
-                continue;
+            if status != op.status {
+                // Only over the object this pass started from: anything
+                // written meanwhile (a cancel, a pass of another leader) is
+                // where the next pass starts (an eviction asked again is
+                // the same one).
+                match self.objects.update_status(Operation { status, ..op }, false).await {
+                    Ok(_) | Err(ObjectsError::NotFound { .. }) => {}
+                    Err(ObjectsError::Conflict { .. }) => next = Duration::from_millis(100),
+                    Err(other) => return Err(other),
+                }
             }
-            // Only over the object this pass started from: anything written
-            // meanwhile (a cancel, a pass of another leader) is where the
-            // next pass starts (an eviction asked again is the same one).
-            match self.objects.update_status(Operation { status, ..op }, false).await {
-                Ok(_) | Err(ObjectsError::NotFound { .. }) => {}
-                Err(ObjectsError::Conflict { .. }) => next = Duration::from_millis(100),
-                Err(other) => return Err(other),
+            match unanswered {
+                None => {}
+                Some(EvictionError::Objects(failed)) => return Err(failed),
+                Some(contended) => {
+                    tracing::info!(operation = %name, error = %contended, "eviction to be asked again");
+                    next = Duration::from_millis(100);
+                }
             }
         }
         Ok(Next::Requeue(next))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use async_trait::async_trait;
+    use herd_core::Object;
+    use herd_core::kinds::{OnDeadline, StepState};
+    use herd_core::node_loss::REPLACE_ANNOTATION;
+    use herd_store::sqlite::SqliteBackend;
+    use herd_store::{Backend, Committed, Event, KeyValue, Revision, Store, StoreError, Txn};
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+
+    /// SQLite whose next `failing` commits fail, as a database that is
+    /// briefly unreachable does.
+    struct Flaky {
+        inner: SqliteBackend,
+        failing: Arc<AtomicU32>,
+    }
+
+    #[async_trait]
+    impl Backend for Flaky {
+        fn name(&self) -> &'static str {
+            "flaky-sqlite"
+        }
+        async fn get(&self, key: &str) -> Result<(Option<KeyValue>, Revision), StoreError> {
+            self.inner.get(key).await
+        }
+        async fn range(
+            &self,
+            prefix: &str,
+            start_after: Option<&str>,
+            limit: usize,
+        ) -> Result<(Vec<KeyValue>, Revision), StoreError> {
+            self.inner.range(prefix, start_after, limit).await
+        }
+        async fn commit(&self, batch: Vec<Txn>) -> Result<Committed, StoreError> {
+            let fail = self.failing.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok();
+            if fail {
+                return Err(StoreError::Backend("the database went away".into()));
+            }
+            self.inner.commit(batch).await
+        }
+        async fn events_after(&self, after: Revision, limit: usize) -> Result<Vec<Event>, StoreError> {
+            self.inner.events_after(after, limit).await
+        }
+        async fn compact(&self, upto: Revision) -> Result<(), StoreError> {
+            self.inner.compact(upto).await
+        }
+    }
+
+    fn member(name: &str, node: &str) -> Object<MemberSpec> {
+        let spec = MemberSpec { cluster: "c1".into(), role: "r".into(), node: Some(node.into()), ..Default::default() };
+        Object::new(name, spec)
+    }
+
+    #[tokio::test]
+    async fn a_store_failure_during_a_drains_eviction_is_retried_never_recorded_as_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let failing = Arc::new(AtomicU32::new(0));
+        let inner = SqliteBackend::open(&dir.path().join("s.db")).await.unwrap();
+        let store = Store::new(Arc::new(Flaky { inner, failing: failing.clone() })).await.unwrap();
+        let objects = Objects::new(store.clone());
+        for node in ["n1", "n2"] {
+            let mut node = Object::new(node, NodeSpec::default());
+            node.status.ready = true;
+            objects.create(node, true, false).await.unwrap();
+        }
+        objects.create(member("c1-r-0", "n1"), false, false).await.unwrap();
+        let drain = OperationSpec {
+            action: OperationAction::Drain { node: "n1".into() },
+            deadline: None,
+            on_deadline: OnDeadline::default(),
+            max_parallel: 1,
+            cancel: false,
+        };
+        objects.create(Object::new("drain-n1", drain), false, false).await.unwrap();
+
+        let stop = CancellationToken::new();
+        let _stop = stop.clone().drop_guard();
+        let caches = Caches {
+            operations: Reflector::start(store.clone(), stop.clone()),
+            members: Reflector::start(store.clone(), stop.clone()),
+            budgets: Reflector::start(store.clone(), stop.clone()),
+            nodes: Reflector::start(store.clone(), stop.clone()),
+            config: Reflector::start(store.clone(), stop.clone()),
+        };
+        let mut controller =
+            OperationsController::new(objects.clone(), caches, EventRecorder::new(objects.clone(), "test"));
+        controller.synced().await;
+        controller.reconcile().await.unwrap();
+        let running = objects.require::<OperationSpec>("drain-n1").await.unwrap();
+        assert_eq!(running.status.phase, OperationPhase::Running, "{:?}", running.status);
+
+        // The eviction's write (the first of the pass) fails.
+        failing.store(1, Ordering::SeqCst);
+        let failed = controller.reconcile().await;
+        assert!(matches!(failed, Err(ObjectsError::Store(_))), "the pass failed for the runtime to retry: {failed:?}");
+        let after = objects.require::<OperationSpec>("drain-n1").await.unwrap();
+        let step = after.status.steps.iter().find(|s| s.member == "c1-r-0").unwrap();
+        assert_eq!(step.state, StepState::Waiting, "not refused: {step:?}");
+        assert_eq!((step.attempts, &after.status.blocker), (0, &None), "{:?}", after.status);
+        let member = objects.require::<MemberSpec>("c1-r-0").await.unwrap();
+        assert!(!member.metadata.annotations.contains_key(REPLACE_ANNOTATION), "nothing approved");
+
+        // The store is back: the next pass evicts it.
+        controller.reconcile().await.unwrap();
+        let after = objects.require::<OperationSpec>("drain-n1").await.unwrap();
+        let step = after.status.steps.iter().find(|s| s.member == "c1-r-0").unwrap();
+        assert_eq!((step.state, step.attempts), (StepState::Evicted, 1), "{step:?}");
+        let member = objects.require::<MemberSpec>("c1-r-0").await.unwrap();
+        assert!(member.metadata.annotations.contains_key(REPLACE_ANNOTATION), "asked to be placed again");
     }
 }
