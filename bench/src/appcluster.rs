@@ -99,6 +99,7 @@ async fn command_round_trip(admin: &Client, round: u64) -> anyhow::Result<Durati
         node: "node-1".into(),
         timeout: None,
         action: Action::StartMember { member: member.clone(), run },
+        origin: None,
     };
     let name = format!("start-probe-{round}");
     let started = Instant::now();
@@ -111,7 +112,8 @@ async fn command_round_trip(admin: &Client, round: u64) -> anyhow::Result<Durati
     if command.status.state_by_management != ManagementState::Completed {
         bail!("the probe's StartMember ended {:?}", command.status);
     }
-    let remove = CommandSpec { node: "node-1".into(), timeout: None, action: Action::RemoveMember { member } };
+    let remove =
+        CommandSpec { node: "node-1".into(), timeout: None, action: Action::RemoveMember { member }, origin: None };
     admin.create(&Object::new(format!("remove-probe-{round}"), remove)).await?;
     Ok(took)
 }

@@ -70,7 +70,12 @@ fn cp_and_sync(from: &Path, to: &Path) -> anyhow::Result<Duration> {
 
 async fn herd_copy(admin: &Client, volume: &str, round: u64) -> anyhow::Result<Duration> {
     let action = Action::CopyVolume { member: "m".into(), volume: volume.into(), from_node: "source".into() };
-    let spec = CommandSpec { node: "target".into(), timeout: Some(HumanDuration(Duration::from_secs(600))), action };
+    let spec = CommandSpec {
+        node: "target".into(),
+        timeout: Some(HumanDuration(Duration::from_secs(600))),
+        action,
+        origin: None,
+    };
     let name = format!("copy-{volume}-{round}");
     let started = Instant::now();
     admin.create(&Object::new(name.clone(), spec)).await?;
@@ -99,7 +104,12 @@ fn journal_transitions(dir: &Path, count: u64) -> anyhow::Result<(Duration, Dura
     use herd_agent::journal::{Entry, Journal};
     let journal = Journal::open(dir)?;
     let now = Timestamp::from_system_time(SystemTime::now());
-    let spec = CommandSpec { node: "n".into(), timeout: None, action: Action::StopMember { member: "m".into() } };
+    let spec = CommandSpec {
+        node: "n".into(),
+        timeout: None,
+        action: Action::StopMember { member: "m".into() },
+        origin: None,
+    };
     let mut entry = Entry {
         name: "bench".into(),
         uid: "u".into(),

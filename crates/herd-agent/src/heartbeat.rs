@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime};
 
 use herd_client::{Client, ClientError};
 use herd_core::api::{AgentReport, JoinRequest};
+use herd_core::backoff::{Backoff, Retries};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -20,29 +21,10 @@ use crate::members::Members;
 use crate::peer_access::PeerAccess;
 use crate::{AgentError, Identity};
 
-const FIRST_RETRY: Duration = Duration::from_millis(250);
-const MAX_RETRY: Duration = Duration::from_secs(4);
+/// The pauses between failed heartbeats and joins: 250 ms, doubling, at most 4 s.
+const RETRIES: Backoff = Backoff::new(Duration::from_millis(250), Duration::from_secs(4));
 /// A journal change is reported after this pause, with whatever else changed.
 const REPORT_PAUSE: Duration = Duration::from_millis(10);
-
-/// Doubling delays between failed attempts, capped.
-struct Backoff {
-    next: Duration,
-}
-
-impl Backoff {
-    fn new() -> Self {
-        Backoff { next: FIRST_RETRY }
-    }
-    fn reset(&mut self) {
-        self.next = FIRST_RETRY;
-    }
-    fn step(&mut self) -> Duration {
-        let now = self.next;
-        self.next = (self.next * 2).min(MAX_RETRY);
-        now
-    }
-}
 
 /// Sleeps until `deadline`; false if `stop` fired first.
 async fn sleep_until(deadline: Instant, stop: &CancellationToken) -> bool {
@@ -119,7 +101,7 @@ impl Heartbeat {
         // The token the server stopped taking: shown when joining again, so
         // that the server knows a deleted node's agent.
         let mut previous_token: Option<String> = None;
-        let mut backoff = Backoff::new();
+        let mut backoff = Retries::new(RETRIES);
         let mut failing = false;
         // Since when the server has been unreachable, and whether the
         // disconnect hooks ran for this outage.
@@ -160,7 +142,7 @@ impl Heartbeat {
                     Err(error @ ClientError::Untrusted { .. }) => return Err(AgentError::UntrustedServer(error)),
                     Err(error) => {
                         tracing::warn!(%error, "could not join yet; retrying");
-                        if !sleep_until(started + backoff.step(), &stop).await {
+                        if !sleep_until(started + backoff.failed(), &stop).await {
                             break;
                         }
                     }
@@ -192,7 +174,7 @@ impl Heartbeat {
                                 failing = true;
                             }
                             client.skip_current();
-                            if !sleep_until(started + backoff.step(), &stop).await {
+                            if !sleep_until(started + backoff.failed(), &stop).await {
                                 break;
                             }
                             continue;
@@ -245,7 +227,7 @@ impl Heartbeat {
                         let why = format!("the server has been unreachable for over {disconnect_grace:?}");
                         executor.run_disconnect_hooks(&why).await;
                     }
-                    if !sleep_until(started + backoff.step(), &stop).await {
+                    if !sleep_until(started + backoff.failed(), &stop).await {
                         break;
                     }
                 }

@@ -186,7 +186,12 @@ mod tests {
             uid: "u1".into(),
             attempt: 1,
             term: 3,
-            spec: CommandSpec { node: "n1".into(), timeout: None, action: Action::StopMember { member: "m".into() } },
+            spec: CommandSpec {
+                node: "n1".into(),
+                timeout: None,
+                action: Action::StopMember { member: "m".into() },
+                origin: None,
+            },
             state: AgentState::Started,
             started: now,
             updated: now,
@@ -207,7 +212,7 @@ mod tests {
         journal.write(&e).unwrap();
         let now = e.started;
         journal.advance(&mut e, AgentState::Processing, None, now).unwrap();
-        let done = Answer { success: true, message: "stopped".into(), details: BTreeMap::new() };
+        let done = Answer::said(true, "stopped");
         journal.advance(&mut e, AgentState::Completed, Some(done), now).unwrap();
         let error = journal.advance(&mut e, AgentState::Processing, None, now).unwrap_err();
         assert!(matches!(error, JournalError::Move { .. }), "{error}");

@@ -16,7 +16,7 @@ use std::time::Duration;
 use herd_client::{Client, ClientError};
 use herd_core::api::{AgentReport, CommandReport, JoinRequest, MemberReport, WatchEventType};
 use herd_core::configuration::SerialOnly;
-use herd_core::kinds::{Action, AgentState, Answer, Command, ManagementState};
+use herd_core::kinds::{Action, AgentState, Answer, AnswerDetails, Command, ManagementState};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -80,10 +80,6 @@ impl SimNode {
     }
 }
 
-fn done(success: bool, message: String, details: BTreeMap<String, String>) -> Answer {
-    Answer { success, message, details }
-}
-
 /// What a simulated agent does for `action`.
 fn carry_out(members: &mut BTreeMap<String, MemberReport>, action: &Action) -> Answer {
     match action {
@@ -103,34 +99,36 @@ fn carry_out(members: &mut BTreeMap<String, MemberReport>, action: &Action) -> A
                     ..MemberReport::default()
                 },
             );
-            let details = BTreeMap::from([("instanceId".to_string(), instance.clone())]);
-            done(true, format!("member {member} runs as instance {instance} (simulated)"), details)
+            let message = format!("member {member} runs as instance {instance} (simulated)");
+            let details = AnswerDetails::Started { instance_id: instance, checksums: BTreeMap::new() };
+            Answer { success: true, message, details }
         }
         Action::ConfigureMember { member, expected_instance, run_setup, .. } => match members.get_mut(member) {
             Some(report) if report.instance_id.as_deref() == Some(expected_instance.as_str()) => {
                 if *run_setup {
                     report.setup_status = Some(format!("{expected_instance}=0"));
                 }
-                done(true, format!("member {member} is configured (simulated)"), BTreeMap::new())
+                Answer::said(true, format!("member {member} is configured (simulated)"))
             }
-            _ => done(false, format!("member {member} does not run as {expected_instance}"), BTreeMap::new()),
+            _ => Answer::said(false, format!("member {member} does not run as {expected_instance}")),
         },
         Action::RunScript { member, .. } => {
-            let details = BTreeMap::from([("exitCode".to_string(), "0".to_string())]);
-            done(true, format!("the script of member {member} exited with 0 (simulated)"), details)
+            let message = format!("the script of member {member} exited with 0 (simulated)");
+            let details = AnswerDetails::Script { exit_code: 0, stdout: String::new(), stderr: String::new() };
+            Answer { success: true, message, details }
         }
         Action::StopMember { member } => {
             if let Some(report) = members.get_mut(member) {
                 report.running = false;
                 report.wanted = false;
             }
-            done(true, format!("member {member} stopped (simulated)"), BTreeMap::new())
+            Answer::said(true, format!("member {member} stopped (simulated)"))
         }
         Action::RemoveMember { member } => {
             members.remove(member);
-            done(true, format!("member {member} removed (simulated)"), BTreeMap::new())
+            Answer::said(true, format!("member {member} removed (simulated)"))
         }
-        other => done(false, format!("{} is not simulated", other.type_name()), BTreeMap::new()),
+        other => Answer::said(false, format!("{} is not simulated", other.type_name())),
     }
 }
 

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use futures_util::StreamExt;
 use herd_client::PeerClient;
 use herd_core::api::{ManifestFile, VolumeManifest};
-use herd_core::kinds::Answer;
+use herd_core::kinds::{Answer, AnswerDetails};
 use herd_tls::ServingIdentity;
 use serde::{Deserialize, Serialize};
 
@@ -146,7 +146,7 @@ pub async fn main(job_path: &Path) -> i32 {
             } else {
                 String::new()
             };
-            Answer { success: false, message: format!("{why}{kept}"), details: BTreeMap::new() }
+            Answer::said(false, format!("{why}{kept}"))
         }
         Err(CopyFailure::Local(why)) => {
             // Nothing to resume from: the space goes back at once.
@@ -155,7 +155,7 @@ pub async fn main(job_path: &Path) -> i32 {
                 Ok(bytes) => format!("; the partial copy ({}) was removed", human_bytes(bytes)),
                 Err(error) => format!("; removing the partial copy failed: {error}"),
             };
-            Answer { success: false, message: format!("{why}{removed}"), details: BTreeMap::new() }
+            Answer::said(false, format!("{why}{removed}"))
         }
     };
     // The data dir's reserve gives the result room on a full disk.
@@ -252,12 +252,12 @@ async fn copy(job: &CopyJob) -> Result<Answer, CopyFailure> {
 
 /// The answer of a copy that holds the source's files.
 fn done(job: &CopyJob, manifest: &VolumeManifest, fetched: u64) -> Answer {
-    let details = BTreeMap::from([
-        ("size".to_string(), manifest.size.to_string()),
-        ("checksum".to_string(), manifest.checksum.clone()),
-        ("files".to_string(), manifest.files.len().to_string()),
-        ("bytesFetched".to_string(), fetched.to_string()),
-    ]);
+    let details = AnswerDetails::Copied {
+        checksum: manifest.checksum.clone(),
+        size: Some(manifest.size),
+        files: Some(manifest.files.len() as u64),
+        bytes_fetched: Some(fetched),
+    };
     let message =
         format!("copied volume {}/{}: {} bytes, checksum {}", job.member, job.volume, manifest.size, manifest.checksum);
     Answer { success: true, message, details }

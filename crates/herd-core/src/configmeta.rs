@@ -229,6 +229,7 @@ mod tests {
                 index,
                 node: Some(node.into()),
                 ports: BTreeMap::from([("client".to_string(), 20000 + index as u16)]),
+                ..Default::default()
             },
         );
         member.status.state = state;

@@ -355,7 +355,12 @@ mod tests {
         use crate::Object;
         use crate::kinds::{CommandSpec, ManagementState};
         let action = Action::CopyVolume { member: "m".into(), volume: "data".into(), from_node: "n1".into() };
-        let spec = CommandSpec { node: "n2".into(), timeout: Some(crate::time::HumanDuration::from_secs(100)), action };
+        let spec = CommandSpec {
+            node: "n2".into(),
+            timeout: Some(crate::time::HumanDuration::from_secs(100)),
+            action,
+            origin: None,
+        };
         let mut command: Command = Object::new("copy-1", spec);
         let names = |command: &Command, node: &str, now| -> Vec<u32> {
             ended_attempts(command, node, now).iter().map(|e| e.attempt.attempt).collect()

@@ -11,10 +11,6 @@ use crate::disruption::APPROVAL_TIMEOUT;
 use crate::kinds::member::{Member, MemberState, MemberStatus, Migration};
 use crate::time::Timestamp;
 
-/// The annotation an eviction sets on a member with persistent volumes to
-/// ask for it to be moved with its data.
-pub const MIGRATE_ANNOTATION: &str = "herd.io/migrate";
-
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MigrationStep {
     Nothing,
@@ -31,7 +27,7 @@ pub enum MigrationStep {
 /// The next step of the member's move; `busy`: a Command of its is not
 /// settled yet.
 pub fn migration_step(member: &Member, busy: bool) -> MigrationStep {
-    let asked = member.metadata.annotations.contains_key(MIGRATE_ANNOTATION);
+    let asked = member.spec.requests.migrate.is_some();
     match &member.status.migration {
         None if asked && member.spec.node.is_some() && !busy => MigrationStep::Choose,
         None => MigrationStep::Nothing,
@@ -49,7 +45,7 @@ pub fn migration_step(member: &Member, busy: bool) -> MigrationStep {
 /// approval that no longer holds. `now` against the time the request
 /// carries.
 pub fn request_lapsed(member: &Member, now: Timestamp) -> bool {
-    let asked = member.metadata.annotations.get(MIGRATE_ANNOTATION).and_then(|at| Timestamp::parse(at).ok());
+    let asked = member.spec.requests.migrate;
     member.status.migration.is_none() && asked.is_some_and(|at| at.age(now) >= APPROVAL_TIMEOUT)
 }
 
@@ -101,7 +97,7 @@ mod tests {
     fn member(asked: bool, migration: Option<Migration>) -> Member {
         let mut member = crate::kinds::member::bound_member(0, "n1");
         if asked {
-            member.metadata.annotations.insert(MIGRATE_ANNOTATION.into(), "now".into());
+            member.spec.requests.migrate = Some(Timestamp::default());
         }
         member.status.migration = migration;
         member.status.state_detail.last_setup_generation = Some(3);
@@ -146,7 +142,7 @@ mod tests {
         let later = |secs| at.plus(std::time::Duration::from_secs(secs));
         let mut member = crate::kinds::member::bound_member(0, "n1");
         assert!(!request_lapsed(&member, later(600)), "nothing asked");
-        member.metadata.annotations.insert(MIGRATE_ANNOTATION.into(), at.to_string());
+        member.spec.requests.migrate = Some(at);
         assert!(!request_lapsed(&member, later(119)));
         assert!(request_lapsed(&member, later(120)));
         member.status.migration = Some(Migration { from: "n1".into(), to: "n2".into(), ..Default::default() });

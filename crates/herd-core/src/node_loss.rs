@@ -11,9 +11,6 @@ use std::time::Duration;
 use crate::kinds::member::{MemberState, MemberStatus};
 use crate::units::short_duration;
 
-/// The annotation `herd member replace` puts on a Member.
-pub const REPLACE_ANNOTATION: &str = "herd.io/replace";
-
 /// What to do with one member.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Recovery {

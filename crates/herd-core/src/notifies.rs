@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::backoff::Backoff;
 use crate::kinds::app::{AppSpec, NotifyOrder};
 use crate::kinds::member::{LastKnownState, Member, MemberState, MemberStatus, PendingNotify};
 use crate::time::Timestamp;
@@ -79,9 +80,12 @@ pub fn notify_script(setup_script: &str, arguments: &[String]) -> String {
     format!("set -- {}\n{setup_script}", quoted.join(" "))
 }
 
-/// The pause after the `attempts`-th failed delivery: 1 s, doubling, at most 1 min.
+/// The pauses after failed deliveries: 1 s, doubling, at most 1 min.
+const RETRIES: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
+
+/// The pause after the `attempts`-th failed delivery.
 pub fn retry_pause(attempts: u32) -> Duration {
-    Duration::from_secs(1).saturating_mul(1 << attempts.saturating_sub(1).min(6)).min(Duration::from_secs(60))
+    RETRIES.pause(attempts)
 }
 
 /// Whether a notify may be sent (again) at `now`.

@@ -17,14 +17,13 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use crate::backoff::Backoff;
 use crate::disruption::unhealthy_reason;
 use crate::kinds::operation::{
     Blocker, HISTORY_KEPT, HistoryEntry, OnDeadline, Operation, OperationAction, OperationPhase, OperationStatus,
     OperationStep, StepState,
 };
 use crate::kinds::{Member, MemberState};
-use crate::migration::MIGRATE_ANNOTATION;
-use crate::node_loss::REPLACE_ANNOTATION;
 use crate::time::Timestamp;
 
 /// How soon a refused eviction is asked again at most, when nothing
@@ -32,11 +31,13 @@ use crate::time::Timestamp;
 /// budget makes every refused one due at once.
 pub const RETRY_REFUSED: Duration = Duration::from_secs(5);
 
-/// How long after its `attempts`-th refusal a member is asked again: 250
-/// ms, doubling, at most [`RETRY_REFUSED`] (a budget recounted just after
-/// the refusal is not waited out).
+/// How long after its refusals in a row a member is asked again: 250 ms,
+/// doubling, at most [`RETRY_REFUSED`] (a budget recounted just after the
+/// refusal is not waited out).
+const REFUSED_RETRIES: Backoff = Backoff::new(Duration::from_millis(250), RETRY_REFUSED);
+
 fn refused_retry(attempts: u32) -> Duration {
-    Duration::from_millis(250).saturating_mul(1 << attempts.saturating_sub(1).min(5)).min(RETRY_REFUSED)
+    REFUSED_RETRIES.pause(attempts)
 }
 
 /// How long after its `attempts`-th failed move a member is asked for
@@ -111,8 +112,7 @@ pub fn refuse(status: &OperationStatus, message: String, now: Timestamp) -> Oper
 /// Whether an evicted member is still bound to `node` with no move asked
 /// for or under way: its move failed and was dropped.
 fn abandoned(member: &Member, node: &str) -> bool {
-    let asked = [REPLACE_ANNOTATION, MIGRATE_ANNOTATION].iter().any(|a| member.metadata.annotations.contains_key(*a));
-    member.spec.node.as_deref() == Some(node) && !asked && member.status.migration.is_none()
+    member.spec.node.as_deref() == Some(node) && !member.spec.requests.to_leave() && member.status.migration.is_none()
 }
 
 /// Where a member bound elsewhere stands: ready, or why not.
@@ -525,7 +525,7 @@ mod tests {
     fn evicted(op: &mut Operation, members: &mut [Member], name: &str, now: Timestamp) {
         record(&mut op.status, name, false, Outcome::Evicted("allowed".into()), now);
         let member = members.iter_mut().find(|m| m.metadata.name == name).unwrap();
-        member.metadata.annotations.insert(REPLACE_ANNOTATION.into(), now.to_string());
+        member.spec.requests.replace = Some(now);
     }
 
     fn pass(op: &mut Operation, members: &[Member], retry: bool, now: Timestamp) -> Vec<String> {
@@ -571,9 +571,9 @@ mod tests {
         let mut members = vec![member(0, "n1", true)];
         assert_eq!(pass(&mut op, &members, false, at(1)), vec!["db-r-0"]);
         record(&mut op.status, "db-r-0", false, Outcome::Evicted("allowed".into()), at(1));
-        members[0].metadata.annotations.insert(MIGRATE_ANNOTATION.into(), "t".into());
+        members[0].spec.requests.migrate = Some(at(1));
         assert!(pass(&mut op, &members, false, at(2)).is_empty(), "moving");
-        members[0].metadata.annotations.clear();
+        members[0].spec.requests = Default::default();
         members[0].status.reason = Some("moving it to n3 failed: disk full".into());
         assert!(pass(&mut op, &members, false, at(3)).is_empty(), "given up: a pause first");
         assert_eq!(op.status.steps[0].state, StepState::MoveFailed);

@@ -3,9 +3,11 @@
 //! timeout in front of it for agents that went silent. Pure: the caller
 //! passes what it observed and how long ago things changed.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use crate::api::VolumeManifest;
+use crate::backoff::Backoff;
 use crate::kinds::{AgentState, ManagementState};
 
 /// The reconciler's knobs (ClusterConfig `spec.commands`).
@@ -29,14 +31,18 @@ pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(300);
 impl ReconcileSettings {
     /// The pause before retrying after `retries` failed reconciliations.
     pub fn retry_delay(&self, retries: u32) -> Duration {
-        self.retry_delay.saturating_mul(1 << retries.min(16)).min(MAX_RETRY_DELAY)
+        Backoff::new(self.retry_delay, MAX_RETRY_DELAY).pause(retries + 1)
     }
 }
 
 /// One Command as the reconciler sees it.
 #[derive(Clone, Copy, Debug)]
-pub struct CommandView {
+pub struct CommandView<'a> {
     pub management: ManagementState,
+    /// Whether it was handed to its agent.
+    pub issued: bool,
+    /// A node it involves that is offline (herd never contacts one).
+    pub offline_node: Option<&'a str>,
     pub agent: Option<AgentState>,
     /// Since the status last changed.
     pub since_update: Duration,
@@ -54,6 +60,8 @@ pub struct CommandView {
 pub enum Step {
     /// Nothing, for the reason given.
     Skip,
+    /// Hand it to its agent (it was created, and never issued).
+    Issue,
     /// The agent is working on it and its host is up: wait.
     Wait,
     /// Find out what really happened and record it.
@@ -63,7 +71,8 @@ pub enum Step {
     /// Mark it TIMED_OUT: issued longer ago than its timeout allows, and
     /// the agent has not finished it.
     MarkTimedOut,
-    /// Mark it RECONCILE_SKIPPED: too many failed attempts.
+    /// Mark it RECONCILE_SKIPPED: too many failed attempts, or a node it
+    /// involves is offline.
     GiveUp,
     /// Mark an ABANDONING Command ABANDONED without the agent's word (its
     /// host is down, or it did not answer in time): it holds nothing more.
@@ -71,12 +80,32 @@ pub enum Step {
 }
 
 /// The step for `view`, and why (shown to the operator).
-pub fn decide(view: &CommandView, settings: &ReconcileSettings) -> (Step, &'static str) {
+pub fn decide(view: &CommandView<'_>, settings: &ReconcileSettings) -> (Step, Cow<'static, str>) {
+    if view.management.is_settled() {
+        return (Step::Skip, "settled".into());
+    }
+    if let Some(node) = view.offline_node {
+        return (
+            Step::GiveUp,
+            format!("node {node} is offline: herd does not contact it, so the Command is given up").into(),
+        );
+    }
+    if !view.issued && view.management == ManagementState::Created {
+        return (Step::Issue, "created, not issued yet".into());
+    }
+    match decide_unsettled(view, settings) {
+        (Step::Reconcile, _) if view.retry_count >= settings.max_attempts => {
+            (Step::GiveUp, "retried too many times".into())
+        }
+        (step, why) => (step, why.into()),
+    }
+}
+
+/// [`decide`] for an unsettled Command whose nodes may be contacted and
+/// which was issued.
+fn decide_unsettled(view: &CommandView<'_>, settings: &ReconcileSettings) -> (Step, &'static str) {
     use AgentState as A;
     use ManagementState as M;
-    if view.management.is_settled() {
-        return (Step::Skip, "settled");
-    }
     if view.management == M::Abandoning {
         if !view.host_up {
             return (Step::FinishAbandon, "its node is down; its agent ends the work when it returns");
@@ -173,9 +202,11 @@ mod tests {
         retry_delay: Duration::from_secs(2),
     };
 
-    fn view(management: ManagementState, agent: Option<AgentState>) -> CommandView {
+    fn view(management: ManagementState, agent: Option<AgentState>) -> CommandView<'static> {
         CommandView {
             management,
+            issued: true,
+            offline_node: None,
             agent,
             since_update: Duration::from_secs(1),
             since_issued: Some(Duration::from_secs(1)),
@@ -289,15 +320,48 @@ mod tests {
         };
         assert_eq!(step(failed(1, 1)), Step::Skip, "the first retry waits 2s");
         assert_eq!(step(failed(1, 2)), Step::Reconcile);
+        assert_eq!(step(failed(2, 3)), Step::Skip, "the second waits 4s");
+        assert_eq!(step(failed(2, 4)), Step::Reconcile);
         assert_eq!(step(failed(3, 7)), Step::Skip, "the third waits 8s");
-        assert_eq!(step(failed(3, 8)), Step::Reconcile);
         assert_eq!(SETTINGS.retry_delay(30), MAX_RETRY_DELAY);
+    }
+
+    #[test]
+    fn row_a_reconciliation_due_at_the_attempts_limit_gives_up() {
+        let failed = CommandView {
+            retry_count: 3,
+            since_update: Duration::from_secs(8),
+            ..view(M::ReconcileFailed, Some(A::Interrupted))
+        };
+        assert_eq!(decide(&failed, &SETTINGS), (Step::GiveUp, "retried too many times".into()));
+        let interrupted = CommandView { retry_count: 3, ..view(M::Interrupted, Some(A::Interrupted)) };
+        assert_eq!(step(interrupted), Step::GiveUp);
+        assert_eq!(step(CommandView { retry_count: 2, ..interrupted }), Step::Reconcile);
+    }
+
+    #[test]
+    fn row_a_command_on_an_offline_node_is_given_up_whatever_its_state() {
+        for management in [M::Created, M::Processing, M::Abandoning, M::ReconcileFailed] {
+            let offline = CommandView { offline_node: Some("n3"), issued: false, ..view(management, None) };
+            let (step, why) = decide(&offline, &SETTINGS);
+            assert_eq!(step, Step::GiveUp, "{management:?}");
+            assert!(why.starts_with("node n3 is offline"), "{why}");
+        }
+        let settled = CommandView { offline_node: Some("n3"), ..view(M::Completed, None) };
+        assert_eq!(step(settled), Step::Skip, "a settled one is left alone");
+    }
+
+    #[test]
+    fn row_a_created_command_not_issued_yet_is_issued() {
+        let created = CommandView { issued: false, since_issued: None, ..view(M::Created, None) };
+        assert_eq!(step(created), Step::Issue);
+        assert_eq!(step(CommandView { issued: true, ..created }), Step::Skip, "issued: the agent's turn");
     }
 
     #[test]
     fn row_reconcile_failed_past_the_attempts_gives_up() {
         let failed = CommandView { retry_count: 4, ..view(M::ReconcileFailed, Some(A::Interrupted)) };
-        assert_eq!(decide(&failed, &SETTINGS), (Step::GiveUp, "too many failed reconciliation attempts"));
+        assert_eq!(decide(&failed, &SETTINGS), (Step::GiveUp, "too many failed reconciliation attempts".into()));
         let waited = CommandView { since_update: Duration::from_secs(1000), ..failed };
         assert_eq!(step(waited), Step::GiveUp);
     }

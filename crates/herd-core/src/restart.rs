@@ -9,10 +9,6 @@
 use crate::api::MemberReport;
 use crate::kinds::member::{Member, MemberStatus, RestartProgress};
 
-/// The annotation a rolling restart sets on a member (once its budgets
-/// allowed) to ask for it to be restarted in place.
-pub const RESTART_ANNOTATION: &str = "herd.io/restart";
-
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RestartStep {
     Nothing,
@@ -27,7 +23,7 @@ pub enum RestartStep {
 /// The next step of the member's restart; `busy`: a Command of its is
 /// not settled yet; `report`: what its node says of it.
 pub fn restart_step(member: &Member, report: Option<&MemberReport>, busy: bool) -> RestartStep {
-    let asked = member.metadata.annotations.contains_key(RESTART_ANNOTATION);
+    let asked = member.spec.requests.restart.is_some();
     let running = report.filter(|r| r.running).and_then(|r| r.instance_id.as_deref());
     if busy || member.spec.node.is_none() {
         return RestartStep::Nothing;
@@ -60,7 +56,7 @@ mod tests {
     fn member(asked: bool, restart: Option<RestartProgress>) -> Member {
         let mut member = crate::kinds::member::bound_member(0, "n1");
         if asked {
-            member.metadata.annotations.insert(RESTART_ANNOTATION.into(), "now".into());
+            member.spec.requests.restart = Some(crate::Timestamp::default());
         }
         member.status.restart = restart;
         member

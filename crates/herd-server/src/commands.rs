@@ -9,7 +9,7 @@ use std::time::SystemTime;
 
 use herd_core::Resource;
 use herd_core::api::{CommandAck, CommandReport};
-use herd_core::kinds::{Action, Command, CommandSpec, EventType, ManagementState, NodeRole, NodeSpec};
+use herd_core::kinds::{Action, Command, CommandSpec, EventReason, EventType, ManagementState, NodeRole, NodeSpec};
 
 use crate::error::ApiError;
 use crate::events::EventRecorder;
@@ -168,18 +168,14 @@ async fn tell_outcome(events: &EventRecorder, command: &Command, before: Managem
         return;
     }
     let reason = match state {
-        ManagementState::Failed => "CommandFailed",
-        ManagementState::TimedOut => "CommandTimedOut",
-        ManagementState::Abandoned => "CommandAbandoned",
+        ManagementState::Failed => EventReason::CommandFailed,
+        ManagementState::TimedOut => EventReason::CommandTimedOut,
+        ManagementState::Abandoned => EventReason::CommandAbandoned,
         _ => return,
     };
     let answer = command.status.answer.as_ref();
     let said = answer.map_or("no answer", |a| a.message.as_str());
-    let stderr = answer.and_then(|a| a.details.get("stderr")).map(|e| e.trim()).filter(|e| !e.is_empty());
-    let stderr = stderr.map(|e| {
-        let start = e.char_indices().rev().nth(EVENT_STDERR_TAIL - 1).map_or(0, |(i, _)| i);
-        format!(": {}", &e[start..])
-    });
+    let stderr = answer.and_then(|a| a.stderr_tail(EVENT_STDERR_TAIL)).map(|tail| format!(": {tail}"));
     let action = &command.spec.action;
     let message = format!(
         "{} of member {} on node {} {state}: {said}{}",
@@ -461,9 +457,11 @@ pub async fn operator_action(
         })
         .await?;
     let (type_, reason) = match (action, written.status.state_by_management) {
-        (OperatorAction::Retry, _) => (EventType::Normal, "CommandRetried"),
-        (OperatorAction::Abandon { .. }, ManagementState::Abandoning) => (EventType::Warning, "CommandAbandoning"),
-        (OperatorAction::Abandon { .. }, _) => (EventType::Warning, "CommandAbandoned"),
+        (OperatorAction::Retry, _) => (EventType::Normal, EventReason::CommandRetried),
+        (OperatorAction::Abandon { .. }, ManagementState::Abandoning) => {
+            (EventType::Warning, EventReason::CommandAbandoning)
+        }
+        (OperatorAction::Abandon { .. }, _) => (EventType::Warning, EventReason::CommandAbandoned),
     };
     events.record(&written, type_, reason, written.status.reason.clone()).await;
     Ok(written)
@@ -478,7 +476,12 @@ mod tests {
     use super::*;
 
     fn command(node: &str) -> Command {
-        let spec = CommandSpec { node: node.into(), timeout: None, action: Action::StopMember { member: "m1".into() } };
+        let spec = CommandSpec {
+            node: node.into(),
+            timeout: None,
+            action: Action::StopMember { member: "m1".into() },
+            origin: None,
+        };
         let mut command = Command::new("c1", spec);
         command.metadata.labels.insert(NODE_LABEL.into(), node.into());
         command

@@ -15,8 +15,8 @@ use std::time::Duration;
 use herd_core::Object;
 use herd_core::election::{self, Candidate, Decision, Now, Observed};
 use herd_core::kinds::{
-    ClusterConfigSpec, EventType, LeaderElectionOverrides, LeaderElectionSettings, Lease, LeaseSpec, Node, NodeRole,
-    NodeSpec,
+    ClusterConfigSpec, EventReason, EventType, LeaderElectionOverrides, LeaderElectionSettings, Lease, LeaseSpec, Node,
+    NodeRole, NodeSpec,
 };
 use herd_store::Op;
 use tokio::task::JoinSet;
@@ -205,7 +205,7 @@ impl Elector {
                         let term = fence.term;
                         tracing::info!(identity = %self.identity, term, "started leading");
                         let message = format!("{} leads (term {term})", self.identity);
-                        self.publish(&lease, EventType::Normal, "StartedLeading", message).await;
+                        self.publish(&lease, EventType::Normal, EventReason::StartedLeading, message).await;
                         let token = stop.child_token();
                         running = Some(Running { tasks: (self.work)(token.clone(), fence), stop: token });
                         self.metrics.started_leading();
@@ -307,7 +307,7 @@ impl Elector {
     }
 
     /// Records a leadership Event, unless publishEvents is off.
-    async fn publish(&self, lease: &Lease, type_: EventType, reason: &str, message: String) {
+    async fn publish(&self, lease: &Lease, type_: EventType, reason: EventReason, message: String) {
         if self.settings.publish_events {
             self.events.record(lease, type_, reason, message).await;
         }
@@ -369,7 +369,7 @@ impl Elector {
         }
         if let Some(lease) = self.leases.get(&self.settings.lock_name) {
             let message = format!("{holder} leads (term {})", observed.record.lease_transitions);
-            self.publish(&lease, EventType::Normal, "NewLeader", message).await;
+            self.publish(&lease, EventType::Normal, EventReason::NewLeader, message).await;
         }
     }
 
@@ -386,7 +386,7 @@ impl Elector {
         tracing::warn!(identity = %self.identity, why, "stopped leading");
         if let Some(lease) = self.leases.get(&self.settings.lock_name) {
             let message = format!("{} stopped leading: {why}", self.identity);
-            self.publish(&lease, EventType::Warning, "StoppedLeading", message).await;
+            self.publish(&lease, EventType::Warning, EventReason::StoppedLeading, message).await;
         }
     }
 

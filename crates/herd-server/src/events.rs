@@ -2,7 +2,7 @@
 //! The same reason and message on the same object fold into one Event with
 //! a count. Recording never fails the caller: a lost Event is logged.
 
-use herd_core::kinds::{Event, EventSpec, EventType, InvolvedObject};
+use herd_core::kinds::{Event, EventReason, EventSpec, EventType, InvolvedObject};
 use herd_core::{Object, Resource};
 
 use crate::error::ApiError;
@@ -15,7 +15,7 @@ pub struct EventRecorder {
 }
 
 /// Event names are stable per (object, reason, message), so repeats fold.
-fn event_name(involved: &InvolvedObject, reason: &str, message: &str) -> String {
+fn event_name(involved: &InvolvedObject, reason: EventReason, message: &str) -> String {
     let digest = blake3::hash(format!("{reason}\n{message}").as_bytes()).to_hex();
     format!("{}.{}.{}", involved.kind.to_ascii_lowercase(), involved.name, &digest[..12])
 }
@@ -25,7 +25,13 @@ impl EventRecorder {
         EventRecorder { objects, source }
     }
 
-    pub async fn record<S: Resource>(&self, object: &Object<S>, type_: EventType, reason: &str, message: String) {
+    pub async fn record<S: Resource>(
+        &self,
+        object: &Object<S>,
+        type_: EventType,
+        reason: EventReason,
+        message: String,
+    ) {
         let involved = InvolvedObject {
             kind: S::KIND.to_string(),
             name: object.metadata.name.clone(),
@@ -36,17 +42,17 @@ impl EventRecorder {
 
     /// Records an Event about an object that need not exist (any more): a
     /// deleted node, a refused join under a name.
-    pub async fn record_about(&self, involved: InvolvedObject, type_: EventType, reason: &str, message: String) {
+    pub async fn record_about(&self, involved: InvolvedObject, type_: EventType, reason: EventReason, message: String) {
         match type_ {
             EventType::Normal => {
-                tracing::info!(object = %involved.name, kind = %involved.kind, reason, %message, "event")
+                tracing::info!(object = %involved.name, kind = %involved.kind, reason = reason.as_str(), %message, "event")
             }
             EventType::Warning => {
-                tracing::warn!(object = %involved.name, kind = %involved.kind, reason, %message, "event")
+                tracing::warn!(object = %involved.name, kind = %involved.kind, reason = reason.as_str(), %message, "event")
             }
         }
         if let Err(error) = self.write(involved, type_, reason, message).await {
-            tracing::warn!(%error, reason, "could not record an event");
+            tracing::warn!(%error, reason = reason.as_str(), "could not record an event");
         }
     }
 
@@ -54,7 +60,7 @@ impl EventRecorder {
         &self,
         involved: InvolvedObject,
         type_: EventType,
-        reason: &str,
+        reason: EventReason,
         message: String,
     ) -> Result<(), ApiError> {
         let name = event_name(&involved, reason, &message);

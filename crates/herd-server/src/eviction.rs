@@ -12,15 +12,14 @@
 //! volumes is moved there with its data (`herd.io/migrate`: the
 //! controller's migration, `herd_core::migration`).
 
+use herd_core::Timestamp;
 use herd_core::api::Eviction;
 use herd_core::disruption::{self, Verdict};
 use herd_core::kinds::{
-    App, AppCluster, AppClusterSpec, AppSpec, DisruptionBudgetSpec, EventType, Member, MemberSpec, NodeSpec,
+    App, AppCluster, AppClusterSpec, AppSpec, DisruptionBudgetSpec, EventReason, EventType, Member, MemberSpec,
+    NodeSpec,
 };
-use herd_core::migration::MIGRATE_ANNOTATION;
-use herd_core::node_loss::REPLACE_ANNOTATION;
 use herd_core::placement::{self, Placement};
-use herd_core::restart::RESTART_ANNOTATION;
 
 use crate::events::EventRecorder;
 use crate::objects::{Objects, ObjectsError, Part, Staged, now};
@@ -84,9 +83,7 @@ pub async fn disrupt(
         let approved = selecting.iter().any(|b| b.status.disrupted_members.contains_key(name));
         let moving = (member.status.moved_from.is_some() && !member.status.was_configured())
             || member.status.migration.is_some();
-        let asked =
-            [REPLACE_ANNOTATION, MIGRATE_ANNOTATION].iter().any(|a| member.metadata.annotations.contains_key(*a));
-        if approved || moving || asked {
+        if approved || moving || member.spec.requests.to_leave() {
             let message = format!("member {name} is being evicted (or replaced) already");
             return Ok(Eviction { member: name.to_string(), budgets: budget_names, dry_run, message });
         }
@@ -126,11 +123,11 @@ pub async fn disrupt(
             staged.push(Staged::of(budget, approved, Part::Status)?);
         }
         let mut moved = member.clone();
-        moved.metadata.annotations.insert(request.annotation().into(), at.to_string());
+        request.ask(&mut moved, at);
         staged.push(Staged::of(&member, moved, Part::Spec)?);
         match objects.commit_staged(staged).await {
             Ok(()) => {
-                events.record(&member, EventType::Normal, "MemberEvicted", answer.message.clone()).await;
+                events.record(&member, EventType::Normal, EventReason::MemberEvicted, answer.message.clone()).await;
                 return Ok(answer);
             }
             Err(ObjectsError::Conflict { .. }) => continue,
@@ -151,14 +148,10 @@ pub async fn force(
 ) -> Result<String, ObjectsError> {
     let member = objects.require::<MemberSpec>(name).await?;
     let (request, _) = move_request(objects, &member, how).await?;
-    let at = now().to_string();
-    objects
-        .modify::<MemberSpec, ObjectsError>(name, Part::Spec, |member| {
-            Ok(member.metadata.annotations.insert(request.annotation().into(), at.clone()).is_none())
-        })
-        .await?;
+    let at = now();
+    objects.modify::<MemberSpec, ObjectsError>(name, Part::Spec, |member| Ok(request.ask(member, at))).await?;
     let message = format!("{}; its budgets were not asked", request.what(name));
-    events.record(&member, EventType::Warning, "MemberForcedOut", message.clone()).await;
+    events.record(&member, EventType::Warning, EventReason::MemberForcedOut, message.clone()).await;
     Ok(message)
 }
 
@@ -174,12 +167,15 @@ enum MoveRequest {
 }
 
 impl MoveRequest {
-    fn annotation(self) -> &'static str {
-        match self {
-            MoveRequest::Replace => REPLACE_ANNOTATION,
-            MoveRequest::Migrate => MIGRATE_ANNOTATION,
-            MoveRequest::Restart => RESTART_ANNOTATION,
-        }
+    /// Asks it of `member` as of `at`; whether it was not asked already.
+    fn ask(self, member: &mut Member, at: Timestamp) -> bool {
+        let requests = &mut member.spec.requests;
+        let asked = match self {
+            MoveRequest::Replace => &mut requests.replace,
+            MoveRequest::Migrate => &mut requests.migrate,
+            MoveRequest::Restart => &mut requests.restart,
+        };
+        asked.replace(at).is_none()
     }
 
     fn what(self, name: &str) -> String {

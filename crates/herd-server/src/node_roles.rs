@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
-use herd_core::kinds::{ClusterConfigSpec, EventType, MemberSpec, Node, NodeRole, NodeSpec};
+use herd_core::kinds::{ClusterConfigSpec, EventReason, EventType, MemberSpec, Node, NodeRole, NodeSpec};
 use herd_core::roles::{NodeFacts, NodeUpdate, RoleChange, RoleRefusal, decide, fill_pool};
 
 use crate::error::ApiError;
@@ -95,7 +95,9 @@ async fn tell(events: &EventRecorder, nodes: &[Node], updates: &[NodeUpdate]) {
         if update.master_capable != node.spec.master_capable {
             message = format!("master capable {} -> {}; {message}", node.spec.master_capable, update.master_capable);
         }
-        events.record(node, EventType::Normal, "NodeRoleChanged", format!("{message}: {}", update.why)).await;
+        events
+            .record(node, EventType::Normal, EventReason::NodeRoleChanged, format!("{message}: {}", update.why))
+            .await;
     }
 }
 

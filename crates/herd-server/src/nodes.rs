@@ -7,7 +7,9 @@ use herd_core::configuration::{SerialOnly, Ssconf};
 use herd_core::grant::{self, Holder};
 use herd_core::join::{JoinVerdict, Joiner, join_verdict};
 use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
-use herd_core::kinds::{ClusterConfigSpec, CommandSpec, EventType, InvolvedObject, Node, NodeRole, NodeSpec};
+use herd_core::kinds::{
+    ClusterConfigSpec, CommandSpec, EventReason, EventType, InvolvedObject, Node, NodeRole, NodeSpec,
+};
 use herd_core::node_health::{self, HeartbeatEffects};
 use herd_core::validation::{self, FieldPath};
 use herd_core::{Object, Resource, ValidationErrors};
@@ -27,13 +29,29 @@ pub fn cluster_config(config: &Reflector<ClusterConfigSpec>) -> ClusterConfigSpe
 
 async fn tell(events: &EventRecorder, node: &Node, effects: HeartbeatEffects) {
     if effects.became_ready {
-        events.record(node, EventType::Normal, "NodeReady", "the node's agent is sending heartbeats".into()).await;
+        events
+            .record(node, EventType::Normal, EventReason::NodeReady, "the node's agent is sending heartbeats".into())
+            .await;
     }
     if effects.host_rebooted {
-        events.record(node, EventType::Warning, "HostRebooted", "the host's boot id changed: it rebooted".into()).await;
+        events
+            .record(
+                node,
+                EventType::Warning,
+                EventReason::HostRebooted,
+                "the host's boot id changed: it rebooted".into(),
+            )
+            .await;
     } else if effects.agent_restarted {
         let boot = node.status.agent_boot_id.clone().unwrap_or_default();
-        events.record(node, EventType::Normal, "AgentRestarted", format!("the agent restarted (boot id {boot})")).await;
+        events
+            .record(
+                node,
+                EventType::Normal,
+                EventReason::AgentRestarted,
+                format!("the agent restarted (boot id {boot})"),
+            )
+            .await;
     }
 }
 
@@ -64,7 +82,7 @@ pub async fn delete(
              `herd node readmit {name}`"
         );
         let type_ = if node.status.ready { EventType::Warning } else { EventType::Normal };
-        events.record(&node, type_, "NodeDeleted", message).await;
+        events.record(&node, type_, EventReason::NodeDeleted, message).await;
     }
     Ok(last)
 }
@@ -88,7 +106,7 @@ pub async fn readmit(auth: &Authenticator, events: &EventRecorder, name: &str) -
         ),
     };
     let said = format!("an admin readmitted the node: {message}");
-    events.record_about(node_named(name, None), EventType::Normal, "NodeReadmitted", said).await;
+    events.record_about(node_named(name, None), EventType::Normal, EventReason::NodeReadmitted, said).await;
     Ok(Readmission { node: name.to_string(), agent_can_join: refusal.is_none(), message })
 }
 
@@ -118,7 +136,9 @@ pub async fn join(
     if let JoinVerdict::Refuse(why) = join_verdict(&name, existing.as_ref(), deleted.as_ref(), joiner) {
         let from = request.report.address.as_deref().map(|a| format!(" from {a}")).unwrap_or_default();
         let message = format!("a join for this name{from} was refused: {why}");
-        events.record_about(node_named(&name, existing.as_ref()), EventType::Warning, "JoinRefused", message).await;
+        events
+            .record_about(node_named(&name, existing.as_ref()), EventType::Warning, EventReason::JoinRefused, message)
+            .await;
         return Err(ApiError::Conflict(why));
     }
     // Signed before anything is written: a bad request changes nothing.
@@ -137,7 +157,7 @@ pub async fn join(
                         ),
                         None => "the node joined the cluster".into(),
                     };
-                    events.record(&node, EventType::Normal, "NodeRegistered", message).await;
+                    events.record(&node, EventType::Normal, EventReason::NodeRegistered, message).await;
                     node
                 }
                 // Joined concurrently by a retry of the same agent: fall through to a heartbeat.
@@ -246,7 +266,7 @@ pub async fn heartbeat(
     for refusal in &report.peer_refusals {
         // Without the time: the same refusal again counts up one Event.
         let message = refusal_message(refusal, |node| nodes.get(node).is_some());
-        events.record(&node, EventType::Warning, "PeerAccessRefused", message).await;
+        events.record(&node, EventType::Warning, EventReason::PeerAccessRefused, message).await;
     }
     let acknowledged =
         crate::commands::record_reports(objects, (events, metrics), name, &report.commands, commands).await?;

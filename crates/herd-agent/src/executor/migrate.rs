@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use herd_client::PeerClient;
 use herd_core::kinds::command::MemberRun;
-use herd_core::kinds::{AgentState, Answer};
+use herd_core::kinds::{AgentState, Answer, AnswerDetails};
 
 use super::{Executor, Failure};
 
@@ -74,7 +74,7 @@ impl Executor {
         from_node: &str,
         run: &MemberRun,
     ) -> Result<Answer, Moved> {
-        let mut details = BTreeMap::new();
+        let mut checksums = BTreeMap::new();
         for volume in run.persistent_volumes() {
             let here = self.members.volume_dir(member, volume);
             let there =
@@ -101,10 +101,9 @@ impl Executor {
             }
             let manifest =
                 volumes::manifest(&here).map_err(|e| Moved::NotYet(format!("reading {}: {e}", here.display())))?;
-            details.insert(format!("checksum.{volume}"), manifest.checksum);
+            checksums.insert(volume.to_string(), manifest.checksum);
         }
         let instance = self.members.start(member, run.clone()).await.map_err(|e| Moved::NotYet(e.to_string()))?;
-        details.insert("instanceId".into(), instance.clone());
         // Verified here (copies checked against the source, the member
         // started): now the source may forget its copy. A failure now
         // leaves the member running here; a retry finishes the move.
@@ -116,6 +115,7 @@ impl Executor {
             ))
         })?;
         let message = format!("member {member} moved from {from_node}: runs here as instance {instance}");
+        let details = AnswerDetails::Started { instance_id: instance, checksums };
         Ok(Answer { success: true, message, details })
     }
 }

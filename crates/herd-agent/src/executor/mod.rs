@@ -15,7 +15,7 @@ use herd_core::Timestamp;
 use herd_core::api::{CommandAck, CommandReport};
 use herd_core::journal::{Backend, recover};
 use herd_core::kinds::command::AbandonRequest;
-use herd_core::kinds::{Action, AgentState, Answer, Command, ManagementState};
+use herd_core::kinds::{Action, AgentState, Answer, AnswerDetails, Command, ManagementState};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -28,10 +28,6 @@ use crate::{procs, script, setup};
 mod abandon;
 mod migrate;
 mod volumes;
-
-fn answer(success: bool, message: impl Into<String>, details: BTreeMap<String, String>) -> Answer {
-    Answer { success, message: message.into(), details }
-}
 
 /// Why an action did not succeed, as the answer will say.
 pub type Failure = String;
@@ -123,7 +119,7 @@ impl Executor {
                 if let (Backend::Finished { .. }, Some(worker)) = (backend, &entry.worker) {
                     entry.answer = crate::worker::read_result(&worker.result);
                 } else if recovered == AgentState::Interrupted {
-                    entry.answer = Some(answer(false, "interrupted: the agent stopped while it ran", BTreeMap::new()));
+                    entry.answer = Some(Answer::said(false, "interrupted: the agent stopped while it ran"));
                 }
                 journal.write(&entry)?;
             }
@@ -249,10 +245,9 @@ impl Executor {
         let stale = self.observe_term(issued.term);
         if let Some(newest) = stale {
             entry.state = AgentState::Failed;
-            entry.answer = Some(answer(
+            entry.answer = Some(Answer::said(
                 false,
                 format!("refused: issued in term {}, but this agent has seen term {newest}", issued.term),
-                BTreeMap::new(),
             ));
         }
         if let Err(error) = self.journal.write(&entry) {
@@ -263,7 +258,7 @@ impl Executor {
             tracing::error!(%error, command = %entry.name, "could not journal a command; not starting it");
             let why = self.journal_failure("journaling it", &error);
             entry.state = AgentState::Failed;
-            entry.answer = Some(answer(false, format!("not started: {why}"), BTreeMap::new()));
+            entry.answer = Some(Answer::said(false, format!("not started: {why}")));
             self.lock().insert(key, entry);
             self.changed.notify_one();
             return;
@@ -380,7 +375,7 @@ impl Executor {
         let (state, answer) = match (outcome, cancelled) {
             (Err(_), _) => {
                 let message = format!("timed out after {:?}", entry.spec.timeout());
-                (AgentState::TimedOut, answer(false, message, BTreeMap::new()))
+                (AgentState::TimedOut, Answer::said(false, message))
             }
             (Ok(Ok(answer)), _) if answer.success => (AgentState::Completed, answer),
             // Cancelled by a disconnect hook: not a failure of the action,
@@ -391,9 +386,9 @@ impl Executor {
             }
             (Ok(Ok(answer)), None) => (AgentState::Failed, answer),
             (Ok(Err(failure)), Some(why)) => {
-                (AgentState::Interrupted, answer(false, format!("cancelled ({why}); {failure}"), BTreeMap::new()))
+                (AgentState::Interrupted, Answer::said(false, format!("cancelled ({why}); {failure}")))
             }
-            (Ok(Err(failure)), None) => (AgentState::Failed, answer(false, failure, BTreeMap::new())),
+            (Ok(Err(failure)), None) => (AgentState::Failed, Answer::said(false, failure)),
         };
         self.set_hook(&entry, None);
         tracing::info!(command = %entry.name, attempt = entry.attempt, ?state, message = %answer.message, "command finished");
@@ -416,16 +411,16 @@ impl Executor {
     /// Does the work of an action: its answer (which may say it failed,
     /// with details), or why it could not be done.
     async fn perform(&self, entry: &mut Entry) -> Result<Answer, Failure> {
-        let mut details = BTreeMap::new();
         match &entry.spec.action.clone() {
             Action::StartMember { member, run } => {
                 let instance = self.members.start(member, run.clone()).await.map_err(|e| e.to_string())?;
-                details.insert("instanceId".into(), instance.clone());
-                Ok(answer(true, format!("member {member} runs as instance {instance}"), details))
+                let message = format!("member {member} runs as instance {instance}");
+                let details = AnswerDetails::Started { instance_id: instance, checksums: BTreeMap::new() };
+                Ok(Answer { success: true, message, details })
             }
             Action::StopMember { member } => {
                 self.members.stop(member).await.map_err(|e| e.to_string())?;
-                Ok(answer(true, format!("member {member} stopped"), details))
+                Ok(Answer::said(true, format!("member {member} stopped")))
             }
             Action::DeleteVolume { member, volume } => self.delete_volume(entry, member, volume),
             Action::RunScript { member, script, expected_instance } => {
@@ -436,10 +431,10 @@ impl Executor {
                     self.set_hook(entry, Some(hook));
                 };
                 let outcome = script::run(&self.members, &record, script, entry.deadline, started).await?;
-                details.insert("exitCode".into(), outcome.code.to_string());
-                details.insert("stdout".into(), outcome.stdout);
-                details.insert("stderr".into(), outcome.stderr);
-                Ok(answer(outcome.code == 0, format!("the script exited with {}", outcome.code), details))
+                let message = format!("the script exited with {}", outcome.code);
+                let details =
+                    AnswerDetails::Script { exit_code: outcome.code, stdout: outcome.stdout, stderr: outcome.stderr };
+                Ok(Answer { success: outcome.code == 0, message, details })
             }
             Action::CopyVolume { member, volume, from_node } => {
                 self.copy_volume(entry, member, volume, from_node).await
@@ -461,11 +456,11 @@ impl Executor {
                     setup_timeout_secs: setup_timeout.map_or(300, |t| t.get().as_secs()),
                 };
                 let message = setup::configure(&self.members, &record, expected_instance, &request)?;
-                Ok(answer(true, message, details))
+                Ok(Answer::said(true, message))
             }
             Action::RemoveMember { member } => {
                 self.members.forget(member).await.map_err(|e| e.to_string())?;
-                Ok(answer(true, format!("member {member} is removed from this node"), details))
+                Ok(Answer::said(true, format!("member {member} is removed from this node")))
             }
         }
     }
@@ -495,7 +490,7 @@ mod tests {
     use herd_core::kinds::{CommandSpec, CommandStatus};
 
     fn command(name: &str, term: u64, action: Action) -> Command {
-        let mut command = Command::new(name, CommandSpec { node: "n1".into(), timeout: None, action });
+        let mut command = Command::new(name, CommandSpec { node: "n1".into(), timeout: None, action, origin: None });
         command.metadata.uid = Some(format!("uid-{name}"));
         command.status = CommandStatus {
             issued: Some(Issue { term, attempt: 1, at: crate::now(), peers: BTreeMap::new(), grants: Vec::new() }),

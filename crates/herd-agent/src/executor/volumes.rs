@@ -4,7 +4,6 @@
 //! another node's agent (its endpoint as issued, this node's certificate,
 //! the attempt's grants).
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -14,7 +13,7 @@ use herd_client::PeerClient;
 use herd_core::kinds::{AgentState, Answer};
 use herd_tls::ServingIdentity;
 
-use super::{Executor, Failure, answer};
+use super::{Executor, Failure};
 use crate::fsutil::write_atomic;
 use crate::journal::{Entry, WorkerRef};
 use crate::procs;
@@ -136,13 +135,10 @@ impl Executor {
                 result.message = format!("cancelled ({why}); {}", result.message);
                 (AgentState::Interrupted, result)
             }
-            (None, Some(why)) => (
-                AgentState::Interrupted,
-                answer(false, format!("cancelled ({why}); its worker was ended"), BTreeMap::new()),
-            ),
-            (None, None) => {
-                (AgentState::Interrupted, answer(false, "the worker ended without a result", BTreeMap::new()))
+            (None, Some(why)) => {
+                (AgentState::Interrupted, Answer::said(false, format!("cancelled ({why}); its worker was ended")))
             }
+            (None, None) => (AgentState::Interrupted, Answer::said(false, "the worker ended without a result")),
         };
         if state == AgentState::Interrupted {
             // Not a move the journal makes by itself: written as found
@@ -172,7 +168,7 @@ impl Executor {
             // An earlier, interrupted attempt may have deleted it.
             return match entry.attempt {
                 1 => Err(format!("volume {member}/{volume} does not exist on this node, nor a partial copy of it")),
-                _ => Ok(answer(true, format!("volume {member}/{volume} is gone"), BTreeMap::new())),
+                _ => Ok(Answer::said(true, format!("volume {member}/{volume} is gone"))),
             };
         }
         let mut removed = Vec::new();
@@ -188,6 +184,6 @@ impl Executor {
                 crate::worker::remove_staging(&staging).map_err(|e| format!("deleting {}: {e}", staging.display()))?;
             removed.push(format!("the partial copy of {member}/{volume} ({})", herd_core::units::human_bytes(bytes)));
         }
-        Ok(answer(true, format!("deleted {}", removed.join(" and ")), BTreeMap::new()))
+        Ok(Answer::said(true, format!("deleted {}", removed.join(" and "))))
     }
 }

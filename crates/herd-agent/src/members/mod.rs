@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use herd_core::Timestamp;
 use herd_core::api::{CrashLoop, MemberReport, ReadinessReport};
+use herd_core::backoff::Backoff;
 use herd_core::kinds::command::MemberRun;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
@@ -36,16 +37,17 @@ const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/s
 const STOP_GRACE: Duration = Duration::from_secs(10);
 /// How often a member the agent is not the parent of is looked at.
 const ADOPTED_POLL: Duration = Duration::from_millis(500);
-const FIRST_RESTART_DELAY: Duration = Duration::from_millis(500);
-const MAX_RESTART_DELAY: Duration = Duration::from_secs(30);
+/// The pauses before starting a member again after short runs in a row:
+/// 500 ms, doubling, at most 30 s.
+const RESTART_DELAYS: Backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
 /// A run this long was not a crash loop: the next restart waits only the
 /// first delay again.
 const STABLE_RUN: Duration = Duration::from_secs(10);
 
 /// The pause before starting a member again after `streak` short runs in
-/// a row: 500 ms, doubling, at most 30 s.
+/// a row.
 fn restart_delay(streak: u32) -> Duration {
-    FIRST_RESTART_DELAY.saturating_mul(1 << streak.min(6)).min(MAX_RESTART_DELAY)
+    RESTART_DELAYS.pause(streak + 1)
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -12,6 +12,7 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::{Answer, CommandOrigin};
 use crate::resource::{Object, Resource};
 use crate::time::{HumanDuration, Timestamp};
 use crate::validation::{FieldPath, ValidationErrors, check_duration, check_name};
@@ -35,6 +36,10 @@ pub struct CommandSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<HumanDuration>,
     pub action: Action,
+    /// Whose it is and why: the app-cluster controller's for one member
+    /// of one cluster; none for an operator's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<CommandOrigin>,
 }
 
 /// What to do. Member and volume names are object names, so no path
@@ -336,18 +341,6 @@ impl AgentState {
     }
 }
 
-/// What the agent answered.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Answer {
-    pub success: bool,
-    pub message: String,
-    /// Facts the action produced: the copied volume's size and checksum,
-    /// the started member's instance id, the script's exit code.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub details: BTreeMap<String, String>,
-}
-
 /// How the leader handed a Command to the agent.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -573,6 +566,16 @@ impl Resource for CommandSpec {
             check_duration(&path.child("timeout"), timeout, TIMEOUT_RANGE, errors);
         }
         self.action.validate(&path.child("action"), errors);
+        if let Some(origin) = &self.origin {
+            let path = path.child("origin");
+            check_name(&path.child("cluster"), &origin.cluster, errors);
+            if origin.member != self.action.member() {
+                errors.add(
+                    &path.child("member"),
+                    format!("{:?} is not the member the action is for, {:?}", origin.member, self.action.member()),
+                );
+            }
+        }
     }
 
     fn owned_labels(&self) -> Vec<(&'static str, String)> {
@@ -654,11 +657,11 @@ mod tests {
         assert_eq!(status.state_by_management, ManagementState::Processing, "the agent works on it: say so");
         assert!(status.record_agent_report(AgentState::Interrupted, None, now));
         assert_eq!(status.state_by_management, ManagementState::Interrupted);
-        let done = Answer { success: true, message: "copied".into(), details: BTreeMap::new() };
+        let done = Answer::said(true, "copied");
         assert!(status.record_agent_report(AgentState::Completed, Some(done.clone()), now));
         assert_eq!((status.state_by_management, status.answer.clone()), (ManagementState::Completed, Some(done)));
         // Settled: a late report is shown but changes nothing else.
-        let late = Answer { success: false, message: "interrupted".into(), details: BTreeMap::new() };
+        let late = Answer::said(false, "interrupted");
         assert!(status.record_agent_report(AgentState::Interrupted, Some(late), now));
         assert_eq!(status.state_by_management, ManagementState::Completed);
         assert_eq!(status.state_by_agent, Some(AgentState::Interrupted));
@@ -680,7 +683,7 @@ mod tests {
         assert!(status.operator_retry(now).unwrap_err().contains("still ending the work"));
         assert!(status.operator_abandon(true, false, now).unwrap_err().contains("already being abandoned"));
         // The agent ends the work and reports it: ABANDONED, settled.
-        let ended = Answer { success: false, message: "cancelled (abandoned)".into(), details: BTreeMap::new() };
+        let ended = Answer::said(false, "cancelled (abandoned)");
         assert!(status.record_agent_report(AgentState::Interrupted, Some(ended), now));
         assert_eq!(status.state_by_management, ManagementState::Abandoned);
         assert!(status.operator_abandon(true, false, now).unwrap_err().contains("already settled (ABANDONED)"));
@@ -736,6 +739,7 @@ mod tests {
                 node: "n2".into(),
                 timeout: None,
                 action: Action::CopyVolume { member: "m".into(), volume: "data".into(), from_node: "n1".into() },
+                origin: None,
             },
         );
         let owner = volume_owner("n2", &stored(StoredKind::Staging, false), std::slice::from_ref(&copy));

@@ -45,6 +45,13 @@ pub struct EventSpec {
     pub last_timestamp: Timestamp,
 }
 
+impl EventSpec {
+    /// Whether herd recorded it for `reason`.
+    pub fn reason_is(&self, reason: super::EventReason) -> bool {
+        self.reason == reason.as_str()
+    }
+}
+
 impl Resource for EventSpec {
     const KIND: &'static str = "Event";
     const PLURAL: &'static str = "events";

@@ -34,6 +34,39 @@ pub struct MemberSpec {
     /// Its named ports on that node, allocated with the binding.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub ports: std::collections::BTreeMap<String, u16>,
+    /// What has been asked of it that its cluster's controller carries
+    /// out (and clears once done).
+    #[serde(default, skip_serializing_if = "MemberRequests::is_empty")]
+    pub requests: MemberRequests,
+}
+
+/// Disruptions asked of a member, each with when it was asked: an
+/// eviction approved by its budgets, a drain past its deadline, a rolling
+/// restart, or an operator's `herd member replace`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MemberRequests {
+    /// Start it over as a new member on another node (it keeps no data,
+    /// or the operator gives its data up).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replace: Option<Timestamp>,
+    /// Move it to another node with its persistent volumes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migrate: Option<Timestamp>,
+    /// Restart it where it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart: Option<Timestamp>,
+}
+
+impl MemberRequests {
+    pub fn is_empty(&self) -> bool {
+        self.replace.is_none() && self.migrate.is_none() && self.restart.is_none()
+    }
+
+    /// Whether it is asked to leave its node (replaced or moved).
+    pub fn to_leave(&self) -> bool {
+        self.replace.is_some() || self.migrate.is_some()
+    }
 }
 
 /// The seed's member states.

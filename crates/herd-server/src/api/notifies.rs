@@ -7,7 +7,7 @@
 use axum::Json;
 use axum::extract::State;
 use herd_core::authz::Verb;
-use herd_core::kinds::{EventType, MemberSpec};
+use herd_core::kinds::{EventReason, EventType, MemberSpec};
 use herd_core::notifies;
 use serde_json::Value;
 
@@ -49,7 +49,7 @@ pub async fn skip(
             notify.arguments.join(" "),
             notify.attempts
         );
-        state.events.record(&member, EventType::Warning, "NotifySkipped", message).await;
+        state.events.record(&member, EventType::Warning, EventReason::NotifySkipped, message).await;
     }
     Ok(Json(member.to_json_value()))
 }

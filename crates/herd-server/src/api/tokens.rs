@@ -7,6 +7,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use herd_core::api::{JoinTokenInfo, JoinTokenList, JoinTokenRequest};
 use herd_core::authz::Verb;
+use herd_core::kinds::EventReason;
 use herd_core::kinds::EventType;
 
 use super::resources::parse_body;
@@ -40,7 +41,7 @@ pub async fn create(
     let (record, token) = state.auth.create_join_token(request.kind, request.ttl, request.description).await?;
     let until = record.expires.map_or("until deleted".to_string(), |at| format!("until {at}"));
     let message = format!("an admin created {} token {} (valid {until})", record.kind.word(), record.id);
-    state.events.record_about(about(&record.id), EventType::Normal, "JoinTokenCreated", message).await;
+    state.events.record_about(about(&record.id), EventType::Normal, EventReason::JoinTokenCreated, message).await;
     Ok((StatusCode::CREATED, Json(JoinTokenInfo { token: Some(token), ..JoinTokenInfo::from(&record) })))
 }
 
@@ -61,6 +62,6 @@ pub async fn delete(
     }
     let record = state.auth.delete_join_token(&id).await?;
     let message = format!("an admin deleted {} token {id}: it can no longer be used", record.kind.word());
-    state.events.record_about(about(&id), EventType::Normal, "JoinTokenDeleted", message).await;
+    state.events.record_about(about(&id), EventType::Normal, EventReason::JoinTokenDeleted, message).await;
     Ok(Json(JoinTokenInfo::from(&record)))
 }

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use herd_core::disruption;
-use herd_core::kinds::{DisruptionBudgetSpec, DisruptionBudgetStatus, EventType, MemberSpec};
+use herd_core::kinds::{DisruptionBudgetSpec, DisruptionBudgetStatus, EventReason, EventType, MemberSpec};
 
 use crate::controllers::runtime::{Controller, Next};
 use crate::events::EventRecorder;
@@ -86,7 +86,7 @@ impl Controller for BudgetKeeper {
                 // selected yet, then too few of them) is told again.
                 Some(why) if self.warned_never.get(&budget.metadata.name) != Some(&why) => {
                     self.warned_never.insert(budget.metadata.name.clone(), why.clone());
-                    self.events.record(&budget, EventType::Warning, "BudgetNeverAllows", why).await;
+                    self.events.record(&budget, EventType::Warning, EventReason::BudgetNeverAllows, why).await;
                 }
                 Some(_) => {}
                 None => {

@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
-use herd_core::kinds::{ClusterConfigSpec, EventType, NodeRole, NodeSpec};
+use herd_core::kinds::{ClusterConfigSpec, EventReason, EventType, NodeRole, NodeSpec};
 use herd_core::roles::{NodeFacts, fill_pool};
 
 use crate::controllers::runtime::{Controller, Next};
@@ -92,7 +92,7 @@ impl Controller for CandidatePool {
             );
             tracing::warn!(candidates, pool, "{message}");
             if let Some(config) = self.config.get(CLUSTER_CONFIG_NAME) {
-                self.events.record(&config, EventType::Warning, "CandidatePoolAboveSize", message).await;
+                self.events.record(&config, EventType::Warning, EventReason::CandidatePoolAboveSize, message).await;
             }
             self.warned_above = Some(pool);
         }

@@ -9,15 +9,17 @@
 //! a Command's status as it is (as the node controller judges heartbeats):
 //! a new leader gives every Command the full grace again.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use herd_client::ClientError;
 use herd_core::grant::Access;
 
-use herd_core::kinds::{Action, Answer, ClusterConfigSpec, Command, CommandSpec, EventType, ManagementState, NodeSpec};
-use herd_core::reconcile::{CommandView, CopyVerdict, DestinationLook, Step, copy_verdict, decide};
+use herd_core::findings::{CopyLook, Facts, Finding, LookError, find_out};
+use herd_core::kinds::{
+    Action, ClusterConfigSpec, Command, CommandSpec, EventReason, EventType, ManagementState, NodeSpec,
+};
+use herd_core::reconcile::{CommandView, DestinationLook, Step, copy_verdict, decide};
 use tokio::time::Instant;
 
 use crate::change_clock::ChangeClock;
@@ -137,19 +139,9 @@ impl CommandController {
         if command.status.state_by_management.is_settled() {
             return Ok(());
         }
-        // A node set offline after the Command was made: never contacted.
         let offline = command.spec.nodes().into_iter().find(|node| {
             self.nodes.get_shared(node).is_some_and(|n| n.spec.role == herd_core::kinds::NodeRole::Offline)
         });
-        if let Some(node) = offline {
-            let why = format!("node {node} is offline: herd does not contact it, so the Command is given up");
-            return self
-                .mark(command, ManagementState::ReconcileSkipped, &why, EventType::Warning, "CommandGivenUp")
-                .await;
-        }
-        if command.status.issued.is_none() && command.status.state_by_management == ManagementState::Created {
-            return self.issue(command).await;
-        }
         let node = self.nodes.get_shared(&command.spec.node);
         let settings = cluster_config(&self.config).commands;
         let now_mono = Instant::now();
@@ -159,6 +151,8 @@ impl CommandController {
         };
         let view = CommandView {
             management: command.status.state_by_management,
+            issued: command.status.issued.is_some(),
+            offline_node: offline,
             agent: command.status.state_by_agent,
             since_update,
             since_issued,
@@ -167,25 +161,15 @@ impl CommandController {
             host_up: node.is_some_and(|n| n.status.ready),
         };
         let (step, why) = decide(&view, &settings.reconcile());
+        let marked = |state, reason| self.mark(command, state, &why, EventType::Warning, reason);
         match step {
             Step::Skip | Step::Wait => Ok(()),
-            Step::MarkTimedOut => {
-                self.mark(command, ManagementState::TimedOut, why, EventType::Warning, "CommandTimedOut").await
-            }
-            Step::MarkRetry => {
-                self.mark(command, ManagementState::ReconcileRetry, why, EventType::Warning, "ReconcileRetry").await
-            }
-            Step::FinishAbandon => {
-                self.mark(command, ManagementState::Abandoned, why, EventType::Warning, "CommandAbandoned").await
-            }
-            Step::GiveUp => {
-                self.mark(command, ManagementState::ReconcileSkipped, why, EventType::Warning, "CommandGivenUp").await
-            }
-            Step::Reconcile if command.status.retry_count >= settings.max_attempts => {
-                let why = "retried too many times";
-                self.mark(command, ManagementState::ReconcileSkipped, why, EventType::Warning, "CommandGivenUp").await
-            }
-            Step::Reconcile => self.reconcile(command, why).await,
+            Step::Issue => self.issue(command).await,
+            Step::MarkTimedOut => marked(ManagementState::TimedOut, EventReason::CommandTimedOut).await,
+            Step::MarkRetry => marked(ManagementState::ReconcileRetry, EventReason::ReconcileRetry).await,
+            Step::FinishAbandon => marked(ManagementState::Abandoned, EventReason::CommandAbandoned).await,
+            Step::GiveUp => marked(ManagementState::ReconcileSkipped, EventReason::CommandGivenUp).await,
+            Step::Reconcile => self.reconcile(command, &why).await,
         }
     }
 
@@ -216,7 +200,7 @@ impl CommandController {
         state: ManagementState,
         why: &str,
         type_: EventType,
-        reason: &str,
+        reason: EventReason,
     ) -> Result<(), ObjectsError> {
         let mut before = ManagementState::default();
         let written = self
@@ -239,10 +223,12 @@ impl CommandController {
         let finding = self.find_out(command).await;
         let name = &command.metadata.name;
         let (reason, message) = match &finding {
-            Finding::Done(answer) => ("CommandReconciled", format!("{why}; found: {}", answer.message)),
-            Finding::Again(found) => ("CommandRetried", format!("{why}; found: {found}; issuing it again")),
-            Finding::Later(found) => ("ReconcileRetry", format!("{why}; found: {found}; looking again later")),
-            Finding::Unknown(error) => ("ReconcileFailed", format!("{why}; could not find out: {error}")),
+            Finding::Done(answer) => (EventReason::CommandReconciled, format!("{why}; found: {}", answer.message)),
+            Finding::Again(found) => (EventReason::CommandRetried, format!("{why}; found: {found}; issuing it again")),
+            Finding::Later(found) => {
+                (EventReason::ReconcileRetry, format!("{why}; found: {found}; looking again later"))
+            }
+            Finding::Unknown(error) => (EventReason::ReconcileFailed, format!("{why}; could not find out: {error}")),
         };
         let mut before = ManagementState::default();
         let written = self
@@ -270,112 +256,36 @@ impl CommandController {
         Ok(())
     }
 
+    /// Gathers what the agents report (and, for a copy, what its two ends
+    /// hold) and asks herd-core what it means.
     async fn find_out(&self, command: &Command) -> Finding {
         let node = self.nodes.get_shared(&command.spec.node);
-        let member_state =
-            |name: &str| node.as_ref().and_then(|n| n.status.members.iter().find(|m| m.name == name).cloned());
-        let done =
-            |success: bool, message: String| Finding::Done(Answer { success, message, details: BTreeMap::new() });
-        match &command.spec.action {
-            Action::StartMember { member, .. } => match member_state(member).filter(|m| m.wanted && m.running) {
-                Some(m) => {
-                    let instance = m.instance_id.unwrap_or_default();
-                    let message = format!("member {member} runs (instance {instance})");
-                    Finding::Done(Answer {
-                        success: true,
-                        message,
-                        details: BTreeMap::from([("instanceId".into(), instance)]),
-                    })
-                }
-                None => Finding::Again(format!("member {member} is not running")),
-            },
-            Action::StopMember { member } => match member_state(member) {
-                Some(m) if m.running => Finding::Again(format!("member {member} still runs")),
-                _ if node.as_ref().is_some_and(|n| n.status.ready) => {
-                    done(true, format!("member {member} is not running"))
-                }
-                _ => Finding::Unknown(format!("node {} is not Ready", command.spec.node)),
-            },
-            // Whether a script ran cannot be told from outside: say so
-            // rather than run it twice.
-            Action::RunScript { member, .. } => done(
-                false,
-                format!(
-                    "interrupted: whether the script ran in member {member} is unknown; `herd command retry` runs it again"
-                ),
-            ),
-            Action::CopyVolume { member, volume, from_node } => {
-                match self.look_at_copy(&command.spec.node, from_node, member, volume).await {
-                    Ok((CopyVerdict::Completed, checksum)) => {
-                        let message = format!(
-                            "volume {member}/{volume} on {} matches the source (checksum {checksum})",
-                            command.spec.node
-                        );
-                        Finding::Done(Answer {
-                            success: true,
-                            message,
-                            details: BTreeMap::from([("checksum".into(), checksum)]),
-                        })
-                    }
-                    Ok((CopyVerdict::StillChanging, _)) => Finding::Later("the destination is still changing".into()),
-                    Ok((CopyVerdict::NotCopied, _)) => {
-                        Finding::Again(format!("volume {member}/{volume} is not (fully) on {}", command.spec.node))
-                    }
-                    Ok((CopyVerdict::Lost, _)) => done(
-                        false,
-                        format!("neither {from_node} nor {} has volume {member}/{volume}", command.spec.node),
-                    ),
-                    // An agent of a Ready node that does not answer is most
-                    // likely restarting (its next heartbeat brings its new
-                    // endpoint): look again soon, without counting it as a
-                    // failed reconciliation, whose pause grows each time.
-                    Err(LookError { unreachable: true, message }) if node.as_ref().is_some_and(|n| n.status.ready) => {
-                        Finding::Later(format!("{message} (it may be restarting)"))
-                    }
-                    Err(error) => Finding::Unknown(error.message),
-                }
+        let action = &command.spec.action;
+        let member = action.member();
+        let report = node.as_ref().and_then(|n| n.status.members.iter().find(|m| m.name == member));
+        let source_has_member = match action {
+            Action::MigrateMember { from_node, .. } => {
+                self.nodes.get_shared(from_node).is_none_or(|n| n.status.members.iter().any(|m| m.name == member))
             }
-            Action::DeleteVolume { member, volume } => {
-                Finding::Again(format!("volume {member}/{volume}: deleting again is safe"))
+            _ => false,
+        };
+        let copy = match action {
+            Action::CopyVolume { volume, from_node, .. } => {
+                Some(self.look_at_copy(&command.spec.node, from_node, member, volume).await)
             }
-            // The agent never launches a member's setup twice for one
-            // instance (the status file says it was), so doing it again is safe.
-            Action::ConfigureMember { member, .. } => {
-                Finding::Again(format!("member {member}: configuring it again is safe"))
-            }
-            Action::RemoveMember { member } => Finding::Again(format!("member {member}: removing it again is safe")),
-            Action::MigrateMember { member, from_node, .. } => {
-                let here = member_state(member).filter(|m| m.wanted && m.running);
-                let source = self.nodes.get_shared(from_node);
-                let still_there = source.as_ref().is_none_or(|n| n.status.members.iter().any(|m| m.name == *member));
-                match here {
-                    Some(m) if !still_there => {
-                        let instance = m.instance_id.unwrap_or_default();
-                        let message = format!(
-                            "member {member} runs on {} (instance {instance}) and {from_node} no longer has it",
-                            command.spec.node
-                        );
-                        Finding::Done(Answer {
-                            success: true,
-                            message,
-                            details: BTreeMap::from([("instanceId".into(), instance)]),
-                        })
-                    }
-                    _ => Finding::Again(format!("the migration of {member} is not finished")),
-                }
-            }
-        }
+            _ => None,
+        };
+        let facts = Facts {
+            node: &command.spec.node,
+            node_ready: node.as_ref().is_some_and(|n| n.status.ready),
+            member: report,
+            source_has_member,
+            copy: copy.as_ref(),
+        };
+        find_out(action, &facts)
     }
 
-    /// Asks both agents what they hold: the source once, the destination
-    /// twice, a moment apart.
-    async fn look_at_copy(
-        &self,
-        to: &str,
-        from: &str,
-        member: &str,
-        volume: &str,
-    ) -> Result<(CopyVerdict, String), LookError> {
+    async fn look_at_copy(&self, to: &str, from: &str, member: &str, volume: &str) -> Result<CopyLook, LookError> {
         let agent = |node: &str| {
             let node = self
                 .nodes
@@ -405,25 +315,6 @@ impl CommandController {
         tokio::time::sleep(SECOND_LOOK).await;
         let second = look().await?;
         let verdict = copy_verdict(source.as_ref(), &first, &second);
-        Ok((verdict, second.manifest.map(|m| m.checksum).unwrap_or_default()))
+        Ok(CopyLook { verdict, checksum: second.manifest.map(|m| m.checksum).unwrap_or_default() })
     }
-}
-
-/// Why the agents could not be asked.
-struct LookError {
-    /// The agent did not answer at all (as opposed to answering wrongly).
-    unreachable: bool,
-    message: String,
-}
-
-/// What reconciling found.
-enum Finding {
-    /// It is settled: this is the truth.
-    Done(Answer),
-    /// It did not happen (or not wholly): issue it again.
-    Again(String),
-    /// Something is still moving: look again at the next pass.
-    Later(String),
-    /// The agents could not be asked.
-    Unknown(String),
 }

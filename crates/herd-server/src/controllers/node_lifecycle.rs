@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use herd_core::Timestamp;
-use herd_core::kinds::{ClusterConfigSpec, EventType, Node, NodeSpec};
+use herd_core::kinds::{ClusterConfigSpec, EventReason, EventType, Node, NodeSpec};
 use herd_core::node_health::{self, ReadinessChange};
 use tokio::time::Instant;
 
@@ -112,7 +112,7 @@ async fn mark_not_ready(
         .await;
     match written {
         Ok(node) if !message.is_empty() => {
-            events.record(&node, EventType::Warning, "NodeNotReady", message).await;
+            events.record(&node, EventType::Warning, EventReason::NodeNotReady, message).await;
             Ok(())
         }
         Ok(_) | Err(ObjectsError::NotFound { .. }) => Ok(()),

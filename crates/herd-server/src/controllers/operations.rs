@@ -231,7 +231,6 @@ mod tests {
     use async_trait::async_trait;
     use herd_core::Object;
     use herd_core::kinds::{OnDeadline, StepState};
-    use herd_core::node_loss::REPLACE_ANNOTATION;
     use herd_store::sqlite::SqliteBackend;
     use herd_store::{Backend, Committed, Event, KeyValue, Revision, Store, StoreError, Txn};
     use tokio_util::sync::CancellationToken;
@@ -328,7 +327,7 @@ mod tests {
         assert_eq!(step.state, StepState::Waiting, "not refused: {step:?}");
         assert_eq!((step.attempts, &after.status.blocker), (0, &None), "{:?}", after.status);
         let member = objects.require::<MemberSpec>("c1-r-0").await.unwrap();
-        assert!(!member.metadata.annotations.contains_key(REPLACE_ANNOTATION), "nothing approved");
+        assert!(member.spec.requests.replace.is_none(), "nothing approved");
 
         // The store is back: the next pass evicts it.
         controller.reconcile().await.unwrap();
@@ -336,6 +335,6 @@ mod tests {
         let step = after.status.steps.iter().find(|s| s.member == "c1-r-0").unwrap();
         assert_eq!((step.state, step.attempts), (StepState::Evicted, 1), "{step:?}");
         let member = objects.require::<MemberSpec>("c1-r-0").await.unwrap();
-        assert!(member.metadata.annotations.contains_key(REPLACE_ANNOTATION), "asked to be placed again");
+        assert!(member.spec.requests.replace.is_some(), "asked to be placed again");
     }
 }

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::select_all;
+use herd_core::backoff::Backoff;
 use herd_store::Revision;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -45,10 +46,10 @@ pub trait Controller: Send + 'static {
     /// One pass over everything the controller owns.
     fn reconcile(&mut self) -> impl Future<Output = Result<Next, ObjectsError>> + Send;
 
-    /// The pause after the `failures`-th failed pass in a row: 200 ms,
+    /// The pause after the `failures`-th failed pass in a row: 400 ms,
     /// doubling, at most [`MAX_ERROR_PAUSE`].
     fn error_policy(&self, _error: &ObjectsError, failures: u32) -> Duration {
-        Duration::from_millis(200).saturating_mul(1 << failures.min(16)).min(MAX_ERROR_PAUSE)
+        Backoff::new(Duration::from_millis(400), MAX_ERROR_PAUSE).pause(failures)
     }
 }
 

@@ -13,8 +13,8 @@ use herd_core::Timestamp;
 use herd_core::disruption;
 use herd_core::kinds::member::PendingNotify;
 use herd_core::kinds::{
-    AppCluster, AppClusterSpec, DisruptionBudget, DisruptionBudgetSpec, Event, EventSpec, Member, MemberSpec,
-    Operation, OperationSpec,
+    AppCluster, AppClusterSpec, DisruptionBudget, DisruptionBudgetSpec, Event, EventReason, EventSpec, Member,
+    MemberSpec, Operation, OperationSpec,
 };
 
 use crate::output::short_duration;
@@ -210,7 +210,7 @@ pub async fn summary(client: &Client, kind: &str, name: &str) -> anyhow::Result<
                 .await?
                 .into_iter()
                 .filter(|e| {
-                    e.spec.reason == "MemberEvicted"
+                    e.spec.reason_is(EventReason::MemberEvicted)
                         && members
                             .iter()
                             .any(|m| m.metadata.name == e.spec.involved_object.name && disruption::selects(&budget, m))

@@ -1,6 +1,6 @@
 //! `herd member replace`: recreate an app-cluster member on another node
 //! with empty volumes. It says what would be lost, asks (unless `--yes`),
-//! and records the request on the Member (`herd.io/replace`); the leader
+//! and records the request on the Member (`spec.requests.replace`); the leader
 //! carries it out. `herd member skip-notify`: drop a pending notify that
 //! cannot be delivered.
 
@@ -10,7 +10,6 @@ use anyhow::{Context, bail};
 use herd_client::Client;
 use herd_core::api::StatusReason;
 use herd_core::kinds::{AppSpec, MemberSpec, NodeSpec};
-use herd_core::node_loss::REPLACE_ANNOTATION;
 
 pub async fn replace(client: &Client, name: &str, yes: bool) -> anyhow::Result<()> {
     let member = client.get::<MemberSpec>(name).await?;
@@ -50,10 +49,7 @@ pub async fn replace(client: &Client, name: &str, yes: bool) -> anyhow::Result<(
     }
     for _ in 0..8 {
         let mut member = client.get::<MemberSpec>(name).await?;
-        member.metadata.annotations.insert(
-            REPLACE_ANNOTATION.into(),
-            herd_core::Timestamp::from_system_time(std::time::SystemTime::now()).to_string(),
-        );
+        member.spec.requests.replace = Some(herd_core::Timestamp::from_system_time(std::time::SystemTime::now()));
         match client.update(&member).await {
             Ok(_) => {
                 println!("member/{name}: replacement requested; follow it with `herd describe member {name}`");

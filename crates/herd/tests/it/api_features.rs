@@ -173,7 +173,12 @@ async fn a_node_commands_watch_sees_that_node_s_commands_only() {
     let start = admin.list_values("commands", "").await.unwrap().metadata.resource_version;
     let mut live = admin.watch_node_commands("n1", &start).await.unwrap();
     let command = |name: &str, node: &str| {
-        let spec = CommandSpec { node: node.into(), timeout: None, action: Action::StopMember { member: name.into() } };
+        let spec = CommandSpec {
+            node: node.into(),
+            timeout: None,
+            action: Action::StopMember { member: name.into() },
+            origin: None,
+        };
         Object::new(name, spec)
     };
     admin.create(&command("c1", "n1")).await.unwrap();

@@ -6,7 +6,7 @@ use crate::common;
 use common::{JOIN_TOKEN, TestServer};
 use herd_client::{Client, ClientError};
 use herd_core::api::{AgentReport, JoinRequest, StatusReason};
-use herd_core::kinds::{NodeRole, NodeSpec};
+use herd_core::kinds::{EventReason, NodeRole, NodeSpec};
 use serde_json::json;
 
 pub async fn join(server: &TestServer, name: &str) -> Client {
@@ -211,7 +211,9 @@ async fn a_join_cannot_take_a_joined_name_and_the_real_node_keeps_its_token() {
     let node = real.get::<NodeSpec>("node-3").await.expect("the real node's token is still valid");
     assert_ne!(node.status.address.as_deref(), Some("127.0.0.9:1"));
     let events = server.admin().list::<herd_core::kinds::EventSpec>("").await.unwrap();
-    assert!(events.iter().any(|e| e.spec.reason == "JoinRefused" && e.spec.involved_object.name == "node-3"));
+    assert!(
+        events.iter().any(|e| e.spec.reason_is(EventReason::JoinRefused) && e.spec.involved_object.name == "node-3")
+    );
     // The same agent run retrying its join (its answer lost) is let in.
     let retry = JoinRequest {
         node_name: "node-3".into(),

@@ -13,7 +13,7 @@ use std::time::Duration;
 use common::apps::{Nodes, configured, instance, kill9, list_members, nodes, nodes_with_n1_apart, pid_of};
 use common::{TestServer, eventually, start_agent};
 use herd_core::kinds::app_cluster::ClusterState;
-use herd_core::kinds::{AppClusterSpec, CommandSpec, Member, MemberSpec, MemberState};
+use herd_core::kinds::{AppClusterSpec, CommandSpec, EventReason, Member, MemberSpec, MemberState};
 
 /// The setup script: `--configure` records the instance it set up (slowly
 /// when the file `slow-setup` exists beside the log), notifies record
@@ -351,7 +351,7 @@ async fn a_notify_that_always_fails_is_skipped_by_the_operator_and_says_who_did(
     let (log, _) = refused_notify(&nodes, 1).await;
     // The failure is told in full by its Event, though its Command is gone.
     let failed = common::event_where(&server.admin(), "the notify's CommandFailed event", |e| {
-        e.spec.reason == "CommandFailed" && e.spec.involved_object.name.starts_with("c-db-0.notify.")
+        e.spec.reason_is(EventReason::CommandFailed) && e.spec.involved_object.name.starts_with("c-db-0.notify.")
     })
     .await;
     assert!(
@@ -366,7 +366,7 @@ async fn a_notify_that_always_fails_is_skipped_by_the_operator_and_says_who_did(
     let member = server.admin().get::<MemberSpec>("c-db-0").await.unwrap();
     assert!(member.status.state_detail.pending_notify_cmds.is_empty());
     let skipped = common::event_where(&server.admin(), "a NotifySkipped event", |e| {
-        e.spec.reason == "NotifySkipped" && e.spec.involved_object.name == "c-db-0"
+        e.spec.reason_is(EventReason::NotifySkipped) && e.spec.involved_object.name == "c-db-0"
     })
     .await;
     assert!(skipped.spec.message.starts_with("admin skipped the notify `--addnodes --role db --members c-db-2`"));
@@ -513,7 +513,7 @@ async fn a_cut_off_node_s_members_are_recovered_or_replaced_and_never_run_twice_
         (moved && member.status.state == MemberState::Configured).then_some(member)
     })
     .await;
-    assert!(!replaced.metadata.annotations.contains_key("herd.io/replace"));
+    assert!(replaced.spec.requests.replace.is_none());
     assert_eq!(lines(&log.join("c-db-0.setups")).len(), 2, "set up afresh");
     for other in ["c-db-1", "c-db-2"] {
         // Told once what its configmeta already says (it goes first) is delivered.
@@ -563,7 +563,9 @@ async fn a_member_that_cannot_start_says_why_and_is_tried_again_with_pauses_unti
     let events = admin.list::<herd_core::kinds::EventSpec>("").await.unwrap();
     let failed_starts: u64 = events
         .iter()
-        .filter(|e| e.spec.reason == "CommandFailed" && e.spec.involved_object.name.starts_with("c-db-0.start."))
+        .filter(|e| {
+            e.spec.reason_is(EventReason::CommandFailed) && e.spec.involved_object.name.starts_with("c-db-0.start.")
+        })
         .map(|e| e.spec.count)
         .sum();
     assert!((2..=5).contains(&failed_starts), "{failed_starts} failed starts in about 6 s");
@@ -603,7 +605,7 @@ async fn a_crash_loop_is_shown_where_an_operator_looks() {
     let text = String::from_utf8_lossy(&describe.stdout);
     assert!(text.contains("crash loop:") && text.contains("exit status: 3") && text.contains("next start"), "{text}");
     let event = common::event_where(&server.admin(), "a MemberCrashLooping event", |e| {
-        e.spec.reason == "MemberCrashLooping" && e.spec.involved_object.name == "crashy-db-0"
+        e.spec.reason_is(EventReason::MemberCrashLooping) && e.spec.involved_object.name == "crashy-db-0"
     })
     .await;
     assert_eq!(event.spec.type_, herd_core::kinds::EventType::Warning);
@@ -653,13 +655,13 @@ async fn a_role_is_sent_its_notifies_one_member_at_a_time() {
     // The member the shrink removed has its Event, and the cluster's
     // description tells its members' story (the removed one's too).
     let removed = common::event_where(&server.admin(), "a MemberRemoved event for c-db-3", |e| {
-        e.spec.reason == "MemberRemoved" && e.spec.involved_object.name == "c-db-3"
+        e.spec.reason_is(EventReason::MemberRemoved) && e.spec.involved_object.name == "c-db-3"
     })
     .await;
     assert!(removed.spec.message.contains("its cluster no longer asks for it"), "{}", removed.spec.message);
     let described =
         String::from_utf8_lossy(&common::cluster::cli(server, &["describe", "appcluster", "c"]).stdout).into_owned();
     let events = described.split("\nEvents:").nth(1).unwrap_or_default();
-    assert!(events.contains("MemberRemoved") && events.contains("c-db-3"), "{described}");
-    assert!(events.contains("MemberConfigured") && events.contains("c-db-0"), "{described}");
+    assert!(events.contains(EventReason::MemberRemoved.as_str()) && events.contains("c-db-3"), "{described}");
+    assert!(events.contains(EventReason::MemberConfigured.as_str()) && events.contains("c-db-0"), "{described}");
 }

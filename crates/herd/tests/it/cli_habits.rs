@@ -9,6 +9,7 @@ use crate::common;
 
 use common::TestServer;
 use common::cluster::cli;
+use herd_core::kinds::EventReason;
 
 fn stdout(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
@@ -393,7 +394,7 @@ fn help_says_what_the_commands_do() {
     let replace = help(&["member", "replace"]);
     assert!(replace.contains("any member") && !replace.contains("whose node is lost"), "{replace}");
     let skip = help(&["member", "skip-notify"]);
-    assert!(skip.contains("NotifySkipped") && skip.contains("fix the App's script"), "{skip}");
+    assert!(skip.contains(EventReason::NotifySkipped.as_str()) && skip.contains("fix the App's script"), "{skip}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

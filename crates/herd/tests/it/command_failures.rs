@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::cluster::{TwoNodes, cli, command, fill_volume, member_run, run, settled, two_nodes};
 use common::{event_where, eventually};
-use herd_core::kinds::{Action, AgentState, CommandSpec, ManagementState, NodeSpec};
+use herd_core::kinds::{Action, AgentState, CommandSpec, EventReason, ManagementState, NodeSpec};
 
 /// The pid of the copy worker an agent journaled for `attempt` of `name`.
 fn journaled_worker(agent_dir: &Path, name: &str, attempt: u32) -> Option<u64> {
@@ -55,7 +55,7 @@ async fn abandoning_a_copy_ends_its_worker_and_a_following_copy_runs_alone() {
     assert!(answer.contains("abandoned by the operator; its partial copy"), "{answer}");
     assert!(!staging.exists(), "the partial copy is removed");
     event_where(&server.admin(), "a CommandAbandoned event", |e| {
-        e.spec.reason == "CommandAbandoned" && e.spec.involved_object.name == "slow"
+        e.spec.reason_is(EventReason::CommandAbandoned) && e.spec.involved_object.name == "slow"
     })
     .await;
 
@@ -99,7 +99,7 @@ async fn a_migration_whose_source_data_vanished_starts_its_member_on_no_empty_vo
     let n2 = server.admin().get::<NodeSpec>("n2").await.unwrap();
     assert!(!n2.status.members.iter().any(|m| m.name == "m1" && m.running));
     let failure = event_where(&server.admin(), "a CommandFailed event", |e| {
-        e.spec.reason == "CommandFailed" && e.spec.involved_object.name == "move"
+        e.spec.reason_is(EventReason::CommandFailed) && e.spec.involved_object.name == "move"
     })
     .await;
     assert!(failure.spec.message.contains("was lost on this node"), "{failure:?}");
@@ -163,7 +163,7 @@ async fn a_copy_onto_a_full_disk_fails_with_the_reason_and_the_agent_works_on_th
     assert!(!staging.exists(), "the partial copy is removed: {message}");
     assert!(a_dir.join("volumes/m1/data").is_dir(), "the source is intact");
     event_where(&server.admin(), "a CommandFailed event for the full disk", |e| {
-        e.spec.reason == "CommandFailed" && e.spec.message.contains("no space left")
+        e.spec.reason_is(EventReason::CommandFailed) && e.spec.message.contains("no space left")
     })
     .await;
 

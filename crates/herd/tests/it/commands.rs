@@ -12,7 +12,7 @@ use common::{MemberReaper, TestServer, eventually, start_agent};
 use herd_core::Timestamp;
 use herd_core::api::{AgentReport, CommandReport};
 use herd_core::kinds::command::VolumeSpec;
-use herd_core::kinds::{Action, AgentState, CommandSpec, ManagementState, NodeSpec};
+use herd_core::kinds::{Action, AgentState, AnswerDetails, CommandSpec, EventReason, ManagementState, NodeSpec};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn commands_run_on_their_node_and_their_answers_come_back() {
@@ -32,7 +32,7 @@ async fn commands_run_on_their_node_and_their_answers_come_back() {
     assert_eq!(start.status.state_by_agent, Some(AgentState::Completed));
     let issued = start.status.issued.clone().unwrap();
     assert_eq!((issued.attempt, issued.term), (1, 0), "issued once, in the first leader's term");
-    let instance = start.status.answer.unwrap().details["instanceId"].clone();
+    let instance = start.status.answer.unwrap().details.instance_id().unwrap().to_string();
     let node = eventually(Duration::from_secs(10), "the member in the node's status", || async {
         let node = server.admin().get::<NodeSpec>("n1").await.ok()?;
         node.status.members.iter().any(|m| m.running).then_some(node)
@@ -53,7 +53,7 @@ async fn commands_run_on_their_node_and_their_answers_come_back() {
             .await;
     let answer = ran.status.answer.unwrap();
     assert!(answer.success, "{answer:?}");
-    assert_eq!(answer.details["stdout"], "hi from m1\n");
+    assert!(matches!(&answer.details, AnswerDetails::Script { stdout, .. } if stdout == "hi from m1\n"), "{answer:?}");
     assert_eq!(std::fs::read_to_string(agent_dir.join("volumes/m1/data/greeting")).unwrap(), "hi from m1\n");
 
     let failed = run(
@@ -64,7 +64,8 @@ async fn commands_run_on_their_node_and_their_answers_come_back() {
     )
     .await;
     assert_eq!(failed.status.state_by_management, ManagementState::Failed);
-    assert_eq!(failed.status.answer.unwrap().details["exitCode"], "3");
+    let answer = failed.status.answer.unwrap();
+    assert!(matches!(answer.details, AnswerDetails::Script { exit_code: 3, .. }), "{answer:?}");
 
     let delete = Action::DeleteVolume { member: "m1".into(), volume: "data".into() };
     let refused = run(&server, "delete-running", "n1", delete.clone()).await;
@@ -214,7 +215,10 @@ async fn a_volume_is_copied_between_agents_and_verified() {
     let expected = herd_agent::volumes::manifest(&source).unwrap();
     let got = herd_agent::volumes::manifest(&b_dir.join("volumes/m1/data")).unwrap();
     assert_eq!(got, expected, "the copy holds the same files");
-    assert_eq!(answer.details["checksum"], expected.checksum);
+    assert!(
+        matches!(&answer.details, AnswerDetails::Copied { checksum, .. } if *checksum == expected.checksum),
+        "{answer:?}"
+    );
     assert!(!b_dir.join("volumes/.incoming/m1/data").exists(), "nothing left in staging");
 
     // A copy from a node without the volume fails and says why.
@@ -242,7 +246,11 @@ async fn the_operator_abandons_or_retries_a_stuck_command() {
     assert_eq!(stuck.status.state_by_management, ManagementState::Abandoned, "not taken up: ended at once");
     assert_eq!(stuck.status.reason, "abandoned by the operator");
     let events = admin.list::<herd_core::kinds::EventSpec>("").await.unwrap();
-    assert!(events.iter().any(|e| e.spec.reason == "CommandAbandoned" && e.spec.involved_object.name == "stuck"));
+    assert!(
+        events
+            .iter()
+            .any(|e| e.spec.reason_is(EventReason::CommandAbandoned) && e.spec.involved_object.name == "stuck")
+    );
     // What it held is free again.
     admin
         .create(&command("next", "ghost", Action::DeleteVolume { member: "m1".into(), volume: "data".into() }))
@@ -434,7 +442,7 @@ async fn a_member_migrates_with_its_volumes_and_the_source_copy_goes_only_after(
     let migrate = Action::MigrateMember { member: "m1".into(), from_node: "n1".into(), run: run_spec };
     let moved = run(server, "move-m1", "n2", migrate).await;
     assert_eq!(moved.status.state_by_management, ManagementState::Completed, "{:?}", moved.status);
-    let instance = moved.status.answer.unwrap().details["instanceId"].clone();
+    let instance = moved.status.answer.unwrap().details.instance_id().unwrap().to_string();
     assert_eq!(herd_agent::volumes::manifest(&b_dir.join("volumes/m1/data")).unwrap(), expected);
     assert_eq!(herd_agent::volumes::manifest(&b_dir.join("volumes/m1/logs")).unwrap(), expected_logs);
     assert!(!a_dir.join("volumes/m1").exists(), "the source copy is gone");

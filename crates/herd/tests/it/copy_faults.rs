@@ -108,7 +108,7 @@ async fn copies_survive_agent_kills_at_random_moments() {
         admin
             .create(&Object::new(
                 format!("start-{i}"),
-                CommandSpec { node: "source".into(), timeout: None, action: start },
+                CommandSpec { node: "source".into(), timeout: None, action: start, origin: None },
             ))
             .await
             .unwrap();
@@ -134,8 +134,12 @@ async fn copies_survive_agent_kills_at_random_moments() {
         } else {
             Action::CopyVolume { member, volume: "data".into(), from_node }
         };
-        let spec =
-            CommandSpec { node: "target".into(), timeout: Some(HumanDuration(Duration::from_secs(120))), action };
+        let spec = CommandSpec {
+            node: "target".into(),
+            timeout: Some(HumanDuration(Duration::from_secs(120))),
+            action,
+            origin: None,
+        };
         admin.create(&Object::new(format!("copy-{i}"), spec)).await.unwrap();
         tokio::time::sleep(Duration::from_millis(random.below(150))).await;
         // Kill the agent, and one time in three its workers too (the host went down).

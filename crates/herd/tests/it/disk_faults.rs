@@ -87,7 +87,12 @@ async fn copies_and_migrations_onto_a_disk_that_fills_at_random_moments_settle_t
         drain: None,
     };
     let command = |name: String, node: &str, action| {
-        let spec = CommandSpec { node: node.into(), timeout: Some(HumanDuration(Duration::from_secs(60))), action };
+        let spec = CommandSpec {
+            node: node.into(),
+            timeout: Some(HumanDuration(Duration::from_secs(60))),
+            action,
+            origin: None,
+        };
         Object::new(name, spec)
     };
     for i in (0..count).filter(|i| migrates(*i)) {

@@ -14,7 +14,7 @@ use common::apps::{configured, instance, kill9, list_members, nodes, pid_of};
 use common::budgets::{apply_web, budget, budget_yaml, counted, herd};
 use common::{TestServer, eventually};
 use herd_core::api::StatusReason;
-use herd_core::kinds::{DisruptionBudgetSpec, EventSpec};
+use herd_core::kinds::{DisruptionBudgetSpec, EventReason, EventSpec};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_budget_counts_ready_members_and_a_crash_only_lowers_the_count() {
@@ -39,7 +39,7 @@ async fn a_budget_counts_ready_members_and_a_crash_only_lowers_the_count() {
     let never = eventually(Duration::from_secs(20), "a BudgetNeverAllows event about 100%", || async {
         let events = server.admin().list::<EventSpec>("").await.ok()?;
         events.into_iter().find(|e| {
-            e.spec.reason == "BudgetNeverAllows"
+            e.spec.reason_is(EventReason::BudgetNeverAllows)
                 && e.spec.involved_object.name == "web-all"
                 && e.spec.message.contains("minAvailable 100%")
         })
@@ -51,8 +51,11 @@ async fn a_budget_counts_ready_members_and_a_crash_only_lowers_the_count() {
         never.spec.message
     );
     let events = server.admin().list::<EventSpec>("").await.unwrap();
-    let warned: Vec<&str> =
-        events.iter().filter(|e| e.spec.reason == "BudgetNeverAllows").map(|e| e.spec.message.as_str()).collect();
+    let warned: Vec<&str> = events
+        .iter()
+        .filter(|e| e.spec.reason_is(EventReason::BudgetNeverAllows))
+        .map(|e| e.spec.message.as_str())
+        .collect();
     assert!(warned.iter().all(|m| !m.contains("selects no member")), "{warned:?}");
 
     // A crash is never asked about: the member comes back (set up again),
@@ -172,7 +175,7 @@ async fn an_eviction_waits_for_the_last_one_to_be_ready_again() {
     let events = server.admin().list::<EventSpec>("").await.unwrap();
     let mut evicted: Vec<&str> = events
         .iter()
-        .filter(|e| e.spec.reason == "MemberEvicted")
+        .filter(|e| e.spec.reason_is(EventReason::MemberEvicted))
         .map(|e| e.spec.involved_object.name.as_str())
         .collect();
     evicted.sort();
@@ -214,7 +217,7 @@ async fn concurrent_evictions_never_share_one_allowance() {
     let marked: Vec<String> = list_members(server, "big")
         .await
         .into_iter()
-        .filter(|m| m.metadata.annotations.contains_key("herd.io/replace"))
+        .filter(|m| m.spec.requests.replace.is_some())
         .map(|m| m.metadata.name)
         .collect();
     assert!(marked.len() <= 1 && marked.iter().all(|m| approved.contains(m)), "{marked:?}");

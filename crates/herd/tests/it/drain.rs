@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use common::apps::{configured, instance, nodes};
 use common::budgets::{apply_web, budget_yaml, counted, herd};
 use common::eventually;
-use herd_core::kinds::{NodeRole, NodeSpec, OperationPhase, OperationSpec, StepState};
+use herd_core::kinds::{EventReason, NodeRole, NodeSpec, OperationPhase, OperationSpec, StepState};
 
 fn stdout(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
@@ -94,7 +94,7 @@ async fn a_drain_moves_every_member_off_the_node_under_its_budget() {
     // warned of as strays.
     let events = server.admin().list::<herd_core::kinds::EventSpec>("").await.unwrap();
     let warned: Vec<&str> =
-        events.iter().filter(|e| e.spec.reason == "StrayMember").map(|e| e.spec.message.as_str()).collect();
+        events.iter().filter(|e| e.spec.reason_is(EventReason::StrayMember)).map(|e| e.spec.message.as_str()).collect();
     assert!(warned.is_empty(), "{warned:?}");
 
     let out = herd(server, &["node", "undrain", &node]);
@@ -255,7 +255,7 @@ async fn a_drain_goes_on_under_the_next_leader_and_evicts_no_member_twice_on_pos
         let event = event.unwrap().unwrap();
         let member: herd_core::kinds::Member = herd_core::Object::from_json_value(event.object).unwrap();
         let name = member.metadata.name.clone();
-        let now_asked = member.metadata.annotations.contains_key("herd.io/replace");
+        let now_asked = member.spec.requests.replace.is_some();
         if now_asked && !asked.get(&name).copied().unwrap_or(false) {
             *evictions.entry(name.clone()).or_default() += 1;
         }

@@ -12,7 +12,7 @@ use common::{TestServer, eventually};
 use herd_core::HumanDuration;
 use herd_core::api::ClusterStatus;
 use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
-use herd_core::kinds::{ClusterConfigSpec, LeaseSpec, ReplicaState};
+use herd_core::kinds::{ClusterConfigSpec, EventReason, LeaseSpec, ReplicaState};
 use herd_server::controllers::fencing_probe::{PROBE_PREFIX, ProbeRecord};
 use herd_store::{ListOptions, Store};
 
@@ -97,8 +97,8 @@ async fn one_leader_graceful_handover_and_takeover_after_a_crash(store: Option<&
     let mut old = old;
     assert!(old.proc.wait_exit(Duration::from_secs(10)).success());
     let events = replicas[0].1.admin().list::<herd_core::kinds::EventSpec>("").await.unwrap();
-    for reason in ["StartedLeading", "StoppedLeading", "NewLeader"] {
-        assert!(events.iter().any(|e| e.spec.reason == reason), "a {reason} event");
+    for reason in [EventReason::StartedLeading, EventReason::StoppedLeading, EventReason::NewLeader] {
+        assert!(events.iter().any(|e| e.spec.reason_is(reason)), "a {reason} event");
     }
 
     // kill -9: no release, but the standby sees the holder's process gone

@@ -14,7 +14,7 @@ use std::time::Duration;
 use common::apps::{Nodes, configured, example, instance, kill9, list_members, nodes, pid_of, require};
 use common::cluster::cli;
 use common::eventually;
-use herd_core::kinds::{Member, MemberSpec, MemberState};
+use herd_core::kinds::{EventReason, Member, MemberSpec, MemberState};
 
 fn apply(nodes: &Nodes, path: &Path) {
     let out = cli(&nodes.server, &["apply", "-f", path.to_str().unwrap()]);
@@ -94,7 +94,7 @@ async fn the_etcd_example_forms_a_cluster_that_survives_a_member_kill() {
     let out = etcdctl(&victim, &["get", "greeting", "--print-value-only"]);
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "hello from herd", "{}", text(&out));
     let events = text(&cli(server, &["events"]));
-    assert!(events.contains("MemberRestarted"), "{events}");
+    assert!(events.contains(EventReason::MemberRestarted.as_str()), "{events}");
 }
 
 /// Applies the etcd example's cluster with `members` members.
@@ -299,12 +299,12 @@ async fn draining_a_node_moves_its_etcd_member_with_its_data_and_keeps_quorum() 
     .await;
     healthy(&members);
     let events = text(&cli(server, &["events"]));
-    assert!(events.contains("MemberMoved"), "{events}");
+    assert!(events.contains(EventReason::MemberMoved.as_str()), "{events}");
     // Its copy on the drained node was forgotten by the move itself: it
     // is no stray to remove there.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let events = text(&cli(server, &["events"]));
-    assert!(!events.contains("StrayMember"), "{events}");
+    assert!(!events.contains(EventReason::StrayMember.as_str()), "{events}");
 }
 
 /// A rolling restart of the etcd role with one canary (issue 13): every
@@ -337,7 +337,8 @@ async fn a_rolling_restart_of_etcd_restarts_each_member_once_and_keeps_quorum() 
         let restarts = events
             .iter()
             .filter(|e| {
-                e.spec.reason == "MemberRestartedInPlace" && e.spec.involved_object.name == member.metadata.name
+                e.spec.reason_is(EventReason::MemberRestartedInPlace)
+                    && e.spec.involved_object.name == member.metadata.name
             })
             .map(|e| e.spec.count)
             .sum::<u64>();

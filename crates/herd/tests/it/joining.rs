@@ -8,7 +8,7 @@ use std::time::Duration;
 use common::{ADMIN_TOKEN, JOIN_TOKEN, TestServer, eventually, start_agent};
 use herd_client::Client;
 use herd_core::api::{AgentReport, JoinRequest, JoinTokenRequest, StatusReason};
-use herd_core::kinds::{EventSpec, NodeSpec};
+use herd_core::kinds::{EventReason, EventSpec, NodeSpec};
 use herd_core::{HumanDuration, Object};
 
 fn join_request(name: &str, boot: &str) -> JoinRequest {
@@ -23,9 +23,9 @@ fn with(server: &TestServer, token: &str) -> Client {
     server.anonymous().with_token(Some(token.into()))
 }
 
-async fn events(server: &TestServer, reason: &str, about: &str) -> Vec<Object<EventSpec>> {
+async fn events(server: &TestServer, reason: EventReason, about: &str) -> Vec<Object<EventSpec>> {
     let all = server.admin().list::<EventSpec>("").await.unwrap();
-    all.into_iter().filter(|e| e.spec.reason == reason && e.spec.involved_object.name == about).collect()
+    all.into_iter().filter(|e| e.spec.reason_is(reason) && e.spec.involved_object.name == about).collect()
 }
 
 fn cli(server: &TestServer, args: &[&str]) -> std::process::Output {
@@ -93,12 +93,12 @@ async fn join_tokens_expire_can_be_revoked_and_only_admins_make_them() {
 
     // A join refused for its token stores nothing of its body (anyone may
     // send one): it is counted. Every token's life is an Event.
-    assert!(events(&server, "JoinRefused", "n3").await.is_empty());
-    assert!(events(&server, "JoinRefused", "n2").await.is_empty());
+    assert!(events(&server, EventReason::JoinRefused, "n3").await.is_empty());
+    assert!(events(&server, EventReason::JoinRefused, "n2").await.is_empty());
     let metrics = admin.get_text("/metrics").await.unwrap();
     assert!(metrics.contains("herd_join_refusals_total{outcome=\"refused\"} 2"), "{metrics}");
-    assert_eq!(events(&server, "JoinTokenCreated", &short.id).await.len(), 1);
-    assert_eq!(events(&server, "JoinTokenDeleted", &lasting.id).await.len(), 1);
+    assert_eq!(events(&server, EventReason::JoinTokenCreated, &short.id).await.len(), 1);
+    assert_eq!(events(&server, EventReason::JoinTokenDeleted, &lasting.id).await.len(), 1);
 
     // The CLI: the token alone on stdout, the join command on stderr; list and delete by id.
     let created = cli(&server, &["token", "create", "--ttl", "1h", "--description", "from the cli"]);
@@ -125,12 +125,12 @@ async fn a_deleted_node_is_kept_out_until_readmitted_and_a_new_host_may_take_its
     eventually(Duration::from_secs(20), "node-1 Ready", ready).await;
 
     admin.delete_value("nodes", "node-1", Default::default()).await.unwrap();
-    let deleted = events(&server, "NodeDeleted", "node-1").await;
+    let deleted = events(&server, EventReason::NodeDeleted, "node-1").await;
     assert!(deleted.iter().any(|e| e.spec.message.contains("herd node readmit node-1")), "{deleted:?}");
     // Its agent is told its token is revoked, tries to join again and is
     // refused, again and again (with backoff), while it keeps running.
     let refused_once = async || {
-        let refused = events(&server, "JoinRefused", "node-1").await;
+        let refused = events(&server, EventReason::JoinRefused, "node-1").await;
         refused.iter().any(|e| e.spec.message.contains("deleted by an admin")).then_some(())
     };
     eventually(Duration::from_secs(20), "the deleted node's rejoin refused", refused_once).await;
@@ -141,7 +141,7 @@ async fn a_deleted_node_is_kept_out_until_readmitted_and_a_new_host_may_take_its
     // Readmitted, the same agent joins again by itself.
     let readmitted = cli(&server, &["node", "readmit", "node-1"]);
     assert!(readmitted.status.success(), "{readmitted:?}");
-    assert_eq!(events(&server, "NodeReadmitted", "node-1").await.len(), 1);
+    assert_eq!(events(&server, EventReason::NodeReadmitted, "node-1").await.len(), 1);
     eventually(Duration::from_secs(20), "node-1 Ready again", ready).await;
     assert_eq!(cli(&server, &["node", "readmit", "node-1"]).status.code(), Some(3), "nothing left to readmit");
 
@@ -155,7 +155,7 @@ async fn a_deleted_node_is_kept_out_until_readmitted_and_a_new_host_may_take_its
     let refused = with(&server, JOIN_TOKEN).join(&comeback).await.unwrap_err();
     assert_eq!(refused.reason(), Some(StatusReason::Conflict), "{refused}");
     with(&server, JOIN_TOKEN).join(&join_request("node-2", "new-host")).await.expect("a new host");
-    let registered = events(&server, "NodeRegistered", "node-2").await;
+    let registered = events(&server, EventReason::NodeRegistered, "node-2").await;
     assert!(registered.iter().any(|e| e.spec.message.contains("a new host")), "{registered:?}");
 }
 

@@ -19,7 +19,8 @@ use common::cluster::{cli, quick_heartbeats};
 use common::{ADMIN_TOKEN, MemberReaper, Proc, TestServer, eventually, start_agent};
 use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
 use herd_core::kinds::{
-    AppClusterSpec, ClusterConfigSpec, DisruptionBudgetSpec, MemberSpec, MemberState, NodeRole, NodeSpec, ReplicaState,
+    AppClusterSpec, ClusterConfigSpec, DisruptionBudgetSpec, EventReason, MemberSpec, MemberState, NodeRole, NodeSpec,
+    ReplicaState,
 };
 
 /// `herd cluster master-failover` on node `node`, its new store in `dir`.
@@ -270,7 +271,7 @@ async fn a_master_failover_in_the_middle_of_a_drain_goes_on_from_its_steps_and_a
         .await
         .unwrap()
         .into_iter()
-        .filter(|e| e.spec.reason == "MemberEvicted")
+        .filter(|e| e.spec.reason_is(EventReason::MemberEvicted))
         .map(|e| e.spec.involved_object.name)
         .collect();
     assert!(evictions.is_empty(), "the new master evicted no member again: {evictions:?}");

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use common::{TestServer, event_where, eventually, start_agent};
 use herd_core::HumanDuration;
 use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
-use herd_core::kinds::{ClusterConfigSpec, Node, NodeSpec};
+use herd_core::kinds::{ClusterConfigSpec, EventReason, Node, NodeSpec};
 
 async fn node(server: &TestServer, name: &str) -> Option<Node> {
     server.admin().get::<NodeSpec>(name).await.ok()
@@ -54,7 +54,7 @@ async fn a_killed_agent_goes_not_ready_and_comes_back_with_a_new_boot_id() {
     let condition = not_ready.status.condition("Ready").unwrap();
     assert_eq!(condition.reason, "HeartbeatLost");
     let event = event_where(&admin, "a NodeNotReady event", |e| {
-        e.spec.reason == "NodeNotReady" && e.spec.involved_object.name == "node-a"
+        e.spec.reason_is(EventReason::NodeNotReady) && e.spec.involved_object.name == "node-a"
     })
     .await;
     assert!(event.spec.message.contains("no heartbeat for"), "{}", event.spec.message);
@@ -69,9 +69,9 @@ async fn a_killed_agent_goes_not_ready_and_comes_back_with_a_new_boot_id() {
     })
     .await;
     assert_ne!(back.status.agent_boot_id.unwrap(), first_boot);
-    for reason in ["NodeReady", "AgentRestarted"] {
+    for reason in [EventReason::NodeReady, EventReason::AgentRestarted] {
         event_where(&admin, &format!("a {reason} event"), |e| {
-            e.spec.reason == reason && e.spec.involved_object.name == "node-a"
+            e.spec.reason_is(reason) && e.spec.involved_object.name == "node-a"
         })
         .await;
     }

@@ -17,7 +17,7 @@ use herd_client::Client;
 use herd_core::Object;
 use herd_core::api::MemberReport;
 use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
-use herd_core::kinds::{ClusterConfigSpec, EventSpec, LeaseSpec, NodeRole, NodeSpec};
+use herd_core::kinds::{ClusterConfigSpec, EventReason, EventSpec, LeaseSpec, NodeRole, NodeSpec};
 
 fn herd(server: &TestServer, dir: &std::path::Path, args: &[&str]) -> Output {
     let mut command = common::herd();
@@ -163,7 +163,7 @@ async fn the_pool_is_kept_full_and_demotions_follow_ganetis_rules() {
     let on = |node: &str| -> Vec<String> {
         events
             .iter()
-            .filter(|e| e.spec.reason == "NodeRoleChanged" && e.spec.involved_object.name == node)
+            .filter(|e| e.spec.reason_is(EventReason::NodeRoleChanged) && e.spec.involved_object.name == node)
             .map(|e| e.spec.message.clone())
             .collect()
     };
@@ -175,7 +175,7 @@ async fn the_pool_is_kept_full_and_demotions_follow_ganetis_rules() {
     set_pool(&admin, 1).await;
     let warned = eventually(Duration::from_secs(20), "the pool-above-size warning", || async {
         let events = admin.list::<EventSpec>("").await.ok()?;
-        events.into_iter().find(|e| e.spec.reason == "CandidatePoolAboveSize").map(|e| e.spec.message)
+        events.into_iter().find(|e| e.spec.reason_is(EventReason::CandidatePoolAboveSize)).map(|e| e.spec.message)
     })
     .await;
     assert!(warned.contains("more than candidatePoolSize 1: none is demoted"), "{warned}");
@@ -270,7 +270,7 @@ async fn an_offline_node_is_never_contacted_and_calls_to_it_fail_at_once() {
     n3.status.address = Some(address);
     admin.update_status(&n3).await.unwrap();
     let stop = Action::StopMember { member: "web-1".into() };
-    let spec = CommandSpec { node: "n3".into(), timeout: None, action: stop.clone() };
+    let spec = CommandSpec { node: "n3".into(), timeout: None, action: stop.clone(), origin: None };
     admin.create(&Object::new("left-over", spec)).await.unwrap();
     let out = herd(&server, dir.path(), &["node", "modify", "n3", "--role", "offline"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -282,11 +282,11 @@ async fn an_offline_node_is_never_contacted_and_calls_to_it_fail_at_once() {
     let volumes = admin.node_volumes("n3").await.unwrap_err().to_string();
     assert!(volumes.contains("node n3 is offline"), "{volumes}");
     assert!(started.elapsed() < Duration::from_secs(5), "at once, not after a timeout: {:?}", started.elapsed());
-    let spec = CommandSpec { node: "n3".into(), timeout: None, action: stop };
+    let spec = CommandSpec { node: "n3".into(), timeout: None, action: stop, origin: None };
     let refused = admin.create(&Object::new("to-n3", spec)).await.unwrap_err().to_string();
     assert!(refused.contains("node n3 is offline"), "{refused}");
     let copy = Action::CopyVolume { member: "web-1".into(), volume: "data".into(), from_node: "n3".into() };
-    let spec = CommandSpec { node: "n1".into(), timeout: None, action: copy };
+    let spec = CommandSpec { node: "n1".into(), timeout: None, action: copy, origin: None };
     let refused = admin.create(&Object::new("from-n3", spec)).await.unwrap_err().to_string();
     assert!(refused.contains("node n3 is offline"), "{refused}");
     let given_up = eventually(Duration::from_secs(20), "the left-over Command given up", || async {

@@ -17,7 +17,7 @@ use common::{ADMIN_TOKEN, MemberReaper, TestServer, event_where, eventually, sta
 use herd_client::PeerClient;
 use herd_core::grant::{Access, Grant, Holder};
 use herd_core::kinds::command::{MemberRun, VolumeSpec};
-use herd_core::kinds::{Action, CommandSpec, EventSpec, ManagementState, NodeSpec};
+use herd_core::kinds::{Action, CommandSpec, EventReason, EventSpec, ManagementState, NodeSpec};
 use herd_core::{Object, Timestamp};
 use herd_tls::ServingIdentity;
 use herd_tls::grant::GrantSigner;
@@ -72,7 +72,7 @@ async fn a_node_reads_and_stops_nothing_on_another_without_a_grant_for_exactly_t
     };
     let start = Action::StartMember { member: "m1".into(), run };
     admin
-        .create(&Object::new("start-m1", CommandSpec { node: "n1".into(), timeout: None, action: start }))
+        .create(&Object::new("start-m1", CommandSpec { node: "n1".into(), timeout: None, action: start, origin: None }))
         .await
         .unwrap();
     eventually(Duration::from_secs(20), "m1 runs on n1", || async {
@@ -166,7 +166,7 @@ async fn a_node_reads_and_stops_nothing_on_another_without_a_grant_for_exactly_t
         let events = admin.list::<EventSpec>("").await.unwrap();
         let refusals: Vec<String> = events
             .into_iter()
-            .filter(|e| e.spec.reason == "PeerAccessRefused" && e.spec.involved_object.name == "n1")
+            .filter(|e| e.spec.reason_is(EventReason::PeerAccessRefused) && e.spec.involved_object.name == "n1")
             .map(|e| e.spec.message)
             .collect();
         let all = refusals.join("\n");
@@ -202,7 +202,7 @@ async fn a_copys_grant_replayed_after_the_copy_completed_reads_nothing() {
     .await;
     refused(replay.file("m1", "data", "f0", 0).await.map(|_| ()), "a file with the replayed grant");
     event_where(&admin, "a PeerAccessRefused Event saying the attempt ended", |e| {
-        e.spec.reason == "PeerAccessRefused"
+        e.spec.reason_is(EventReason::PeerAccessRefused)
             && e.spec.involved_object.name == "n1"
             && e.spec.message.contains("ended with command copy attempt 1")
     })

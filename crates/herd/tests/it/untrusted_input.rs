@@ -11,7 +11,7 @@ use common::{JOIN_TOKEN, TestServer, eventually};
 use herd_client::{Client, ClientError};
 use herd_core::api::{AgentReport, JoinRequest, PeerRefusal, StatusReason};
 use herd_core::grant::{Access, Holder, Refusal};
-use herd_core::kinds::{EventSpec, NodeSpec};
+use herd_core::kinds::{EventReason, EventSpec, NodeSpec};
 use serde_json::json;
 
 fn report(boot: &str, address: &str) -> AgentReport {
@@ -58,7 +58,7 @@ async fn a_flood_of_joins_with_a_garbage_token_stores_nothing_and_is_limited() {
 
     let events = events_text(&server).await;
     assert!(!events.contains("evil") && !events.contains("onerror"), "the bodies were stored:\n{events}");
-    assert!(!events.contains("JoinRefused"), "{events}");
+    assert!(!events.contains(EventReason::JoinRefused.as_str()), "{events}");
     let metrics = server.admin().get_text("/metrics").await.unwrap();
     assert_eq!(metric(&metrics, "herd_join_refusals_total{outcome=\"refused\"}") as usize, refused);
     assert_eq!(metric(&metrics, "herd_join_refusals_total{outcome=\"limited\"}") as usize, limited);

@@ -7,10 +7,10 @@
 
 use futures_util::future::join_all;
 use herd_core::Resource;
-use herd_core::kinds::{Action, CommandSpec};
+use herd_core::kinds::{Action, CommandSpec, Purpose};
 use herd_store::Op;
 
-use super::commands::{Purpose, command_for};
+use super::commands::command_for;
 use super::{AppClusterController, Pass};
 use crate::objects::{ObjectsError, Part, object_key};
 
@@ -19,7 +19,6 @@ pub(super) struct Issue {
     pub member: usize,
     pub purpose: Purpose,
     pub action: Action,
-    pub extra: Vec<(&'static str, String)>,
 }
 
 impl AppClusterController {
@@ -79,12 +78,12 @@ impl AppClusterController {
         // A NotReady node takes no Command; it is given its members' once back.
         let node_ready = |name: &String| pass.nodes.get(name).is_some_and(|n| n.status.ready);
         let mut commands = Vec::new();
-        for Issue { member, purpose, action, extra } in issues {
+        for Issue { member, purpose, action } in issues {
             let member = &pass.members[member];
             if pass.unwritten.contains(&member.metadata.name) || !member.spec.node.as_ref().is_some_and(node_ready) {
                 continue;
             }
-            if let Some(command) = command_for(&pass.cluster.metadata.name, member, purpose, action, &extra) {
+            if let Some(command) = command_for(&pass.cluster.metadata.name, member, purpose, action) {
                 commands.push((member.metadata.name.clone(), command));
             }
         }

@@ -6,10 +6,10 @@
 //! leaves it where it was, saying why.
 
 use herd_core::disruption::APPROVAL_TIMEOUT;
-use herd_core::kinds::{Action, AppSpec, EventType, Migration};
-use herd_core::migration::{MIGRATE_ANNOTATION, MigrationStep, given_up, migration_step, rebound, request_lapsed};
+use herd_core::kinds::{Action, AppSpec, EventReason, EventType, Migration, Purpose};
+use herd_core::migration::{MigrationStep, given_up, migration_step, rebound, request_lapsed};
 
-use super::commands::{Purpose, command_for, member_run};
+use super::commands::{command_for, member_run};
 use super::{AppClusterController, Pass};
 use crate::objects::{ObjectsError, now};
 
@@ -40,10 +40,10 @@ impl AppClusterController {
                     let member = &mut pass.members[i];
                     member.status = given_up(&member.status, &why);
                     let mut kept = self.objects.update_status(member.clone(), false).await?;
-                    kept.metadata.annotations.remove(MIGRATE_ANNOTATION);
+                    kept.spec.requests.migrate = None;
                     let kept = self.objects.update(kept, false).await?;
                     let message = kept.status.reason.clone().unwrap_or_default();
-                    self.events.record(&kept, EventType::Warning, "MemberMoveFailed", message).await;
+                    self.events.record(&kept, EventType::Warning, EventReason::MemberMoveFailed, message).await;
                     pass.stored.insert(kept.metadata.name.clone(), kept.status.clone());
                     pass.members[i] = kept;
                 }
@@ -56,7 +56,7 @@ impl AppClusterController {
     /// member stays, and whoever asked (a drain) asks the budgets again.
     async fn lapse(&self, pass: &mut Pass<'_>, i: usize, why: &str) -> Result<(), ObjectsError> {
         let mut member = pass.members[i].clone();
-        member.metadata.annotations.remove(MIGRATE_ANNOTATION);
+        member.spec.requests.migrate = None;
         let status = member.status.clone();
         let mut kept = self.objects.update(member, false).await?;
         kept.status = status;
@@ -66,7 +66,7 @@ impl AppClusterController {
             APPROVAL_TIMEOUT.as_secs()
         );
         kept.status.reason = Some(message.clone());
-        self.events.record(&kept, EventType::Warning, "MemberEvictionLapsed", message).await;
+        self.events.record(&kept, EventType::Warning, EventReason::MemberEvictionLapsed, message).await;
         pass.members[i] = kept;
         Ok(())
     }
@@ -90,13 +90,13 @@ impl AppClusterController {
         let run = member_run(pass.cluster, app_role, cluster_role, &there);
         let action =
             Action::MigrateMember { member: member.metadata.name.clone(), from_node: migration.from.clone(), run };
-        let Some(command) = command_for(&pass.cluster.metadata.name, &there, Purpose::Migrate, action, &[]) else {
+        let Some(command) = command_for(&pass.cluster.metadata.name, &there, Purpose::Migrate, action) else {
             return Ok(());
         };
         match crate::commands::create(&self.objects, command, false).await {
             Ok(_) => {
                 let message = format!("moving from {} to {} with its data", migration.from, migration.to);
-                self.events.record(member, EventType::Normal, "MemberMoving", message).await;
+                self.events.record(member, EventType::Normal, EventReason::MemberMoving, message).await;
             }
             // Held by a Command the caches had not shown yet: next pass.
             Err(ObjectsError::Held(why)) => tracing::info!(member = %member.metadata.name, %why, "member busy"),
@@ -115,7 +115,7 @@ impl AppClusterController {
         if member.spec.node.as_deref() != Some(migration.to.as_str()) {
             member.spec.node = Some(migration.to.clone());
             member.spec.ports = migration.ports.clone();
-            member.metadata.annotations.remove(MIGRATE_ANNOTATION);
+            member.spec.requests.migrate = None;
             let status = member.status.clone();
             member = self.objects.update(member, false).await?;
             member.status = status;
@@ -123,7 +123,7 @@ impl AppClusterController {
         member.status = rebound(&member.status);
         let written = self.objects.update_status(member, false).await?;
         let message = written.status.reason.clone().unwrap_or_default();
-        self.events.record(&written, EventType::Normal, "MemberMoved", message).await;
+        self.events.record(&written, EventType::Normal, EventReason::MemberMoved, message).await;
         pass.stored.insert(written.metadata.name.clone(), written.status.clone());
         pass.members[i] = written;
         Ok(())

@@ -26,17 +26,18 @@ use herd_core::configmeta::configmeta;
 use herd_core::kinds::app_cluster::{AppCluster, cluster_status};
 use herd_core::kinds::cluster_config::AppClusterSettings;
 use herd_core::kinds::{
-    Action, AppClusterSpec, AppSpec, ClusterConfigSpec, Command, CommandSpec, EventType, Member, MemberSpec,
-    MemberState, MemberStatus, Node, NodeSpec,
+    Action, AppClusterSpec, AppSpec, ClusterConfigSpec, Command, CommandSpec, EventReason, EventType, Member,
+    MemberSpec, MemberState, MemberStatus, Node, NodeSpec, Purpose,
 };
 use herd_core::member_check::{NodeSeen, Restart, Seen, check_member, crash_news, lost_news};
 use herd_core::member_sync::{MemberFacts, Step, command_due, member_sync};
 use herd_core::meta::OwnerReference;
 use herd_core::notifies::{Change, notify_script, queue_notifies, to_send};
+use herd_core::outcomes::{Recorded, record_outcome};
 use herd_core::role_sync::{MemberChange, role_sync};
 use herd_core::time::Timestamp;
 
-use self::commands::{Consumed, Purpose, command_for, consume, member_of, member_run};
+use self::commands::{command_for, member_of, member_run};
 use self::issuing::Issue;
 use self::placing::Bookings;
 use crate::change_clock::ChangeClock;
@@ -156,8 +157,8 @@ impl Round {
     fn of(controller: &AppClusterController) -> Round {
         let mut commands: BTreeMap<String, Vec<Arc<Command>>> = BTreeMap::new();
         for command in controller.commands.list_shared() {
-            if let Some(cluster) = command.metadata.annotations.get(commands::CLUSTER_ANNOTATION) {
-                commands.entry(cluster.clone()).or_default().push(command);
+            if let Some(cluster) = commands::cluster_of(&command) {
+                commands.entry(cluster.to_string()).or_default().push(command);
             }
         }
         let (nodes, all_members) = (controller.nodes.list_shared(), controller.members.list_shared());
@@ -346,7 +347,6 @@ impl AppClusterController {
     /// Members with an unsettled Command are busy.
     fn read_commands(pass: &mut Pass<'_>, mut commands: Vec<Arc<Command>>) {
         commands.sort_by_key(|c| c.metadata.creation_timestamp);
-        let mut consumed = Consumed::default();
         for command in &commands {
             let Some(member_name) = member_of(command) else { continue };
             let member = pass.members.iter_mut().find(|m| m.metadata.name == member_name);
@@ -354,19 +354,20 @@ impl AppClusterController {
                 // One left on a node the member no longer is on does not hold it here.
                 if member.is_none_or(|m| commands::concerns(command, m.spec.node.as_ref())) {
                     pass.busy.insert(member_name.to_string());
-                    if commands::purpose_of(command) == Some(Purpose::Notify) {
+                    if matches!(commands::purpose_of(command), Some(Purpose::Notify { .. })) {
                         pass.notifying.insert(member_name.to_string());
                     }
                 }
                 continue;
             }
             // One for another node (a stray removed there) says nothing of it here.
-            if let Some(member) = member.filter(|m| commands::concerns(command, m.spec.node.as_ref())) {
-                consume(command, &mut member.status, &mut consumed);
+            if let Some(member) = member.filter(|m| commands::concerns(command, m.spec.node.as_ref()))
+                && record_outcome(command, &mut member.status, now()) == Recorded::Removed
+            {
+                pass.removed.insert(member_name.to_string());
             }
             pass.outcomes.entry(member_name.to_string()).or_default().push(command.clone());
         }
-        pass.removed.extend(consumed.removed);
     }
 
     /// The seed's first step: each member against its node's report. A
@@ -391,15 +392,15 @@ impl AppClusterController {
                 events.push((
                     member.clone(),
                     EventType::Normal,
-                    "MemberRestarted",
+                    EventReason::MemberRestarted,
                     format!("a new instance runs ({how})"),
                 ));
             }
             if let Some(news) = crash_news(before.as_ref(), member.status.state_detail.crash_loop.as_ref(), now) {
-                events.push((member.clone(), EventType::Warning, "MemberCrashLooping", news));
+                events.push((member.clone(), EventType::Warning, EventReason::MemberCrashLooping, news));
             }
             if let Some(news) = lost_news(&lost_before, &member.status.state_detail.lost_volumes) {
-                events.push((member.clone(), EventType::Warning, "MemberVolumesLost", news));
+                events.push((member.clone(), EventType::Warning, EventReason::MemberVolumesLost, news));
             }
         }
         for (member, type_, reason, message) in events {
@@ -508,7 +509,7 @@ impl AppClusterController {
             let member = &pass.members[i];
             let instance = member.status.state_detail.last_configured_instance.as_deref().unwrap_or("?");
             let message = format!("configured as instance {instance}");
-            self.events.record(member, EventType::Normal, "MemberConfigured", message)
+            self.events.record(member, EventType::Normal, EventReason::MemberConfigured, message)
         });
         futures_util::future::join_all(events).await;
         for name in &forgotten {
@@ -521,7 +522,7 @@ impl AppClusterController {
                     }
                     None => "removed: its cluster no longer asks for it".to_string(),
                 };
-                self.events.record(member, EventType::Normal, "MemberRemoved", message).await;
+                self.events.record(member, EventType::Normal, EventReason::MemberRemoved, message).await;
             }
         }
         pass.members.retain(|m| !forgotten.contains(&m.metadata.name));
@@ -540,10 +541,10 @@ impl AppClusterController {
             return None;
         }
         let name = member.metadata.name.clone();
-        let (purpose, action, extra) = match step {
+        let (purpose, action) = match step {
             Step::Start => {
                 let run = member_run(cluster, app_role, cluster_role, member);
-                (Purpose::Start, Action::StartMember { member: name, run }, vec![])
+                (Purpose::Start, Action::StartMember { member: name, run })
             }
             Step::Configure { run_setup } => {
                 let instance = match member.status.state {
@@ -555,7 +556,6 @@ impl AppClusterController {
                 // Compact: it is stored, watched and replicated with the
                 // Command; the agent writes it out indented for people.
                 let configmeta = serde_json::to_string(&meta).unwrap_or_default();
-                let extra = commands::configmeta_annotations(cluster.metadata.generation, meta.digest());
                 let setup = app_role.setup.as_ref();
                 let action = Action::ConfigureMember {
                     member: name,
@@ -565,12 +565,13 @@ impl AppClusterController {
                     run_setup,
                     setup_timeout: setup.map(|s| s.timeout),
                 };
-                (Purpose::Configure, action, extra.to_vec())
+                let purpose = Purpose::Configure { generation: cluster.metadata.generation, digest: meta.digest() };
+                (purpose, action)
             }
-            Step::Remove => (Purpose::Remove, Action::RemoveMember { member: name }, vec![]),
+            Step::Remove => (Purpose::Remove, Action::RemoveMember { member: name }),
             _ => return None,
         };
-        Some(Issue { member: i, purpose, action, extra })
+        Some(Issue { member: i, purpose, action })
     }
 
     /// The end of every pass: the members whose turn it is (one of a role
@@ -593,8 +594,8 @@ impl AppClusterController {
                 script: notify_script(&setup.script, &notify.arguments),
                 expected_instance: member.status.state_detail.last_configured_instance.clone(),
             };
-            let extra = vec![commands::notify_annotation(&notify.arguments)];
-            issues.push(Issue { member: i, purpose: Purpose::Notify, action, extra });
+            let purpose = Purpose::Notify { arguments: notify.arguments.clone() };
+            issues.push(Issue { member: i, purpose, action });
         }
         self.issue_all(pass, issues).await
     }
@@ -659,11 +660,11 @@ impl AppClusterController {
                         member.spec.node.as_ref().map(|n| format!(" from node {n}")).unwrap_or_default(),
                         member.spec.cluster
                     );
-                    self.events.record(&member, EventType::Normal, "MemberRemoved", message).await;
+                    self.events.record(&member, EventType::Normal, EventReason::MemberRemoved, message).await;
                 }
                 Step::Remove => {
                     let action = Action::RemoveMember { member: name.clone() };
-                    if let Some(command) = command_for(&member.spec.cluster, &member, Purpose::Remove, action, &[]) {
+                    if let Some(command) = command_for(&member.spec.cluster, &member, Purpose::Remove, action) {
                         match crate::commands::create(&self.objects, command, false).await {
                             Ok(_) | Err(ObjectsError::Held(_)) => {}
                             Err(error) => return Err(error),
@@ -713,7 +714,7 @@ impl AppClusterController {
                 stray.spec.node = Some(node.metadata.name.clone());
                 let cluster = report.cluster.clone().unwrap_or_default();
                 let action = Action::RemoveMember { member: report.name.clone() };
-                let Some(command) = command_for(&cluster, &stray, Purpose::Remove, action, &[]) else { continue };
+                let Some(command) = command_for(&cluster, &stray, Purpose::Remove, action) else { continue };
                 match crate::commands::create(&self.objects, command, false).await {
                     Ok(created) => {
                         // An instance the member left behind (a replace, a
@@ -731,13 +732,13 @@ impl AppClusterController {
                                 report.instance_id.as_deref().unwrap_or("?"),
                                 node.metadata.name
                             );
-                            (EventType::Normal, "OldInstanceRemoved", what)
+                            (EventType::Normal, EventReason::OldInstanceRemoved, what)
                         } else {
                             let what = format!(
                                 "member {} runs on node {} but is bound to {bound}: removing it there",
                                 report.name, node.metadata.name
                             );
-                            (EventType::Warning, "StrayMember", what)
+                            (EventType::Warning, EventReason::StrayMember, what)
                         };
                         self.events.record(&created, type_, reason, message).await;
                     }

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use futures_util::future::join_all;
 use herd_core::kinds::app::{AppRole, NamedPort};
-use herd_core::kinds::{AppSpec, EventType, Member, MemberState, Node};
+use herd_core::kinds::{AppSpec, EventReason, EventType, Member, MemberState, Node};
 use herd_core::member_check::{Seen, check_member};
 use herd_core::placement::{Placement, allocate_ports, node_host, place};
 
@@ -189,7 +189,7 @@ impl AppClusterController {
         let events = placed.iter().map(|&i| {
             let member = &pass.members[i];
             let message = format!("bound to node {}", member.spec.node.as_deref().unwrap_or("?"));
-            self.events.record(member, EventType::Normal, "MemberPlaced", message)
+            self.events.record(member, EventType::Normal, EventReason::MemberPlaced, message)
         });
         join_all(events).await;
     }
@@ -221,7 +221,9 @@ impl AppClusterController {
             }
             Err(Refused::Unplaceable(why)) => {
                 if pass.members[i].status.reason.as_deref() != Some(why.as_str()) {
-                    self.events.record(&pass.members[i], EventType::Warning, "Unplaceable", why.clone()).await;
+                    self.events
+                        .record(&pass.members[i], EventType::Warning, EventReason::Unplaceable, why.clone())
+                        .await;
                     pass.members[i].status.reason = Some(why);
                 }
                 None

@@ -7,8 +7,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use herd_core::kinds::{AppSpec, EventType};
-use herd_core::node_loss::{NodeLoss, REPLACE_ANNOTATION, Recovery, recovery, replaced_status};
+use herd_core::kinds::{AppSpec, EventReason, EventType};
+use herd_core::node_loss::{NodeLoss, Recovery, recovery, replaced_status};
 use herd_core::notifies::{Change, queue_notifies};
 use tokio::time::Instant;
 
@@ -43,12 +43,14 @@ impl AppClusterController {
                 persistent.push(herd_core::kinds::app::HERD_VOLUME.into());
             }
             let loss = NodeLoss { node: &node, not_ready_for: pass.not_ready.get(&node).copied(), grace };
-            let asked = member.metadata.annotations.contains_key(REPLACE_ANNOTATION);
+            let asked = member.spec.requests.replace.is_some();
             match recovery(&member.metadata.name, &member.status, &persistent, loss, asked) {
                 Recovery::Nothing => {}
                 Recovery::WaitForReplace(why) => {
                     if member.status.reason.as_deref() != Some(why.as_str()) {
-                        self.events.record(member, EventType::Warning, "MemberWaitsForReplace", why.clone()).await;
+                        self.events
+                            .record(member, EventType::Warning, EventReason::MemberWaitsForReplace, why.clone())
+                            .await;
                         pass.members[i].status.reason = Some(why);
                     }
                 }
@@ -59,7 +61,7 @@ impl AppClusterController {
     }
 
     /// Starts member `i` over as a new member and unbinds it (the request
-    /// annotation goes with the binding); the others hear it left.
+    /// goes with the binding); the others hear it left.
     async fn replace(&self, pass: &mut Pass<'_>, i: usize, app: &AppSpec, why: String) -> Result<(), ObjectsError> {
         let mut member = pass.members[i].clone();
         let announced = member.status.was_configured();
@@ -69,9 +71,9 @@ impl AppClusterController {
         let mut unbound = self.objects.update_status(member, false).await?;
         unbound.spec.node = None;
         unbound.spec.ports.clear();
-        unbound.metadata.annotations.remove(REPLACE_ANNOTATION);
+        unbound.spec.requests.replace = None;
         let written = self.objects.update(unbound, false).await?;
-        self.events.record(&written, EventType::Warning, "MemberReplaced", why).await;
+        self.events.record(&written, EventType::Warning, EventReason::MemberReplaced, why).await;
         let left = [(written.spec.role.clone(), written.metadata.name.clone())];
         pass.members[i] = written;
         if announced {

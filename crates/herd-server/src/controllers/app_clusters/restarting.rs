@@ -5,12 +5,12 @@
 //! leader that stops in between never restarts it twice), and the new
 //! instance goes through the cluster's restart path.
 
-use herd_core::kinds::{Action, AppSpec, EventType};
-use herd_core::restart::{RESTART_ANNOTATION, RestartStep, begin_restart, restart_step};
+use herd_core::kinds::{Action, AppSpec, EventReason, EventType, Purpose};
+use herd_core::restart::{RestartStep, begin_restart, restart_step};
 
 use herd_core::member_sync::command_due;
 
-use super::commands::{Purpose, member_run};
+use super::commands::member_run;
 use super::issuing::Issue;
 use super::{AppClusterController, Pass};
 use crate::objects::{ObjectsError, now};
@@ -38,12 +38,12 @@ impl AppClusterController {
                     let instance = report.and_then(|r| r.instance_id.clone()).unwrap_or_default();
                     pass.members[i].status = begin_restart(&pass.members[i].status, &instance);
                     let action = Action::StopMember { member: name };
-                    issues.push(Issue { member: i, purpose: Purpose::Restart, action, extra: vec![] });
+                    issues.push(Issue { member: i, purpose: Purpose::Restart, action });
                 }
                 RestartStep::Start => {
                     let run = member_run(pass.cluster, app_role, cluster_role, member);
                     let action = Action::StartMember { member: name, run };
-                    issues.push(Issue { member: i, purpose: Purpose::Start, action, extra: vec![] });
+                    issues.push(Issue { member: i, purpose: Purpose::Start, action });
                 }
                 RestartStep::Finish => self.finish_restart(pass, i).await?,
             }
@@ -53,7 +53,7 @@ impl AppClusterController {
 
     async fn finish_restart(&self, pass: &mut Pass<'_>, i: usize) -> Result<(), ObjectsError> {
         let mut member = pass.members[i].clone();
-        if member.metadata.annotations.remove(RESTART_ANNOTATION).is_some() {
+        if member.spec.requests.restart.take().is_some() {
             let status = member.status.clone();
             member = self.objects.update(member, false).await?;
             member.status = status;
@@ -62,7 +62,7 @@ impl AppClusterController {
         member.status.reason = None;
         let written = self.objects.update_status(member, false).await?;
         let message = format!("restarted in place (instance {replaced} replaced)");
-        self.events.record(&written, EventType::Normal, "MemberRestartedInPlace", message).await;
+        self.events.record(&written, EventType::Normal, EventReason::MemberRestartedInPlace, message).await;
         pass.stored.insert(written.metadata.name.clone(), written.status.clone());
         pass.members[i] = written;
         Ok(())

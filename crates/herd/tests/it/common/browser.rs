@@ -114,16 +114,32 @@ impl Browser {
     /// Waits until the element matching `css` has a text for which `want`
     /// holds; returns it. Panics, with a screenshot saved, after `timeout`.
     pub async fn wait_text(&self, css: &str, timeout: Duration, want: impl Fn(&str) -> bool) -> String {
+        match self.try_wait_text(css, timeout, want).await {
+            Ok(text) => text,
+            Err(last) => {
+                self.screenshot("failed").await;
+                panic!("{css}: still {last:?} after {timeout:?}");
+            }
+        }
+    }
+
+    /// Waits until the element matching `css` has a text for which `want`
+    /// holds; returns it, or after `timeout` the last text it had.
+    pub async fn try_wait_text(
+        &self,
+        css: &str,
+        timeout: Duration,
+        want: impl Fn(&str) -> bool,
+    ) -> Result<String, Option<String>> {
         let deadline = tokio::time::Instant::now() + timeout;
         let mut last = None;
         loop {
             last = self.text(css).await.or(last);
             if let Some(text) = last.as_deref().filter(|t| want(t)) {
-                return text.to_string();
+                return Ok(text.to_string());
             }
             if tokio::time::Instant::now() >= deadline {
-                self.screenshot("failed").await;
-                panic!("{css}: still {last:?} after {timeout:?}");
+                return Err(last);
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }

@@ -20,7 +20,10 @@ pub async fn quick_heartbeats(server: &TestServer) {
 }
 
 pub fn command(name: &str, node: &str, action: Action) -> Command {
-    Object::new(name, CommandSpec { node: node.into(), timeout: Some(HumanDuration(Duration::from_secs(20))), action })
+    Object::new(
+        name,
+        CommandSpec { node: node.into(), timeout: Some(HumanDuration(Duration::from_secs(20))), action, origin: None },
+    )
 }
 
 pub fn member_run() -> MemberRun {
