@@ -22,7 +22,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::serve::IncomingStream;
 use herd_core::ValidationErrors;
-use herd_core::api::{LOG_OFFSET_HEADER, log_window};
+use herd_core::api::{LOG_OFFSET_HEADER, LogStream, log_window};
 use herd_core::failover::{Announcement, MasterView};
 use herd_core::grant::{Access, Holder};
 use herd_core::validation::{FieldPath, check_name};
@@ -195,7 +195,7 @@ async fn start_member(
 
 #[derive(Deserialize)]
 struct LogQuery {
-    /// `stdout` (default) or `stderr`.
+    /// `stdout` (default), `stderr` or `setup`.
     stream: Option<String>,
     /// At most this many bytes (default 64 KiB): the last ones, or those
     /// from `offset`.
@@ -213,7 +213,7 @@ async fn member_log(
     Query(query): Query<LogQuery>,
 ) -> Result<Response, Refusal> {
     state.member_request(&headers, &caller, Access::ReadLogs { member: member.clone() }, &member)?;
-    let stream = query.stream.as_deref().unwrap_or("stdout");
+    let stream = LogStream::of_query(query.stream.as_deref()).map_err(|why| Refusal(StatusCode::BAD_REQUEST, why))?;
     let most = query.bytes.unwrap_or(64 * 1024);
     let answer = |start: u64, bytes: Vec<u8>| {
         let headers = [
@@ -222,7 +222,7 @@ async fn member_log(
         ];
         (headers, bytes).into_response()
     };
-    if stream == "setup" {
+    if stream == LogStream::Setup {
         let output = state.members.record(&member).and_then(|record| crate::setup::output(&state.members, &record));
         return match output {
             Some(text) => {
@@ -238,9 +238,6 @@ async fn member_log(
                 ),
             )),
         };
-    }
-    if !matches!(stream, "stdout" | "stderr") {
-        return Err(Refusal(StatusCode::BAD_REQUEST, format!("stream must be stdout, stderr or setup, is {stream:?}")));
     }
     let path = state.members.member_dir(&member).join(format!("{stream}.log"));
     let Ok(mut file) = tokio::fs::File::open(&path).await else {

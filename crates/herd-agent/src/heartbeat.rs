@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use herd_client::{Client, ClientError};
+use herd_core::agent_link::{Attempt, Link, Next, Trouble};
 use herd_core::api::{AgentReport, JoinRequest};
 use herd_core::backoff::{Backoff, Retries};
 use tokio::time::Instant;
@@ -34,8 +35,16 @@ async fn sleep_until(deadline: Instant, stop: &CancellationToken) -> bool {
     }
 }
 
-fn is_refusal(error: &ClientError) -> bool {
-    matches!(error, ClientError::Api(status) if matches!(status.code, 401 | 403 | 422))
+/// What went wrong, in the terms of the link's state machine.
+fn trouble(error: &ClientError) -> Trouble {
+    use herd_core::api::StatusReason;
+    match (error, error.reason()) {
+        (ClientError::Untrusted { .. }, _) => Trouble::Untrusted,
+        (ClientError::Api(_), Some(StatusReason::Unauthorized)) => Trouble::Unauthorized,
+        (ClientError::Api(_), Some(StatusReason::NotFound)) => Trouble::NotFound,
+        (ClientError::Api(status), _) if matches!(status.code, 401 | 403 | 422) => Trouble::Refused,
+        _ => Trouble::Unreachable,
+    }
 }
 
 /// Sleeps until `deadline`, or until the journal changes (but not sooner
@@ -102,12 +111,14 @@ impl Heartbeat {
         // that the server knows a deleted node's agent.
         let mut previous_token: Option<String> = None;
         let mut backoff = Retries::new(RETRIES);
-        let mut failing = false;
-        // Since when the server has been unreachable, and whether the
-        // disconnect hooks ran for this outage.
-        let mut unreachable_since: Option<(Instant, bool)> = None;
+        let mut link = Link::default();
+        let epoch = Instant::now();
         while !stop.is_cancelled() {
             let started = Instant::now();
+            let failed = |link: &mut Link, trouble, joining| {
+                let attempt = Attempt { began: started - epoch, failed: epoch.elapsed() };
+                link.failed(trouble, joining, join_token.is_some(), attempt, disconnect_grace)
+            };
             if let Some(masters) = copies.take_new_masters() {
                 client.set_servers(crate::servers_in_order(masters, &servers));
             }
@@ -124,6 +135,7 @@ impl Heartbeat {
                     .await
                 {
                     Ok(joined) => {
+                        link.went_through();
                         certificate.answer(joined.certificate.as_ref(), SystemTime::now())?;
                         access.use_identity(certificate.identity());
                         let creds = Credentials { node_name: name.clone(), node_token: joined.node_token };
@@ -137,15 +149,20 @@ impl Heartbeat {
                             break;
                         }
                     }
-                    Err(error) if is_refusal(&error) => return Err(AgentError::JoinRefused(error)),
-                    // A wrong --ca-hash, or someone in between: never join there.
-                    Err(error @ ClientError::Untrusted { .. }) => return Err(AgentError::UntrustedServer(error)),
-                    Err(error) => {
-                        tracing::warn!(%error, "could not join yet; retrying");
-                        if !sleep_until(started + backoff.failed(), &stop).await {
-                            break;
+                    Err(error) => match failed(&mut link, trouble(&error), true) {
+                        Next::GiveUp if matches!(error, ClientError::Untrusted { .. }) => {
+                            return Err(AgentError::UntrustedServer(error));
                         }
-                    }
+                        Next::GiveUp | Next::JoinAgain => return Err(AgentError::JoinRefused(error)),
+                        Next::Retry { say, .. } => {
+                            if say {
+                                tracing::warn!(%error, "could not join yet; retrying");
+                            }
+                            if !sleep_until(started + backoff.failed(), &stop).await {
+                                break;
+                            }
+                        }
+                    },
                 }
                 continue;
             };
@@ -165,13 +182,12 @@ impl Heartbeat {
                         Taken::Followed => {}
                         Taken::Refused { theirs, ours } => {
                             // A master a failover superseded: nothing it says counts.
-                            if !failing {
+                            if let Next::Retry { say: true, .. } = failed(&mut link, Trouble::Superseded, false) {
                                 tracing::warn!(
                                     theirs,
                                     ours,
                                     "this server leads an older term than the master this node follows; trying the next"
                                 );
-                                failing = true;
                             }
                             client.skip_current();
                             if !sleep_until(started + backoff.failed(), &stop).await {
@@ -182,11 +198,9 @@ impl Heartbeat {
                         // The new master's URLs are taken at the top of the loop.
                         Taken::Redirected => continue,
                     }
-                    if failing {
+                    if link.went_through() {
                         tracing::info!("heartbeats go through again");
-                        failing = false;
                     }
-                    unreachable_since = None;
                     report.peer_refusals.clear();
                     if report.csr.is_some() {
                         certificate.answer(answer.certificate.as_ref(), SystemTime::now())?;
@@ -201,36 +215,26 @@ impl Heartbeat {
                         break;
                     }
                 }
-                Err(error @ ClientError::Api(_))
-                    if matches!(
-                        error.reason(),
-                        Some(herd_core::api::StatusReason::Unauthorized | herd_core::api::StatusReason::NotFound)
-                    ) =>
-                {
-                    // The cluster no longer knows this node or its token (a new
-                    // store, or the node was deleted): join again.
-                    tracing::warn!(%error, "the server does not accept this node's identity; joining again");
-                    if join_token.is_none() {
-                        return Err(AgentError::JoinRefused(error));
+                Err(error) => match failed(&mut link, trouble(&error), false) {
+                    Next::GiveUp => return Err(AgentError::JoinRefused(error)),
+                    Next::JoinAgain => {
+                        tracing::warn!(%error, "the server does not accept this node's identity; joining again");
+                        previous_token = Some(creds.node_token);
+                        credentials = None;
                     }
-                    previous_token = Some(creds.node_token);
-                    credentials = None;
-                }
-                Err(error) => {
-                    if !failing {
-                        tracing::warn!(%error, "heartbeat failed; retrying with backoff");
-                        failing = true;
+                    Next::Retry { say, run_hooks } => {
+                        if say {
+                            tracing::warn!(%error, "heartbeat failed; retrying with backoff");
+                        }
+                        if run_hooks {
+                            let why = format!("the server has been unreachable for over {disconnect_grace:?}");
+                            executor.run_disconnect_hooks(&why).await;
+                        }
+                        if !sleep_until(started + backoff.failed(), &stop).await {
+                            break;
+                        }
                     }
-                    let (since, hooks_ran) = unreachable_since.get_or_insert((started, false));
-                    if !*hooks_ran && since.elapsed() > disconnect_grace {
-                        *hooks_ran = true;
-                        let why = format!("the server has been unreachable for over {disconnect_grace:?}");
-                        executor.run_disconnect_hooks(&why).await;
-                    }
-                    if !sleep_until(started + backoff.failed(), &stop).await {
-                        break;
-                    }
-                }
+                },
             }
         }
         Ok(())

@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use herd_core::api::{
     AgentReport, CLUSTER_STATUS_PATH, ClusterStatus, HeartbeatResponse, JOIN_TOKENS_PATH, JoinRequest, JoinResponse,
-    JoinTokenInfo, JoinTokenList, JoinTokenRequest, LogChunk, ObjectList, Status, StatusReason, StoredVolume,
-    collection_path, node_commands_path, node_volumes_path, object_path,
+    JoinTokenInfo, JoinTokenList, JoinTokenRequest, LogChunk, LogStream, ObjectList, Status, StatusReason,
+    StoredVolume, collection_path, node_commands_path, node_volumes_path, object_path,
 };
 use herd_core::kinds::CommandSpec;
 use herd_core::{Object, Resource};
@@ -468,12 +468,12 @@ impl Client {
         &self,
         node: &str,
         member: &str,
-        stream: &str,
+        stream: LogStream,
         bytes: u64,
         offset: Option<u64>,
     ) -> Result<LogChunk, ClientError> {
         let path = format!("{}/members/{member}/logs", object_path("nodes", node));
-        let mut query = vec![("stream", stream.to_string()), ("bytes", bytes.to_string())];
+        let mut query = vec![("stream", stream.as_str().to_string()), ("bytes", bytes.to_string())];
         query.extend(offset.map(|offset| ("offset", offset.to_string())));
         let response = self.send(Method::GET, &path, |r| r.query(&query), Some(self.timeout), Resend::Safe).await?;
         let response = check(response).await?;

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use herd_core::api::{
-    CONFIGURATION_PATH, LogChunk, MASTER_PATH, StoredVolume, VOLUMES_PATH, VolumeManifest, member_path,
+    CONFIGURATION_PATH, LogChunk, LogStream, MASTER_PATH, StoredVolume, VOLUMES_PATH, VolumeManifest, member_path,
     volume_file_path, volume_path, volume_staged_path,
 };
 use herd_core::configuration::Configuration;
@@ -124,12 +124,12 @@ impl PeerClient {
     pub async fn member_log(
         &self,
         member: &str,
-        stream: &str,
+        stream: LogStream,
         bytes: u64,
         offset: Option<u64>,
     ) -> Result<LogChunk, ClientError> {
         let url = format!("{}{}/logs", self.base, member_path(member));
-        let mut query = vec![("stream", stream.to_string()), ("bytes", bytes.to_string())];
+        let mut query = vec![("stream", stream.as_str().to_string()), ("bytes", bytes.to_string())];
         query.extend(offset.map(|offset| ("offset", offset.to_string())));
         let request = self.granted(self.http.get(&url), Access::ReadLogs { member: member.into() });
         let response = request.query(&query).send().await.map_err(|e| self.unreachable(e))?;

@@ -374,6 +374,42 @@ pub const CLUSTER_STATUS_PATH: &str = "/api/v1/cluster/status";
 /// log where its text starts: `herd logs -f` asks from there on next.
 pub const LOG_OFFSET_HEADER: &str = "herd-log-offset";
 
+/// Which of a member's logs: its process's standard output or error, or
+/// its setup's output.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LogStream {
+    #[default]
+    Stdout,
+    Stderr,
+    Setup,
+}
+
+impl LogStream {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogStream::Stdout => "stdout",
+            LogStream::Stderr => "stderr",
+            LogStream::Setup => "setup",
+        }
+    }
+
+    /// The stream a query names (stdout when it names none).
+    pub fn of_query(stream: Option<&str>) -> Result<Self, String> {
+        match stream.unwrap_or("stdout") {
+            "stdout" => Ok(LogStream::Stdout),
+            "stderr" => Ok(LogStream::Stderr),
+            "setup" => Ok(LogStream::Setup),
+            other => Err(format!("stream must be stdout, stderr or setup, is {other:?}")),
+        }
+    }
+}
+
+impl std::fmt::Display for LogStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A piece of a member's log and where in the log it starts.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LogChunk {

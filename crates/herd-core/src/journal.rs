@@ -1,8 +1,8 @@
 //! The agent's command journal as a state machine: which moves an entry
-//! may make, and what an unfinished entry becomes when the agent starts
-//! again (CloudStack's command state logging, seed 002 section 2.3).
+//! may make, what an attempt's end makes of it, and what an unfinished
+//! entry becomes when the agent starts again.
 
-use crate::kinds::AgentState;
+use crate::kinds::{Action, AgentState, Answer};
 
 /// Whether a journal entry may move from `from` to `to`.
 pub fn may_move(from: AgentState, to: AgentState) -> bool {
@@ -52,11 +52,84 @@ pub fn recover(state: AgentState, backend: Backend) -> AgentState {
     }
 }
 
+/// What a worker found at start means for the entry of `action`: a
+/// migration has steps after its copies, so its copy worker alive or
+/// finished is not its end (the entry is interrupted, and issued again).
+pub fn backend_for(action: &Action, worker: Backend) -> Backend {
+    match (action, worker) {
+        (Action::MigrateMember { .. }, Backend::Alive | Backend::Finished { .. }) => Backend::Gone,
+        (_, worker) => worker,
+    }
+}
+
+/// How an attempt's work ended in the agent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WorkEnd {
+    /// It ran past its timeout (the work, and its worker, were stopped).
+    TimedOut(std::time::Duration),
+    /// It answered: success or not.
+    Answered(Answer),
+    /// It could not be done, for this reason.
+    Failed(String),
+}
+
+/// The state and answer an attempt ends with. `cancelled`: why a
+/// disconnect hook cancelled it, which is not a failure of the action but
+/// an interruption, for the server to reconcile.
+pub fn ending(end: WorkEnd, cancelled: Option<&str>) -> (AgentState, Answer) {
+    match (end, cancelled) {
+        (WorkEnd::TimedOut(after), _) => {
+            (AgentState::TimedOut, Answer::said(false, format!("timed out after {after:?}")))
+        }
+        (WorkEnd::Answered(answer), _) if answer.success => (AgentState::Completed, answer),
+        (WorkEnd::Answered(mut answer), Some(why)) => {
+            answer.message = format!("cancelled ({why}); {}", answer.message);
+            (AgentState::Interrupted, answer)
+        }
+        (WorkEnd::Answered(answer), None) => (AgentState::Failed, answer),
+        (WorkEnd::Failed(failure), Some(why)) => {
+            (AgentState::Interrupted, Answer::said(false, format!("cancelled ({why}); {failure}")))
+        }
+        (WorkEnd::Failed(failure), None) => (AgentState::Failed, Answer::said(false, failure)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use AgentState::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn row_a_migrations_copy_worker_is_not_its_end() {
+        let migrate = Action::MigrateMember { member: "m".into(), from_node: "n1".into(), run: Default::default() };
+        let copy = Action::CopyVolume { member: "m".into(), volume: "data".into(), from_node: "n1".into() };
+        for worker in [Backend::Alive, Backend::Finished { success: true }, Backend::Gone] {
+            assert_eq!(backend_for(&migrate, worker), Backend::Gone, "{worker:?}");
+            assert_eq!(backend_for(&copy, worker), worker);
+        }
+        let found = backend_for(&migrate, Backend::Finished { success: true });
+        assert_eq!(recover(ProcessingInBackend, found), Interrupted);
+    }
+
+    #[test]
+    fn row_an_attempts_end_is_its_journal_state() {
+        let ok = Answer::said(true, "done");
+        let no = Answer::said(false, "refused");
+        let timed_out = ending(WorkEnd::TimedOut(std::time::Duration::from_secs(30)), None);
+        assert_eq!(timed_out, (TimedOut, Answer::said(false, "timed out after 30s")));
+        assert_eq!(ending(WorkEnd::Answered(ok.clone()), Some("lost the server")), (Completed, ok), "done is done");
+        assert_eq!(ending(WorkEnd::Answered(no.clone()), None), (Failed, no.clone()));
+        assert_eq!(
+            ending(WorkEnd::Answered(no), Some("lost the server")),
+            (Interrupted, Answer::said(false, "cancelled (lost the server); refused"))
+        );
+        assert_eq!(ending(WorkEnd::Failed("disk full".into()), None), (Failed, Answer::said(false, "disk full")));
+        assert_eq!(
+            ending(WorkEnd::Failed("disk full".into()), Some("shutdown")),
+            (Interrupted, Answer::said(false, "cancelled (shutdown); disk full"))
+        );
+    }
 
     const ALL: [AgentState; 8] =
         [Started, Processing, ProcessingInBackend, Completed, Failed, TimedOut, Interrupted, DangledInBackend];

@@ -6,6 +6,7 @@
 //! property-testable, and what lets the server and the agent share them.
 
 pub mod admission;
+pub mod agent_link;
 pub mod agent_report;
 pub mod api;
 pub mod authz;
@@ -14,6 +15,7 @@ pub mod configmeta;
 pub mod configuration;
 pub mod disruption;
 pub mod election;
+pub mod eviction;
 pub mod failover;
 pub mod findings;
 pub mod grant;
@@ -36,6 +38,7 @@ pub mod placement;
 pub mod reconcile;
 pub mod resource;
 pub mod restart;
+pub mod restarts;
 pub mod role_sync;
 pub mod roles;
 pub mod selection;

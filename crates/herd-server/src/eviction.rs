@@ -8,13 +8,15 @@
 //!
 //! What an approved eviction does: a member without persistent volumes is
 //! placed again on another node, as a new member (the app-cluster
-//! controller's replace path, `herd.io/replace`); one with persistent
-//! volumes is moved there with its data (`herd.io/migrate`: the
-//! controller's migration, `herd_core::migration`).
+//! controller's replace path, `spec.requests.replace`); one with
+//! persistent volumes is moved there with its data (`requests.migrate`:
+//! the controller's migration, `herd_core::migration`). What is decided,
+//! and asked of the member, is `herd_core::eviction`'s.
 
-use herd_core::Timestamp;
 use herd_core::api::Eviction;
-use herd_core::disruption::{self, Verdict};
+use herd_core::disruption;
+pub use herd_core::eviction::Disruption;
+use herd_core::eviction::{self, Decision, Request};
 use herd_core::kinds::{
     App, AppCluster, AppClusterSpec, AppSpec, DisruptionBudgetSpec, EventReason, EventType, Member, MemberSpec,
     NodeSpec,
@@ -43,15 +45,6 @@ pub enum EvictionError {
     Objects(#[from] ObjectsError),
 }
 
-/// What a voluntary disruption does to the member once its budgets allow.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Disruption {
-    /// Moved to another node (the eviction API, a drain).
-    Move,
-    /// Restarted in place (a rolling restart).
-    Restart,
-}
-
 /// Asks the budgets to evict member `name` and, if all allow and this is
 /// not a dry run, approves it and asks for the member to be moved.
 pub async fn evict(
@@ -76,35 +69,19 @@ pub async fn disrupt(
         let (request, definition) = move_request(objects, &member, how).await?;
         let (budgets, _) = objects.list::<DisruptionBudgetSpec>().await?;
         let selecting: Vec<_> = budgets.into_iter().filter(|b| disruption::selects(b, &member)).collect();
-        // Asked again while the first eviction is under way (approved, asked
-        // for, or moving and not configured since): the same one, not a
-        // second move, which would chase the member from node to node.
         let budget_names: Vec<String> = selecting.iter().map(|b| b.metadata.name.clone()).collect();
-        let approved = selecting.iter().any(|b| b.status.disrupted_members.contains_key(name));
-        let moving = (member.status.moved_from.is_some() && !member.status.was_configured())
-            || member.status.migration.is_some();
-        if approved || moving || member.spec.requests.to_leave() {
-            let message = format!("member {name} is being evicted (or replaced) already");
-            return Ok(Eviction { member: name.to_string(), budgets: budget_names, dry_run, message });
-        }
-        let mut refusals = Vec::new();
-        let mut approvals = Vec::new();
-        for budget in &selecting {
-            match disruption::verdict(budget, &member) {
-                Verdict::Allowed { counts } => approvals.push((budget, counts)),
-                Verdict::Refused(why) => refusals.push(why),
+        let target = match &definition {
+            Some((cluster, app)) => Some(target(objects, &member, cluster, app).await?),
+            None => None,
+        };
+        let approvals = match eviction::decide(&member, &selecting, target.as_ref()) {
+            Decision::UnderWay => {
+                let message = format!("member {name} is being evicted (or replaced) already");
+                return Ok(Eviction { member: name.to_string(), budgets: budget_names, dry_run, message });
             }
-        }
-        // An approval and the move it allows are one thing: none is given
-        // for a member no node can take now (it would go down and wait).
-        if let Some((cluster, app)) = &definition
-            && let Placement::Unplaceable(why) = target(objects, &member, cluster, app).await?
-        {
-            refusals.push(why);
-        }
-        if !refusals.is_empty() {
-            return Err(EvictionError::Refused { member: name.to_string(), why: refusals.join("; and ") });
-        }
+            Decision::Refused(why) => return Err(EvictionError::Refused { member: name.to_string(), why }),
+            Decision::Approved(approvals) => approvals,
+        };
         let what = request.what(name);
         let message = if budget_names.is_empty() {
             format!("{what} (no budget selects it)")
@@ -117,7 +94,8 @@ pub async fn disrupt(
         }
         let at = now();
         let mut staged = Vec::new();
-        for (budget, counts) in approvals {
+        for (i, counts) in approvals {
+            let budget = &selecting[i];
             let mut approved = budget.clone();
             approved.status = disruption::approve(&budget.status, &member, counts, at);
             staged.push(Staged::of(budget, approved, Part::Status)?);
@@ -155,59 +133,26 @@ pub async fn force(
     Ok(message)
 }
 
-/// How an evicted member leaves its node.
-#[derive(Clone, Copy)]
-enum MoveRequest {
-    /// Placed again elsewhere as a new member (no data to keep).
-    Replace,
-    /// Moved elsewhere with its persistent volumes.
-    Migrate,
-    /// Restarted where it is.
-    Restart,
-}
-
-impl MoveRequest {
-    /// Asks it of `member` as of `at`; whether it was not asked already.
-    fn ask(self, member: &mut Member, at: Timestamp) -> bool {
-        let requests = &mut member.spec.requests;
-        let asked = match self {
-            MoveRequest::Replace => &mut requests.replace,
-            MoveRequest::Migrate => &mut requests.migrate,
-            MoveRequest::Restart => &mut requests.restart,
-        };
-        asked.replace(at).is_none()
-    }
-
-    fn what(self, name: &str) -> String {
-        match self {
-            MoveRequest::Replace => format!("member {name} is placed again on another node"),
-            MoveRequest::Migrate => format!("member {name} is moved to another node with its data"),
-            MoveRequest::Restart => format!("member {name} is restarted where it is"),
-        }
-    }
-}
-
-/// A member whose role keeps persistent volumes is migrated; the others
-/// are replaced; a restart is a restart. A move comes with the member's
-/// AppCluster and App, when both exist (where it may go is theirs to say).
+/// What the disruption asks of `member` (`eviction::Request::of`), with
+/// its AppCluster and App when both exist (where it may go is theirs to
+/// say).
 async fn move_request(
     objects: &Objects,
     member: &Member,
     how: Disruption,
-) -> Result<(MoveRequest, Option<(AppCluster, App)>), ObjectsError> {
+) -> Result<(Request, Option<(AppCluster, App)>), ObjectsError> {
     if how == Disruption::Restart {
-        return Ok((MoveRequest::Restart, None));
+        return Ok((Request::of(how, None), None));
     }
     let Some(cluster) = objects.get::<AppClusterSpec>(&member.spec.cluster).await? else {
-        return Ok((MoveRequest::Replace, None));
+        return Ok((Request::of(how, None), None));
     };
     let Some(app) = objects.get::<AppSpec>(&cluster.spec.app_ref).await? else {
-        return Ok((MoveRequest::Replace, None));
+        return Ok((Request::of(how, None), None));
     };
     let persistent =
         app.spec.role(&member.spec.role).is_some_and(|role| role.run.persistent_volumes().next().is_some());
-    let request = if persistent { MoveRequest::Migrate } else { MoveRequest::Replace };
-    Ok((request, Some((cluster, app))))
+    Ok((Request::of(how, Some(persistent)), Some((cluster, app))))
 }
 
 /// Where `member` would go if it left its node now, as placement judges

@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 
 use herd_core::Timestamp;
 use herd_core::api::{CommandAck, CommandReport};
-use herd_core::journal::{Backend, recover};
+use herd_core::journal::{Backend, WorkEnd, backend_for, ending, recover};
 use herd_core::kinds::command::AbandonRequest;
 use herd_core::kinds::{Action, AgentState, Answer, AnswerDetails, Command, ManagementState};
 use tokio::sync::Notify;
@@ -105,12 +105,7 @@ impl Executor {
                 },
                 None => Backend::Gone,
             };
-            // A migration has steps after its copies: it is interrupted
-            // (and issued again) rather than finished by its worker.
-            let backend = match (&entry.spec.action, backend) {
-                (Action::MigrateMember { .. }, Backend::Alive | Backend::Finished { .. }) => Backend::Gone,
-                (_, backend) => backend,
-            };
+            let backend = backend_for(&entry.spec.action, backend);
             let recovered = recover(entry.state, backend);
             if recovered != entry.state {
                 tracing::warn!(command = %entry.name, attempt = entry.attempt, from = ?entry.state, to = ?recovered, "recovered an unfinished command");
@@ -371,25 +366,12 @@ impl Executor {
             // Timed out: the worker goes too.
             let _ = procs::signal_group(worker.pid, libc::SIGKILL);
         }
-        let cancelled = self.take_cancel(&entry);
-        let (state, answer) = match (outcome, cancelled) {
-            (Err(_), _) => {
-                let message = format!("timed out after {:?}", entry.spec.timeout());
-                (AgentState::TimedOut, Answer::said(false, message))
-            }
-            (Ok(Ok(answer)), _) if answer.success => (AgentState::Completed, answer),
-            // Cancelled by a disconnect hook: not a failure of the action,
-            // an interruption, which the server reconciles.
-            (Ok(Ok(mut answer)), Some(why)) => {
-                answer.message = format!("cancelled ({why}); {}", answer.message);
-                (AgentState::Interrupted, answer)
-            }
-            (Ok(Ok(answer)), None) => (AgentState::Failed, answer),
-            (Ok(Err(failure)), Some(why)) => {
-                (AgentState::Interrupted, Answer::said(false, format!("cancelled ({why}); {failure}")))
-            }
-            (Ok(Err(failure)), None) => (AgentState::Failed, Answer::said(false, failure)),
+        let end = match outcome {
+            Err(_) => WorkEnd::TimedOut(entry.spec.timeout()),
+            Ok(Ok(answer)) => WorkEnd::Answered(answer),
+            Ok(Err(failure)) => WorkEnd::Failed(failure),
         };
+        let (state, answer) = ending(end, self.take_cancel(&entry).as_deref());
         self.set_hook(&entry, None);
         tracing::info!(command = %entry.name, attempt = entry.attempt, ?state, message = %answer.message, "command finished");
         self.advance(&mut entry, state, Some(answer));

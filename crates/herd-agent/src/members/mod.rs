@@ -18,9 +18,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use herd_core::Timestamp;
-use herd_core::api::{CrashLoop, MemberReport, ReadinessReport};
-use herd_core::backoff::Backoff;
+use herd_core::api::{MemberReport, ReadinessReport};
 use herd_core::kinds::command::MemberRun;
+use herd_core::restarts;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
@@ -37,18 +37,6 @@ const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/s
 const STOP_GRACE: Duration = Duration::from_secs(10);
 /// How often a member the agent is not the parent of is looked at.
 const ADOPTED_POLL: Duration = Duration::from_millis(500);
-/// The pauses before starting a member again after short runs in a row:
-/// 500 ms, doubling, at most 30 s.
-const RESTART_DELAYS: Backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
-/// A run this long was not a crash loop: the next restart waits only the
-/// first delay again.
-const STABLE_RUN: Duration = Duration::from_secs(10);
-
-/// The pause before starting a member again after `streak` short runs in
-/// a row.
-fn restart_delay(streak: u32) -> Duration {
-    RESTART_DELAYS.pause(streak + 1)
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum MemberError {
@@ -87,7 +75,7 @@ pub struct MemberRecord {
     pub restarts: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_exit: Option<String>,
-    /// Runs in a row that ended within [`STABLE_RUN`] (the restart backoff).
+    /// Runs in a row that ended soon after their start (`herd_core::restarts`).
     #[serde(default)]
     pub short_runs: u32,
     /// When it is started again, while it waits out the restart backoff.
@@ -369,13 +357,9 @@ impl Members {
             slot.record.last_exit = Some(exit.clone());
             let ended = slot.record.process.as_ref().map(|p| p.instance_id.clone());
             let delay = slot.record.wanted.then(|| {
-                // A member that ran a while and then died is not crash-looping.
                 let ran = slot.record.process.as_ref().map(|p| p.started_at.age(crate::now())).unwrap_or_default();
-                if ran >= STABLE_RUN {
-                    slot.record.short_runs = 0;
-                }
-                let delay = restart_delay(slot.record.short_runs);
-                slot.record.short_runs += 1;
+                let (short_runs, delay) = restarts::after_exit(slot.record.short_runs, ran);
+                slot.record.short_runs = short_runs;
                 slot.record.next_start = Some(crate::now().plus(delay));
                 delay
             });
@@ -491,7 +475,13 @@ impl Members {
                     setup_status,
                     setup_stderr,
                     readiness: readiness.get(&record.name).cloned(),
-                    crash_loop: crash_loop(record, live.is_some()),
+                    crash_loop: restarts::crash_loop(&restarts::Runs {
+                        wanted: record.wanted,
+                        short_runs: record.short_runs,
+                        last_exit: record.last_exit.as_deref(),
+                        next_start: record.next_start,
+                        running_for: live.and(record.process.as_ref()).map(|p| p.started_at.age(crate::now())),
+                    }),
                     lost_volumes: self.lost_volumes(record),
                 }
             })
@@ -550,24 +540,6 @@ impl Members {
     pub fn records(&self) -> Vec<MemberRecord> {
         self.lock().values().map(|slot| slot.record.clone()).collect()
     }
-}
-
-/// What the heartbeat says of a member whose last runs each ended within
-/// [`STABLE_RUN`]: while it waits to be started again, or runs again for
-/// less than that.
-fn crash_loop(record: &MemberRecord, running: bool) -> Option<CrashLoop> {
-    if !record.wanted || record.short_runs < CrashLoop::RUNS {
-        return None;
-    }
-    let settled = running && record.process.as_ref().is_some_and(|p| p.started_at.age(crate::now()) >= STABLE_RUN);
-    if settled {
-        return None;
-    }
-    Some(CrashLoop {
-        runs: record.short_runs,
-        last_exit: record.last_exit.clone().unwrap_or_default(),
-        next_start: record.next_start.filter(|_| !running),
-    })
 }
 
 /// The process of a run that was being started, if it runs: it leads its

@@ -9,7 +9,7 @@ use axum::extract::{Path, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use herd_client::PeerClient;
-use herd_core::api::StoredVolume;
+use herd_core::api::{LogStream, StoredVolume};
 use herd_core::authz::Verb;
 use herd_core::grant::Access;
 use herd_core::kinds::command::volume_owner;
@@ -66,10 +66,7 @@ pub async fn member_log(
     ApiQuery(query): ApiQuery<LogQuery>,
 ) -> Result<Response, ApiError> {
     check_names(&[("node", &node), ("member", &member)])?;
-    let stream = query.stream.as_deref().unwrap_or("stdout");
-    if !matches!(stream, "stdout" | "stderr" | "setup") {
-        return Err(ApiError::BadRequest(format!("stream must be stdout, stderr or setup, is {stream:?}")));
-    }
+    let stream = LogStream::of_query(query.stream.as_deref()).map_err(ApiError::BadRequest)?;
     if let Some(bytes) = query.bytes.filter(|b| *b > MAX_LOG_BYTES) {
         return Err(ApiError::BadRequest(format!("bytes must be at most {MAX_LOG_BYTES}, is {bytes}")));
     }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use herd_client::Client;
+use herd_core::api::LogStream;
 
 /// How often a followed log is asked for more.
 const FOLLOW_EVERY: Duration = Duration::from_millis(500);
@@ -21,7 +22,7 @@ fn write_out(bytes: &[u8]) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub async fn logs(client: &Client, target: &str, stream: &str, bytes: u64, follow: bool) -> anyhow::Result<()> {
+pub async fn logs(client: &Client, target: &str, stream: LogStream, bytes: u64, follow: bool) -> anyhow::Result<()> {
     let Some((first, member)) = target.split_once('/') else {
         return Err(crate::Usage(format!("logs: give the member as member/NAME or NODE/MEMBER, got {target:?}")).into());
     };

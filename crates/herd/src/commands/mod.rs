@@ -22,6 +22,7 @@ use crate::cli::{
     TokenCommand,
 };
 use crate::context;
+use herd_core::api::LogStream;
 use herd_core::join::TokenKind;
 use herd_core::kinds::OperationAction;
 
@@ -60,11 +61,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Logs { target, stderr, setup, bytes, follow } => {
             let stream = if setup {
-                "setup"
+                LogStream::Setup
             } else if stderr {
-                "stderr"
+                LogStream::Stderr
             } else {
-                "stdout"
+                LogStream::Stdout
             };
             logs::logs(&context::client(&conn)?, &target, stream, bytes, follow).await
         }

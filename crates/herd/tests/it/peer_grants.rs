@@ -98,7 +98,7 @@ async fn a_node_reads_and_stops_nothing_on_another_without_a_grant_for_exactly_t
     refused(bare.file("m1", "data", "secret", 0).await.map(|_| ()), "a file without a grant");
     refused(bare.stop_member("m1").await, "a stop without a grant");
     refused(bare.stored_volumes().await, "the volume list without a grant");
-    refused(bare.member_log("m1", "stdout", 100, None).await, "a log without a grant");
+    refused(bare.member_log("m1", herd_core::api::LogStream::Stdout, 100, None).await, "a log without a grant");
 
     // A grant signed with another key, one for n3 (stolen by n2), one for
     // n2 on another node, one for another action, one expired.
