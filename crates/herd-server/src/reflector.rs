@@ -13,13 +13,27 @@ use std::time::Duration;
 use bytes::Bytes;
 use herd_core::{Object, Resource};
 use herd_store::{EventKind, ListOptions, Revision, Store, StoreError};
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::objects::{ObjectsError, collection_prefix, decode_bytes};
 
 /// Pause before listing again after a failure.
 const RELIST_DELAY: Duration = Duration::from_millis(200);
+/// Batches of changes a slow follower may fall behind by before it is
+/// told to look at everything again.
+const CHANGES_KEPT: usize = 1024;
+
+/// What one batch of the copy's changes was: entries as they were and
+/// are now (None: absent), or a fresh list (everything may have changed).
+#[derive(Debug)]
+pub enum Changed<T> {
+    Entries(Vec<Change<T>>),
+    Relisted,
+}
+
+/// An entry as it was and is (None: absent).
+pub type Change<T> = (Option<Arc<T>>, Option<Arc<T>>);
 
 struct Shared<T> {
     /// Under this store prefix, by the rest of the key.
@@ -33,6 +47,9 @@ struct Shared<T> {
     revision: watch::Sender<Option<Revision>>,
     /// The revision of the last change that matters (see [`Reflector::start_with`]).
     mattered: watch::Sender<Option<Revision>>,
+    /// Each batch of changes that matter, for followers that want to know
+    /// which entries changed.
+    changed: broadcast::Sender<Arc<Changed<T>>>,
     /// What the copy keeps of a stored value.
     decode: fn(&str, Bytes, Revision) -> Result<T, ObjectsError>,
     /// Whether a change from the first entry to the second matters.
@@ -53,6 +70,7 @@ impl<T: Send + Sync + 'static> Shared<T> {
             entries: RwLock::default(),
             revision: watch::Sender::new(None),
             mattered: watch::Sender::new(None),
+            changed: broadcast::Sender::new(CHANGES_KEPT),
             decode,
             matters,
         });
@@ -140,6 +158,13 @@ impl<S: Resource> Reflector<S> {
     pub fn changes_that_matter(&self) -> watch::Receiver<Option<Revision>> {
         self.shared.mattered.subscribe()
     }
+
+    /// Each later batch of changes that matter, with the objects as they
+    /// were and are (a follower that falls too far behind is told it
+    /// lagged, and must look at everything).
+    pub fn changed(&self) -> broadcast::Receiver<Arc<Changed<Object<S>>>> {
+        self.shared.changed.subscribe()
+    }
 }
 
 /// The raw values under a store prefix, kept current like a [`Reflector`]
@@ -206,6 +231,7 @@ async fn follow<T>(store: &Store, shared: &Shared<T>, stop: &CancellationToken) 
     if let Ok(mut entries) = shared.entries.write() {
         *entries = fresh;
     }
+    let _ = shared.changed.send(Arc::new(Changed::Relisted));
     shared.mattered.send_replace(Some(page.revision));
     shared.revision.send_replace(Some(page.revision));
     let mut watcher = store.watch(prefix, page.revision).await?;
@@ -235,19 +261,28 @@ async fn follow<T>(store: &Store, shared: &Shared<T>, stop: &CancellationToken) 
                 }
             })
             .collect();
-        let mut mattered = false;
+        let mut mattered = Vec::new();
         if let Ok(mut entries) = shared.entries.write() {
             for (name, entry) in changes {
                 match entry {
-                    None => mattered |= entries.remove(&name).is_some(),
+                    None => {
+                        if let Some(old) = entries.remove(&name) {
+                            mattered.push((Some(old), None));
+                        }
+                    }
                     Some(entry) => {
-                        mattered |= entries.get(&name).is_none_or(|old| (shared.matters)(old, &entry));
-                        entries.insert(name, entry);
+                        let old = entries.insert(name, entry.clone());
+                        if old.as_ref().is_none_or(|old| (shared.matters)(old, &entry)) {
+                            mattered.push((old, Some(entry)));
+                        }
                     }
                 }
             }
         }
-        if mattered {
+        if !mattered.is_empty() {
+            if shared.changed.receiver_count() > 0 {
+                let _ = shared.changed.send(Arc::new(Changed::Entries(mattered)));
+            }
             shared.mattered.send_replace(Some(batch.revision));
         }
         shared.revision.send_replace(Some(batch.revision));

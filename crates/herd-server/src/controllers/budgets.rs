@@ -1,23 +1,25 @@
 //! The disruption-budget keeper (leader only): counts each
 //! DisruptionBudget over the members it selects (`herd_core::disruption`)
-//! and writes the status when a count changed, woken by every change of a
-//! budget or a member (a crash lowers the count at once; nothing asks the
-//! budget about it). Each write re-counts on the stored budget, so an
-//! approval recorded meanwhile is kept. A budget that can never allow an
-//! eviction is said once, as a Warning Event, when it becomes so.
+//! and writes the status when a count changed, woken by every change of
+//! the budget or of a member it selects (a crash lowers the count at
+//! once; nothing asks the budget about it). Each write re-counts on the
+//! stored budget, so an approval recorded meanwhile is kept. A budget that
+//! can never allow an eviction is said once, as a Warning Event, when it
+//! becomes so.
 
 use std::collections::BTreeMap;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use herd_core::disruption;
 use herd_core::kinds::{DisruptionBudgetSpec, DisruptionBudgetStatus, EventReason, EventType, MemberSpec};
 
-use crate::controllers::runtime::{Controller, Next};
+use crate::controllers::keyed::{Action, KeyedController, Watches};
 use crate::events::EventRecorder;
 use crate::objects::{Objects, ObjectsError, Part, now};
 use crate::reflector::Reflector;
 
-/// How often the counts are taken when nothing changes (an approval
+/// How often a budget is counted when nothing changes (an approval
 /// lapses after `disruption::APPROVAL_TIMEOUT`).
 const PASS_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -27,7 +29,7 @@ pub struct BudgetKeeper {
     members: Reflector<MemberSpec>,
     events: EventRecorder,
     /// The budgets last said to be unable to allow an eviction, and why.
-    warned_never: BTreeMap<String, String>,
+    warned_never: Mutex<BTreeMap<String, String>>,
 }
 
 impl BudgetKeeper {
@@ -37,7 +39,44 @@ impl BudgetKeeper {
         members: Reflector<MemberSpec>,
         events: EventRecorder,
     ) -> Self {
-        BudgetKeeper { objects, budgets, members, events, warned_never: BTreeMap::new() }
+        BudgetKeeper { objects, budgets, members, events, warned_never: Mutex::default() }
+    }
+
+    /// What wakes a budget: a change of itself, or of a member it selects
+    /// (as it was, or is).
+    pub fn watches(&self) -> Watches {
+        let budgets = self.budgets.clone();
+        Watches::new().owns(&self.budgets).watches(&self.members, move |old, new| {
+            budgets
+                .map(|b| {
+                    let selected = old.into_iter().chain(new).any(|member| disruption::selects(b, member));
+                    selected.then(|| b.metadata.name.clone())
+                })
+                .into_iter()
+                .flatten()
+                .collect()
+        })
+    }
+
+    /// Says, once per reason, that a budget can never allow an eviction.
+    async fn warn_never(&self, budget: &herd_core::kinds::DisruptionBudget) {
+        let name = &budget.metadata.name;
+        let why = disruption::never_allows(budget);
+        let news = {
+            let mut warned = self.warned_never.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            match &why {
+                // Once for each reason: one that changes (no member
+                // selected yet, then too few of them) is told again.
+                Some(why) => warned.insert(name.clone(), why.clone()).as_ref() != Some(why),
+                None => {
+                    warned.remove(name);
+                    false
+                }
+            }
+        };
+        if let (true, Some(why)) = (news, why) {
+            self.events.record(budget, EventType::Warning, EventReason::BudgetNeverAllows, why).await;
+        }
     }
 }
 
@@ -47,7 +86,7 @@ fn counts_differ(a: &DisruptionBudgetStatus, b: &DisruptionBudgetStatus) -> bool
     a.counted_at.is_none() || untimed(a) != untimed(b)
 }
 
-impl Controller for BudgetKeeper {
+impl KeyedController for BudgetKeeper {
     const NAME: &'static str = "disruption-budgets";
 
     async fn synced(&self) {
@@ -55,45 +94,32 @@ impl Controller for BudgetKeeper {
         self.members.synced().await;
     }
 
-    async fn reconcile(&mut self) -> Result<Next, ObjectsError> {
-        let budgets = self.budgets.list();
-        self.warned_never.retain(|name, _| budgets.iter().any(|b| &b.metadata.name == name));
-        if budgets.is_empty() {
-            // Every member change wakes this: with no budget, nothing to copy.
-            return Ok(Next::Requeue(PASS_INTERVAL));
-        }
+    fn keys(&self) -> Vec<String> {
+        self.budgets.map(|b| b.metadata.name.clone())
+    }
+
+    async fn reconcile(&self, name: &str) -> Result<Action, ObjectsError> {
+        let Some(cached) = self.budgets.get_shared(name) else {
+            self.warned_never.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(name);
+            return Ok(Action::AwaitChange);
+        };
         let members = self.members.list();
-        for cached in budgets {
-            if !counts_differ(&cached.status, &disruption::count(&cached, &members, now())) {
-                continue;
-            }
+        if counts_differ(&cached.status, &disruption::count(&cached, &members, now())) {
             let written = self
                 .objects
-                .modify::<DisruptionBudgetSpec, ObjectsError>(&cached.metadata.name, Part::Status, |budget| {
+                .modify::<DisruptionBudgetSpec, ObjectsError>(name, Part::Status, |budget| {
                     let counted = disruption::count(budget, &members, now());
                     let changed = counts_differ(&budget.status, &counted);
                     budget.status = counted;
                     Ok(changed)
                 })
                 .await;
-            let budget = match written {
-                Ok(budget) => budget,
-                Err(ObjectsError::NotFound { .. }) => continue,
+            match written {
+                Ok(budget) => self.warn_never(&budget).await,
+                Err(ObjectsError::NotFound { .. }) => return Ok(Action::AwaitChange),
                 Err(other) => return Err(other),
-            };
-            match disruption::never_allows(&budget) {
-                // Once for each reason: one that changes (no member
-                // selected yet, then too few of them) is told again.
-                Some(why) if self.warned_never.get(&budget.metadata.name) != Some(&why) => {
-                    self.warned_never.insert(budget.metadata.name.clone(), why.clone());
-                    self.events.record(&budget, EventType::Warning, EventReason::BudgetNeverAllows, why).await;
-                }
-                Some(_) => {}
-                None => {
-                    self.warned_never.remove(&budget.metadata.name);
-                }
             }
         }
-        Ok(Next::Requeue(PASS_INTERVAL))
+        Ok(Action::Requeue(PASS_INTERVAL))
     }
 }

@@ -12,6 +12,7 @@ pub mod compactor;
 pub mod configuration;
 pub mod event_ttl;
 pub mod fencing_probe;
+pub mod keyed;
 pub mod node_lifecycle;
 pub mod operations;
 pub mod runtime;
@@ -71,16 +72,7 @@ pub fn start(
         commands: commands.clone(),
         config: config.clone(),
     };
-    let wake_app_clusters = vec![
-        caches.apps.changes(),
-        caches.clusters.changes(),
-        caches.members.changes(),
-        // A heartbeat's time or serial tells members nothing.
-        caches.nodes.changes_that_matter(),
-        caches.commands.changes(),
-    ];
     let budgets = Reflector::start(objects.store().clone(), stop.clone());
-    let wake_budgets = vec![budgets.changes(), caches.members.changes()];
     let operation_caches = operations::Caches {
         operations: Reflector::start(objects.store().clone(), stop.clone()),
         members: caches.members.clone(),
@@ -88,12 +80,6 @@ pub fn start(
         nodes: nodes.clone(),
         config: config.clone(),
     };
-    let wake_operations = vec![
-        operation_caches.operations.changes(),
-        operation_caches.members.changes(),
-        budgets.changes(),
-        nodes.changes_that_matter(),
-    ];
     // Every intent kind; not a heartbeat's time (its own minimum gap makes
     // a burst of changes one serial).
     let wake_keeper = vec![
@@ -112,21 +98,31 @@ pub fn start(
         caches.members.clone(),
         EventRecorder::new(objects.clone(), "disruption-budgets"),
     );
-    set.spawn(runtime::run(budget_keeper, wake_budgets, metrics.clone(), stop.clone()));
+    let watches = budget_keeper.watches();
+    set.spawn(keyed::run(budget_keeper, watches, metrics.clone(), stop.clone()));
     let operations = operations::OperationsController::new(
         objects.clone(),
         operation_caches,
         EventRecorder::new(objects.clone(), "operations"),
     );
-    set.spawn(runtime::run(operations, wake_operations, metrics.clone(), stop.clone()));
+    let watches = operations.watches();
+    set.spawn(keyed::run(operations, watches, metrics.clone(), stop.clone()));
     let issuer = crate::commands::Issuer { term, peers: leader.peers, nodes: nodes.clone() };
+    let janitor = app_clusters::janitor::Janitor::new(
+        objects.clone(),
+        &caches,
+        EventRecorder::new(objects.clone(), "app-clusters"),
+    );
+    let triggers = janitor.triggers();
+    set.spawn(runtime::run(janitor, triggers, metrics.clone(), stop.clone()));
     let app_clusters = app_clusters::AppClusterController::new(
         objects.clone(),
         caches,
         issuer.clone(),
         EventRecorder::new(objects.clone(), "app-clusters"),
     );
-    set.spawn(runtime::run(app_clusters, wake_app_clusters, metrics.clone(), stop.clone()));
+    let watches = app_clusters.watches();
+    set.spawn(keyed::run(app_clusters, watches, metrics.clone(), stop.clone()));
     let command_controller = commands::CommandController::new(
         objects.clone(),
         issuer,

@@ -9,7 +9,8 @@
 //! member whose approval was never recorded is asked again, and the
 //! eviction API answers that its eviction is under way.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use herd_core::Resource;
@@ -21,7 +22,7 @@ use herd_core::kinds::{
 use herd_core::operation::{self, Outcome, View};
 use herd_core::roles::RoleChange;
 
-use crate::controllers::runtime::{Controller, Next};
+use crate::controllers::keyed::{Action, KeyedController, Watches};
 use crate::events::EventRecorder;
 use crate::eviction::{Disruption, EvictionError};
 use crate::node_roles::RoleChangeError;
@@ -30,8 +31,10 @@ use crate::objects::{Objects, ObjectsError, now};
 use crate::reflector::Reflector;
 use herd_core::kinds::ClusterConfigSpec;
 
-/// How often running Operations are looked at when nothing wakes them.
+/// How often a running Operation is looked at when nothing wakes it.
 const PASS_INTERVAL: Duration = Duration::from_secs(5);
+/// How often a finished one is, until it is deleted.
+const FINISHED_INTERVAL: Duration = Duration::from_secs(60);
 
 pub struct OperationsController {
     objects: Objects,
@@ -41,11 +44,14 @@ pub struct OperationsController {
     nodes: Reflector<NodeSpec>,
     config: Reflector<ClusterConfigSpec>,
     events: EventRecorder,
-    /// The budgets' revisions at the last pass: when they moved, every
-    /// refused eviction is asked again at once (the count it was refused
-    /// on has changed).
-    budgets_seen: Vec<(String, Option<String>)>,
+    /// The budgets' revisions at each Operation's last pass: when they
+    /// moved, its refused evictions are asked again at once (the count
+    /// they were refused on has changed).
+    budgets_seen: Mutex<HashMap<String, BudgetRevisions>>,
 }
+
+/// Each budget's name and resourceVersion.
+type BudgetRevisions = Vec<(String, Option<String>)>;
 
 /// The caches the controller reads.
 pub struct Caches {
@@ -59,26 +65,71 @@ pub struct Caches {
 impl OperationsController {
     pub fn new(objects: Objects, caches: Caches, events: EventRecorder) -> Self {
         let Caches { operations, members, budgets, nodes, config } = caches;
-        OperationsController { objects, operations, members, budgets, nodes, config, events, budgets_seen: Vec::new() }
+        let budgets_seen = Mutex::default();
+        OperationsController { objects, operations, members, budgets, nodes, config, events, budgets_seen }
     }
 
-    /// Deletes the Operations finished longer ago than
-    /// `operation::FINISHED_KEPT`, each at the revision seen (one changed
-    /// or gone meanwhile is left for the next pass).
-    async fn delete_expired(&self) -> Result<(), ObjectsError> {
-        let at = now();
-        let expired = self.operations.map(|o| {
-            let revision = o.metadata.revision().ok().flatten()?;
-            operation::expired(o, at).then(|| (o.metadata.name.clone(), revision))
-        });
-        for (name, revision) in expired.into_iter().flatten() {
-            match self.objects.delete_value("Operation", OperationSpec::PLURAL, &name, Some(revision), false).await {
-                Ok(_) => tracing::info!(operation = %name, "deleted a finished operation kept its day"),
-                Err(ObjectsError::NotFound { .. } | ObjectsError::Conflict { .. }) => {}
-                Err(other) => return Err(other),
-            }
+    /// What wakes an Operation: a change of itself, of a member or node it
+    /// works on, or of any budget (its refusals are asked again).
+    pub fn watches(&self) -> Watches {
+        let operations = self.operations.clone();
+        let on_node = move |node: &str| -> Vec<String> {
+            operations
+                .map(|o| {
+                    matches!(&o.spec.action, OperationAction::Drain { node: n } if n == node)
+                        .then(|| o.metadata.name.clone())
+                })
+                .into_iter()
+                .flatten()
+                .collect()
+        };
+        let on_node_too = on_node.clone();
+        let operations = self.operations.clone();
+        Watches::new()
+            .owns(&self.operations)
+            .all_on(&self.budgets)
+            .watches(&self.nodes, move |old, new| {
+                let names: BTreeSet<&str> = old.into_iter().chain(new).map(|n| n.metadata.name.as_str()).collect();
+                names.into_iter().flat_map(&on_node).collect()
+            })
+            .watches(&self.members, move |old, new| {
+                let members: Vec<_> = old.into_iter().chain(new).collect();
+                let mut woken: BTreeSet<String> =
+                    members.iter().filter_map(|m| m.spec.node.as_deref()).flat_map(&on_node_too).collect();
+                woken.extend(
+                    operations
+                        .map(|o| {
+                            let OperationAction::Restart { cluster, .. } = &o.spec.action else { return None };
+                            members.iter().any(|m| &m.spec.cluster == cluster).then(|| o.metadata.name.clone())
+                        })
+                        .into_iter()
+                        .flatten(),
+                );
+                woken.into_iter().collect()
+            })
+    }
+
+    /// Deletes `op` once it finished longer ago than
+    /// `operation::FINISHED_KEPT`, at the revision seen (one changed or
+    /// gone meanwhile is left for its next pass); whether it was.
+    async fn delete_if_expired(&self, op: &Operation) -> Result<bool, ObjectsError> {
+        let Some(revision) = op.metadata.revision().ok().flatten().filter(|_| operation::expired(op, now())) else {
+            return Ok(false);
+        };
+        let name = &op.metadata.name;
+        match self.objects.delete_value("Operation", OperationSpec::PLURAL, name, Some(revision), false).await {
+            Ok(_) => tracing::info!(operation = %name, "deleted a finished operation kept its day"),
+            Err(ObjectsError::NotFound { .. } | ObjectsError::Conflict { .. }) => {}
+            Err(other) => return Err(other),
         }
-        Ok(())
+        Ok(true)
+    }
+
+    /// Whether the budgets moved since `name`'s last pass.
+    fn budgets_moved(&self, name: &str) -> bool {
+        let budgets_now = self.budgets.map(|b| (b.metadata.name.clone(), b.metadata.resource_version.clone()));
+        let mut seen = self.budgets_seen.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        seen.insert(name.to_string(), budgets_now.clone()).is_none_or(|before| before != budgets_now)
     }
 
     /// Takes up a Pending Operation: a drain's node marked drained, or the
@@ -168,7 +219,7 @@ impl OperationsController {
     }
 }
 
-impl Controller for OperationsController {
+impl KeyedController for OperationsController {
     const NAME: &'static str = "operations";
 
     async fn synced(&self) {
@@ -179,47 +230,51 @@ impl Controller for OperationsController {
         self.config.synced().await;
     }
 
-    async fn reconcile(&mut self) -> Result<Next, ObjectsError> {
-        let budgets_now = self.budgets.map(|b| (b.metadata.name.clone(), b.metadata.resource_version.clone()));
-        let retry_refused = budgets_now != self.budgets_seen;
-        self.budgets_seen = budgets_now;
+    fn keys(&self) -> Vec<String> {
+        self.operations.map(|o| o.metadata.name.clone())
+    }
+
+    async fn reconcile(&self, name: &str) -> Result<Action, ObjectsError> {
+        // Read from the store, not the cache: a pass must start from the
+        // last status written (the cache may not show it yet, and a pass
+        // on an older one would forget the steps taken since).
+        let Some(op) = self.objects.get::<OperationSpec>(name).await? else {
+            self.budgets_seen.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(name);
+            return Ok(Action::AwaitChange);
+        };
+        let retry_refused = self.budgets_moved(name);
+        let (status, unanswered) = match op.status.phase {
+            OperationPhase::Pending => (self.begin(&op).await?, None),
+            OperationPhase::Running => self.work(&op, retry_refused).await,
+            _ => {
+                self.delete_if_expired(&op).await?;
+                return Ok(Action::Requeue(FINISHED_INTERVAL));
+            }
+        };
         let mut next = PASS_INTERVAL;
-        self.delete_expired().await?;
-        let unfinished = self.operations.map(|o| (!o.status.phase.is_finished()).then(|| o.metadata.name.clone()));
-        for name in unfinished.into_iter().flatten() {
-            // Read from the store, not the cache: a pass must start from the
-            // last status written (the cache may not show it yet, and a pass
-            // on an older one would forget the steps taken since).
-            let Some(op) = self.objects.get::<OperationSpec>(&name).await? else { continue };
-            let (status, unanswered) = match op.status.phase {
-                OperationPhase::Pending => (self.begin(&op).await?, None),
-                OperationPhase::Running => self.work(&op, retry_refused).await,
-                _ => continue,
-            };
-            if let Some(due) = operation::next_pass(&Operation { status: status.clone(), ..op.clone() }, now()) {
-                next = next.min(due.max(Duration::from_millis(100)));
-            }
-            if status != op.status {
-                // Only over the object this pass started from: anything
-                // written meanwhile (a cancel, a pass of another leader) is
-                // where the next pass starts (an eviction asked again is
-                // the same one).
-                match self.objects.update_status(Operation { status, ..op }, false).await {
-                    Ok(_) | Err(ObjectsError::NotFound { .. }) => {}
-                    Err(ObjectsError::Conflict { .. }) => next = Duration::from_millis(100),
-                    Err(other) => return Err(other),
-                }
-            }
-            match unanswered {
-                None => {}
-                Some(EvictionError::Objects(failed)) => return Err(failed),
-                Some(contended) => {
-                    tracing::info!(operation = %name, error = %contended, "eviction to be asked again");
-                    next = Duration::from_millis(100);
-                }
+        if let Some(due) = operation::next_pass(&Operation { status: status.clone(), ..op.clone() }, now()) {
+            next = next.min(due.max(Duration::from_millis(100)));
+        }
+        if status != op.status {
+            // Only over the object this pass started from: anything
+            // written meanwhile (a cancel, a pass of another leader) is
+            // where the next pass starts (an eviction asked again is the
+            // same one).
+            match self.objects.update_status(Operation { status, ..op }, false).await {
+                Ok(_) | Err(ObjectsError::NotFound { .. }) => {}
+                Err(ObjectsError::Conflict { .. }) => next = Duration::from_millis(100),
+                Err(other) => return Err(other),
             }
         }
-        Ok(Next::Requeue(next))
+        match unanswered {
+            None => {}
+            Some(EvictionError::Objects(failed)) => return Err(failed),
+            Some(contended) => {
+                tracing::info!(operation = %name, error = %contended, "eviction to be asked again");
+                next = Duration::from_millis(100);
+            }
+        }
+        Ok(Action::Requeue(next))
     }
 }
 
@@ -311,16 +366,16 @@ mod tests {
             nodes: Reflector::start(store.clone(), stop.clone()),
             config: Reflector::start(store.clone(), stop.clone()),
         };
-        let mut controller =
+        let controller =
             OperationsController::new(objects.clone(), caches, EventRecorder::new(objects.clone(), "test"));
         controller.synced().await;
-        controller.reconcile().await.unwrap();
+        controller.reconcile("drain-n1").await.unwrap();
         let running = objects.require::<OperationSpec>("drain-n1").await.unwrap();
         assert_eq!(running.status.phase, OperationPhase::Running, "{:?}", running.status);
 
         // The eviction's write (the first of the pass) fails.
         failing.store(1, Ordering::SeqCst);
-        let failed = controller.reconcile().await;
+        let failed = controller.reconcile("drain-n1").await;
         assert!(matches!(failed, Err(ObjectsError::Store(_))), "the pass failed for the runtime to retry: {failed:?}");
         let after = objects.require::<OperationSpec>("drain-n1").await.unwrap();
         let step = after.status.steps.iter().find(|s| s.member == "c1-r-0").unwrap();
@@ -330,7 +385,7 @@ mod tests {
         assert!(member.spec.requests.replace.is_none(), "nothing approved");
 
         // The store is back: the next pass evicts it.
-        controller.reconcile().await.unwrap();
+        controller.reconcile("drain-n1").await.unwrap();
         let after = objects.require::<OperationSpec>("drain-n1").await.unwrap();
         let step = after.status.steps.iter().find(|s| s.member == "c1-r-0").unwrap();
         assert_eq!((step.state, step.attempts), (StepState::Evicted, 1), "{step:?}");

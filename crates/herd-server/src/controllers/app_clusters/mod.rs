@@ -8,18 +8,23 @@
 //! written. Every decision is herd-core's; this module reads the caches,
 //! writes through the fence and issues Commands.
 //!
-//! Members whose AppCluster is gone (deleted, or replaced by another of
-//! the same name) are removed from their nodes and deleted.
+//! It runs on the keyed runtime, one cluster at a time: a change of the
+//! cluster, its App, its members, their Commands or their nodes wakes it
+//! (`AppClusterController::watches`), and a busy cluster requeues only
+//! itself. Members whose AppCluster is gone, and members a node runs that
+//! no Member binds there, are the [`janitor`]'s.
 
 mod commands;
 mod issuing;
+pub mod janitor;
+mod ledger;
 mod migrating;
 mod placing;
 mod recovery;
 mod restarting;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use herd_core::configmeta::configmeta;
@@ -37,12 +42,12 @@ use herd_core::outcomes::{Recorded, record_outcome};
 use herd_core::role_sync::{MemberChange, role_sync};
 use herd_core::time::Timestamp;
 
-use self::commands::{command_for, member_of, member_run};
+use self::commands::{member_of, member_run};
 use self::issuing::Issue;
-use self::placing::Bookings;
+use self::ledger::Ledger;
 use crate::change_clock::ChangeClock;
 use crate::commands::Issuer;
-use crate::controllers::runtime::{Controller, Next};
+use crate::controllers::keyed::{Action as Next, KeyedController, Watches};
 use crate::events::EventRecorder;
 use crate::nodes::cluster_config;
 use crate::objects::{Objects, ObjectsError, Part, now};
@@ -52,14 +57,17 @@ use crate::reflector::Reflector;
 const BUSY_REQUEUE: Duration = Duration::from_millis(500);
 /// How often a quiet one is (KubeDirector requeues every 30 s).
 const QUIET_REQUEUE: Duration = Duration::from_secs(10);
-/// How many clusters' passes run side by side: their writes meet in the
-/// store's group commits.
-const PARALLEL_PASSES: usize = 32;
 
 pub struct AppClusterController {
     objects: Objects,
     /// Since when each node has been Ready or NotReady, on this leader's clock.
-    readiness: ChangeClock<bool>,
+    readiness: Mutex<ChangeClock<bool>>,
+    /// What members take of the nodes, shared by the reconciles running
+    /// side by side.
+    ledger: Ledger,
+    /// The nodes looked up by name, kept while the nodes cache is at the
+    /// revision they were taken at.
+    nodes_index: Mutex<Option<(Option<herd_store::Revision>, Arc<Nodes>)>>,
     apps: Reflector<AppSpec>,
     clusters: Reflector<AppClusterSpec>,
     members: Reflector<MemberSpec>,
@@ -72,6 +80,7 @@ pub struct AppClusterController {
 }
 
 /// The caches the controller reads.
+#[derive(Clone)]
 pub struct Caches {
     pub apps: Reflector<AppSpec>,
     pub clusters: Reflector<AppClusterSpec>,
@@ -86,7 +95,9 @@ impl AppClusterController {
         let Caches { apps, clusters, members, nodes, commands, config } = caches;
         AppClusterController {
             objects,
-            readiness: ChangeClock::default(),
+            readiness: Mutex::default(),
+            ledger: Ledger::default(),
+            nodes_index: Mutex::default(),
             apps,
             clusters,
             members,
@@ -97,9 +108,65 @@ impl AppClusterController {
             events,
         }
     }
+
+    /// What wakes a cluster: a change of itself, of its App, of one of its
+    /// members or their Commands, of a node one of its members is on (or
+    /// moving to, or reported by), or of any node while it has a member
+    /// to place; every cluster on a settings change.
+    pub fn watches(&self) -> Watches {
+        let clusters = self.clusters.clone();
+        let members = self.members.clone();
+        Watches::new()
+            .owns(&self.clusters)
+            .all_on(&self.config)
+            .watches(&self.apps, move |old, new| {
+                let apps: BTreeSet<&str> = old.into_iter().chain(new).map(|a| a.metadata.name.as_str()).collect();
+                let using = clusters.map(|c| apps.contains(c.spec.app_ref.as_str()).then(|| c.metadata.name.clone()));
+                using.into_iter().flatten().collect()
+            })
+            .watches(&self.members, |old, new| {
+                let clusters: BTreeSet<String> = old.into_iter().chain(new).map(|m| m.spec.cluster.clone()).collect();
+                clusters.into_iter().collect()
+            })
+            .watches(&self.commands, |old, new| {
+                let clusters: BTreeSet<&str> = old.into_iter().chain(new).filter_map(commands::cluster_of).collect();
+                clusters.into_iter().map(str::to_string).collect()
+            })
+            .watches(&self.nodes, move |old, new| {
+                let nodes: Vec<&Node> = old.into_iter().chain(new).collect();
+                let names: BTreeSet<&str> = nodes.iter().map(|n| n.metadata.name.as_str()).collect();
+                let mut clusters: BTreeSet<String> =
+                    nodes.iter().flat_map(|n| n.status.members.iter().filter_map(|r| r.cluster.clone())).collect();
+                clusters.extend(
+                    members
+                        .map(|m| {
+                            let near = m.spec.node.as_deref().is_none_or(|n| names.contains(n))
+                                || m.status.migration.as_ref().is_some_and(|to| names.contains(to.to.as_str()));
+                            near.then(|| m.spec.cluster.clone())
+                        })
+                        .into_iter()
+                        .flatten(),
+                );
+                clusters.into_iter().collect()
+            })
+    }
+
+    /// The nodes looked up by name, taken again when the nodes cache moved.
+    fn nodes_index(&self) -> Arc<Nodes> {
+        let revision = self.nodes.revision();
+        let mut index = self.nodes_index.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        match &*index {
+            Some((at, nodes)) if *at == revision => nodes.clone(),
+            _ => {
+                let nodes = Arc::new(Nodes::of(self.nodes.list_shared()));
+                *index = Some((revision, nodes.clone()));
+                nodes
+            }
+        }
+    }
 }
 
-impl Controller for AppClusterController {
+impl KeyedController for AppClusterController {
     const NAME: &'static str = "app-clusters";
 
     async fn synced(&self) {
@@ -111,64 +178,23 @@ impl Controller for AppClusterController {
         self.config.synced().await;
     }
 
-    /// A pass over every cluster; one cluster's failure is logged and the
-    /// others go on, except a lost leadership, which ends the pass.
-    async fn reconcile(&mut self) -> Result<Next, ObjectsError> {
-        use futures_util::stream::{self, StreamExt};
-        let mut busy = false;
-        let not_ready = self.not_ready_for();
-        let round = Round::of(self);
-        let clusters = self.clusters.list_shared();
-        let (this, not_ready, round) = (&*self, &not_ready, &round);
-        let passes: Vec<_> = clusters
-            .iter()
-            .map(|cluster| async move { (cluster, this.pass(cluster, not_ready, round).await) })
-            .collect();
-        let passes = stream::iter(passes).buffer_unordered(PARALLEL_PASSES).collect::<Vec<_>>().await;
-        for (cluster, outcome) in passes {
-            match outcome {
-                Ok(in_flight) => busy |= in_flight,
-                Err(fenced @ ObjectsError::Fenced { .. }) => return Err(fenced),
-                Err(error) => {
-                    busy = true;
-                    tracing::info!(cluster = %cluster.metadata.name, %error, "app-cluster pass to be done again");
-                }
-            }
-        }
-        busy |= self.orphans().await?;
-        self.strays().await?;
-        self.sweep().await?;
-        Ok(Next::Requeue(if busy { BUSY_REQUEUE } else { QUIET_REQUEUE }))
+    fn keys(&self) -> Vec<String> {
+        self.clusters.map(|c| c.metadata.name.clone())
     }
-}
 
-/// What one round over every cluster reads from the caches, once: the
-/// nodes, every member and every Command (by the cluster they name), and
-/// what the members take (ports per host, members per node), which its
-/// passes add to as they bind.
-struct Round {
-    nodes: Nodes,
-    members: BTreeMap<String, Vec<Arc<Member>>>,
-    commands: BTreeMap<String, Vec<Arc<Command>>>,
-    bookings: Bookings,
-}
-
-impl Round {
-    fn of(controller: &AppClusterController) -> Round {
-        let mut commands: BTreeMap<String, Vec<Arc<Command>>> = BTreeMap::new();
-        for command in controller.commands.list_shared() {
-            if let Some(cluster) = commands::cluster_of(&command) {
-                commands.entry(cluster.to_string()).or_default().push(command);
-            }
-        }
-        let (nodes, all_members) = (controller.nodes.list_shared(), controller.members.list_shared());
-        let bookings = Bookings::of(&nodes, all_members.iter().map(|m| &**m));
-        let nodes = Nodes::of(nodes);
-        let mut members: BTreeMap<String, Vec<Arc<Member>>> = BTreeMap::new();
-        for member in all_members {
-            members.entry(member.spec.cluster.clone()).or_default().push(member);
-        }
-        Round { nodes, members, commands, bookings }
+    /// One pass over the cluster named `name` (a cluster gone is the
+    /// janitor's).
+    async fn reconcile(&self, name: &str) -> Result<Next, ObjectsError> {
+        let Some(cluster) = self.clusters.get_shared(name) else { return Ok(Next::AwaitChange) };
+        let not_ready = self.not_ready_for();
+        let nodes = self.nodes_index();
+        let all_members = self.members.list_shared();
+        self.ledger.refresh((self.nodes.revision(), self.members.revision()), &nodes.list, &all_members);
+        let members: Vec<Arc<Member>> = all_members.into_iter().filter(|m| m.spec.cluster == *name).collect();
+        let commands: Vec<Arc<Command>> =
+            self.commands.list_shared().into_iter().filter(|c| commands::cluster_of(c) == Some(name)).collect();
+        let in_flight = self.pass(&cluster, &not_ready, &nodes, &members, commands).await?;
+        Ok(Next::Requeue(if in_flight { BUSY_REQUEUE } else { QUIET_REQUEUE }))
     }
 }
 
@@ -180,8 +206,8 @@ struct Pass<'a> {
     nodes: &'a Nodes,
     /// The nodes this cluster's members are bound to (after placement).
     near: Vec<Arc<Node>>,
-    /// What the round's members take (ports, members per node).
-    bookings: &'a Bookings,
+    /// What every cluster's members take (ports, members per node).
+    ledger: &'a Ledger,
     /// This cluster's members as they are being changed.
     members: Vec<Member>,
     /// Members with an unsettled Command.
@@ -264,13 +290,11 @@ impl AppClusterController {
         &self,
         cluster: &AppCluster,
         not_ready: &BTreeMap<String, Duration>,
-        round: &Round,
+        nodes: &Nodes,
+        named: &[Arc<Member>],
+        commands: Vec<Arc<Command>>,
     ) -> Result<bool, ObjectsError> {
-        let name = &cluster.metadata.name;
         let app = self.apps.get(&cluster.spec.app_ref);
-        let nodes = &round.nodes;
-        let commands = round.commands.get(name).cloned().unwrap_or_default();
-        let named = round.members.get(name).map_or(&[][..], Vec::as_slice);
         let members: Vec<Member> = named.iter().filter(|m| owned_by(m, cluster)).map(|m| Member::clone(m)).collect();
         let stored = members.iter().map(|m| (m.metadata.name.clone(), m.status.clone())).collect();
         let settings = cluster_config(&self.config).app_clusters;
@@ -280,7 +304,7 @@ impl AppClusterController {
             app: app.as_ref().map(|a| &a.spec),
             nodes,
             near: Vec::new(),
-            bookings: &round.bookings,
+            ledger: &self.ledger,
             members,
             busy: BTreeSet::new(),
             notifying: BTreeSet::new(),
@@ -598,167 +622,5 @@ impl AppClusterController {
             issues.push(Issue { member: i, purpose, action });
         }
         self.issue_all(pass, issues).await
-    }
-
-    /// Members whose cluster is gone: removed from their nodes, then
-    /// deleted. True while any is left.
-    async fn orphans(&self) -> Result<bool, ObjectsError> {
-        let clusters: BTreeMap<String, Arc<AppCluster>> =
-            self.clusters.list_shared().into_iter().map(|c| (c.metadata.name.clone(), c)).collect();
-        let orphans: Vec<Member> = self
-            .members
-            .list_shared()
-            .into_iter()
-            .filter(|m| !clusters.get(&m.spec.cluster).is_some_and(|c| owned_by(m, c)))
-            .map(Arc::unwrap_or_clone)
-            .collect();
-        if orphans.is_empty() {
-            return Ok(false);
-        }
-        let nodes = Nodes::of(self.nodes.list_shared());
-        let mut removed = BTreeSet::new();
-        let mut busy = BTreeSet::new();
-        let mut settled: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for command in self.commands.list_shared() {
-            let Some(member) = member_of(&command).filter(|m| orphans.iter().any(|o| o.metadata.name == *m)) else {
-                continue;
-            };
-            if !command.status.state_by_management.is_settled() {
-                busy.insert(member.to_string());
-                continue;
-            }
-            if matches!(command.spec.action, Action::RemoveMember { .. })
-                && command.status.answer.as_ref().is_some_and(|a| a.success)
-            {
-                removed.insert(member.to_string());
-            }
-            settled.entry(member.to_string()).or_default().push(command.metadata.name.clone());
-        }
-        for mut member in orphans {
-            let name = member.metadata.name.clone();
-            member.status.state = MemberState::Deleting;
-            let report = nodes.report(&member).cloned();
-            let facts = MemberFacts {
-                generation: 0,
-                bound: member.spec.node.is_some(),
-                report: report.as_ref(),
-                has_setup: false,
-                persistent: false,
-                busy: busy.contains(&name),
-                removed: removed.contains(&name),
-                digest: None,
-            };
-            match member_sync(&mut member.status, &facts) {
-                Step::Forget { .. } => {
-                    self.objects.delete_if_present::<MemberSpec>(&name).await?;
-                    for command in settled.remove(&name).unwrap_or_default() {
-                        self.objects.delete_if_present::<CommandSpec>(&command).await?;
-                    }
-                    crate::commands::forget_holds(&self.objects, &name).await?;
-                    let message = format!(
-                        "removed{} with its volumes: its AppCluster {} is gone",
-                        member.spec.node.as_ref().map(|n| format!(" from node {n}")).unwrap_or_default(),
-                        member.spec.cluster
-                    );
-                    self.events.record(&member, EventType::Normal, EventReason::MemberRemoved, message).await;
-                }
-                Step::Remove => {
-                    let action = Action::RemoveMember { member: name.clone() };
-                    if let Some(command) = command_for(&member.spec.cluster, &member, Purpose::Remove, action) {
-                        match crate::commands::create(&self.objects, command, false).await {
-                            Ok(_) | Err(ObjectsError::Held(_)) => {}
-                            Err(error) => return Err(error),
-                        }
-                    }
-                }
-                _ => {}
-            }
-        }
-        Ok(true)
-    }
-
-    /// App-cluster members a node runs that no Member binds to it (deleted
-    /// by the operator, or bound elsewhere since): removed from that node,
-    /// so that one slot never runs in two places. The binding is read from
-    /// the store, not the cache, before anything is removed.
-    async fn strays(&self) -> Result<(), ObjectsError> {
-        // A NotReady node's report is stale, and it could not act on a
-        // Command: its strays are removed once it is back.
-        for node in self.nodes.list_shared().into_iter().filter(|n| n.status.ready) {
-            for report in node.status.members.iter().filter(|r| r.cluster.is_some() && r.wanted) {
-                // Bound there, or moving there with its data.
-                let belongs = |m: &Member| {
-                    m.spec.node.as_ref() == Some(&node.metadata.name)
-                        || m.status.migration.as_ref().is_some_and(|to| to.to == node.metadata.name)
-                };
-                if self.members.get_shared(&report.name).is_some_and(|m| belongs(&m)) {
-                    continue;
-                }
-                let stored = self.objects.get::<MemberSpec>(&report.name).await?;
-                if stored.as_ref().is_some_and(belongs) {
-                    continue;
-                }
-                // The node's report as stored too: the cache may show one
-                // from before the node forgot the member (a move's end).
-                let reported = self.objects.get::<NodeSpec>(&node.metadata.name).await?;
-                let still = reported.is_some_and(|n| {
-                    n.status
-                        .members
-                        .iter()
-                        .any(|r| r.name == report.name && r.wanted && r.instance_id == report.instance_id)
-                });
-                if !still {
-                    continue;
-                }
-                let mut stray = Member::new(report.name.clone(), MemberSpec::default());
-                stray.spec.node = Some(node.metadata.name.clone());
-                let cluster = report.cluster.clone().unwrap_or_default();
-                let action = Action::RemoveMember { member: report.name.clone() };
-                let Some(command) = command_for(&cluster, &stray, Purpose::Remove, action) else { continue };
-                match crate::commands::create(&self.objects, command, false).await {
-                    Ok(created) => {
-                        // An instance the member left behind (a replace, a
-                        // move) is expected to go: no warning.
-                        let retired = stored.as_ref().is_some_and(|m| {
-                            report.instance_id.as_ref().is_some_and(|i| m.status.retired_instances.contains(i))
-                        });
-                        let bound =
-                            stored.and_then(|m| m.spec.node).map_or("no node".to_string(), |n| format!("node {n}"));
-                        let (type_, reason, message) = if retired {
-                            let what = format!(
-                                "member {}'s old instance {} runs on node {}, which it left (it is on {bound}): \
-                                 removing it there",
-                                report.name,
-                                report.instance_id.as_deref().unwrap_or("?"),
-                                node.metadata.name
-                            );
-                            (EventType::Normal, EventReason::OldInstanceRemoved, what)
-                        } else {
-                            let what = format!(
-                                "member {} runs on node {} but is bound to {bound}: removing it there",
-                                report.name, node.metadata.name
-                            );
-                            (EventType::Warning, EventReason::StrayMember, what)
-                        };
-                        self.events.record(&created, type_, reason, message).await;
-                    }
-                    Err(ObjectsError::Held(_)) => {}
-                    Err(error) => return Err(error),
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Deletes settled Commands of this controller whose member is gone
-    /// (a stray's removal, the last of a deleted member's).
-    async fn sweep(&self) -> Result<(), ObjectsError> {
-        for command in self.commands.list_shared() {
-            let Some(member) = member_of(&command) else { continue };
-            if command.status.state_by_management.is_settled() && self.members.get_shared(member).is_none() {
-                self.objects.delete_if_present::<CommandSpec>(&command.metadata.name).await?;
-            }
-        }
-        Ok(())
     }
 }

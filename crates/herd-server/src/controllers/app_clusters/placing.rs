@@ -1,106 +1,19 @@
-//! Placing a pass's unbound members: each decided in turn (a decision sees
-//! the ones before it, of its cluster and, through the round's
-//! [`Bookings`], of the passes running beside it), then every binding
-//! written at once. The bookings keep the ports taken per host and the
-//! members bound per node, so a placement costs a lookup, not a walk of
-//! every member and node.
+//! Placing a pass's unbound members: each decided in turn (a decision
+//! sees the ones before it, of its cluster and, through the controller's
+//! [`Ledger`], of the reconciles running beside it), then every binding
+//! written at once.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::ops::RangeInclusive;
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
 
 use futures_util::future::join_all;
-use herd_core::kinds::app::{AppRole, NamedPort};
-use herd_core::kinds::{AppSpec, EventReason, EventType, Member, MemberState, Node};
+use herd_core::kinds::app::AppRole;
+use herd_core::kinds::{AppSpec, EventReason, EventType, Member, MemberState};
 use herd_core::member_check::{Seen, check_member};
-use herd_core::placement::{Placement, allocate_ports, node_host, place};
+use herd_core::placement::place;
 
+use super::ledger::Refused;
 use super::{AppClusterController, Pass};
 use crate::objects::ObjectsError;
-
-/// Where a node's ports are shared: its host (nodes on one host share its
-/// ports), or the node alone when it has no address yet.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-enum HostKey {
-    Host(String),
-    Node(String),
-}
-
-/// What the round's members take, as the round goes on: the ports on each
-/// host and the members bound to each node, from every member read at its
-/// start and every binding the passes running side by side have decided
-/// since (a port must not be given twice on one host, and a burst must
-/// not pile onto the nodes whose reports do not show it yet).
-pub(super) struct Bookings {
-    hosts: HashMap<String, HostKey>,
-    taken: Mutex<Taken>,
-}
-
-#[derive(Default)]
-struct Taken {
-    ports: HashMap<HostKey, BTreeSet<u16>>,
-    members: HashMap<String, usize>,
-}
-
-impl Bookings {
-    pub(super) fn of<'m>(nodes: &[Arc<Node>], members: impl IntoIterator<Item = &'m Member>) -> Bookings {
-        let hosts = nodes
-            .iter()
-            .map(|n| {
-                let key =
-                    node_host(n).map_or_else(|| HostKey::Node(n.metadata.name.clone()), |h| HostKey::Host(h.into()));
-                (n.metadata.name.clone(), key)
-            })
-            .collect();
-        let book = Bookings { hosts, taken: Mutex::default() };
-        let mut taken = Taken::default();
-        for member in members {
-            if let Some(node) = &member.spec.node {
-                taken.ports.entry(book.host(node)).or_default().extend(member.spec.ports.values());
-                *taken.members.entry(node.clone()).or_default() += 1;
-            }
-            // A member on its way holds its ports on its target too.
-            if let Some(migration) = &member.status.migration {
-                taken.ports.entry(book.host(&migration.to)).or_default().extend(migration.ports.values());
-                *taken.members.entry(migration.to.clone()).or_default() += 1;
-            }
-        }
-        Bookings { taken: Mutex::new(taken), ..book }
-    }
-
-    fn host(&self, node: &str) -> HostKey {
-        self.hosts.get(node).cloned().unwrap_or_else(|| HostKey::Node(node.to_string()))
-    }
-
-    /// Places `member` with `place` (given each node's bound members) and
-    /// allocates its ports there, booking both, in one step.
-    fn book(
-        &self,
-        place: impl FnOnce(&dyn Fn(&str) -> usize) -> Placement,
-        wanted: &[NamedPort],
-        range: RangeInclusive<u16>,
-    ) -> Result<(String, BTreeMap<String, u16>), Refused> {
-        let mut taken = self.taken.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let node = match place(&|node: &str| taken.members.get(node).copied().unwrap_or(0)) {
-            Placement::Bound(node) => node,
-            Placement::Unplaceable(why) => return Err(Refused::Unplaceable(why)),
-        };
-        let on_host = taken.ports.entry(self.host(&node)).or_default();
-        let ports =
-            allocate_ports(wanted, on_host, range).map_err(|why| Refused::NoPorts(format!("on {node}: {why}")))?;
-        on_host.extend(ports.values());
-        *taken.members.entry(node.clone()).or_default() += 1;
-        Ok((node, ports))
-    }
-}
-
-/// Why a member was not bound now.
-enum Refused {
-    /// No node can take it (an Event says so).
-    Unplaceable(String),
-    /// The node it would go to has no free ports.
-    NoPorts(String),
-}
 
 impl AppClusterController {
     /// Binds every unbound member waiting to be created that can be
@@ -132,7 +45,10 @@ impl AppClusterController {
                     placed.push(i);
                 }
                 // Placed on a stale copy: the next pass places it again.
-                Err(ObjectsError::Conflict { .. }) => pass.members[i] = before,
+                Err(ObjectsError::Conflict { .. }) => {
+                    self.ledger.release(&before.metadata.name);
+                    pass.members[i] = before;
+                }
                 Err(error) => return Err(error),
             }
         }
@@ -163,9 +79,13 @@ impl AppClusterController {
             }
         }
         let fresh: Vec<Member> = pass.members.drain(first..).collect();
+        let names: Vec<String> = fresh.iter().map(|m| m.metadata.name.clone()).collect();
         let created = join_all(fresh.into_iter().map(|member| self.objects.create(member, true, false))).await;
         let mut placed = Vec::new();
-        for outcome in created {
+        for (name, outcome) in names.iter().zip(created) {
+            if outcome.is_err() {
+                self.ledger.release(name);
+            }
             match outcome {
                 Ok(created) => {
                     // As stored: a status this pass does not change is not written again.
@@ -244,5 +164,5 @@ fn book_node(pass: &Pass<'_>, member: &Member, app_role: &AppRole) -> Result<(St
     let peers: Vec<&Member> = pass.members.iter().filter(|m| m.spec.role == member.spec.role).collect();
     let spread = app_role.placement.spread;
     let place = |bound: &dyn Fn(&str) -> usize| place(member, selector, spread, &pass.nodes.list, &peers, bound);
-    pass.bookings.book(place, &app_role.ports, pass.settings.member_ports())
+    pass.ledger.book(&member.metadata.name, place, &app_role.ports, pass.settings.member_ports())
 }

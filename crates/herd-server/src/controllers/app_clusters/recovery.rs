@@ -18,15 +18,16 @@ use crate::objects::{ObjectsError, now};
 
 impl AppClusterController {
     /// How long each node has been NotReady, as this leader saw it.
-    pub(super) fn not_ready_for(&mut self) -> BTreeMap<String, Duration> {
+    pub(super) fn not_ready_for(&self) -> BTreeMap<String, Duration> {
         let readiness = self.nodes.map(|n| (n.metadata.name.clone(), n.status.ready));
         let now = Instant::now();
         let names: BTreeSet<&str> = readiness.iter().map(|(name, _)| name.as_str()).collect();
-        self.readiness.retain(|name| names.contains(name));
+        let mut clock = self.readiness.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        clock.retain(|name| names.contains(name));
         readiness
             .iter()
             .filter_map(|(name, ready)| {
-                let held = self.readiness.since(name, *ready, now);
+                let held = clock.since(name, *ready, now);
                 (!ready).then(|| (name.clone(), held))
             })
             .collect()

@@ -1,0 +1,204 @@
+//! [`Ledger`]: what app-cluster members take of the nodes (the ports on
+//! each host, the members bound to each node), shared by every cluster's
+//! reconcile. It is counted from the caches, with the bindings decided
+//! since that the members cache does not show yet: reconciles of several
+//! clusters run side by side, and a port must not be given twice on one
+//! host, nor a burst pile onto the nodes whose counts do not show it yet.
+//! A placement costs a lookup, not a walk of every member and node.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::RangeInclusive;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use herd_core::kinds::app::NamedPort;
+use herd_core::kinds::{Member, Node};
+use herd_core::placement::{Placement, allocate_ports, node_host};
+use herd_store::Revision;
+use tokio::time::Instant;
+
+/// How long a decided binding is counted without the members cache
+/// showing it (its write failed, or its member went away).
+const PENDING_KEPT: Duration = Duration::from_secs(30);
+
+/// Where a node's ports are shared: its host (nodes on one host share its
+/// ports), or the node alone when it has no address yet.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum HostKey {
+    Host(String),
+    Node(String),
+}
+
+/// Why a member was not bound now.
+pub(super) enum Refused {
+    /// No node can take it (an Event says so).
+    Unplaceable(String),
+    /// The node it would go to has no free ports.
+    NoPorts(String),
+}
+
+/// A binding decided and not yet seen in the members cache.
+struct Pending {
+    node: String,
+    ports: BTreeMap<String, u16>,
+    at: Instant,
+}
+
+#[derive(Default)]
+struct Counts {
+    /// The caches' revisions (nodes, members) the counts were taken at.
+    built: Option<(Option<Revision>, Option<Revision>)>,
+    hosts: HashMap<String, HostKey>,
+    ports: HashMap<HostKey, BTreeSet<u16>>,
+    members: HashMap<String, usize>,
+    pending: HashMap<String, Pending>,
+}
+
+impl Counts {
+    fn host(&self, node: &str) -> HostKey {
+        self.hosts.get(node).cloned().unwrap_or_else(|| HostKey::Node(node.to_string()))
+    }
+
+    fn take(&mut self, node: &str, ports: impl IntoIterator<Item = u16>) {
+        let host = self.host(node);
+        self.ports.entry(host).or_default().extend(ports);
+        *self.members.entry(node.to_string()).or_default() += 1;
+    }
+}
+
+#[derive(Default)]
+pub(super) struct Ledger {
+    counts: Mutex<Counts>,
+}
+
+impl Ledger {
+    fn counts(&self) -> std::sync::MutexGuard<'_, Counts> {
+        self.counts.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Counts again from the caches when either moved since (`revisions`:
+    /// the nodes' and the members'), keeping the bindings decided since
+    /// that the members cache does not show yet.
+    pub(super) fn refresh(
+        &self,
+        revisions: (Option<Revision>, Option<Revision>),
+        nodes: &[Arc<Node>],
+        members: &[Arc<Member>],
+    ) {
+        let mut counts = self.counts();
+        if counts.built == Some(revisions) {
+            return;
+        }
+        let pending = std::mem::take(&mut counts.pending);
+        let hosts = nodes
+            .iter()
+            .map(|n| {
+                let key =
+                    node_host(n).map_or_else(|| HostKey::Node(n.metadata.name.clone()), |h| HostKey::Host(h.into()));
+                (n.metadata.name.clone(), key)
+            })
+            .collect();
+        *counts = Counts { built: Some(revisions), hosts, ..Counts::default() };
+        let mut shown = HashMap::new();
+        for member in members {
+            if let Some(node) = &member.spec.node {
+                counts.take(node, member.spec.ports.values().copied());
+                shown.insert(member.metadata.name.as_str(), node.as_str());
+            }
+            // A member on its way holds its ports on its target too.
+            if let Some(migration) = &member.status.migration {
+                counts.take(&migration.to, migration.ports.values().copied());
+                shown.insert(member.metadata.name.as_str(), migration.to.as_str());
+            }
+        }
+        for (member, booked) in pending {
+            let seen = shown.get(member.as_str()).is_some_and(|node| *node == booked.node);
+            if !seen && booked.at.elapsed() < PENDING_KEPT {
+                counts.take(&booked.node, booked.ports.values().copied());
+                counts.pending.insert(member, booked);
+            }
+        }
+    }
+
+    /// Places `member` with `place` (given each node's bound members) and
+    /// allocates its ports there, booking both, in one step.
+    pub(super) fn book(
+        &self,
+        member: &str,
+        place: impl FnOnce(&dyn Fn(&str) -> usize) -> Placement,
+        wanted: &[NamedPort],
+        range: RangeInclusive<u16>,
+    ) -> Result<(String, BTreeMap<String, u16>), Refused> {
+        let mut counts = self.counts();
+        let node = match place(&|node: &str| counts.members.get(node).copied().unwrap_or(0)) {
+            Placement::Bound(node) => node,
+            Placement::Unplaceable(why) => return Err(Refused::Unplaceable(why)),
+        };
+        let host = counts.host(&node);
+        let on_host = counts.ports.entry(host).or_default();
+        let ports =
+            allocate_ports(wanted, on_host, range).map_err(|why| Refused::NoPorts(format!("on {node}: {why}")))?;
+        counts.take(&node, ports.values().copied());
+        let booked = Pending { node: node.clone(), ports: ports.clone(), at: Instant::now() };
+        counts.pending.insert(member.to_string(), booked);
+        Ok((node, ports))
+    }
+
+    /// A booked binding that was not written: what it took is free again
+    /// at the next count.
+    pub(super) fn release(&self, member: &str) {
+        let mut counts = self.counts();
+        if counts.pending.remove(member).is_some() {
+            counts.built = None;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use herd_core::Object;
+    use herd_core::kinds::{MemberSpec, NodeSpec};
+
+    fn node(name: &str, address: &str) -> Arc<Node> {
+        let mut node = Object::new(name, NodeSpec::default());
+        node.status.address = Some(address.into());
+        Arc::new(node)
+    }
+
+    fn port() -> Vec<NamedPort> {
+        vec![NamedPort { name: "client".into() }]
+    }
+
+    fn on(node: &'static str) -> impl FnOnce(&dyn Fn(&str) -> usize) -> Placement {
+        move |_| Placement::Bound(node.into())
+    }
+
+    #[test]
+    fn bindings_decided_side_by_side_never_share_a_port_until_the_cache_shows_them() {
+        let ledger = Ledger::default();
+        // Two nodes on one host share its ports.
+        let nodes = vec![node("n1", "127.0.0.1:7000"), node("n2", "127.0.0.1:7001")];
+        ledger.refresh((Some(1), Some(1)), &nodes, &[]);
+        let (_, first) = ledger.book("a-r-0", on("n1"), &port(), 20000..=20010).ok().unwrap();
+        let (_, second) = ledger.book("b-r-0", on("n2"), &port(), 20000..=20010).ok().unwrap();
+        assert_ne!(first, second, "one host, two members: two ports");
+        // The members cache moved on without showing them yet: still counted.
+        ledger.refresh((Some(1), Some(2)), &nodes, &[]);
+        let (_, third) = ledger.book("c-r-0", on("n1"), &port(), 20000..=20010).ok().unwrap();
+        assert!(third != first && third != second, "{third:?}");
+        // Shown by the cache: counted once, from the cache.
+        let shown = |name: &str, node: &str, ports: &BTreeMap<String, u16>| {
+            let spec = MemberSpec { node: Some(node.into()), ports: ports.clone(), ..Default::default() };
+            Arc::new(Object::new(name, spec))
+        };
+        let members = vec![shown("a-r-0", "n1", &first), shown("b-r-0", "n2", &second)];
+        ledger.refresh((Some(1), Some(3)), &nodes, &members);
+        assert_eq!(ledger.counts().pending.len(), 1, "c-r-0 is still pending");
+        assert_eq!(ledger.counts().members.get("n1"), Some(&2));
+        // One whose write failed is released.
+        ledger.release("c-r-0");
+        ledger.refresh((Some(1), Some(3)), &nodes, &members);
+        assert_eq!(ledger.counts().members.get("n1"), Some(&1));
+    }
+}
