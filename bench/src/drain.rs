@@ -1,4 +1,4 @@
-//! Drain (issue 13) on real agents: the time a drain Operation takes to
+//! Drain on real agents: the time a drain Operation takes to
 //! move 10 members of a trivial app off a node under a budget of
 //! `maxUnavailable: 1`, beside two baselines measured in the same run:
 //!

@@ -1,4 +1,4 @@
-//! App-cluster admission (the seed's stricter validator): a change to an
+//! App-cluster admission (KubeDirector's stricter validator): a change to an
 //! AppCluster's spec is refused while the previous change has not had a
 //! reconcile pass, or while any member has notifies pending (they were
 //! made from the spec as it is, and only the need for them is kept).

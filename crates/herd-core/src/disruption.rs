@@ -1,4 +1,4 @@
-//! Disruption budgets' counts and the eviction verdict (seed 004), pure.
+//! Disruption budgets' counts and the eviction verdict, pure.
 //!
 //! Only ready members count as healthy, so an eviction approved now keeps
 //! the next one waiting until the evicted member is back and ready: the
@@ -124,7 +124,7 @@ pub fn is_stale(budget: &DisruptionBudget) -> bool {
 }
 
 /// Why a budget can never allow an eviction, even with every member
-/// healthy (Kubernetes issue 91141: a drain waited on it silently). A
+/// healthy (said, so that a drain does not wait on it silently). A
 /// budget that selects no member (yet: it is often applied before its
 /// members exist) is asked about no eviction, so it blocks none.
 pub fn never_allows(budget: &DisruptionBudget) -> Option<String> {

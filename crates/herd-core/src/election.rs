@@ -1,5 +1,5 @@
 //! Lease-based leader election: what a candidate does with the Lease it
-//! sees (client-go semantics, seed 001).
+//! sees (client-go semantics).
 //!
 //! Expiry is judged on the candidate's own monotonic clock, from the moment
 //! it last saw the record change, with the record's own duration. A

@@ -1,9 +1,9 @@
-//! The first step of every app-cluster pass (the seed's
+//! The first step of every app-cluster pass (KubeDirector's
 //! checkContainerStates): what the member's node reports of its process
 //! sets `lastKnownState` and whether it is ready (and since when, and why
 //! not), and a configured or config-error member whose instance changed
-//! has restarted and goes back to create pending, as one of the seed's
-//! three restarts. A node that is not Ready reports nothing current: its
+//! has restarted and goes back to create pending, as one of three
+//! restarts (persistent, clean slate, error retry). A node that is not Ready reports nothing current: its
 //! members' state is unknown and none of them is ready (what it last said
 //! is not taken as true now). Pure.
 
@@ -124,7 +124,7 @@ pub fn set_ready(status: &mut MemberStatus, ready: bool, now: Timestamp) {
     status.ready = ready;
 }
 
-/// Starts a restarted member over as the seed's restart says.
+/// Starts a restarted member over: what it keeps depends on which restart it is.
 fn restart(status: &mut MemberStatus, persistent: bool) -> Restart {
     let restart = match (status.state, persistent) {
         (MemberState::ConfigError, _) => Restart::ErrorRetry,

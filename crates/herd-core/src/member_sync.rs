@@ -1,4 +1,4 @@
-//! Member sync (the seed's syncMembers): what one member needs next, from
+//! Member sync (KubeDirector's syncMembers): what one member needs next, from
 //! its state, what its node reports and what its commands did. Each call
 //! moves the member as far as the facts allow and returns the one action
 //! the controller should take for it now. Pure.

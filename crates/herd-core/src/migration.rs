@@ -1,5 +1,5 @@
 //! Moving an app-cluster member with its data (an eviction of a member
-//! with persistent volumes, seed 004): a target chosen and recorded in
+//! with persistent volumes): a target chosen and recorded in
 //! the member's status first, then a MigrateMember Command (stop it
 //! where it is, copy its volumes verified, start it on the target), then
 //! the member bound to the target and set up again there (its address

@@ -1,4 +1,4 @@
-//! Beyond the seed (KubeDirector issue 274): what becomes of a member
+//! What becomes of a member
 //! whose node is lost (NotReady for longer than the grace) or that the
 //! operator asked to replace. Without persistent storage it is recreated
 //! elsewhere at once; with it, herd does not move it silently: it says

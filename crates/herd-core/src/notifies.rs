@@ -1,4 +1,4 @@
-//! Notifies: who is told of members joining and leaving (the seed's
+//! Notifies: who is told of members joining and leaving (KubeDirector's
 //! generateNotifies). When members of role R join (first set up, never a
 //! restart) or leave, every configured member of a role whose App role
 //! lists R in `notifies` gets `--addnodes|--delnodes --role R --members

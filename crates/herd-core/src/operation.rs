@@ -1,4 +1,4 @@
-//! The drain's state machine (seed 004, DESIGN section 9), pure: what an
+//! The drain's state machine, pure: what an
 //! Operation does next, decided from its recorded steps and what the
 //! members look like now. The leader (`herd-server`'s operations
 //! controller) asks for the evictions decided here, records how each went

@@ -1,4 +1,4 @@
-//! Restarting an app-cluster member in place (a rolling restart, seed 004:
+//! Restarting an app-cluster member in place (a rolling restart,
 //! asked of its budgets first): its instance recorded, the process
 //! stopped, then started again on its node with the same settings; the new
 //! instance then goes through the cluster's restart path (set up again

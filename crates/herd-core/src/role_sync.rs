@@ -1,10 +1,10 @@
 //! Role sync: which members an AppCluster's spec asks to be created or
-//! removed, given the members that exist (the seed's syncClusterRoles).
+//! removed, given the members that exist (KubeDirector's syncClusterRoles).
 //! Pure. Each role wants the slots `0..members`; a missing slot is
 //! created; a slot past the count, or of a role no longer in the spec, is
 //! removed highest index first. A member that never got past create
-//! pending goes straight to deleting (nobody was told of it: KubeDirector
-//! issue 289, a grow undone before it happened); any other is marked
+//! pending goes straight to deleting (nobody was told of it: a grow undone
+//! before it happened); any other is marked
 //! delete pending, so that the others hear of its leaving first. A slot
 //! whose member is still leaving is not filled again until it is gone:
 //! one slot never has two members.
@@ -111,7 +111,7 @@ mod tests {
 
     #[test]
     fn rule_a_member_still_create_pending_goes_straight_to_deleting() {
-        // KubeDirector issue 289: grown 3 -> 5 and shrunk back before the new ones were set up.
+        // Grown 3 -> 5 and shrunk back before the new ones were set up.
         let mut members: Vec<Member> = (0..3).map(|i| member("member", i, MemberState::Configured, true)).collect();
         members.push(member("member", 3, MemberState::CreatePending, false));
         members.push(member("member", 4, MemberState::Creating, false));

@@ -1,4 +1,4 @@
-//! Node roles with Ganeti 2.0's rules (seed 003): one role per node
+//! Node roles with Ganeti 2.0's rules: one role per node
 //! (candidate, regular, drained, offline) and whether it is master
 //! capable; changed one at a time, as an operator asks (`herd node
 //! modify`), or by the leader keeping the candidate pool full.
@@ -7,13 +7,13 @@
 //! - the master's node keeps its role: only a failover moves the master;
 //! - offline is refused while the node hosts members (they are named);
 //! - promotion needs a master-capable node that is neither offline nor
-//!   drained (Ganeti issue 1682: a node that is not master capable is
-//!   never promoted, by anyone);
+//!   drained (a node that is not master capable is never promoted, by
+//!   anyone);
 //! - a demotion (to regular, drained or offline, or master capability
 //!   taken away) that leaves fewer candidates than wanted, min(pool size,
 //!   eligible nodes), is refused with the numbers, unless the caller asks
 //!   for auto-promotion: then an eligible node is promoted in the same
-//!   change (Ganeti issue 163: a full pool made offline impossible).
+//!   change (otherwise a full pool would make offline impossible).
 //!
 //! Offline and drained replace any other role, so offline clears drained,
 //! and both demote. Lowering the pool size demotes nobody (as Ganeti).

@@ -1,5 +1,5 @@
 //! The setup status file: how the outcome of a member's `--configure` run
-//! survives an agent restart or a member restart (the seed's
+//! survives an agent restart or a member restart (KubeDirector's
 //! configure.status). The agent writes `<instance id>=` before the script
 //! starts and `<instance id>=<exit code>` when it ends; when what it saw
 //! adds to the code (the wrapper could not write the file: the volume is

@@ -1,4 +1,4 @@
-//! The eviction API (seed 004): a voluntary disruption of one member asks
+//! The eviction API: a voluntary disruption of one member asks
 //! every DisruptionBudget that selects it (`herd_core::disruption::verdict`);
 //! all must allow. The approval is one transaction: each budget's status
 //! (the approval recorded, one allowed disruption taken) and the member's

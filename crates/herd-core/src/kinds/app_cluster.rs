@@ -1,7 +1,9 @@
 //! `AppCluster`: an instance of an App: which App, and per role how many
-//! members and what to change for them. Its status carries the seed's
-//! `memberStateRollup` and `specGenerationToProcess`; [`rollup`] computes
-//! the rollup from the members' statuses, exactly as the seed defines it.
+//! members and what to change for them. Its status carries
+//! `memberStateRollup` (KubeDirector's flags: membership changing, members
+//! down, initializing, waiting, restarting, config errors) and
+//! `specGenerationToProcess`; [`rollup`] computes the rollup from the
+//! members' statuses, one flag per member condition.
 
 use std::collections::BTreeMap;
 
@@ -55,7 +57,7 @@ pub enum ClusterState {
     Error,
 }
 
-/// The seed's memberStateRollup: what is going on with members, at a glance.
+/// memberStateRollup: what is going on with members, at a glance.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MemberStateRollup {

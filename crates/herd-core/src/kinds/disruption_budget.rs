@@ -1,5 +1,5 @@
 //! `DisruptionBudget`: what an app declares about itself (Kubernetes'
-//! PodDisruptionBudget, seed 004): "of the members this selector picks,
+//! PodDisruptionBudget): "of the members this selector picks,
 //! always keep at least N healthy" (`minAvailable`), or "never have more
 //! than N of them down" (`maxUnavailable`). Voluntary disruptions (an
 //! eviction, a drain, a rolling restart) ask it first; crashes cannot be

@@ -1,7 +1,7 @@
 //! `Member`: one slot of one role of an AppCluster, named
 //! `<cluster>-<role>-<index>`, owned by its cluster, labelled with cluster
-//! and role, bound to one node. Its status is the seed's member state and
-//! `stateDetail` (KubeDirector's "handle host/pod shutdown and reboot").
+//! and role, bound to one node. Its status is KubeDirector's member state
+//! and `stateDetail` (how members survive host and member restarts).
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -69,7 +69,7 @@ impl MemberRequests {
     }
 }
 
-/// The seed's member states.
+/// A member's states: created, set up, in config error, or on its way out.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum MemberState {
@@ -82,7 +82,7 @@ pub enum MemberState {
     Deleting,
 }
 
-/// What herd last saw of the member's process (the seed's
+/// What herd last saw of the member's process (KubeDirector's
 /// lastKnownContainerState).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -123,7 +123,7 @@ pub struct PendingNotify {
     pub last_attempt: Option<Timestamp>,
 }
 
-/// The seed's stateDetail, with instance ids for container ids.
+/// KubeDirector's stateDetail, with instance ids for container ids.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct StateDetail {

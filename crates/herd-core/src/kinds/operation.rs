@@ -1,5 +1,5 @@
 //! `Operation`: durable server-side work that takes a while and must
-//! survive a leader failover (DESIGN section 9): the drain of a node, the
+//! survive a leader failover: the drain of a node, the
 //! rolling restart of a role. The
 //! spec says what to do and how (a deadline and what happens at it, how
 //! many members move at once); only `cancel` may change afterwards. The

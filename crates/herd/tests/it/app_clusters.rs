@@ -1,6 +1,6 @@
-//! App clusters end to end on real agents (seed 000): members placed on
+//! App clusters end to end on real agents: members placed on
 //! nodes, set up once with their configmeta, told of joins, and brought
-//! back through the seed's restarts; a failing setup is a config error
+//! back through the three restarts; a failing setup is a config error
 //! with its detail; deleting the cluster removes its members everywhere.
 //! The app is a shell script, so that each rule is seen alone; the etcd
 //! and redis examples run in `examples.rs`.

@@ -1,4 +1,4 @@
-//! The CLI habits kubectl users bring (issue 14), through the real binary
+//! The CLI habits kubectl users bring, through the real binary
 //! against a real server: `herd get` with no kind lists the kinds, `-o
 //! name` prints `kind/name` lines, `-o jsonpath=...` kubectl's templates,
 //! `herd logs -f` follows a log, `herd get all` every kind's objects (and is refused, naming why, where there

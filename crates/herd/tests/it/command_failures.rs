@@ -1,4 +1,4 @@
-//! Commands that fail or are given up, end to end (issue: reliability):
+//! Commands that fail or are given up, end to end:
 //! abandoning a copy ends its worker before what it holds is released; a
 //! failed migration leaves its member running where it was; a copy onto a
 //! full disk fails at once with the reason, leaves nothing behind, and the

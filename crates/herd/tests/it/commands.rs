@@ -517,7 +517,7 @@ async fn an_unsettled_command_from_a_store_with_the_old_single_guard_still_holds
 
 /// A copy in progress says how far it got (bytes staged of the volume's
 /// size, reported by the agent with each heartbeat), and `herd command
-/// wait` follows it to its end (issue 14).
+/// wait` follows it to its end.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_copy_reports_its_progress_and_command_wait_follows_it() {
     let TwoNodes { server, a_dir, .. } = &two_nodes(&["--copy-mib-per-sec", "1"]).await;

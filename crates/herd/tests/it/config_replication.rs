@@ -1,4 +1,4 @@
-//! The configuration goes to master candidates only (seed 003): with three
+//! The configuration goes to master candidates only: with three
 //! real agents and a pool of two, the candidates keep a copy at the newest
 //! serial (in their data dirs) and the regular node only the small facts;
 //! a change raises the serial everywhere; a demoted node deletes its copy

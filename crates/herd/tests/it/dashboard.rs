@@ -1,4 +1,4 @@
-//! The dashboard (issue 14) in a real browser: headless Chromium driven
+//! The dashboard in a real browser: headless Chromium driven
 //! through WebDriver against a live server with three agents. A bad token
 //! is refused; a viewer sees three Ready nodes and no actions; as admin,
 //! the etcd example reaches configured on the page without a reload, a

@@ -1,4 +1,4 @@
-//! Disruption budgets (seed 004) on real agents and members: applied from
+//! Disruption budgets on real agents and members: applied from
 //! YAML with the CLI, counted by the leader over the members they select,
 //! a crash only lowers the count (nothing asks the budget), a budget that
 //! can never allow an eviction says so, and bad budgets are refused naming
@@ -123,7 +123,7 @@ fn evict(server: &TestServer, member: &str, dry_run: bool) -> std::process::Outp
     herd(server, &args)
 }
 
-/// The seed's demonstration: 3 members under minAvailable 2 allow one
+/// The budget rule at work: 3 members under minAvailable 2 allow one
 /// eviction; the next is refused (429 naming the budget) until the evicted
 /// member is back and ready; a second budget that blocks is named (exit 4
 /// from the CLI), the one that allows is not.

@@ -1,4 +1,4 @@
-//! Drains (seed 004, issue 13) on real agents and members, through the
+//! Drains on real agents and members, through the
 //! CLI: `herd node drain` marks the node drained and moves its members
 //! away under their budgets, one at a time as the budget allows, and
 //! follows the Operation to its end; a budget that can never allow an
@@ -179,7 +179,8 @@ async fn a_blocked_drain_says_why_within_seconds_fails_at_its_deadline_and_can_b
     }
 }
 
-/// Issue 13's failover: two replicas on PostgreSQL, a drain of a node
+/// A leader failover in the middle of a drain: two replicas on
+/// PostgreSQL, a drain of a node
 /// with 6 members under maxUnavailable 1, and the leading replica killed
 /// (kill -9) in the middle of it. The other replica takes the lease and
 /// finishes the drain from the Operation's status; afterwards the store's

@@ -127,7 +127,7 @@ async fn etcd_grows_and_shrinks_and_its_member_list_stays_herds() {
     apply(&nodes, &example("etcd"));
     configured(server, "etcd", 3, Duration::from_secs(90)).await;
 
-    // Grow 3 to 5 and at once back to 3 (KubeDirector issue 289): with one
+    // Grow 3 to 5 and at once back to 3: with one
     // member per node required and no other node to take them, both new
     // members are still create pending when the shrink comes.
     resize(&nodes, 5);
@@ -259,7 +259,7 @@ async fn cli_blocking(server: &common::TestServer, args: &[&str]) -> std::proces
     .unwrap()
 }
 
-/// Drain of a node with an etcd member (issue 13): the member moves to
+/// Drain of a node with an etcd member: the member moves to
 /// the free node with its data (stopped, copied verified, started there
 /// and set up again at its new address), one at a time under the
 /// example's budget (minAvailable 2), while etcd keeps quorum the whole
@@ -307,7 +307,7 @@ async fn draining_a_node_moves_its_etcd_member_with_its_data_and_keeps_quorum() 
     assert!(!events.contains(EventReason::StrayMember.as_str()), "{events}");
 }
 
-/// A rolling restart of the etcd role with one canary (issue 13): every
+/// A rolling restart of the etcd role with one canary: every
 /// member restarted once, in place, one at a time under the example's
 /// budget, quorum kept the whole time, and etcd's data and member list
 /// as before.

@@ -1,4 +1,4 @@
-//! Master failover without a shared store (seed 003; Ganeti's
+//! Master failover without a shared store (Ganeti's
 //! `gnt-cluster master-failover`), through the real binary: a SQLite
 //! master on n1 with three master candidates and an etcd cluster; the
 //! master and n1's agent are killed. With two of three nodes unreachable

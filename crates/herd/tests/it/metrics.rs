@@ -1,4 +1,4 @@
-//! `/metrics` after app-cluster work (issue 14): `promtool check metrics`
+//! `/metrics` after app-cluster work: `promtool check metrics`
 //! finds nothing to complain about, and the latency histograms (API
 //! requests, store commits, reconcile passes, Commands) have counted what
 //! the server did.

@@ -1,9 +1,8 @@
-//! Node roles through the CLI against a real server (seed 003, Ganeti's
+//! Node roles through the CLI against a real server (Ganeti's
 //! rules): the leader fills the candidate pool; a demotion from a full pool
 //! is refused with the reason unless `--auto-promote` promotes another node
-//! in the same change (Ganeti issue 163); a larger pool promotes one more;
-//! a node that is not master capable is never promoted (Ganeti issue
-//! 1682); offline is refused while a node hosts members, naming them;
+//! in the same change; a larger pool promotes one more;
+//! a node that is not master capable is never promoted; offline is refused while a node hosts members, naming them;
 //! `herd apply` meets the same rules; only Ready nodes are promoted; every
 //! change is an Event.
 

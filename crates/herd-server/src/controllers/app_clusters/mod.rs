@@ -1,5 +1,5 @@
 //! The app-cluster controller (leader only): one pass per AppCluster in
-//! the seed's order. First what happened (settled Commands read into the
+//! KubeDirector's order. First what happened (settled Commands read into the
 //! members' statuses; each member checked against its node's report, a
 //! changed instance being a restart), then role sync (members created or
 //! sent away), then member sync (each member one step further: placed,
@@ -394,7 +394,7 @@ impl AppClusterController {
         }
     }
 
-    /// The seed's first step: each member against its node's report. A
+    /// The first step: each member against its node's report. A
     /// restart, and a crash loop that grew since the status as stored, are
     /// Events.
     async fn check_members(&self, pass: &mut Pass<'_>, app: &AppSpec) {
