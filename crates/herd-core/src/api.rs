@@ -440,6 +440,9 @@ pub fn log_window(length: u64, offset: Option<u64>, most: u64) -> (u64, u64) {
 /// `herd cluster verify`'s findings (`herd_core::verify::Report`).
 pub const CLUSTER_VERIFY_PATH: &str = "/api/v1/cluster/verify";
 
+/// Where every kind's descriptor is served (the dashboard's tables).
+pub const KINDS_PATH: &str = "/api/v1/kinds";
+
 /// The control plane as the answering replica sees it (`herd cluster status`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

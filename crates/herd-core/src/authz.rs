@@ -1,8 +1,11 @@
-//! Who may do what. Admins may do everything; a node identity may read its
-//! own Node and the ClusterConfig, and write only its own Node's status and
-//! heartbeat (the Kubernetes NodeRestriction idea); a viewer may read
-//! everything but tokens and change nothing (the dashboard). Everything
-//! else is refused with a reason.
+//! Who may do what. Admins may do everything; a node identity may do what
+//! each kind's descriptor grants nodes (`Access::node`: its own Node read,
+//! its status and heartbeat written, its Commands read, the Kubernetes
+//! NodeRestriction idea; the ClusterConfig read); a viewer may read what
+//! the descriptors let it (every kind) and no token, and change nothing
+//! (the dashboard). Everything else is refused with a reason.
+
+use crate::descriptor::NodeAccess;
 
 /// The identity behind a request's bearer token.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -54,11 +57,12 @@ pub fn authorize(principal: &Principal, verb: Verb, target: Target<'_>) -> Resul
         Principal::Viewer => return authorize_viewer(verb, target),
         Principal::Node(node) => node,
     };
-    let own_node = target.plural == "nodes" && target.name == Some(node.as_str());
-    let allowed = match verb {
-        Verb::Get => own_node || target.plural == "clusterconfigs",
-        Verb::UpdateStatus | Verb::Heartbeat | Verb::ReadCommands => own_node,
-        Verb::List | Verb::Watch | Verb::Create | Verb::Update | Verb::Delete => false,
+    let granted = crate::kinds::by_plural(target.plural).map_or(NodeAccess::None, |d| d.access.node);
+    let own = target.name == Some(node.as_str());
+    let allowed = match (granted, verb) {
+        (NodeAccess::Own, Verb::Get | Verb::UpdateStatus | Verb::Heartbeat | Verb::ReadCommands) => own,
+        (NodeAccess::Get, Verb::Get) => true,
+        _ => false,
     };
     if allowed {
         Ok(())
@@ -78,7 +82,9 @@ const TOKEN_PLURALS: [&str; 1] = ["jointokens"];
 
 fn authorize_viewer(verb: Verb, target: Target<'_>) -> Result<(), Denied> {
     let reads = matches!(verb, Verb::Get | Verb::List | Verb::Watch);
-    if reads && !TOKEN_PLURALS.contains(&target.plural) {
+    let readable = crate::kinds::by_plural(target.plural)
+        .map_or(!TOKEN_PLURALS.contains(&target.plural), |d| d.access.viewer_reads);
+    if reads && readable {
         return Ok(());
     }
     Err(Denied(format!(

@@ -13,9 +13,11 @@ use serde_json::Value;
 
 use crate::kinds::ManagementState;
 
-/// The kinds (plurals) whose objects make up the configuration.
-pub const CONFIGURATION_KINDS: [&str; 8] =
-    ["nodes", "clusterconfigs", "apps", "appclusters", "members", "commands", "disruptionbudgets", "operations"];
+/// Whether the objects of the kind served at `plural` make up the
+/// configuration (their descriptors say they are replicated).
+pub fn in_configuration(plural: &str) -> bool {
+    crate::kinds::by_plural(plural).is_some_and(|d| d.replicated)
+}
 
 /// The store keys under which the secrets are kept.
 pub const SECRETS_PREFIX: &str = "/secrets/";

@@ -13,6 +13,7 @@ pub mod authz;
 pub mod backoff;
 pub mod configmeta;
 pub mod configuration;
+pub mod descriptor;
 pub mod disruption;
 pub mod election;
 pub mod eviction;

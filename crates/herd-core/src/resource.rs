@@ -4,6 +4,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::API_VERSION;
+use crate::descriptor::{Access, Column, Descriptor};
 use crate::meta::ObjectMeta;
 use crate::validation::{FieldPath, ValidationErrors};
 
@@ -46,6 +47,27 @@ pub trait Resource: Data {
     const PLURAL: &'static str;
     /// Whether the kind has a status written through the status subresource.
     const HAS_STATUS: bool = true;
+    /// The short name `herd get` also takes (`no` for nodes).
+    const SHORT: &'static str;
+    /// Part of the configuration master candidates keep (an intent kind).
+    const REPLICATED: bool = false;
+    /// Who besides an admin may touch its objects.
+    const ACCESS: Access = Access::ADMIN;
+    /// The columns of its table (`herd get`, the dashboard).
+    const COLUMNS: &'static [Column] = crate::descriptor::DEFAULT_COLUMNS;
+
+    /// Everything the rest of herd knows of the kind.
+    fn descriptor() -> Descriptor {
+        Descriptor {
+            kind: Self::KIND,
+            plural: Self::PLURAL,
+            short: Self::SHORT,
+            has_status: Self::HAS_STATUS,
+            replicated: Self::REPLICATED,
+            access: Self::ACCESS,
+            columns: Self::COLUMNS,
+        }
+    }
 
     type Status: Data;
 

@@ -7,10 +7,7 @@ use std::marker::PhantomData;
 
 use async_trait::async_trait;
 use futures_util::future::BoxFuture;
-use herd_core::kinds::{
-    AppClusterSpec, AppSpec, ClusterConfigSpec, CommandSpec, DisruptionBudgetSpec, EventSpec, LeaseSpec, MemberSpec,
-    NodeSpec, OperationSpec, ReplicaSpec,
-};
+use herd_core::kinds::{AppClusterSpec, CommandSpec, KindVisitor, NodeSpec, OperationSpec};
 use herd_core::{Object, Resource, ValidationErrors};
 use schemars::{Schema, SchemaGenerator};
 use serde_json::Value;
@@ -173,29 +170,31 @@ pub struct Registry {
 }
 
 impl Registry {
+    /// Every kind (`herd_core::kinds::visit`), typed; a few admitted first.
     pub fn standard() -> Self {
-        let mut registry = Registry { kinds: BTreeMap::new() };
+        struct Add(Registry);
+        impl KindVisitor for Add {
+            fn visit<S: Resource>(&mut self) {
+                self.0.add::<S>();
+            }
+        }
+        let mut all = Add(Registry { kinds: BTreeMap::new() });
+        herd_core::kinds::visit(&mut all);
+        let mut registry = all.0;
         let admit_node: Admit<NodeSpec> = |objects, node| Box::pin(crate::node_roles::admit_replace(objects, node));
-        registry.kinds.insert(NodeSpec::PLURAL, Box::new(Admitted { on_create: None, on_replace: Some(admit_node) }));
-        registry.add::<ClusterConfigSpec>();
-        registry.add::<LeaseSpec>();
-        registry.add::<EventSpec>();
-        registry.add::<ReplicaSpec>();
-        registry.add::<AppSpec>();
+        registry.admitted(Admitted { on_create: None, on_replace: Some(admit_node) });
         let admit_cluster: Admit<AppClusterSpec> =
             |objects, cluster| Box::pin(crate::app_clusters::admit_replace(objects, cluster));
-        registry
-            .kinds
-            .insert(AppClusterSpec::PLURAL, Box::new(Admitted { on_create: None, on_replace: Some(admit_cluster) }));
-        registry.add::<MemberSpec>();
-        registry.add::<DisruptionBudgetSpec>();
+        registry.admitted(Admitted { on_create: None, on_replace: Some(admit_cluster) });
         let admit_operation: Admit<OperationSpec> =
             |objects, operation| Box::pin(crate::operations::admit(objects, operation));
-        registry
-            .kinds
-            .insert(OperationSpec::PLURAL, Box::new(Admitted { on_create: Some(admit_operation), on_replace: None }));
+        registry.admitted(Admitted { on_create: Some(admit_operation), on_replace: None });
         registry.kinds.insert(CommandSpec::PLURAL, Box::new(CommandKind));
         registry
+    }
+
+    fn admitted<S: Resource>(&mut self, kind: Admitted<S>) {
+        self.kinds.insert(S::PLURAL, Box::new(kind));
     }
 
     fn add<S: Resource>(&mut self) {

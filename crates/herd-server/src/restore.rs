@@ -7,12 +7,8 @@
 //! observed (nodes' readiness, members running, journals) comes back from
 //! the agents' heartbeats, as after any restart.
 
-use herd_core::Resource;
 use herd_core::configuration::Configuration;
-use herd_core::kinds::{
-    AppClusterSpec, AppSpec, ClusterConfigSpec, CommandSpec, DisruptionBudgetSpec, Lease, LeaseSpec, MemberSpec,
-    NodeSpec, OperationSpec,
-};
+use herd_core::kinds::{Lease, LeaseSpec};
 use herd_store::{ListOptions, Op, Store, Txn, TxnOutcome};
 use serde_json::Value;
 
@@ -43,17 +39,7 @@ pub enum RestoreError {
 }
 
 fn plural_of(kind: &str) -> Option<&'static str> {
-    Some(match kind {
-        NodeSpec::KIND => NodeSpec::PLURAL,
-        ClusterConfigSpec::KIND => ClusterConfigSpec::PLURAL,
-        AppSpec::KIND => AppSpec::PLURAL,
-        AppClusterSpec::KIND => AppClusterSpec::PLURAL,
-        MemberSpec::KIND => MemberSpec::PLURAL,
-        CommandSpec::KIND => CommandSpec::PLURAL,
-        DisruptionBudgetSpec::KIND => DisruptionBudgetSpec::PLURAL,
-        OperationSpec::KIND => OperationSpec::PLURAL,
-        _ => return None,
-    })
+    herd_core::kinds::by_kind(kind).filter(|d| d.replicated).map(|d| d.plural)
 }
 
 /// Seeds the empty `store` from `restore`, in one transaction.

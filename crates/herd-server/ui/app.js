@@ -305,7 +305,7 @@ function refetch(key, path) {
 }
 
 function showPage() {
-  const name = (location.hash || "#overview").slice(1);
+  const name = (location.hash || "#overview").slice(1).split("/")[0];
   herd.page = PAGES[name] ? name : "overview";
   follow(PAGES[herd.page].follows);
   render();

@@ -382,9 +382,92 @@ function eventsPage() {
     ${table("events", ["Last seen", "Type", "Reason", "Object", "Count", "Message"], rows, "No events.")}</section>`;
 }
 
+/// The value at JSON pointer `path` in `object` (undefined when absent).
+function pointer(object, path) {
+  let value = object;
+  for (const part of path.split("/").slice(1)) {
+    if (value === null || value === undefined) return undefined;
+    value = value[part.replace(/~1/g, "/").replace(/~0/g, "~")];
+  }
+  return value === null ? undefined : value;
+}
+
+/// The same, as text ("" when absent).
+function at(object, path) {
+  const value = pointer(object, path);
+  if (value === undefined) return "";
+  return typeof value === "object" ? JSON.stringify(value) : String(value);
+}
+
+/// What `cell` (a column of a kind's descriptor, served at
+/// /api/v1/kinds) shows of `object`: the CLI renders the same cells.
+function cellText(cell, object) {
+  const count = (path) => at(object, path) || "0";
+  const each = (path) => {
+    const value = pointer(object, path);
+    return Array.isArray(value) ? value : [];
+  };
+  switch (cell.type) {
+    case "text": return at(object, cell.path);
+    case "textOr": return at(object, cell.path) || cell.otherwise;
+    case "firstOf": return cell.paths.map((p) => at(object, p)).find((t) => t) || "";
+    case "count": return count(cell.path);
+    case "ratio": return `${count(cell.a)}/${count(cell.b)}`;
+    case "pair": return `${at(object, cell.a)}${cell.between}${at(object, cell.b)}`;
+    case "seconds": return `${at(object, cell.path)}s`;
+    case "age": return age(at(object, cell.path));
+    case "yesNo": return at(object, cell.path) === "true" ? "yes" : "no";
+    case "each": return each(cell.path).map((item) => at(item, cell.field)).join(",") || "-";
+    case "eachPair": return each(cell.path).map((item) => `${at(item, cell.key)}=${at(item, cell.value)}`).join(",");
+    case "trueKeys": {
+      const flags = Object.entries(pointer(object, cell.path) || {});
+      return flags.filter(([, set]) => set === true).map(([key]) => key).join(",") || "-";
+    }
+    case "labels": return Object.entries(object.metadata.labels || {}).map(([k, v]) => `${k}=${v}`).join(",");
+    case "nodeStatus": return `${nodeReady(object) ? "Ready" : "NotReady"}${object.spec.unschedulable ? ",SchedulingDisabled" : ""}`;
+    case "nodeRole": return nodeRole(object).join(",");
+    case "memberState": {
+      const state = at(object, "/status/state") || "createPending";
+      const crash = ((object.status || {}).stateDetail || {}).crashLoop;
+      return crash ? `${state} (crash loop, ${crash.runs} runs)` : state;
+    }
+    case "eventObject": return `${at(object, "/spec/involvedObject/kind").toLowerCase()}/${at(object, "/spec/involvedObject/name")}`;
+    case "operationAction": {
+      const type = at(object, "/spec/action/type");
+      const target = type === "Restart" ? `${at(object, "/spec/action/cluster")}/${at(object, "/spec/action/role")}` : at(object, "/spec/action/node");
+      return `${type} ${target}`;
+    }
+    default: return "";
+  }
+}
+
+/// The kind the objects page shows (`#objects/<plural>`).
+function objectsKind() {
+  return (location.hash.split("/")[1] || "nodes").toLowerCase();
+}
+
+/// Any kind's table, from its descriptor alone: a kind added to herd shows
+/// here without a change to this file.
+function objectsPage() {
+  refetchOn("kinds", "/api/v1/kinds", "once");
+  const kinds = herd.kinds;
+  if (!kinds) return `<p class="muted">Loading the kinds…</p>`;
+  const plural = objectsKind();
+  const kind = kinds.find((k) => k.plural === plural) || kinds[0];
+  const picker = kinds
+    .map((k) => `<a href="#objects/${esc(k.plural)}" class="kind${k.plural === kind.plural ? " active" : ""}" data-kind="${esc(k.plural)}">${esc(k.kind)}</a>`)
+    .join(" ");
+  const waiting = loading([kind.plural]);
+  const columns = kind.columns.filter((c) => !c.wide);
+  const rows = waiting ? [] : objects(kind.plural).sort(byName).slice(0, 500).map((o) => columns.map((c) => esc(cellText(c.cell, o))));
+  const shown = waiting || table("objects", columns.map((c) => c.header), rows, `No ${kind.kind} objects.`);
+  return `<section><h2 id="objects-kind" data-kind="${esc(kind.plural)}">${esc(kind.kind)} objects</h2><nav id="kinds">${picker}</nav>${shown}</section>`;
+}
+
 const PAGES = {
   overview: { follows: ["nodes", "members", "replicas", "leases", "clusterconfigs"], render: overview },
   clusters: { follows: ["appclusters", "members", "nodes"], render: clusters },
   operations: { follows: ["operations", "disruptionbudgets", "commands"], render: operationsPage },
   events: { follows: ["events"], render: eventsPage },
+  objects: { get follows() { return [objectsKind()]; }, render: objectsPage },
 };

@@ -1,9 +1,6 @@
 //! The names users type for kinds: `node`, `nodes`, `no`, `Node`.
 
-use herd_core::kinds::{
-    AppClusterSpec, AppSpec, ClusterConfigSpec, CommandSpec, DisruptionBudgetSpec, EventSpec, LeaseSpec, MemberSpec,
-    NodeSpec, OperationSpec, ReplicaSpec,
-};
+use herd_core::kinds::KindVisitor;
 use herd_core::{Object, Resource, ValidationErrors};
 
 #[derive(Clone, Copy, Debug)]
@@ -51,30 +48,23 @@ fn normalize<S: Resource>(text: &str) -> Result<serde_json::Value, Manifest> {
     Ok(object.to_json_value())
 }
 
-fn of<S: Resource>(short: &'static str) -> KindName {
-    KindName { kind: S::KIND, plural: S::PLURAL, short, normalize: normalize::<S> }
-}
-
-/// What `herd get KIND` takes, for its help: every kind of [`all`] (a
-/// test holds the two together).
+/// What `herd get` takes, for its help: every kind of [`all`] (a test
+/// holds the two together).
 pub const KINDS_HELP: &str = "The kind: node, clusterconfig, lease, event, replica, command, app, appcluster, member, \
                               disruptionbudget, operation, or all (singular, plural or short name; `herd get` with \
                               no kind lists them)";
 
-pub fn all() -> [KindName; 11] {
-    [
-        of::<CommandSpec>("cmd"),
-        of::<NodeSpec>("no"),
-        of::<ClusterConfigSpec>("cc"),
-        of::<LeaseSpec>("lease"),
-        of::<EventSpec>("ev"),
-        of::<ReplicaSpec>("rep"),
-        of::<AppSpec>("app"),
-        of::<AppClusterSpec>("ac"),
-        of::<MemberSpec>("mem"),
-        of::<DisruptionBudgetSpec>("budget"),
-        of::<OperationSpec>("op"),
-    ]
+/// Every kind (`herd_core::kinds::visit`), with its names and reader.
+pub fn all() -> Vec<KindName> {
+    struct Names(Vec<KindName>);
+    impl KindVisitor for Names {
+        fn visit<S: Resource>(&mut self) {
+            self.0.push(KindName { kind: S::KIND, plural: S::PLURAL, short: S::SHORT, normalize: normalize::<S> });
+        }
+    }
+    let mut names = Names(Vec::new());
+    herd_core::kinds::visit(&mut names);
+    names.0
 }
 
 pub fn resolve(name: &str) -> anyhow::Result<KindName> {

@@ -4,6 +4,7 @@ use std::time::SystemTime;
 
 use comfy_table::{Table, presets};
 use herd_core::Timestamp;
+use herd_core::descriptor::{Cell, Column};
 pub use herd_core::units::short_duration;
 use serde_json::Value;
 
@@ -40,201 +41,77 @@ fn labels(value: &Value) -> String {
         .unwrap_or_default()
 }
 
-struct Column {
-    header: &'static str,
-    wide_only: bool,
-    cell: fn(&Value) -> String,
-}
-
-const fn col(header: &'static str, cell: fn(&Value) -> String) -> Column {
-    Column { header, wide_only: false, cell }
-}
-
-const fn wide(header: &'static str, cell: fn(&Value) -> String) -> Column {
-    Column { header, wide_only: true, cell }
-}
-
-fn columns(kind: &str) -> Vec<Column> {
-    let name = col("NAME", |v| text(v, "/metadata/name"));
-    let age = col("AGE", |v| age_of(v, "/metadata/creationTimestamp"));
-    match kind {
-        "Node" => vec![
-            name,
-            col("STATUS", |v| {
-                let ready = if v.pointer("/status/ready") == Some(&Value::Bool(true)) { "Ready" } else { "NotReady" };
-                if v.pointer("/spec/unschedulable") == Some(&Value::Bool(true)) {
-                    format!("{ready},SchedulingDisabled")
-                } else {
-                    ready.into()
-                }
-            }),
-            col("ROLE", |v| {
-                let role = text(v, "/spec/role");
-                let role = if role.is_empty() { "regular".into() } else { role };
-                if v.pointer("/status/master") == Some(&Value::Bool(true)) { format!("{role},master") } else { role }
-            }),
-            col("ADDRESS", |v| text(v, "/status/address")),
-            age,
-            wide("MASTER-CAPABLE", |v| text(v, "/spec/masterCapable")),
-            wide("LAST-HEARTBEAT", |v| age_of(v, "/status/lastHeartbeat")),
-            wide("AGENT-BOOT-ID", |v| text(v, "/status/agentBootId")),
-            wide("VERSION", |v| text(v, "/status/agentVersion")),
-            wide("LABELS", labels),
-        ],
-        "Event" => vec![
-            col("LAST SEEN", |v| age_of(v, "/spec/lastTimestamp")),
-            col("TYPE", |v| text(v, "/spec/type")),
-            col("REASON", |v| text(v, "/spec/reason")),
-            col("OBJECT", |v| {
-                format!(
-                    "{}/{}",
-                    text(v, "/spec/involvedObject/kind").to_ascii_lowercase(),
-                    text(v, "/spec/involvedObject/name")
-                )
-            }),
-            col("COUNT", |v| text(v, "/spec/count")),
-            col("MESSAGE", |v| text(v, "/spec/message")),
-            wide("SOURCE", |v| text(v, "/spec/source")),
-            wide("FIRST SEEN", |v| age_of(v, "/spec/firstTimestamp")),
-        ],
-        "ClusterConfig" => vec![
-            name,
-            col("CANDIDATE-POOL", |v| text(v, "/spec/candidatePoolSize")),
-            col("HEARTBEAT", |v| text(v, "/spec/heartbeatPeriod")),
-            col("GRACE", |v| text(v, "/spec/nodeGracePeriod")),
-            age,
-            wide("LEASE", |v| text(v, "/spec/leaderElection/leaseDuration")),
-            wide("RENEW-DEADLINE", |v| text(v, "/spec/leaderElection/renewDeadline")),
-            wide("RETRY", |v| text(v, "/spec/leaderElection/retryPeriod")),
-        ],
-        "Lease" => vec![
-            name,
-            col("HOLDER", |v| text(v, "/spec/holderIdentity")),
-            col("DURATION", |v| format!("{}s", text(v, "/spec/leaseDurationSeconds"))),
-            col("RENEWED", |v| age_of(v, "/spec/renewTime")),
-            col("TRANSITIONS", |v| text(v, "/spec/leaseTransitions")),
-        ],
-        "Command" => vec![
-            name,
-            col("NODE", |v| text(v, "/spec/node")),
-            col("ACTION", |v| format!("{} {}", text(v, "/spec/action/type"), text(v, "/spec/action/member"))),
-            col("MANAGEMENT", |v| {
-                let state = text(v, "/status/stateByManagement");
-                if state.is_empty() { "CREATED".into() } else { state }
-            }),
-            col("AGENT", |v| text(v, "/status/stateByAgent")),
-            col("ATTEMPT", |v| text(v, "/status/issued/attempt")),
-            col("RETRIES", |v| text(v, "/status/retryCount")),
-            age,
-            wide("TERM", |v| text(v, "/status/issued/term")),
-            wide("REASON", |v| text(v, "/status/reason")),
-            wide("ANSWER", |v| text(v, "/status/answer/message")),
-        ],
-        "Replica" => vec![
-            name,
-            col("URL", |v| text(v, "/spec/url")),
-            col("STARTED", |v| age_of(v, "/status/startedAt")),
-            col("LAST SEEN", |v| age_of(v, "/status/lastSeen")),
-            col("STOPPED", |v| age_of(v, "/status/stoppedAt")),
-            wide("VERSION", |v| text(v, "/status/version")),
-        ],
-        "App" => vec![
-            name,
-            col("ROLES", |v| {
-                let roles = v.pointer("/spec/roles").and_then(Value::as_array).cloned().unwrap_or_default();
-                roles.iter().map(|r| text(r, "/name")).collect::<Vec<_>>().join(",")
-            }),
-            age,
-            wide("DESCRIPTION", |v| text(v, "/spec/description")),
-        ],
-        "AppCluster" => vec![
-            name,
-            col("APP", |v| text(v, "/spec/appRef")),
-            col("STATE", |v| {
-                let state = text(v, "/status/state");
-                if state.is_empty() { "creating".into() } else { state }
-            }),
-            col("MEMBERS", |v| {
-                let roles = v.pointer("/spec/roles").and_then(Value::as_array).cloned().unwrap_or_default();
-                roles
-                    .iter()
-                    .map(|r| format!("{}={}", text(r, "/name"), text(r, "/members")))
-                    .collect::<Vec<_>>()
-                    .join(",")
-            }),
-            col("ROLLUP", |v| {
-                let rollup =
-                    v.pointer("/status/memberStateRollup").and_then(Value::as_object).cloned().unwrap_or_default();
-                let on: Vec<_> =
-                    rollup.iter().filter(|(_, set)| **set == Value::Bool(true)).map(|(k, _)| k.clone()).collect();
-                if on.is_empty() { "-".into() } else { on.join(",") }
-            }),
-            age,
-        ],
-        "Member" => vec![
-            name,
-            col("CLUSTER", |v| text(v, "/spec/cluster")),
-            col("ROLE", |v| text(v, "/spec/role")),
-            col("STATE", |v| {
-                let state = text(v, "/status/state");
-                let state = if state.is_empty() { "createPending".into() } else { state };
-                match v.pointer("/status/stateDetail/crashLoop") {
-                    Some(crash) => format!("{state} (crash loop, {} runs)", text(crash, "/runs")),
-                    None => state,
-                }
-            }),
-            col("READY", |v| {
-                if v.pointer("/status/ready") == Some(&Value::Bool(true)) { "yes" } else { "no" }.to_string()
-            }),
-            col("NODE", |v| text(v, "/spec/node")),
-            col("INSTANCE", |v| {
-                let configured = text(v, "/status/stateDetail/lastConfiguredInstance");
-                if configured.is_empty() { text(v, "/status/stateDetail/configuringInstance") } else { configured }
-            }),
-            age,
-            wide("LAST-KNOWN", |v| text(v, "/status/stateDetail/lastKnownState")),
-            wide("REASON", |v| {
-                let why = text(v, "/status/notReadyReason");
-                if why.is_empty() { text(v, "/status/reason") } else { why }
-            }),
-        ],
-        "DisruptionBudget" => vec![
-            name,
-            col("SELECTOR", |v| text(v, "/spec/selector")),
-            col("MIN-AVAILABLE", |v| or_dash(text(v, "/spec/minAvailable"))),
-            col("MAX-UNAVAILABLE", |v| or_dash(text(v, "/spec/maxUnavailable"))),
-            col("HEALTHY", |v| {
-                format!("{}/{}", number(v, "/status/currentHealthy"), number(v, "/status/expectedMembers"))
-            }),
-            col("ALLOWED", |v| number(v, "/status/disruptionsAllowed")),
-            age,
-            wide("DESIRED", |v| number(v, "/status/desiredHealthy")),
-            wide("UNHEALTHY", |v| {
-                let unhealthy = v.pointer("/status/unhealthy").and_then(Value::as_array).cloned().unwrap_or_default();
-                or_dash(unhealthy.iter().map(|u| text(u, "/name")).collect::<Vec<_>>().join(","))
-            }),
-        ],
-        "Operation" => vec![
-            name,
-            col("ACTION", |v| {
-                let target = match text(v, "/spec/action/type").as_str() {
-                    "Restart" => format!("{}/{}", text(v, "/spec/action/cluster"), text(v, "/spec/action/role")),
-                    _ => text(v, "/spec/action/node"),
-                };
-                format!("{} {target}", text(v, "/spec/action/type"))
-            }),
-            col("PHASE", |v| {
-                let phase = text(v, "/status/phase");
-                if phase.is_empty() { "Pending".into() } else { phase }
-            }),
-            col("DONE", |v| format!("{}/{}", number(v, "/status/done"), number(v, "/status/total"))),
-            col("BLOCKER", |v| or_dash(text(v, "/status/blocker/message"))),
-            age,
-            wide("DEADLINE", |v| or_dash(text(v, "/spec/deadline"))),
-            wide("MESSAGE", |v| or_dash(text(v, "/status/message"))),
-        ],
-        _ => vec![name, age, wide("LABELS", labels)],
+/// What `cell` shows of `value` (the dashboard renders the same cells).
+fn cell(cell: &Cell, value: &Value) -> String {
+    let each = |path: &str| value.pointer(path).and_then(Value::as_array).cloned().unwrap_or_default();
+    match *cell {
+        Cell::Text { path } => text(value, path),
+        Cell::TextOr { path, otherwise } => {
+            let shown = text(value, path);
+            if shown.is_empty() { otherwise.to_string() } else { shown }
+        }
+        Cell::FirstOf { paths } => paths.iter().map(|p| text(value, p)).find(|t| !t.is_empty()).unwrap_or_default(),
+        Cell::Count { path } => number(value, path),
+        Cell::Ratio { a, b } => format!("{}/{}", number(value, a), number(value, b)),
+        Cell::Pair { a, between, b } => format!("{}{between}{}", text(value, a), text(value, b)),
+        Cell::Seconds { path } => format!("{}s", text(value, path)),
+        Cell::Age { path } => age_of(value, path),
+        Cell::YesNo { path } => if value.pointer(path) == Some(&Value::Bool(true)) { "yes" } else { "no" }.to_string(),
+        Cell::Each { path, field } => {
+            or_dash(each(path).iter().map(|item| text(item, field)).collect::<Vec<_>>().join(","))
+        }
+        Cell::EachPair { path, key, value: of } => each(path)
+            .iter()
+            .map(|item| format!("{}={}", text(item, key), text(item, of)))
+            .collect::<Vec<_>>()
+            .join(","),
+        Cell::TrueKeys { path } => {
+            let object = value.pointer(path).and_then(Value::as_object).cloned().unwrap_or_default();
+            let on: Vec<_> =
+                object.iter().filter(|(_, set)| **set == Value::Bool(true)).map(|(k, _)| k.clone()).collect();
+            if on.is_empty() { "-".into() } else { on.join(",") }
+        }
+        Cell::Labels => labels(value),
+        Cell::NodeStatus => {
+            let ready = if value.pointer("/status/ready") == Some(&Value::Bool(true)) { "Ready" } else { "NotReady" };
+            if value.pointer("/spec/unschedulable") == Some(&Value::Bool(true)) {
+                format!("{ready},SchedulingDisabled")
+            } else {
+                ready.into()
+            }
+        }
+        Cell::NodeRole => {
+            let role = text(value, "/spec/role");
+            let role = if role.is_empty() { "regular".into() } else { role };
+            if value.pointer("/status/master") == Some(&Value::Bool(true)) { format!("{role},master") } else { role }
+        }
+        Cell::MemberState => {
+            let state = text(value, "/status/state");
+            let state = if state.is_empty() { "createPending".into() } else { state };
+            match value.pointer("/status/stateDetail/crashLoop") {
+                Some(crash) => format!("{state} (crash loop, {} runs)", text(crash, "/runs")),
+                None => state,
+            }
+        }
+        Cell::EventObject => format!(
+            "{}/{}",
+            text(value, "/spec/involvedObject/kind").to_ascii_lowercase(),
+            text(value, "/spec/involvedObject/name")
+        ),
+        Cell::OperationAction => {
+            let target = match text(value, "/spec/action/type").as_str() {
+                "Restart" => format!("{}/{}", text(value, "/spec/action/cluster"), text(value, "/spec/action/role")),
+                _ => text(value, "/spec/action/node"),
+            };
+            format!("{} {target}", text(value, "/spec/action/type"))
+        }
     }
+}
+
+/// The columns of `kind`'s table: its descriptor's, or the name, age and
+/// labels of a kind this CLI does not know.
+fn columns(kind: &str) -> &'static [Column] {
+    herd_core::kinds::by_kind(kind).map_or(herd_core::descriptor::DEFAULT_COLUMNS, |d| d.columns)
 }
 
 pub fn table(kind: &str, items: &[Value], wide_output: bool) -> String {
@@ -242,14 +119,14 @@ pub fn table(kind: &str, items: &[Value], wide_output: bool) -> String {
 }
 
 fn render(kind: &str, items: &[Value], wide_output: bool, header: bool) -> String {
-    let columns: Vec<Column> = columns(kind).into_iter().filter(|c| wide_output || !c.wide_only).collect();
+    let columns: Vec<&Column> = columns(kind).iter().filter(|c| wide_output || !c.wide).collect();
     let mut table = Table::new();
     table.load_preset(presets::NOTHING);
     if header {
         table.set_header(columns.iter().map(|c| c.header));
     }
     for item in items {
-        table.add_row(columns.iter().map(|c| (c.cell)(item)));
+        table.add_row(columns.iter().map(|c| cell(&c.cell, item)));
     }
     table.lines().map(|l| l.strip_prefix(' ').unwrap_or(&l).trim_end().to_string()).collect::<Vec<_>>().join("\n")
 }

@@ -4,6 +4,7 @@
 //! wants to hear of (`notifies`), a readiness check and placement hints.
 //! An `AppCluster` is one instance of an App.
 
+use crate::descriptor::{Cell, Column};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -215,6 +216,14 @@ impl ReadinessCheck {
 impl Resource for AppSpec {
     const KIND: &'static str = "App";
     const PLURAL: &'static str = "apps";
+    const SHORT: &'static str = "app";
+    const REPLICATED: bool = true;
+    const COLUMNS: &'static [Column] = &[
+        Column::NAME,
+        Column::of("ROLES", Cell::Each { path: "/spec/roles", field: "/name" }),
+        Column::AGE,
+        Column::wide("DESCRIPTION", Cell::Text { path: "/spec/description" }),
+    ];
     const HAS_STATUS: bool = false;
     type Status = NoStatus;
 

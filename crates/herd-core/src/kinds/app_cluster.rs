@@ -5,6 +5,7 @@
 //! `specGenerationToProcess`; [`rollup`] computes the rollup from the
 //! members' statuses, one flag per member condition.
 
+use crate::descriptor::{Cell, Column};
 use std::collections::BTreeMap;
 
 use schemars::JsonSchema;
@@ -171,6 +172,16 @@ impl AppClusterSpec {
 impl Resource for AppClusterSpec {
     const KIND: &'static str = "AppCluster";
     const PLURAL: &'static str = "appclusters";
+    const SHORT: &'static str = "ac";
+    const REPLICATED: bool = true;
+    const COLUMNS: &'static [Column] = &[
+        Column::NAME,
+        Column::of("APP", Cell::Text { path: "/spec/appRef" }),
+        Column::of("STATE", Cell::TextOr { path: "/status/state", otherwise: "creating" }),
+        Column::of("MEMBERS", Cell::EachPair { path: "/spec/roles", key: "/name", value: "/members" }),
+        Column::of("ROLLUP", Cell::TrueKeys { path: "/status/memberStateRollup" }),
+        Column::AGE,
+    ];
     const HAS_STATUS: bool = true;
     type Status = AppClusterStatus;
 

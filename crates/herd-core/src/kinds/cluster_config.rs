@@ -1,5 +1,6 @@
 //! `ClusterConfig`: the cluster-wide settings, a singleton named `cluster`.
 
+use crate::descriptor::{Access, Cell, Column, NodeAccess};
 use std::time::Duration;
 
 use schemars::JsonSchema;
@@ -312,6 +313,19 @@ impl LeaderElectionOverrides {
 impl Resource for ClusterConfigSpec {
     const KIND: &'static str = "ClusterConfig";
     const PLURAL: &'static str = "clusterconfigs";
+    const SHORT: &'static str = "cc";
+    const REPLICATED: bool = true;
+    const ACCESS: Access = Access { node: NodeAccess::Get, viewer_reads: true };
+    const COLUMNS: &'static [Column] = &[
+        Column::NAME,
+        Column::of("CANDIDATE-POOL", Cell::Text { path: "/spec/candidatePoolSize" }),
+        Column::of("HEARTBEAT", Cell::Text { path: "/spec/heartbeatPeriod" }),
+        Column::of("GRACE", Cell::Text { path: "/spec/nodeGracePeriod" }),
+        Column::AGE,
+        Column::wide("LEASE", Cell::Text { path: "/spec/leaderElection/leaseDuration" }),
+        Column::wide("RENEW-DEADLINE", Cell::Text { path: "/spec/leaderElection/renewDeadline" }),
+        Column::wide("RETRY", Cell::Text { path: "/spec/leaderElection/retryPeriod" }),
+    ];
     const HAS_STATUS: bool = false;
     type Status = NoStatus;
 

@@ -6,6 +6,7 @@
 //! server's, `stateByAgent` the agent's last report (from its journal),
 //! with the answer, the retry count and why the last decision was taken.
 
+use crate::descriptor::{Cell, Column};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -557,6 +558,21 @@ impl CommandStatus {
 impl Resource for CommandSpec {
     const KIND: &'static str = "Command";
     const PLURAL: &'static str = "commands";
+    const SHORT: &'static str = "cmd";
+    const REPLICATED: bool = true;
+    const COLUMNS: &'static [Column] = &[
+        Column::NAME,
+        Column::of("NODE", Cell::Text { path: "/spec/node" }),
+        Column::of("ACTION", Cell::Pair { a: "/spec/action/type", between: " ", b: "/spec/action/member" }),
+        Column::of("MANAGEMENT", Cell::TextOr { path: "/status/stateByManagement", otherwise: "CREATED" }),
+        Column::of("AGENT", Cell::Text { path: "/status/stateByAgent" }),
+        Column::of("ATTEMPT", Cell::Text { path: "/status/issued/attempt" }),
+        Column::of("RETRIES", Cell::Text { path: "/status/retryCount" }),
+        Column::AGE,
+        Column::wide("TERM", Cell::Text { path: "/status/issued/term" }),
+        Column::wide("REASON", Cell::Text { path: "/status/reason" }),
+        Column::wide("ANSWER", Cell::Text { path: "/status/answer/message" }),
+    ];
     const HAS_STATUS: bool = true;
     type Status = CommandStatus;
 

@@ -6,6 +6,7 @@
 //! stopped and are only counted. The status is the leader's count, from
 //! which an eviction is decided (`crate::disruption`).
 
+use crate::descriptor::{Cell, Column};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -189,6 +190,19 @@ impl DisruptionBudgetSpec {
 impl Resource for DisruptionBudgetSpec {
     const KIND: &'static str = "DisruptionBudget";
     const PLURAL: &'static str = "disruptionbudgets";
+    const SHORT: &'static str = "budget";
+    const REPLICATED: bool = true;
+    const COLUMNS: &'static [Column] = &[
+        Column::NAME,
+        Column::of("SELECTOR", Cell::Text { path: "/spec/selector" }),
+        Column::of("MIN-AVAILABLE", Cell::TextOr { path: "/spec/minAvailable", otherwise: "-" }),
+        Column::of("MAX-UNAVAILABLE", Cell::TextOr { path: "/spec/maxUnavailable", otherwise: "-" }),
+        Column::of("HEALTHY", Cell::Ratio { a: "/status/currentHealthy", b: "/status/expectedMembers" }),
+        Column::of("ALLOWED", Cell::Count { path: "/status/disruptionsAllowed" }),
+        Column::AGE,
+        Column::wide("DESIRED", Cell::Count { path: "/status/desiredHealthy" }),
+        Column::wide("UNHEALTHY", Cell::Each { path: "/status/unhealthy", field: "/name" }),
+    ];
     const HAS_STATUS: bool = true;
     type Status = DisruptionBudgetStatus;
 

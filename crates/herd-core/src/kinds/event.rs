@@ -2,6 +2,7 @@
 //! Repeats of the same reason and message on the same object are folded
 //! into one Event with a count.
 
+use crate::descriptor::{Cell, Column};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -55,6 +56,17 @@ impl EventSpec {
 impl Resource for EventSpec {
     const KIND: &'static str = "Event";
     const PLURAL: &'static str = "events";
+    const SHORT: &'static str = "ev";
+    const COLUMNS: &'static [Column] = &[
+        Column::of("LAST SEEN", Cell::Age { path: "/spec/lastTimestamp" }),
+        Column::of("TYPE", Cell::Text { path: "/spec/type" }),
+        Column::of("REASON", Cell::Text { path: "/spec/reason" }),
+        Column::of("OBJECT", Cell::EventObject),
+        Column::of("COUNT", Cell::Text { path: "/spec/count" }),
+        Column::of("MESSAGE", Cell::Text { path: "/spec/message" }),
+        Column::wide("SOURCE", Cell::Text { path: "/spec/source" }),
+        Column::wide("FIRST SEEN", Cell::Age { path: "/spec/firstTimestamp" }),
+    ];
     const HAS_STATUS: bool = false;
     type Status = NoStatus;
 

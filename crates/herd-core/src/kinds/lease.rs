@@ -1,5 +1,6 @@
 //! `Lease`: the record control-plane replicas elect a leader through.
 
+use crate::descriptor::{Cell, Column};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -33,6 +34,14 @@ pub struct LeaseSpec {
 impl Resource for LeaseSpec {
     const KIND: &'static str = "Lease";
     const PLURAL: &'static str = "leases";
+    const SHORT: &'static str = "lease";
+    const COLUMNS: &'static [Column] = &[
+        Column::NAME,
+        Column::of("HOLDER", Cell::Text { path: "/spec/holderIdentity" }),
+        Column::of("DURATION", Cell::Seconds { path: "/spec/leaseDurationSeconds" }),
+        Column::of("RENEWED", Cell::Age { path: "/spec/renewTime" }),
+        Column::of("TRANSITIONS", Cell::Text { path: "/spec/leaseTransitions" }),
+    ];
     const HAS_STATUS: bool = false;
     type Status = NoStatus;
 

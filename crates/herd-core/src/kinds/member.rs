@@ -3,6 +3,7 @@
 //! and role, bound to one node. Its status is KubeDirector's member state
 //! and `stateDetail` (how members survive host and member restarts).
 
+use crate::descriptor::{Cell, Column};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -258,6 +259,25 @@ impl MemberStatus {
 impl Resource for MemberSpec {
     const KIND: &'static str = "Member";
     const PLURAL: &'static str = "members";
+    const SHORT: &'static str = "mem";
+    const REPLICATED: bool = true;
+    const COLUMNS: &'static [Column] = &[
+        Column::NAME,
+        Column::of("CLUSTER", Cell::Text { path: "/spec/cluster" }),
+        Column::of("ROLE", Cell::Text { path: "/spec/role" }),
+        Column::of("STATE", Cell::MemberState),
+        Column::of("READY", Cell::YesNo { path: "/status/ready" }),
+        Column::of("NODE", Cell::Text { path: "/spec/node" }),
+        Column::of(
+            "INSTANCE",
+            Cell::FirstOf {
+                paths: &["/status/stateDetail/lastConfiguredInstance", "/status/stateDetail/configuringInstance"],
+            },
+        ),
+        Column::AGE,
+        Column::wide("LAST-KNOWN", Cell::Text { path: "/status/stateDetail/lastKnownState" }),
+        Column::wide("REASON", Cell::FirstOf { paths: &["/status/notReadyReason", "/status/reason"] }),
+    ];
     const HAS_STATUS: bool = true;
     type Status = MemberStatus;
 

@@ -4,6 +4,7 @@
 //! the status is what the agent and the node controller observed. "Master" is
 //! not a field: it is the node whose server holds the lease.
 
+use crate::descriptor::{Access, Cell, Column, NodeAccess};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -130,6 +131,21 @@ impl NodeStatus {
 impl Resource for NodeSpec {
     const KIND: &'static str = "Node";
     const PLURAL: &'static str = "nodes";
+    const SHORT: &'static str = "no";
+    const REPLICATED: bool = true;
+    const ACCESS: Access = Access { node: NodeAccess::Own, viewer_reads: true };
+    const COLUMNS: &'static [Column] = &[
+        Column::NAME,
+        Column::of("STATUS", Cell::NodeStatus),
+        Column::of("ROLE", Cell::NodeRole),
+        Column::of("ADDRESS", Cell::Text { path: "/status/address" }),
+        Column::AGE,
+        Column::wide("MASTER-CAPABLE", Cell::Text { path: "/spec/masterCapable" }),
+        Column::wide("LAST-HEARTBEAT", Cell::Age { path: "/status/lastHeartbeat" }),
+        Column::wide("AGENT-BOOT-ID", Cell::Text { path: "/status/agentBootId" }),
+        Column::wide("VERSION", Cell::Text { path: "/status/agentVersion" }),
+        Column::LABELS,
+    ];
     type Status = NodeStatus;
 
     fn validate_name(name: &str, errors: &mut ValidationErrors) {

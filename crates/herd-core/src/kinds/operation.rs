@@ -6,6 +6,7 @@
 //! status is the leader's record of every step (`crate::operation`
 //! decides them), so a new leader goes on where the old one stopped.
 
+use crate::descriptor::{Cell, Column};
 use std::time::Duration;
 
 use schemars::JsonSchema;
@@ -208,6 +209,18 @@ pub const DEADLINE_RANGE: (Duration, Duration) = (Duration::from_secs(1), Durati
 impl Resource for OperationSpec {
     const KIND: &'static str = "Operation";
     const PLURAL: &'static str = "operations";
+    const SHORT: &'static str = "op";
+    const REPLICATED: bool = true;
+    const COLUMNS: &'static [Column] = &[
+        Column::NAME,
+        Column::of("ACTION", Cell::OperationAction),
+        Column::of("PHASE", Cell::TextOr { path: "/status/phase", otherwise: "Pending" }),
+        Column::of("DONE", Cell::Ratio { a: "/status/done", b: "/status/total" }),
+        Column::of("BLOCKER", Cell::TextOr { path: "/status/blocker/message", otherwise: "-" }),
+        Column::AGE,
+        Column::wide("DEADLINE", Cell::TextOr { path: "/spec/deadline", otherwise: "-" }),
+        Column::wide("MESSAGE", Cell::TextOr { path: "/status/message", otherwise: "-" }),
+    ];
     const HAS_STATUS: bool = true;
     type Status = OperationStatus;
 

@@ -2,6 +2,7 @@
 //! keeps its own Replica up to date; `herd cluster status` reads them
 //! beside the leader Lease, and [`replica_state`] says what each is doing.
 
+use crate::descriptor::{Cell, Column};
 use std::time::Duration;
 
 use schemars::JsonSchema;
@@ -52,6 +53,15 @@ pub struct ReplicaStatus {
 impl Resource for ReplicaSpec {
     const KIND: &'static str = "Replica";
     const PLURAL: &'static str = "replicas";
+    const SHORT: &'static str = "rep";
+    const COLUMNS: &'static [Column] = &[
+        Column::NAME,
+        Column::of("URL", Cell::Text { path: "/spec/url" }),
+        Column::of("STARTED", Cell::Age { path: "/status/startedAt" }),
+        Column::of("LAST SEEN", Cell::Age { path: "/status/lastSeen" }),
+        Column::of("STOPPED", Cell::Age { path: "/status/stoppedAt" }),
+        Column::wide("VERSION", Cell::Text { path: "/status/version" }),
+    ];
     const HAS_STATUS: bool = true;
     type Status = ReplicaStatus;
 

@@ -57,6 +57,12 @@ pub async fn cluster_status(
 
 /// What is wrong with the nodes' roles (`herd_core::verify`), from the
 /// nodes and the pool size as stored now.
+/// Every kind's descriptor, for the dashboard.
+pub async fn kinds(caller: Caller) -> Result<Json<&'static [herd_core::descriptor::Descriptor]>, ApiError> {
+    caller.may(Verb::Get, "kinds", None)?;
+    Ok(Json(herd_core::kinds::descriptors()))
+}
+
 pub async fn cluster_verify(
     State(state): State<AppState>,
     caller: Caller,

@@ -390,6 +390,17 @@ fn fixed_routes(generator: &mut SchemaGenerator) -> Vec<Route> {
             handler: get(meta::cluster_verify),
         },
         Route {
+            method: Method::GET,
+            path: herd_core::api::KINDS_PATH.into(),
+            summary: "Every kind served: its names, who may touch it, the columns of its table".into(),
+            access: Access::Admin,
+            viewer: true,
+            params: vec![],
+            body: None,
+            answer: Answer::Json(200, schema_of::<Vec<herd_core::descriptor::Descriptor>>(generator)),
+            handler: get(meta::kinds),
+        },
+        Route {
             method: Method::POST,
             path: "/api/v1/join".into(),
             summary: "Register a node with a join token; returns its node token (409 for a name that has joined)".into(),

@@ -19,7 +19,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use herd_core::configuration::{CONFIGURATION_KINDS, Configuration, Intents, SECRETS_PREFIX, Ssconf, apply};
+use herd_core::configuration::{Configuration, Intents, SECRETS_PREFIX, Ssconf, apply};
 use herd_store::{EventKind, ListOptions, StoreError, Watcher};
 
 use crate::controllers::runtime::{Controller, Next};
@@ -72,7 +72,7 @@ fn json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, ObjectsError> {
 fn in_configuration(key: &str) -> bool {
     key.strip_prefix(OBJECTS_PREFIX)
         .and_then(|rest| rest.split_once('/'))
-        .is_some_and(|(plural, _)| CONFIGURATION_KINDS.contains(&plural))
+        .is_some_and(|(plural, _)| herd_core::configuration::in_configuration(plural))
 }
 
 impl ConfigurationKeeper {

@@ -6,6 +6,7 @@
 
 pub mod app_clusters;
 pub mod budgets;
+pub mod caches;
 pub mod candidate_pool;
 pub mod commands;
 pub mod compactor;
@@ -22,6 +23,7 @@ use std::sync::Arc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use self::caches::Caches;
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
 use crate::objects::Objects;
@@ -62,36 +64,31 @@ pub fn start(
 ) -> JoinSet<()> {
     let mut set = JoinSet::new();
     let events = EventRecorder::new(objects.clone(), "node-lifecycle");
+    let shared = Caches::new(objects.store().clone(), stop.clone())
+        .with(config.clone())
+        .with(nodes.clone())
+        .with(commands.clone());
     // A Command waits for its node to be Ready: a node coming back wakes it.
     let wake_on_commands = vec![commands.changes(), nodes.changes_that_matter()];
     let caches = app_clusters::Caches {
-        apps: Reflector::start(objects.store().clone(), stop.clone()),
-        clusters: Reflector::start(objects.store().clone(), stop.clone()),
-        members: Reflector::start(objects.store().clone(), stop.clone()),
+        apps: shared.of(),
+        clusters: shared.of(),
+        members: shared.of(),
         nodes: nodes.clone(),
         commands: commands.clone(),
         config: config.clone(),
     };
-    let budgets = Reflector::start(objects.store().clone(), stop.clone());
+    let budgets = shared.of();
     let operation_caches = operations::Caches {
-        operations: Reflector::start(objects.store().clone(), stop.clone()),
+        operations: shared.of(),
         members: caches.members.clone(),
         budgets: budgets.clone(),
         nodes: nodes.clone(),
         config: config.clone(),
     };
-    // Every intent kind; not a heartbeat's time (its own minimum gap makes
-    // a burst of changes one serial).
-    let wake_keeper = vec![
-        config.changes(),
-        commands.changes(),
-        caches.apps.changes(),
-        caches.clusters.changes(),
-        caches.members.changes(),
-        budgets.changes(),
-        operation_caches.operations.changes(),
-        nodes.changes_that_matter(),
-    ];
+    // Every replicated kind's changes that matter (not a heartbeat's time:
+    // the keeper's own minimum gap makes a burst of changes one serial).
+    let wake_keeper = shared.replicated();
     let budget_keeper = budgets::BudgetKeeper::new(
         objects.clone(),
         budgets,

@@ -233,6 +233,23 @@ async fn the_dashboard_shows_the_cluster_live_and_acts_for_the_operator() {
         .await;
     browser.screenshot("events").await;
 
+    // Every kind's table, from its descriptor alone (served at
+    // /api/v1/kinds): a kind added to herd shows here without a change to
+    // the dashboard's code.
+    browser.click("a[data-page=objects]").await;
+    for kind in herd_core::kinds::descriptors() {
+        browser.click(&format!("a[data-kind={}]", kind.plural)).await;
+        browser.wait_text("#objects-kind", WAIT, |t| t == format!("{} objects", kind.kind)).await;
+        let empty = format!("No {} objects.", kind.kind);
+        let headers: Vec<&str> = kind.columns.iter().filter(|c| !c.wide).map(|c| c.header).collect();
+        browser.wait_text("#objects", WAIT, |t| t == empty || headers.iter().all(|h| t.contains(h))).await;
+    }
+    browser.click("a[data-kind=members]").await;
+    browser.wait_text("#objects-kind", WAIT, |t| t == "Member objects").await;
+    let members = browser.wait_text("#objects", WAIT, |t| t.contains(&victim.metadata.name)).await;
+    assert!(members.contains("configured") && members.contains("yes"), "{members}");
+    browser.screenshot("objects").await;
+
     // The server goes away: the page says so, and resumes when it is back.
     browser.click("a[data-page=overview]").await;
     browser.wait_text("#ready-nodes", WAIT, |t| t == "3 of 3 Ready").await;
