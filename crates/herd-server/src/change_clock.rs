@@ -39,6 +39,16 @@ impl<V: PartialEq> ChangeClock<V> {
         }
     }
 
+    /// How many keys it holds.
+    pub fn len(&self) -> usize {
+        self.seen.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.seen.is_empty()
+    }
+
     /// Forgets the keys `keep` says no to (things that are gone).
     pub fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
         self.seen.retain(|key, _| keep(key));

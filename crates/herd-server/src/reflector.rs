@@ -149,6 +149,11 @@ impl<S: Resource> Reflector<S> {
         *self.shared.revision.borrow()
     }
 
+    /// The revision of the last change that matters the copy took.
+    pub fn revision_that_matters(&self) -> Option<Revision> {
+        *self.shared.mattered.borrow()
+    }
+
     /// Changes whenever the copy takes a change.
     pub fn changes(&self) -> watch::Receiver<Option<Revision>> {
         self.shared.revision.subscribe()

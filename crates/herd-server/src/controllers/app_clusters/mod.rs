@@ -133,27 +133,30 @@ impl AppClusterController {
                 clusters.into_iter().map(str::to_string).collect()
             })
             .watches(&self.nodes, move |old, new| {
+                // The clusters whose members it runs (or ran); and when it
+                // can take members now or no more (its readiness, role or
+                // schedulability changed), those with members bound to it,
+                // moving to it, or waiting for a node.
                 let nodes: Vec<&Node> = old.into_iter().chain(new).collect();
-                let names: BTreeSet<&str> = nodes.iter().map(|n| n.metadata.name.as_str()).collect();
                 let mut clusters: BTreeSet<String> =
                     nodes.iter().flat_map(|n| n.status.members.iter().filter_map(|r| r.cluster.clone())).collect();
-                clusters.extend(
-                    members
-                        .map(|m| {
-                            let near = m.spec.node.as_deref().is_none_or(|n| names.contains(n))
-                                || m.status.migration.as_ref().is_some_and(|to| names.contains(to.to.as_str()));
-                            near.then(|| m.spec.cluster.clone())
-                        })
-                        .into_iter()
-                        .flatten(),
-                );
+                let takes_members = |n: &Node| (n.status.ready, n.spec.clone());
+                if old.map(takes_members) != new.map(takes_members) {
+                    let names: BTreeSet<&str> = nodes.iter().map(|n| n.metadata.name.as_str()).collect();
+                    let near = |m: &Member| {
+                        m.spec.node.as_deref().is_none_or(|n| names.contains(n))
+                            || m.status.migration.as_ref().is_some_and(|to| names.contains(to.to.as_str()))
+                    };
+                    clusters.extend(members.map(|m| near(m).then(|| m.spec.cluster.clone())).into_iter().flatten());
+                }
                 clusters.into_iter().collect()
             })
     }
 
-    /// The nodes looked up by name, taken again when the nodes cache moved.
+    /// The nodes looked up by name, taken again when the nodes cache took
+    /// a change that matters (not a heartbeat's time).
     fn nodes_index(&self) -> Arc<Nodes> {
-        let revision = self.nodes.revision();
+        let revision = self.nodes.revision_that_matters();
         let mut index = self.nodes_index.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         match &*index {
             Some((at, nodes)) if *at == revision => nodes.clone(),
@@ -186,11 +189,10 @@ impl KeyedController for AppClusterController {
     /// janitor's).
     async fn reconcile(&self, name: &str) -> Result<Next, ObjectsError> {
         let Some(cluster) = self.clusters.get_shared(name) else { return Ok(Next::AwaitChange) };
-        let not_ready = self.not_ready_for();
         let nodes = self.nodes_index();
-        let all_members = self.members.list_shared();
-        self.ledger.refresh((self.nodes.revision(), self.members.revision()), &nodes.list, &all_members);
-        let members: Vec<Arc<Member>> = all_members.into_iter().filter(|m| m.spec.cluster == *name).collect();
+        let members: Vec<Arc<Member>> =
+            self.members.list_shared().into_iter().filter(|m| m.spec.cluster == *name).collect();
+        let not_ready = self.not_ready_for(members.iter().filter_map(|m| m.spec.node.as_deref()), &nodes);
         let commands: Vec<Arc<Command>> =
             self.commands.list_shared().into_iter().filter(|c| commands::cluster_of(c) == Some(name)).collect();
         let in_flight = self.pass(&cluster, &not_ready, &nodes, &members, commands).await?;

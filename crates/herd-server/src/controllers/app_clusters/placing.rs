@@ -12,13 +12,18 @@ use herd_core::member_check::{Seen, check_member};
 use herd_core::placement::place;
 
 use super::ledger::Refused;
-use super::{AppClusterController, Pass};
+use super::{AppClusterController, Nodes, Pass};
 use crate::objects::ObjectsError;
 
 impl AppClusterController {
     /// Binds every unbound member waiting to be created that can be
     /// placed; each binding is written before anything is started there.
     pub(super) async fn place_all(&self, pass: &mut Pass<'_>, app: &AppSpec) -> Result<(), ObjectsError> {
+        let unbound =
+            pass.members.iter().any(|m| m.spec.node.is_none() && m.status.state == MemberState::CreatePending);
+        if unbound {
+            self.refresh_ledger(pass.nodes);
+        }
         let mut bindings = Vec::new();
         for i in 0..pass.members.len() {
             let member = &pass.members[i];
@@ -66,6 +71,9 @@ impl AppClusterController {
         app: &AppSpec,
         fresh: Vec<Member>,
     ) -> Result<(), ObjectsError> {
+        if !fresh.is_empty() {
+            self.refresh_ledger(pass.nodes);
+        }
         let first = pass.members.len();
         pass.members.extend(fresh);
         for i in first..pass.members.len() {
@@ -104,6 +112,12 @@ impl AppClusterController {
         Ok(())
     }
 
+    /// Brings the ledger up to the caches before a placement is decided.
+    fn refresh_ledger(&self, nodes: &Nodes) {
+        let revisions = (self.nodes.revision_that_matters(), self.members.revision());
+        self.ledger.refresh(revisions, &nodes.list, &self.members.list_shared());
+    }
+
     /// A MemberPlaced Event for each of the members `placed` (indices).
     async fn record_placed(&self, pass: &Pass<'_>, placed: &[usize]) {
         let events = placed.iter().map(|&i| {
@@ -122,6 +136,7 @@ impl AppClusterController {
         i: usize,
         app_role: &AppRole,
     ) -> Result<(String, BTreeMap<String, u16>), String> {
+        self.refresh_ledger(pass.nodes);
         let mut moving = pass.members[i].clone();
         moving.status.moved_from = moving.spec.node.take();
         book_node(pass, &moving, app_role).map_err(|refused| match refused {

@@ -12,23 +12,33 @@ use herd_core::node_loss::{NodeLoss, Recovery, recovery, replaced_status};
 use herd_core::notifies::{Change, queue_notifies};
 use tokio::time::Instant;
 
-use super::{AppClusterController, Pass};
+use super::{AppClusterController, Nodes, Pass};
 use crate::nodes::cluster_config;
 use crate::objects::{ObjectsError, now};
 
 impl AppClusterController {
     /// How long each node has been NotReady, as this leader saw it.
-    pub(super) fn not_ready_for(&self) -> BTreeMap<String, Duration> {
-        let readiness = self.nodes.map(|n| (n.metadata.name.clone(), n.status.ready));
+    /// How long each of `bound` (the nodes a cluster's members are on)
+    /// has been NotReady, as this leader saw it: a node's change wakes the
+    /// clusters with members on it, so it is seen when it happens.
+    pub(super) fn not_ready_for<'a>(
+        &self,
+        bound: impl IntoIterator<Item = &'a str>,
+        nodes: &Nodes,
+    ) -> BTreeMap<String, Duration> {
         let now = Instant::now();
-        let names: BTreeSet<&str> = readiness.iter().map(|(name, _)| name.as_str()).collect();
+        let names: BTreeSet<&str> = bound.into_iter().collect();
         let mut clock = self.readiness.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        clock.retain(|name| names.contains(name));
-        readiness
-            .iter()
-            .filter_map(|(name, ready)| {
-                let held = clock.since(name, *ready, now);
-                (!ready).then(|| (name.clone(), held))
+        // Nodes that are gone are forgotten once the clock holds more than there are.
+        if clock.len() > nodes.list.len() {
+            clock.retain(|name| nodes.get(name).is_some());
+        }
+        names
+            .into_iter()
+            .filter_map(|name| {
+                let ready = nodes.get(name)?.status.ready;
+                let held = clock.since(name, ready, now);
+                (!ready).then(|| (name.to_string(), held))
             })
             .collect()
     }
