@@ -232,8 +232,7 @@ async fn a_failing_setup_is_a_config_error_until_the_app_is_fixed_and_the_member
     let cluster = server.admin().get::<AppClusterSpec>("c").await.unwrap();
     assert_eq!(cluster.status.state, ClusterState::Error);
     assert!(cluster.status.member_state_rollup.config_errors);
-    let described =
-        String::from_utf8_lossy(&common::cluster::cli(server, &["describe", "member", "c-db-0"]).stdout).into_owned();
+    let described = String::from_utf8_lossy(&server.cli(&["describe", "member", "c-db-0"]).stdout).into_owned();
     assert!(described.contains("config error: configure failed with exit status 1"), "{described}");
 
     // A restart is an error-retry restart: setup runs again from scratch (and fails again).
@@ -320,8 +319,7 @@ async fn a_notify_that_always_fails_blocks_changes_until_its_member_is_deleted()
     let error = blocked.last_error.clone().unwrap();
     assert!(error.contains("exited with 120") && error.contains("notify refused by c-db-0"), "{error}");
     assert!(blocked.since.is_some());
-    let described =
-        String::from_utf8_lossy(&common::cluster::cli(server, &["describe", "appcluster", "c"]).stdout).into_owned();
+    let described = String::from_utf8_lossy(&server.cli(&["describe", "appcluster", "c"]).stdout).into_owned();
     assert!(described.contains("Why not configured: waiting for c-db-0 (1 notifies pending)"), "{described}");
     assert!(described.contains("pending notify `--addnodes --role db --members c-db-2`"), "{described}");
     assert!(described.contains("notify refused by c-db-0") && described.contains(" ago)"), "{described}");
@@ -333,7 +331,7 @@ async fn a_notify_that_always_fails_blocks_changes_until_its_member_is_deleted()
     // One way out: delete the member. Its process and volumes go from its
     // node, the slot is filled afresh, and the change is accepted.
     let old = server.admin().get::<MemberSpec>("c-db-0").await.unwrap();
-    let out = common::cluster::cli(server, &["delete", "member", "c-db-0"]);
+    let out = server.cli(&["delete", "member", "c-db-0"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let members = configured(server, "c", 3, Duration::from_secs(30)).await;
     let fresh = members.iter().find(|m| m.metadata.name == "c-db-0").unwrap();
@@ -359,7 +357,7 @@ async fn a_notify_that_always_fails_is_skipped_by_the_operator_and_says_who_did(
     );
     assert!(resize(server, &log, 3, 1).await.is_err());
 
-    let out = common::cluster::cli(server, &["member", "skip-notify", "c-db-0"]);
+    let out = server.cli(&["member", "skip-notify", "c-db-0"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(said.contains("skipped `--addnodes --role db --members c-db-2`"), "{said}");
@@ -371,7 +369,7 @@ async fn a_notify_that_always_fails_is_skipped_by_the_operator_and_says_who_did(
     .await;
     assert!(skipped.spec.message.starts_with("admin skipped the notify `--addnodes --role db --members c-db-2`"));
     assert!(skipped.spec.message.contains("notify refused by c-db-0"), "{}", skipped.spec.message);
-    let again = common::cluster::cli(server, &["member", "skip-notify", "c-db-0"]);
+    let again = server.cli(&["member", "skip-notify", "c-db-0"]);
     assert!(!again.status.success());
     assert!(String::from_utf8_lossy(&again.stderr).contains("no pending notify"), "{again:?}");
     // The change goes in now; the member was never told of c-db-2.
@@ -501,11 +499,11 @@ async fn a_cut_off_node_s_members_are_recovered_or_replaced_and_never_run_twice_
 
     // Without --yes (and no terminal to ask on) nothing happens; with it,
     // the member is recreated elsewhere and the others hear it left.
-    let out = common::cluster::cli(server, &["member", "replace", "c-db-0"]);
+    let out = server.cli(&["member", "replace", "c-db-0"]);
     assert!(!out.status.success());
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(said.contains("empty volumes: data") && said.contains("n1 (NotReady)"), "{said}");
-    let out = common::cluster::cli(server, &["member", "replace", "c-db-0", "--yes"]);
+    let out = server.cli(&["member", "replace", "c-db-0", "--yes"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let replaced = eventually(Duration::from_secs(30), "c-db-0 configured on another node", || async {
         let member = admin.get::<MemberSpec>("c-db-0").await.ok()?;
@@ -598,10 +596,10 @@ async fn a_crash_loop_is_shown_where_an_operator_looks() {
     let why = looping.status.not_ready_reason.clone().unwrap_or_default();
     assert!(why.contains("crash loop") && why.contains("exit status: 3"), "{why}");
 
-    let get = common::cluster::cli(server, &["get", "members"]);
+    let get = server.cli(&["get", "members"]);
     let table = String::from_utf8_lossy(&get.stdout);
     assert!(table.contains("(crash loop, "), "{table}");
-    let describe = common::cluster::cli(server, &["describe", "member", "crashy-db-0"]);
+    let describe = server.cli(&["describe", "member", "crashy-db-0"]);
     let text = String::from_utf8_lossy(&describe.stdout);
     assert!(text.contains("crash loop:") && text.contains("exit status: 3") && text.contains("next start"), "{text}");
     let event = common::event_where(&server.admin(), "a MemberCrashLooping event", |e| {
@@ -659,8 +657,7 @@ async fn a_role_is_sent_its_notifies_one_member_at_a_time() {
     })
     .await;
     assert!(removed.spec.message.contains("its cluster no longer asks for it"), "{}", removed.spec.message);
-    let described =
-        String::from_utf8_lossy(&common::cluster::cli(server, &["describe", "appcluster", "c"]).stdout).into_owned();
+    let described = String::from_utf8_lossy(&server.cli(&["describe", "appcluster", "c"]).stdout).into_owned();
     let events = described.split("\nEvents:").nth(1).unwrap_or_default();
     assert!(events.contains(EventReason::MemberRemoved.as_str()) && events.contains("c-db-3"), "{described}");
     assert!(events.contains(EventReason::MemberConfigured.as_str()) && events.contains("c-db-0"), "{described}");

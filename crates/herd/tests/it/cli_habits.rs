@@ -8,7 +8,6 @@
 use crate::common;
 
 use common::TestServer;
-use common::cluster::cli;
 use herd_core::kinds::EventReason;
 
 fn stdout(out: &std::process::Output) -> String {
@@ -20,45 +19,45 @@ async fn get_lists_the_kinds_names_only_output_and_both_versions() {
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start(dir.path());
 
-    let out = cli(&server, &["get"]);
+    let out = server.cli(&["get"]);
     assert!(out.status.success(), "{out:?}");
     let kinds = stdout(&out);
     assert!(kinds.starts_with("NAME"), "{kinds}");
     for row in ["disruptionbudgets  budget", "operations         op", "nodes              no"] {
         assert!(kinds.contains(row), "{row:?} in {kinds}");
     }
-    let help = stdout(&cli(&server, &["get", "--help"])).replace('\n', " ");
+    let help = stdout(&server.cli(&["get", "--help"])).replace('\n', " ");
     for kind in kinds.lines().skip(1).filter_map(|row| row.split_whitespace().next()).filter(|k| *k != "all") {
         let singular = kind.trim_end_matches('s');
         assert!(help.contains(singular), "herd get --help names {singular}: {help}");
     }
 
-    let out = cli(&server, &["get", "clusterconfig", "-o", "name"]);
+    let out = server.cli(&["get", "clusterconfig", "-o", "name"]);
     assert!(out.status.success(), "{out:?}");
     assert_eq!(stdout(&out), "clusterconfig/cluster\n");
-    let out = cli(&server, &["get", "clusterconfig", "cluster", "-o", "jsonpath={.spec.candidatePoolSize}"]);
+    let out = server.cli(&["get", "clusterconfig", "cluster", "-o", "jsonpath={.spec.candidatePoolSize}"]);
     assert_eq!(stdout(&out), "10", "{out:?}");
     let names = r#"jsonpath={range .items[*]}{.kind}/{.metadata.name}{"\n"}{end}"#;
-    let out = cli(&server, &["get", "leases", "-o", names]);
+    let out = server.cli(&["get", "leases", "-o", names]);
     assert_eq!(stdout(&out), "Lease/herd-leader\n", "{out:?}");
-    let out = cli(&server, &["get", "leases", "-o", "jsonpath={range .items[*]}"]);
+    let out = server.cli(&["get", "leases", "-o", "jsonpath={range .items[*]}"]);
     assert_eq!(out.status.code(), Some(2), "a bad template is a usage error: {out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("without {end}"), "{out:?}");
-    let out = cli(&server, &["get", "all", "-o", "name"]);
+    let out = server.cli(&["get", "all", "-o", "name"]);
     assert!(out.status.success(), "{out:?}");
     let names = stdout(&out);
     for name in ["clusterconfig/cluster\n", "lease/herd-leader\n"] {
         assert!(names.contains(name), "{name:?} in {names}");
     }
-    let out = cli(&server, &["get", "all"]);
+    let out = server.cli(&["get", "all"]);
     assert!(stdout(&out).contains("clusterconfigs:\nNAME"), "a table per kind: {out:?}");
-    let out = cli(&server, &["get", "operations", "-o", "name"]);
+    let out = server.cli(&["get", "operations", "-o", "name"]);
     assert!(out.status.success() && stdout(&out).is_empty(), "{out:?}");
-    let out = cli(&server, &["token", "list", "-o", "name"]);
+    let out = server.cli(&["token", "list", "-o", "name"]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("-o name lists objects"), "{out:?}");
 
-    let out = cli(&server, &["version"]);
+    let out = server.cli(&["version"]);
     assert!(out.status.success(), "{out:?}");
     let version = env!("CARGO_PKG_VERSION");
     assert!(stdout(&out).starts_with(&format!("client: herd {version}\nserver: herd {version} (replica ")), "{out:?}");
@@ -123,11 +122,11 @@ async fn events_watch_shows_a_new_event_about_the_object_followed() {
 async fn appcluster_wait_returns_once_configured_and_says_a_missing_one_is_missing() {
     let nodes = common::apps::nodes(2).await;
     let server = &nodes.server;
-    let out = cli(server, &["appcluster", "wait", "nope", "--timeout", "5s"]);
+    let out = server.cli(&["appcluster", "wait", "nope", "--timeout", "5s"]);
     assert_eq!(out.status.code(), Some(3), "a missing object is exit code 3: {out:?}");
     let budget = common::budgets::budget_yaml("web-one", "herd.io/cluster=web", "maxUnavailable: 1");
     common::budgets::apply_web(server, nodes.dir.path(), "web", 2, &budget);
-    let out = cli(server, &["appcluster", "wait", "web", "--for", "configured", "--timeout", "90s"]);
+    let out = server.cli(&["appcluster", "wait", "web", "--for", "configured", "--timeout", "90s"]);
     assert!(out.status.success(), "{out:?}");
     assert_eq!(stdout(&out), "appcluster/web configured: 2 of 2 members ready, and counted healthy by its budgets\n");
     let members = common::apps::list_members(server, "web").await;
@@ -169,7 +168,7 @@ async fn exit_codes_are_the_documented_ones_in_every_command() {
         (&["apply", "-f", invalid], 1),
         (&["apply", "-f", "/nonexistent.yaml"], 1),
     ] {
-        let out = cli(&server, args);
+        let out = server.cli(args);
         assert_eq!(out.status.code(), Some(code), "herd {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
     }
 }
@@ -200,7 +199,7 @@ async fn logs_follow_prints_what_the_member_writes_afterwards() {
 
     // Where the log is now, read without -f.
     let last = common::eventually(Duration::from_secs(10), "a few lines logged", || async {
-        let out = cli(&server, &["logs", "n1/m1"]);
+        let out = server.cli(&["logs", "n1/m1"]);
         let last: u64 = stdout(&out).lines().last()?.strip_prefix("line ")?.parse().ok()?;
         (last >= 3).then_some(last)
     })
@@ -211,7 +210,7 @@ async fn logs_follow_prints_what_the_member_writes_afterwards() {
     let later = format!("line {}", last + 30);
     follow.wait_for_line(&later, Duration::from_secs(20));
 
-    let out = cli(&server, &["logs", "n1/nobody", "-f"]);
+    let out = server.cli(&["logs", "n1/nobody", "-f"]);
     assert_eq!(out.status.code(), Some(3), "a member the node does not have: {out:?}");
 }
 
@@ -273,27 +272,27 @@ async fn label_and_annotate_patch_the_metadata() {
         config["metadata"]["labels"].clone()
     };
 
-    let out = cli(&server, &["label", "clusterconfig", "cluster", "tier=gold", "zone=a"]);
+    let out = server.cli(&["label", "clusterconfig", "cluster", "tier=gold", "zone=a"]);
     assert!(out.status.success(), "{out:?}");
     assert_eq!(stdout(&out), "clusterconfig/cluster labeled\n");
-    let out = cli(&server, &["get", "clusterconfigs", "-l", "tier=gold", "-o", "name"]);
+    let out = server.cli(&["get", "clusterconfigs", "-l", "tier=gold", "-o", "name"]);
     assert_eq!(stdout(&out), "clusterconfig/cluster\n", "{out:?}");
 
-    let out = cli(&server, &["label", "clusterconfig", "cluster", "tier=silver"]);
+    let out = server.cli(&["label", "clusterconfig", "cluster", "tier=silver"]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("labels set already: tier (--overwrite"), "{out:?}");
     assert_eq!(labels().await["tier"], "gold", "nothing changed");
-    let out = cli(&server, &["label", "clusterconfig", "cluster", "tier=silver", "zone-", "--overwrite"]);
+    let out = server.cli(&["label", "clusterconfig", "cluster", "tier=silver", "zone-", "--overwrite"]);
     assert!(out.status.success(), "{out:?}");
     assert_eq!(labels().await, serde_json::json!({ "tier": "silver" }));
 
-    let out = cli(&server, &["annotate", "clusterconfig", "cluster", "owner=ops team"]);
+    let out = server.cli(&["annotate", "clusterconfig", "cluster", "owner=ops team"]);
     assert_eq!(stdout(&out), "clusterconfig/cluster annotated\n", "{out:?}");
     let config = server.admin().get_value("clusterconfigs", "cluster").await.unwrap();
     assert_eq!(config["metadata"]["annotations"]["owner"], "ops team");
 
     let before = server.admin().get_value("clusterconfigs", "cluster").await.unwrap();
-    let out = cli(&server, &["label", "clusterconfig", "cluster", "bad key=x"]);
+    let out = server.cli(&["label", "clusterconfig", "cluster", "bad key=x"]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("metadata.labels"), "the field is named: {out:?}");
     let after = server.admin().get_value("clusterconfigs", "cluster").await.unwrap();
@@ -313,9 +312,9 @@ async fn label_and_annotate_patch_the_metadata() {
     let error = server.admin().patch_value("clusterconfigs", "cluster", &status).await.unwrap_err();
     assert_eq!(error.reason(), Some(herd_core::api::StatusReason::Invalid), "{error}");
 
-    let out = cli(&server, &["label", "node", "nope", "a=b"]);
+    let out = server.cli(&["label", "node", "nope", "a=b"]);
     assert_eq!(out.status.code(), Some(3), "{out:?}");
-    let out = cli(&server, &["label", "clusterconfig", "cluster", "novalue"]);
+    let out = server.cli(&["label", "clusterconfig", "cluster", "novalue"]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
 }
 

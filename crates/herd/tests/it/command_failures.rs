@@ -9,7 +9,7 @@ use crate::common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::cluster::{TwoNodes, cli, command, fill_volume, member_run, run, settled, two_nodes};
+use common::cluster::{TwoNodes, command, fill_volume, member_run, run, settled, two_nodes};
 use common::{event_where, eventually};
 use herd_core::kinds::{Action, AgentState, CommandSpec, EventReason, ManagementState, NodeSpec};
 
@@ -39,7 +39,7 @@ async fn abandoning_a_copy_ends_its_worker_and_a_following_copy_runs_alone() {
     let staging = b_dir.join("volumes/.incoming/m1/data");
     eventually(Duration::from_secs(10), "bytes staged", || async { staging.exists().then_some(()) }).await;
 
-    let out = cli(server, &["command", "abandon", "slow"]);
+    let out = server.cli(&["command", "abandon", "slow"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains("ABANDONING"), "{out:?}");
     // Until the worker has ended, the volume stays held (seen by a dry run).
@@ -189,16 +189,16 @@ async fn a_partial_copy_nothing_owns_is_listed_and_a_delete_volume_removes_it() 
     let staging = b_dir.join("volumes/.incoming/m1/data");
     eventually(Duration::from_secs(15), "bytes staged", || async { staging.exists().then_some(()) }).await;
     // While the copy runs, its partial copy is the Command's.
-    let out = cli(server, &["node", "volumes", "n2"]);
+    let out = server.cli(&["node", "volumes", "n2"]);
     let listing = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(listing.contains("partial copy") && listing.contains("command kept (CopyVolume"), "{listing}");
 
-    let out = cli(server, &["command", "abandon", "kept", "--keep-staging"]);
+    let out = server.cli(&["command", "abandon", "kept", "--keep-staging"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let abandoned = settled(server, "kept").await;
     assert!(abandoned.status.answer.unwrap().message.contains("kept for a later copy"), "kept as asked");
     assert!(staging.exists());
-    let out = cli(server, &["node", "volumes", "n2"]);
+    let out = server.cli(&["node", "volumes", "n2"]);
     let listing = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let row = listing.lines().find(|l| l.contains("partial copy")).unwrap_or_default().to_string();
@@ -239,7 +239,7 @@ async fn abandoning_a_copy_whose_worker_outlived_its_agent_ends_it_too() {
     })
     .await;
 
-    let out = cli(server, &["command", "abandon", "orphaned"]);
+    let out = server.cli(&["command", "abandon", "orphaned"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let abandoned = settled(server, "orphaned").await;
     assert_eq!(abandoned.status.state_by_management, ManagementState::Abandoned, "{:?}", abandoned.status);

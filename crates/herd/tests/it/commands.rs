@@ -7,7 +7,7 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::cluster::{TwoNodes, cli, command, fill_volume, member_run, quick_heartbeats, run, settled, two_nodes};
+use common::cluster::{TwoNodes, command, fill_volume, member_run, quick_heartbeats, run, settled, two_nodes};
 use common::{MemberReaper, TestServer, eventually, start_agent};
 use herd_core::Timestamp;
 use herd_core::api::{AgentReport, CommandReport};
@@ -40,11 +40,11 @@ async fn commands_run_on_their_node_and_their_answers_come_back() {
     .await;
     assert_eq!(node.status.members[0].instance_id.as_deref(), Some(instance.as_str()));
     eventually(Duration::from_secs(10), "the member's log through the server", || async {
-        let out = cli(&server, &["logs", "n1/m1"]);
+        let out = server.cli(&["logs", "n1/m1"]);
         (out.status.success() && String::from_utf8_lossy(&out.stdout) == "hello\n").then_some(())
     })
     .await;
-    let missing = cli(&server, &["logs", "n1/nobody"]);
+    let missing = server.cli(&["logs", "n1/nobody"]);
     assert!(String::from_utf8_lossy(&missing.stderr).contains("member nobody has no stdout log on n1"), "{missing:?}");
 
     let script = "echo \"$GREETING from $HERD_MEMBER\" | tee \"$HERD_VOLUME_DATA/greeting\"".to_string();
@@ -240,7 +240,7 @@ async fn the_operator_abandons_or_retries_a_stuck_command() {
     })
     .await;
 
-    let out = cli(&server, &["command", "abandon", "stuck"]);
+    let out = server.cli(&["command", "abandon", "stuck"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stuck = admin.get::<CommandSpec>("stuck").await.unwrap();
     assert_eq!(stuck.status.state_by_management, ManagementState::Abandoned, "not taken up: ended at once");
@@ -257,12 +257,12 @@ async fn the_operator_abandons_or_retries_a_stuck_command() {
         .await
         .unwrap();
 
-    let again = cli(&server, &["command", "abandon", "stuck"]);
+    let again = server.cli(&["command", "abandon", "stuck"]);
     assert_eq!(again.status.code(), Some(4), "a conflict");
     assert!(String::from_utf8_lossy(&again.stderr).contains("already settled"));
 
     admin.abandon_command("next", false).await.unwrap();
-    let out = cli(&server, &["command", "retry", "stuck"]);
+    let out = server.cli(&["command", "retry", "stuck"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let retried = eventually(Duration::from_secs(10), "issued again", || async {
         let command = admin.get::<CommandSpec>("stuck").await.ok()?;
@@ -541,7 +541,7 @@ async fn a_copy_reports_its_progress_and_command_wait_follows_it() {
     .await;
     assert_eq!(total, size, "the volume's size, staged {bytes}");
 
-    let out = cli(server, &["command", "wait", "copy-slow", "--timeout", "2m"]);
+    let out = server.cli(&["command", "wait", "copy-slow", "--timeout", "2m"]);
     assert!(out.status.success(), "{out:?}");
     assert!(
         String::from_utf8_lossy(&out.stdout).starts_with("command/copy-slow completed: CopyVolume on n2"),
@@ -550,6 +550,6 @@ async fn a_copy_reports_its_progress_and_command_wait_follows_it() {
     let done = server.admin().get::<CommandSpec>("copy-slow").await.unwrap();
     assert!(done.status.progress.is_empty(), "no progress once over: {:?}", done.status.progress);
 
-    let out = cli(server, &["command", "wait", "nope"]);
+    let out = server.cli(&["command", "wait", "nope"]);
     assert_eq!(out.status.code(), Some(3), "{out:?}");
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use common::apps::{configured, example, nodes, pid_of};
 use common::browser::{self, Browser};
-use common::budgets::{budget_yaml, herd};
+use common::budgets::budget_yaml;
 use fantoccini::Locator;
 use herd_core::api::{JoinTokenRequest, NodeRoleRequest};
 use herd_core::join::TokenKind;
@@ -102,7 +102,7 @@ async fn the_dashboard_shows_the_cluster_live_and_acts_for_the_operator() {
     // The etcd example reaches configured on the App clusters page.
     browser.click("a[data-page=clusters]").await;
     browser.wait_text("#page", WAIT, |t| t.contains("No app clusters")).await;
-    let out = herd(&nodes.server, &["apply", "-f", example("etcd").to_str().unwrap()]);
+    let out = nodes.server.cli(&["apply", "-f", example("etcd").to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     browser.wait_text(".cluster-state[data-cluster=etcd]", Duration::from_secs(90), |t| t == "configured").await;
     let members = configured(&nodes.server, "etcd", 3, Duration::from_secs(30)).await;
@@ -168,19 +168,25 @@ async fn the_dashboard_shows_the_cluster_live_and_acts_for_the_operator() {
          kind: AppCluster\nmetadata: {name: crashy}\nspec: {appRef: crashy, roles: [{name: r, members: 1}]}\n",
     )
     .unwrap();
-    let out = herd(&nodes.server, &["apply", "-f", crashy.to_str().unwrap()]);
+    let out = nodes.server.cli(&["apply", "-f", crashy.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     browser.wait_text(".member-state[data-member=crashy-r-0]", WAIT, |t| t.contains("crash loop")).await;
     let why = browser.wait_text(".member-why[data-member=crashy-r-0]", WAIT, |t| t.contains("exit status: 3")).await;
     assert!(why.contains("crash loop"), "{why}");
     browser.screenshot("crash-loop").await;
-    let out = herd(&nodes.server, &["delete", "appcluster", "crashy"]);
+    let out = nodes.server.cli(&["delete", "appcluster", "crashy"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // Its member is removed from its node before the drain below counts
+    // that node's members.
+    common::eventually(WAIT, "crashy's member removed", || async {
+        admin.get::<MemberSpec>("crashy-r-0").await.is_err().then_some(())
+    })
+    .await;
 
     // A drain that a budget can never allow: its progress and blocker.
     let budget = nodes.dir.path().join("all.yaml");
     std::fs::write(&budget, budget_yaml("etcd-all", "herd.io/cluster=etcd", "minAvailable: 3")).unwrap();
-    let out = herd(&nodes.server, &["apply", "-f", budget.to_str().unwrap()]);
+    let out = nodes.server.cli(&["apply", "-f", budget.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let node = victim.spec.node.clone().unwrap();
     browser.click("a[data-page=overview]").await;

@@ -11,7 +11,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::apps::{configured, instance, kill9, list_members, nodes, pid_of};
-use common::budgets::{apply_web, budget, budget_yaml, counted, herd};
+use common::budgets::{apply_web, budget, budget_yaml, counted};
 use common::{TestServer, eventually};
 use herd_core::api::StatusReason;
 use herd_core::kinds::{DisruptionBudgetSpec, EventReason, EventSpec};
@@ -28,7 +28,7 @@ async fn a_budget_counts_ready_members_and_a_crash_only_lowers_the_count() {
     let counted = counted(server, "web-quorum", 3, 1).await;
     assert_eq!((counted.status.desired_healthy, counted.status.expected_members), (2, 3));
     assert!(counted.status.unhealthy.is_empty());
-    let out = herd(server, &["get", "budgets"]);
+    let out = server.cli(&["get", "budgets"]);
     let table = String::from_utf8_lossy(&out.stdout);
     let row = table.lines().find(|l| l.starts_with("web-quorum")).unwrap_or_else(|| panic!("{table}"));
     let cells: Vec<&str> = row.split_whitespace().collect();
@@ -94,7 +94,7 @@ async fn bad_budgets_are_refused_naming_the_field() {
             format!("apiVersion: herd/v1\nkind: DisruptionBudget\nmetadata: {{name: b}}\nspec: {spec}\n"),
         )
         .unwrap();
-        let out = herd(&server, &["apply", "-f", manifest.to_str().unwrap()]);
+        let out = server.cli(&["apply", "-f", manifest.to_str().unwrap()]);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{spec} was accepted");
         assert!(stderr.contains(field) && stderr.contains(reason), "{spec}: {stderr}");
@@ -109,7 +109,7 @@ async fn bad_budgets_are_refused_naming_the_field() {
          minAvailable: '101%'\n",
     )
     .unwrap();
-    let out = herd(&server, &["apply", "-f", manifest.to_str().unwrap()]);
+    let out = server.cli(&["apply", "-f", manifest.to_str().unwrap()]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("two.yaml document 2 (line 12): spec.minAvailable"), "{stderr}");
     assert!(server.admin().get::<DisruptionBudgetSpec>("b").await.is_err(), "nothing was written");
@@ -120,7 +120,7 @@ fn evict(server: &TestServer, member: &str, dry_run: bool) -> std::process::Outp
     if dry_run {
         args.push("--dry-run");
     }
-    herd(server, &args)
+    server.cli(&args)
 }
 
 /// The budget rule at work: 3 members under minAvailable 2 allow one
@@ -165,7 +165,7 @@ async fn an_eviction_waits_for_the_last_one_to_be_ready_again() {
     // Two budgets select web-w-2: web-quorum allows, web-frozen blocks.
     let frozen = nodes.dir.path().join("frozen.yaml");
     std::fs::write(&frozen, budget_yaml("web-frozen", "herd.io/role=w", "maxUnavailable: 0")).unwrap();
-    assert!(herd(server, &["apply", "-f", frozen.to_str().unwrap()]).status.success());
+    assert!(server.cli(&["apply", "-f", frozen.to_str().unwrap()]).status.success());
     counted(server, "web-frozen", 3, 0).await;
     let out = evict(server, "web-w-2", false);
     assert_eq!(out.status.code(), Some(4), "{out:?}");
@@ -182,10 +182,10 @@ async fn an_eviction_waits_for_the_last_one_to_be_ready_again() {
     assert_eq!(evicted, ["web-w-0", "web-w-1"], "each eviction is an Event on its member");
 
     // `herd describe budget`: the counts, what is allowed now, the evictions.
-    let described = String::from_utf8_lossy(&herd(server, &["describe", "budget", "web-quorum"]).stdout).into_owned();
+    let described = String::from_utf8_lossy(&server.cli(&["describe", "budget", "web-quorum"]).stdout).into_owned();
     assert!(described.contains("3 healthy of 3 expected, 2 needed: 1 eviction(s) allowed now"), "{described}");
     assert!(described.contains("evicted: web-w-0") && described.contains("evicted: web-w-1"), "{described}");
-    let described = String::from_utf8_lossy(&herd(server, &["describe", "budget", "web-frozen"]).stdout).into_owned();
+    let described = String::from_utf8_lossy(&server.cli(&["describe", "budget", "web-frozen"]).stdout).into_owned();
     assert!(described.contains("warning: budget web-frozen can never allow an eviction"), "{described}");
 }
 
@@ -254,12 +254,12 @@ async fn a_member_on_a_node_that_is_not_ready_is_not_ready_and_counted_so_everyw
     assert_eq!(short.status.unhealthy.len(), 1);
     assert!(short.status.unhealthy[0].reason.contains("node n3 is NotReady"), "{:?}", short.status.unhealthy);
     // What the operator reads says so.
-    let out = herd(server, &["get", "members"]);
+    let out = server.cli(&["get", "members"]);
     let table = String::from_utf8_lossy(&out.stdout);
     let row = table.lines().find(|l| l.starts_with(&lost.metadata.name)).unwrap_or_else(|| panic!("{table}"));
     let cells: Vec<&str> = row.split_whitespace().collect();
     assert_eq!(cells[3..6], ["configured", "no", "n3"], "{table}");
-    let out = herd(server, &["describe", "member", &lost.metadata.name]);
+    let out = server.cli(&["describe", "member", &lost.metadata.name]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("not ready since") && text.contains("not ready: node n3 is NotReady"), "{text}");
     // And so does the configmeta the others are given.
@@ -274,7 +274,7 @@ async fn a_member_on_a_node_that_is_not_ready_is_not_ready_and_counted_so_everyw
     let me = meta["roles"][0]["members"].as_array().unwrap().iter().find(|m| m["name"] == other.metadata.name.as_str());
     assert_eq!(me.unwrap()["ready"], true, "{meta}");
     // A refused eviction names it.
-    let out = herd(server, &["member", "evict", &other.metadata.name]);
+    let out = server.cli(&["member", "evict", &other.metadata.name]);
     assert!(!out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
 }
 
@@ -297,7 +297,7 @@ async fn an_eviction_no_node_can_take_is_refused_and_says_why() {
     let members = configured(server, "solo", 2, Duration::from_secs(60)).await;
     let victim = &members[0].metadata.name;
     for args in [vec!["member", "evict", victim, "--dry-run"], vec!["member", "evict", victim]] {
-        let out = herd(server, &args);
+        let out = server.cli(&args);
         let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
         assert!(!out.status.success(), "{args:?}: {said}");
         assert!(said.contains("no node can take") || said.contains("spread is required"), "{said}");
@@ -308,7 +308,7 @@ async fn an_eviction_no_node_can_take_is_refused_and_says_why() {
     assert!(member.status.ready);
     // A node frees up: the eviction is approved, and carried out.
     common::apps::cordon(server, "n3", false).await;
-    let out = herd(server, &["member", "evict", victim]);
+    let out = server.cli(&["member", "evict", victim]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     eventually(Duration::from_secs(30), "the member placed on n3", || async {
         let member = admin.get::<herd_core::kinds::MemberSpec>(victim).await.ok()?;

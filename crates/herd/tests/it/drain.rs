@@ -11,7 +11,7 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use common::apps::{configured, instance, nodes};
-use common::budgets::{apply_web, budget_yaml, counted, herd};
+use common::budgets::{apply_web, budget_yaml, counted};
 use common::eventually;
 use herd_core::kinds::{EventReason, NodeRole, NodeSpec, OperationPhase, OperationSpec, StepState};
 
@@ -21,17 +21,6 @@ fn stdout(out: &std::process::Output) -> String {
 
 fn stderr(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// Runs the CLI off the test's runtime (a followed drain takes a while).
-async fn herd_blocking(server: &common::TestServer, args: &[&str]) -> std::process::Output {
-    let url = server.url.clone();
-    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    tokio::task::spawn_blocking(move || {
-        common::herd().args(["--server", &url, "--token", common::ADMIN_TOKEN]).args(&args).output().unwrap()
-    })
-    .await
-    .unwrap()
 }
 
 /// The name of the Operation `herd node drain` created, from its output.
@@ -50,7 +39,7 @@ async fn a_drain_moves_every_member_off_the_node_under_its_budget() {
     counted(server, "web-one", 6, 1).await;
     let node = before[0].spec.node.clone().unwrap();
 
-    let dry = herd(server, &["node", "drain", &node, "--dry-run"]);
+    let dry = server.cli(&["node", "drain", &node, "--dry-run"]);
     assert!(dry.status.success(), "{}", stderr(&dry));
     assert!(stdout(&dry).contains(&format!("{}: allowed", before[0].metadata.name)), "{}", stdout(&dry));
     assert!(server.admin().list::<OperationSpec>("").await.unwrap().is_empty(), "a dry run creates nothing");
@@ -59,7 +48,7 @@ async fn a_drain_moves_every_member_off_the_node_under_its_budget() {
     let at_start = common::apps::list_members(server, "web").await;
     let on_node: Vec<String> =
         at_start.iter().filter(|m| m.spec.node.as_deref() == Some(&node)).map(|m| m.metadata.name.clone()).collect();
-    let out = herd_blocking(server, &["node", "drain", &node]).await;
+    let out = server.cli_blocking(&["node", "drain", &node]).await;
     assert!(out.status.success(), "{}\n{}", stdout(&out), stderr(&out));
     let placed: Vec<(String, Option<String>)> =
         at_start.iter().map(|m| (m.metadata.name.clone(), m.spec.node.clone())).collect();
@@ -86,9 +75,9 @@ async fn a_drain_moves_every_member_off_the_node_under_its_budget() {
     let evictions = operation.status.history.iter().filter(|h| h.message.contains(" evicted: ")).count();
     assert_eq!(evictions, on_node.len(), "each member evicted once: {:?}", operation.status.history);
 
-    let table = stdout(&herd(server, &["get", "operations"]));
+    let table = stdout(&server.cli(&["get", "operations"]));
     assert!(table.contains(&format!("Drain {node}")) && table.contains("Succeeded"), "{table}");
-    let described = stdout(&herd(server, &["describe", "operation", &operation.metadata.name]));
+    let described = stdout(&server.cli(&["describe", "operation", &operation.metadata.name]));
     assert!(described.contains(&format!("step {}: Done", on_node[0])), "{described}");
     // The old instances left on the node were removed as expected, not
     // warned of as strays.
@@ -97,7 +86,7 @@ async fn a_drain_moves_every_member_off_the_node_under_its_budget() {
         events.iter().filter(|e| e.spec.reason_is(EventReason::StrayMember)).map(|e| e.spec.message.as_str()).collect();
     assert!(warned.is_empty(), "{warned:?}");
 
-    let out = herd(server, &["node", "undrain", &node]);
+    let out = server.cli(&["node", "undrain", &node]);
     assert!(out.status.success(), "{}", stderr(&out));
     // Regular, or promoted again at once by the pool keeper (pool size 10).
     let role = server.admin().get::<NodeSpec>(&node).await.unwrap().spec.role;
@@ -116,7 +105,7 @@ async fn a_blocked_drain_says_why_within_seconds_fails_at_its_deadline_and_can_b
     // A deadline with --on-deadline fail: Failed at the deadline, naming
     // the budget that blocks.
     let started = Instant::now();
-    let out = herd_blocking(server, &["node", "drain", &node, "--deadline", "4s", "--on-deadline", "fail"]).await;
+    let out = server.cli_blocking(&["node", "drain", &node, "--deadline", "4s", "--on-deadline", "fail"]).await;
     assert_eq!(out.status.code(), Some(1), "{}\n{}", stdout(&out), stderr(&out));
     let said = stderr(&out);
     assert!(said.contains("failed: the deadline (4s) passed with"), "{said}");
@@ -152,16 +141,16 @@ async fn a_blocked_drain_says_why_within_seconds_fails_at_its_deadline_and_can_b
     assert!(stderr(&followed).contains("refused: cannot evict member"), "steps are told: {}", stderr(&followed));
     let op = server.admin().get::<OperationSpec>(&name).await.unwrap();
     assert_eq!(op.status.phase, OperationPhase::Running, "Ctrl-C does not cancel it");
-    let described = stdout(&herd(server, &["describe", "operation", &name]));
+    let described = stdout(&server.cli(&["describe", "operation", &name]));
     assert!(described.contains("blocked (it never will as it stands): cannot evict member"), "{described}");
     assert!(described.contains("budget web-all can never allow an eviction"), "{described}");
 
     // A second drain of the same node is refused while this one runs.
-    let again = herd(server, &["node", "drain", &node, "--detach"]);
+    let again = server.cli(&["node", "drain", &node, "--detach"]);
     assert_eq!(again.status.code(), Some(4), "{}", stderr(&again));
     assert!(stderr(&again).contains(&format!("is being drained by operation {name} already")), "{}", stderr(&again));
 
-    let out = herd(server, &["operation", "cancel", &name]);
+    let out = server.cli(&["operation", "cancel", &name]);
     assert!(out.status.success(), "{}", stderr(&out));
     let cancelled = eventually(Duration::from_secs(10), "the drain cancelled", || async {
         let op = server.admin().get::<OperationSpec>(&name).await.ok()?;
@@ -170,7 +159,7 @@ async fn a_blocked_drain_says_why_within_seconds_fails_at_its_deadline_and_can_b
     .await;
     assert!(cancelled.status.message.unwrap().contains("stays drained"));
     // It ended: cancelling it again is a conflict, said so, not a success.
-    let again = herd(server, &["operation", "cancel", &name]);
+    let again = server.cli(&["operation", "cancel", &name]);
     assert_eq!(again.status.code(), Some(4), "{}", stderr(&again));
     assert!(stderr(&again).contains("has ended already (cancelled): nothing to cancel"), "{}", stderr(&again));
     let after = configured(server, "web", 3, Duration::from_secs(30)).await;
@@ -211,19 +200,19 @@ async fn a_drain_goes_on_under_the_next_leader_and_evicts_no_member_twice_on_pos
     }
     // All six on n1: the other nodes are cordoned while they are placed.
     for node in ["n2", "n3"] {
-        let out = herd(&replicas[0], &["node", "modify", node, "--role", "drained"]);
+        let out = replicas[0].cli(&["node", "modify", node, "--role", "drained"]);
         assert!(out.status.success(), "{}", stderr(&out));
     }
     apply_web(&replicas[0], dir.path(), "web", 6, &budget_yaml("web-one", "herd.io/cluster=web", "maxUnavailable: 1"));
     let before = configured(&replicas[0], "web", 6, Duration::from_secs(90)).await;
     assert!(before.iter().all(|m| m.spec.node.as_deref() == Some("n1")));
     for node in ["n2", "n3"] {
-        assert!(herd(&replicas[0], &["node", "undrain", node]).status.success());
+        assert!(replicas[0].cli(&["node", "undrain", node]).status.success());
     }
     counted(&replicas[0], "web-one", 6, 1).await;
     let start = admin.list_values("members", "").await.unwrap().metadata.resource_version;
 
-    let out = herd(&replicas[0], &["node", "drain", "n1", "--detach"]);
+    let out = replicas[0].cli(&["node", "drain", "n1", "--detach"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let name = operation_name(&out);
     eventually(Duration::from_secs(60), "two members moved", || async {
@@ -292,11 +281,11 @@ async fn a_rolling_restart_stops_at_a_broken_canary() {
         ),
     )
     .unwrap();
-    assert!(herd(server, &["apply", "-f", manifest.to_str().unwrap()]).status.success());
+    assert!(server.cli(&["apply", "-f", manifest.to_str().unwrap()]).status.success());
     let before = configured(server, "web", 3, Duration::from_secs(90)).await;
     counted(server, "web-one", 3, 1).await;
 
-    let out = herd(server, &["appcluster", "restart", "web", "--role", "nope"]);
+    let out = server.cli(&["appcluster", "restart", "web", "--role", "nope"]);
     assert!(!out.status.success());
     assert!(
         stderr(&out).contains("spec.action.role: AppCluster web has no role \"nope\" (its roles: w)"),
@@ -305,7 +294,7 @@ async fn a_rolling_restart_stops_at_a_broken_canary() {
     );
 
     std::fs::write(&marker, b"").unwrap();
-    let out = herd_blocking(server, &["appcluster", "restart", "web", "--role", "w", "--canary", "1"]).await;
+    let out = server.cli_blocking(&["appcluster", "restart", "web", "--role", "w", "--canary", "1"]).await;
     assert_eq!(out.status.code(), Some(1), "{}\n{}", stdout(&out), stderr(&out));
     assert!(stderr(&out).contains("web-w-0 did not come back configured after its restart"), "{}", stderr(&out));
     let hooked = std::fs::read_to_string(&drained).unwrap_or_default();
@@ -331,7 +320,7 @@ async fn a_finished_operation_is_deleted_a_day_after_it_finished() {
     let admin = server.admin();
     let mut names = Vec::new();
     for node in ["n1", "n2"] {
-        let out = herd_blocking(server, &["node", "drain", node]).await;
+        let out = server.cli_blocking(&["node", "drain", node]).await;
         assert!(out.status.success(), "{}", stderr(&out));
         names.push(operation_name(&out));
     }

@@ -12,12 +12,11 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::apps::{Nodes, configured, example, instance, kill9, list_members, nodes, pid_of, require};
-use common::cluster::cli;
 use common::eventually;
 use herd_core::kinds::{EventReason, Member, MemberSpec, MemberState};
 
 fn apply(nodes: &Nodes, path: &Path) {
-    let out = cli(&nodes.server, &["apply", "-f", path.to_str().unwrap()]);
+    let out = nodes.server.cli(&["apply", "-f", path.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
@@ -93,7 +92,7 @@ async fn the_etcd_example_forms_a_cluster_that_survives_a_member_kill() {
     healthy(&members);
     let out = etcdctl(&victim, &["get", "greeting", "--print-value-only"]);
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "hello from herd", "{}", text(&out));
-    let events = text(&cli(server, &["events"]));
+    let events = text(&server.cli(&["events"]));
     assert!(events.contains(EventReason::MemberRestarted.as_str()), "{events}");
 }
 
@@ -193,7 +192,7 @@ async fn etcd_grown_and_shrunk_at_once_keeps_no_dead_voter() {
         let text = std::fs::read_to_string(example("etcd/cluster.yaml")).unwrap();
         let path = nodes.dir.path().join("etcd-3-again.yaml");
         std::fs::write(&path, text).unwrap();
-        let out = common::cluster::cli(server, &["apply", "-f", path.to_str().unwrap()]);
+        let out = server.cli(&["apply", "-f", path.to_str().unwrap()]);
         out.status.success().then_some(())
     })
     .await;
@@ -249,16 +248,6 @@ impl QuorumWatch {
     }
 }
 
-/// Runs the CLI off the test's runtime (a followed Operation takes a while).
-async fn cli_blocking(server: &common::TestServer, args: &[&str]) -> std::process::Output {
-    let (url, args) = (server.url.clone(), args.iter().map(|a| a.to_string()).collect::<Vec<_>>());
-    tokio::task::spawn_blocking(move || {
-        common::herd().args(["--server", &url, "--token", common::ADMIN_TOKEN]).args(&args).output().unwrap()
-    })
-    .await
-    .unwrap()
-}
-
 /// Drain of a node with an etcd member: the member moves to
 /// the free node with its data (stopped, copied verified, started there
 /// and set up again at its new address), one at a time under the
@@ -281,7 +270,7 @@ async fn draining_a_node_moves_its_etcd_member_with_its_data_and_keeps_quorum() 
 
     // Quorum, watched from outside while the drain runs.
     let quorum = QuorumWatch::start(&members[1..]);
-    let out = cli_blocking(server, &["node", "drain", &node]).await;
+    let out = server.cli_blocking(&["node", "drain", &node]).await;
     assert!(out.status.success(), "{}", text(&out));
     let members = configured(server, "etcd", 3, Duration::from_secs(60)).await;
     quorum.held();
@@ -298,12 +287,12 @@ async fn draining_a_node_moves_its_etcd_member_with_its_data_and_keeps_quorum() 
     })
     .await;
     healthy(&members);
-    let events = text(&cli(server, &["events"]));
+    let events = text(&server.cli(&["events"]));
     assert!(events.contains(EventReason::MemberMoved.as_str()), "{events}");
     // Its copy on the drained node was forgotten by the move itself: it
     // is no stray to remove there.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let events = text(&cli(server, &["events"]));
+    let events = text(&server.cli(&["events"]));
     assert!(!events.contains(EventReason::StrayMember.as_str()), "{events}");
 }
 
@@ -321,7 +310,7 @@ async fn a_rolling_restart_of_etcd_restarts_each_member_once_and_keeps_quorum() 
     let out = etcdctl(&before[0], &["put", "greeting", "kept through a restart"]);
     assert!(out.status.success(), "{}", text(&out));
     let quorum = QuorumWatch::start(&before);
-    let out = cli_blocking(server, &["appcluster", "restart", "etcd", "--role", "member", "--canary", "1"]).await;
+    let out = server.cli_blocking(&["appcluster", "restart", "etcd", "--role", "member", "--canary", "1"]).await;
     assert!(out.status.success(), "{}", text(&out));
     assert!(text(&out).contains("role member of etcd restarted: 3 members, each once"), "{}", text(&out));
     let after = configured(server, "etcd", 3, Duration::from_secs(60)).await;

@@ -28,10 +28,6 @@ async fn events(server: &TestServer, reason: EventReason, about: &str) -> Vec<Ob
     all.into_iter().filter(|e| e.spec.reason_is(reason) && e.spec.involved_object.name == about).collect()
 }
 
-fn cli(server: &TestServer, args: &[&str]) -> std::process::Output {
-    common::herd().args(["--server", &server.url, "--token", ADMIN_TOKEN]).args(args).output().unwrap()
-}
-
 #[tokio::test]
 async fn join_tokens_expire_can_be_revoked_and_only_admins_make_them() {
     let dir = tempfile::tempdir().unwrap();
@@ -101,17 +97,17 @@ async fn join_tokens_expire_can_be_revoked_and_only_admins_make_them() {
     assert_eq!(events(&server, EventReason::JoinTokenDeleted, &lasting.id).await.len(), 1);
 
     // The CLI: the token alone on stdout, the join command on stderr; list and delete by id.
-    let created = cli(&server, &["token", "create", "--ttl", "1h", "--description", "from the cli"]);
+    let created = server.cli(&["token", "create", "--ttl", "1h", "--description", "from the cli"]);
     assert!(created.status.success(), "{created:?}");
     let token = String::from_utf8(created.stdout).unwrap().trim().to_string();
     let id = herd_core::join::join_token_id(&token).expect("a join token on stdout").to_string();
     assert!(String::from_utf8_lossy(&created.stderr).contains(&format!("--join-token {token}")));
-    let listed = cli(&server, &["token", "list"]);
+    let listed = server.cli(&["token", "list"]);
     let listed = String::from_utf8(listed.stdout).unwrap();
     assert!(listed.contains(&id) && listed.contains("in 59m") && listed.contains("from the cli"), "{listed}");
     assert!(!listed.contains(&token), "the list shows no secret: {listed}");
-    assert!(cli(&server, &["token", "delete", &id]).status.success());
-    assert_eq!(cli(&server, &["token", "delete", &id]).status.code(), Some(3), "a missing token is exit code 3");
+    assert!(server.cli(&["token", "delete", &id]).status.success());
+    assert_eq!(server.cli(&["token", "delete", &id]).status.code(), Some(3), "a missing token is exit code 3");
 }
 
 #[tokio::test]
@@ -139,11 +135,11 @@ async fn a_deleted_node_is_kept_out_until_readmitted_and_a_new_host_may_take_its
     assert!(agent.child.try_wait().unwrap().is_none(), "the agent keeps running, waiting to be let in");
 
     // Readmitted, the same agent joins again by itself.
-    let readmitted = cli(&server, &["node", "readmit", "node-1"]);
+    let readmitted = server.cli(&["node", "readmit", "node-1"]);
     assert!(readmitted.status.success(), "{readmitted:?}");
     assert_eq!(events(&server, EventReason::NodeReadmitted, "node-1").await.len(), 1);
     eventually(Duration::from_secs(20), "node-1 Ready again", ready).await;
-    assert_eq!(cli(&server, &["node", "readmit", "node-1"]).status.code(), Some(3), "nothing left to readmit");
+    assert_eq!(server.cli(&["node", "readmit", "node-1"]).status.code(), Some(3), "nothing left to readmit");
 
     // A new host, with no old token, may take a deleted node's name at once.
     let old = with(&server, JOIN_TOKEN).join(&join_request("node-2", "old-host")).await.unwrap();
@@ -212,6 +208,6 @@ async fn a_readmission_says_when_the_agents_join_token_is_gone() {
     // Joined with the server's own token, which lasts: it may.
     with(&server, JOIN_TOKEN).join(&join_request("n3", "n3")).await.unwrap();
     admin.delete_value("nodes", "n3", Default::default()).await.unwrap();
-    let readmitted = cli(&server, &["node", "readmit", "n3"]);
+    let readmitted = server.cli(&["node", "readmit", "n3"]);
     assert_eq!(String::from_utf8_lossy(&readmitted.stdout).trim(), "node/n3 readmitted: its agent may join again");
 }

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::apps::{example, require};
-use common::cluster::{cli, quick_heartbeats};
+use common::cluster::quick_heartbeats;
 use common::{ADMIN_TOKEN, MemberReaper, Proc, TestServer, eventually, start_agent};
 use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
 use herd_core::kinds::{
@@ -77,7 +77,7 @@ async fn a_candidate_takes_over_a_lost_sqlite_master_and_the_old_one_stands_asid
         (ready == 3 && dirs.iter().all(|d| d.join("config.json").exists())).then_some(())
     })
     .await;
-    let out = cli(&old, &["apply", "-f", example("etcd").to_str().unwrap()]);
+    let out = old.cli(&["apply", "-f", example("etcd").to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let members = common::apps::configured(&old, "etcd", 3, Duration::from_secs(90)).await;
     let cluster_before = old.admin().get::<AppClusterSpec>("etcd").await.unwrap();
@@ -205,15 +205,15 @@ async fn a_master_failover_in_the_middle_of_a_drain_goes_on_from_its_steps_and_a
         ),
     )
     .unwrap();
-    let out = cli(&old, &["apply", "-f", manifest.to_str().unwrap()]);
+    let out = old.cli(&["apply", "-f", manifest.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     common::apps::configured(&old, "web", 4, Duration::from_secs(60)).await;
     common::budgets::counted(&old, "web-one", 4, 1).await;
 
     // A drain that finishes: n3's members go, and n3 takes members again.
-    let out = cli(&old, &["node", "drain", "n3"]);
+    let out = old.cli(&["node", "drain", "n3"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let out = cli(&old, &["node", "undrain", "n3"]);
+    let out = old.cli(&["node", "undrain", "n3"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let finished = drain_of(&old, "n3").await.unwrap();
     assert_eq!(finished.status.phase, OperationPhase::Succeeded);
@@ -229,7 +229,7 @@ async fn a_master_failover_in_the_middle_of_a_drain_goes_on_from_its_steps_and_a
     // A drain of n4, slow: the master dies when one member is moved and
     // the next is on its way.
     std::fs::write(log.join("slow"), "").unwrap();
-    let out = cli(&old, &["node", "drain", "n4", "--detach"]);
+    let out = old.cli(&["node", "drain", "n4", "--detach"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let midway = eventually(Duration::from_secs(60), "the n4 drain at 1 of 2, the second on its way", || async {
         let op = drain_of(&old, "n4").await?;

@@ -8,25 +8,14 @@
 
 use crate::common;
 
-use std::process::Output;
 use std::time::Duration;
 
-use common::{ADMIN_TOKEN, TestServer, eventually};
+use common::{TestServer, eventually};
 use herd_client::Client;
 use herd_core::Object;
 use herd_core::api::MemberReport;
 use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
 use herd_core::kinds::{ClusterConfigSpec, EventReason, EventSpec, LeaseSpec, NodeRole, NodeSpec};
-
-fn herd(server: &TestServer, dir: &std::path::Path, args: &[&str]) -> Output {
-    let mut command = common::herd();
-    command
-        .args(args)
-        .env("HERD_SERVER", &server.url)
-        .env("HERD_TOKEN", ADMIN_TOKEN)
-        .env("HERD_CONFIG", dir.join("none.yaml"));
-    command.output().unwrap()
-}
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
@@ -85,12 +74,12 @@ async fn the_pool_is_kept_full_and_demotions_follow_ganetis_rules() {
     assert_eq!(candidates(&admin).await, ["n1", "n2", "n3"]);
 
     // Ganeti 163: setting a candidate offline when the pool is exactly full.
-    let refused = herd(&server, dir.path(), &["node", "modify", "n2", "--role", "offline"]);
+    let refused = server.cli(&["node", "modify", "n2", "--role", "offline"]);
     assert_eq!(refused.status.code(), Some(4), "{}", text(&refused.stderr));
     let why = text(&refused.stderr);
     assert!(why.contains("would leave 2 candidates where 3 are wanted") && why.contains("--auto-promote"), "{why}");
     assert_eq!(candidates(&admin).await, ["n1", "n2", "n3"], "a refusal changes nothing");
-    let done = herd(&server, dir.path(), &["node", "modify", "n2", "--role", "offline", "--auto-promote"]);
+    let done = server.cli(&["node", "modify", "n2", "--role", "offline", "--auto-promote"]);
     assert!(done.status.success(), "{}", text(&done.stderr));
     let said = text(&done.stdout);
     assert!(said.contains("node/n2 offline (asked)"), "{said}");
@@ -102,13 +91,13 @@ async fn the_pool_is_kept_full_and_demotions_follow_ganetis_rules() {
     wait_for_candidates(&admin, &["n1", "n3", "n4", "n5"]).await;
 
     // Ganeti 1682: a node that is not master capable is never promoted.
-    let out = herd(&server, dir.path(), &["node", "modify", "n5", "--master-capable", "false"]);
+    let out = server.cli(&["node", "modify", "n5", "--master-capable", "false"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("node/n5 regular, not master capable"), "{}", text(&out.stdout));
     set_pool(&admin, 5).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(candidates(&admin).await, ["n1", "n3", "n4"], "n5 is not capable, n2 is offline, n6 not Ready");
-    let out = herd(&server, dir.path(), &["node", "modify", "n5", "--role", "candidate"]);
+    let out = server.cli(&["node", "modify", "n5", "--role", "candidate"]);
     assert_eq!(out.status.code(), Some(4));
     assert!(text(&out.stderr).contains("not master capable"), "{}", text(&out.stderr));
 
@@ -116,29 +105,29 @@ async fn the_pool_is_kept_full_and_demotions_follow_ganetis_rules() {
     let mut n5 = admin.get::<NodeSpec>("n5").await.unwrap();
     n5.status.members = vec![MemberReport { name: "web-1".into(), wanted: true, running: true, ..Default::default() }];
     admin.update_status(&n5).await.unwrap();
-    let out = herd(&server, dir.path(), &["node", "modify", "n5", "--role", "offline"]);
+    let out = server.cli(&["node", "modify", "n5", "--role", "offline"]);
     assert_eq!(out.status.code(), Some(4));
     assert!(text(&out.stderr).contains("still hosts members (web-1)"), "{}", text(&out.stderr));
     // Drained works with members; one change at a time; nothing to do is said.
-    let out = herd(&server, dir.path(), &["node", "modify", "n5", "--role", "drained"]);
+    let out = server.cli(&["node", "modify", "n5", "--role", "drained"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let out = herd(&server, dir.path(), &["node", "modify", "n5", "--role", "drained"]);
+    let out = server.cli(&["node", "modify", "n5", "--role", "drained"]);
     assert_eq!(text(&out.stdout), "node/n5 unchanged\n");
-    let out = herd(&server, dir.path(), &["node", "modify", "n5"]);
+    let out = server.cli(&["node", "modify", "n5"]);
     assert_eq!(out.status.code(), Some(2), "a role or a capability is required");
 
     // `herd apply` meets the same rules: demoting n1 to regular leaves the
     // pool short (all three eligible nodes are wanted).
     let manifest = dir.path().join("n1.yaml");
     std::fs::write(&manifest, "kind: Node\nmetadata:\n  name: n1\nspec:\n  role: regular\n").unwrap();
-    let out = herd(&server, dir.path(), &["apply", "-f", manifest.to_str().unwrap()]);
+    let out = server.cli(&["apply", "-f", manifest.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(4), "{}", text(&out.stdout));
     assert!(text(&out.stderr).contains("would leave 2 candidates where 3 are wanted"), "{}", text(&out.stderr));
 
     // cluster verify: the leader runs on no node (a warning), n6 is not
     // Ready (a warning), n2 is offline (listed apart); then a candidate
     // down, and too few candidates (errors).
-    let out = herd(&server, dir.path(), &["cluster", "verify"]);
+    let out = server.cli(&["cluster", "verify"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
     let said = text(&out.stdout);
     assert!(
@@ -149,7 +138,7 @@ async fn the_pool_is_kept_full_and_demotions_follow_ganetis_rules() {
     for name in ["n1", "n3", "n4"] {
         set_ready(&admin, name, false).await;
     }
-    let out = herd(&server, dir.path(), &["cluster", "verify", "-o", "json"]);
+    let out = server.cli(&["cluster", "verify", "-o", "json"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let messages: Vec<&str> =
@@ -214,9 +203,9 @@ async fn only_a_candidates_replica_campaigns_and_the_masters_node_keeps_its_role
         (n1.spec.role == NodeRole::Candidate && n1.status.master).then_some(())
     })
     .await;
-    let table = text(&herd(&r1, dir.path(), &["get", "nodes"]).stdout);
+    let table = text(&r1.cli(&["get", "nodes"]).stdout);
     assert!(table.lines().any(|l| l.starts_with("n1") && l.contains("candidate,master")), "{table}");
-    let refused = herd(&r1, dir.path(), &["node", "modify", "n1", "--role", "drained"]);
+    let refused = r1.cli(&["node", "modify", "n1", "--role", "drained"]);
     assert_eq!(refused.status.code(), Some(4));
     assert!(text(&refused.stderr).contains("is the master's node"), "{}", text(&refused.stderr));
 
@@ -229,7 +218,7 @@ async fn only_a_candidates_replica_campaigns_and_the_masters_node_keeps_its_role
     assert_ne!(holder(&admin).await, "r2", "a regular node's replica took the lease");
     // Once n2 is a candidate, its replica campaigns and leads.
     for change in [["--master-capable", "true"], ["--role", "candidate"]] {
-        let out = herd(&r2, dir.path(), &[&["node", "modify", "n2"][..], &change[..]].concat());
+        let out = r2.cli(&[&["node", "modify", "n2"][..], &change[..]].concat());
         assert!(out.status.success(), "{}", text(&out.stderr));
     }
     eventually(Duration::from_secs(20), "r2 leads, and n2 is the master's node", || async {
@@ -271,11 +260,11 @@ async fn an_offline_node_is_never_contacted_and_calls_to_it_fail_at_once() {
     let stop = Action::StopMember { member: "web-1".into() };
     let spec = CommandSpec { node: "n3".into(), timeout: None, action: stop.clone(), origin: None };
     admin.create(&Object::new("left-over", spec)).await.unwrap();
-    let out = herd(&server, dir.path(), &["node", "modify", "n3", "--role", "offline"]);
+    let out = server.cli(&["node", "modify", "n3", "--role", "offline"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
 
     let started = std::time::Instant::now();
-    let out = herd(&server, dir.path(), &["logs", "n3/web-1"]);
+    let out = server.cli(&["logs", "n3/web-1"]);
     assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("node n3 is offline"), "{}", text(&out.stderr));
     let volumes = admin.node_volumes("n3").await.unwrap_err().to_string();

@@ -8,7 +8,7 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::cluster::{cli, quick_heartbeats};
+use common::cluster::quick_heartbeats;
 use common::{JOIN_TOKEN, Proc, TestServer, eventually};
 use herd_core::kinds::{NodeRole, NodeSpec};
 
@@ -52,7 +52,7 @@ async fn forty_simulated_nodes_join_keep_the_configuration_and_run_an_app_cluste
         "apiVersion: herd/v1\nkind: App\nmetadata: {name: web}\nspec:\n  roles:\n  - name: web\n    run: {command: [sleep, '3600']}\n    setup: {script: 'true'}\n    notifies: [web]\n---\napiVersion: herd/v1\nkind: AppCluster\nmetadata: {name: web}\nspec:\n  appRef: web\n  roles: [{name: web, members: 60}]\n",
     )
     .unwrap();
-    let out = cli(&server, &["apply", "-f", app.to_str().unwrap()]);
+    let out = server.cli(&["apply", "-f", app.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let members = common::apps::configured(&server, "web", 60, Duration::from_secs(60)).await;
     let used: std::collections::BTreeSet<&str> = members.iter().filter_map(|m| m.spec.node.as_deref()).collect();
@@ -72,7 +72,7 @@ async fn members_of_clusters_placed_side_by_side_never_share_a_port() {
     }
     let file = dir.path().join("clusters.yaml");
     std::fs::write(&file, yaml).unwrap();
-    let out = cli(&server, &["apply", "-f", file.to_str().unwrap()]);
+    let out = server.cli(&["apply", "-f", file.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let admin = server.admin();
     let members = eventually(Duration::from_secs(60), "60 members bound", || async {

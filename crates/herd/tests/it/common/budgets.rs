@@ -6,14 +6,10 @@ use std::time::Duration;
 
 use herd_core::kinds::{DisruptionBudget, DisruptionBudgetSpec};
 
-use super::{ADMIN_TOKEN, TestServer, eventually};
+use super::{TestServer, eventually};
 
 /// The members' setup: it only has to succeed.
 const SETUP: &str = "true";
-
-pub fn herd(server: &TestServer, args: &[&str]) -> std::process::Output {
-    super::herd().args(["--server", &server.url, "--token", ADMIN_TOKEN]).args(args).output().unwrap()
-}
 
 pub async fn budget(server: &TestServer, name: &str) -> DisruptionBudget {
     server.admin().get::<DisruptionBudgetSpec>(name).await.unwrap()
@@ -31,7 +27,7 @@ pub fn apply_web(server: &TestServer, dir: &Path, name: &str, members: u32, budg
         ),
     )
     .unwrap();
-    let out = herd(server, &["apply", "-f", manifest.to_str().unwrap()]);
+    let out = server.cli(&["apply", "-f", manifest.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 

@@ -9,7 +9,7 @@ use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
 use herd_core::kinds::command::{MemberRun, VolumeSpec};
 use herd_core::kinds::{Action, ClusterConfigSpec, Command, CommandSpec, NodeSpec};
 
-use super::{ADMIN_TOKEN, MemberReaper, Proc, TestServer, eventually, herd, start_agent, start_agent_with};
+use super::{MemberReaper, Proc, TestServer, eventually, start_agent, start_agent_with};
 
 pub async fn quick_heartbeats(server: &TestServer) {
     let admin = server.admin();
@@ -92,14 +92,4 @@ pub async fn two_nodes(b_flags: &[&str]) -> TwoNodes {
         .await;
     }
     TwoNodes { _dir: dir, server, a_dir, b_dir, agents, _reapers: reapers }
-}
-
-pub fn cli(server: &TestServer, args: &[&str]) -> std::process::Output {
-    herd()
-        .args(args)
-        .env("HERD_SERVER", &server.url)
-        .env("HERD_TOKEN", ADMIN_TOKEN)
-        .env("HERD_CONFIG", "/nonexistent/herd-config.yaml")
-        .output()
-        .unwrap()
 }

@@ -123,6 +123,33 @@ pub struct TestServer {
 }
 
 impl TestServer {
+    /// Runs the CLI against this server as the admin (no config file
+    /// read), waiting for it to end.
+    pub fn cli(&self, args: &[&str]) -> std::process::Output {
+        herd()
+            .args(["--server", &self.url, "--token", ADMIN_TOKEN])
+            .args(args)
+            .env("HERD_CONFIG", "/nonexistent/herd-config.yaml")
+            .output()
+            .unwrap()
+    }
+
+    /// [`TestServer::cli`] off the test's runtime, for a command that
+    /// follows something for a while (a drain, a restart).
+    pub async fn cli_blocking(&self, args: &[&str]) -> std::process::Output {
+        let (url, args) = (self.url.clone(), args.iter().map(|a| a.to_string()).collect::<Vec<_>>());
+        tokio::task::spawn_blocking(move || {
+            herd()
+                .args(["--server", &url, "--token", ADMIN_TOKEN])
+                .args(&args)
+                .env("HERD_CONFIG", "/nonexistent/herd-config.yaml")
+                .output()
+                .unwrap()
+        })
+        .await
+        .unwrap()
+    }
+
     pub fn start(data_dir: &Path) -> TestServer {
         Self::start_at(data_dir, "127.0.0.1:0")
     }
