@@ -217,21 +217,11 @@ impl ConfigMeta {
 mod tests {
     use super::*;
     use crate::kinds::app_cluster::{AppClusterSpec, ClusterRole};
-    use crate::kinds::member::{MemberSpec, member_name};
     use crate::kinds::node::NodeSpec;
 
     fn member(role: &str, index: u32, node: &str, state: MemberState) -> Member {
-        let mut member = Member::new(
-            member_name("db", role, index),
-            MemberSpec {
-                cluster: "db".into(),
-                role: role.into(),
-                index,
-                node: Some(node.into()),
-                ports: BTreeMap::from([("client".to_string(), 20000 + index as u16)]),
-                ..Default::default()
-            },
-        );
+        let mut member = crate::kinds::member::slot_member(role, index, Some(node));
+        member.spec.ports = BTreeMap::from([("client".to_string(), 20000 + index as u16)]);
         member.status.state = state;
         member
     }

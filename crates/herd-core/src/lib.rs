@@ -9,6 +9,7 @@ pub mod admission;
 pub mod agent_link;
 pub mod agent_report;
 pub mod api;
+pub mod app_plan;
 pub mod authz;
 pub mod backoff;
 pub mod configmeta;

@@ -51,6 +51,18 @@ impl Purpose {
     }
 }
 
+impl super::CommandSpec {
+    /// The member a Command of the app-cluster controller is for.
+    pub fn origin_member(&self) -> Option<&str> {
+        self.origin.as_ref().map(|origin| origin.member.as_str())
+    }
+
+    /// The cluster a Command of the app-cluster controller is for.
+    pub fn origin_cluster(&self) -> Option<&str> {
+        self.origin.as_ref().map(|origin| origin.cluster.as_str())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -240,9 +240,20 @@ pub struct Migration {
 /// core's tests' fixture.
 #[cfg(test)]
 pub(crate) fn bound_member(index: u32, node: &str) -> Member {
-    let spec =
-        MemberSpec { cluster: "db".into(), role: "r".into(), index, node: Some(node.into()), ..Default::default() };
-    Member::new(member_name("db", "r", index), spec)
+    slot_member("r", index, Some(node))
+}
+
+/// For tests: the member of slot `index` of `role` in cluster `db`.
+#[cfg(test)]
+pub(crate) fn slot_member(role: &str, index: u32, node: Option<&str>) -> Member {
+    let spec = MemberSpec {
+        cluster: "db".into(),
+        role: role.into(),
+        index,
+        node: node.map(str::to_string),
+        ..Default::default()
+    };
+    Member::new(member_name("db", role, index), spec)
 }
 
 fn is_zero(n: &u32) -> bool {

@@ -15,12 +15,12 @@ use herd_core::kinds::{
 };
 use herd_core::member_sync::{MemberFacts, Step, member_sync};
 
-use super::commands::{command_for, member_of};
 use super::{Caches, Nodes, owned_by};
 use crate::controllers::runtime::{Controller, Next, Trigger};
 use crate::events::EventRecorder;
 use crate::objects::{Objects, ObjectsError};
 use crate::reflector::Reflector;
+use herd_core::app_plan::command_for;
 
 /// How often it looks when nothing wakes it.
 const QUIET_REQUEUE: Duration = Duration::from_secs(10);
@@ -96,7 +96,8 @@ impl Janitor {
         let mut busy = BTreeSet::new();
         let mut settled: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for command in self.commands.list_shared() {
-            let Some(member) = member_of(&command).filter(|m| orphans.iter().any(|o| o.metadata.name == *m)) else {
+            let Some(member) = command.spec.origin_member().filter(|m| orphans.iter().any(|o| o.metadata.name == *m))
+            else {
                 continue;
             };
             if !command.status.state_by_management.is_settled() {
@@ -140,7 +141,13 @@ impl Janitor {
                 }
                 Step::Remove => {
                     let action = Action::RemoveMember { member: name.clone() };
-                    if let Some(command) = command_for(&member.spec.cluster, &member, Purpose::Remove, action) {
+                    if let Some(command) = command_for(
+                        &member.spec.cluster,
+                        &member,
+                        Purpose::Remove,
+                        action,
+                        &uuid::Uuid::now_v7().simple().to_string(),
+                    ) {
                         match crate::commands::create(&self.objects, command, false).await {
                             Ok(_) | Err(ObjectsError::Held(_)) => {}
                             Err(error) => return Err(error),
@@ -190,7 +197,11 @@ impl Janitor {
                 stray.spec.node = Some(node.metadata.name.clone());
                 let cluster = report.cluster.clone().unwrap_or_default();
                 let action = Action::RemoveMember { member: report.name.clone() };
-                let Some(command) = command_for(&cluster, &stray, Purpose::Remove, action) else { continue };
+                let Some(command) =
+                    command_for(&cluster, &stray, Purpose::Remove, action, &uuid::Uuid::now_v7().simple().to_string())
+                else {
+                    continue;
+                };
                 match crate::commands::create(&self.objects, command, false).await {
                     Ok(created) => {
                         // An instance the member left behind (a replace, a
@@ -230,7 +241,7 @@ impl Janitor {
     /// (a stray's removal, the last of a deleted member's).
     async fn sweep(&self) -> Result<(), ObjectsError> {
         for command in self.commands.list_shared() {
-            let Some(member) = member_of(&command) else { continue };
+            let Some(member) = command.spec.origin_member() else { continue };
             if command.status.state_by_management.is_settled() && self.members.get_shared(member).is_none() {
                 self.objects.delete_if_present::<CommandSpec>(&command.metadata.name).await?;
             }

@@ -11,11 +11,14 @@ use std::ops::RangeInclusive;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use herd_core::app_plan::{PlaceOne, Placer, Refused};
 use herd_core::kinds::app::NamedPort;
-use herd_core::kinds::{Member, Node};
+use herd_core::kinds::{Member, MemberSpec, Node, NodeSpec};
 use herd_core::placement::{Placement, allocate_ports, node_host};
 use herd_store::Revision;
 use tokio::time::Instant;
+
+use crate::reflector::Reflector;
 
 /// How long a decided binding is counted without the members cache
 /// showing it (its write failed, or its member went away).
@@ -27,14 +30,6 @@ const PENDING_KEPT: Duration = Duration::from_secs(30);
 enum HostKey {
     Host(String),
     Node(String),
-}
-
-/// Why a member was not bound now.
-pub(super) enum Refused {
-    /// No node can take it (an Event says so).
-    Unplaceable(String),
-    /// The node it would go to has no free ports.
-    NoPorts(String),
 }
 
 /// A binding decided and not yet seen in the members cache.
@@ -151,6 +146,45 @@ impl Ledger {
         if counts.pending.remove(member).is_some() {
             counts.built = None;
         }
+    }
+}
+
+/// The ledger as one pass's [`Placer`]: counted again from the caches
+/// before the pass's first placement (a pass that places nothing counts
+/// nothing).
+pub(super) struct Placing<'a> {
+    ledger: &'a Ledger,
+    nodes: &'a Reflector<NodeSpec>,
+    members: &'a Reflector<MemberSpec>,
+    list: &'a [Arc<Node>],
+    counted: bool,
+}
+
+impl<'a> Placing<'a> {
+    pub(super) fn new(
+        ledger: &'a Ledger,
+        nodes: &'a Reflector<NodeSpec>,
+        members: &'a Reflector<MemberSpec>,
+        list: &'a [Arc<Node>],
+    ) -> Self {
+        Placing { ledger, nodes, members, list, counted: false }
+    }
+}
+
+impl Placer for Placing<'_> {
+    fn book(
+        &mut self,
+        member: &str,
+        place: &PlaceOne<'_>,
+        wanted: &[NamedPort],
+        range: RangeInclusive<u16>,
+    ) -> Result<(String, BTreeMap<String, u16>), Refused> {
+        if !self.counted {
+            let revisions = (self.nodes.revision_that_matters(), self.members.revision());
+            self.ledger.refresh(revisions, self.list, &self.members.list_shared());
+            self.counted = true;
+        }
+        self.ledger.book(member, |bound| place(bound), wanted, range)
     }
 }
 

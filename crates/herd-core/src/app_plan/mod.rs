@@ -1,0 +1,286 @@
+//! The app-cluster planner: from a snapshot of one cluster (its spec, its
+//! App, its members as read, their Commands, the nodes, the time), the
+//! plan of one pass in KubeDirector's order. First what happened (settled
+//! Commands read into the members' statuses; each member checked against
+//! its node's report, a changed instance being a restart), then members
+//! of lost nodes recovered, moved with their data, restarted in place,
+//! then role sync (members created or sent away), then member sync (each
+//! member one step further: placed, started, configured, removed), and
+//! at the end notifies queued and sent and the cluster's status.
+//!
+//! A plan is, for each member, a program: writes in order (each over the
+//! revision the one before it left, the first over the member as read),
+//! then the Commands decided from the status those writes stored, then
+//! the Events that tell of it; a member may be created or deleted. The
+//! server carries a program out and stops it at its first write that
+//! finds the member changed (a stale copy decides nothing). Nothing here
+//! reads a clock, a store or a random number: the time, the fresh ids of
+//! Commands and where members may be placed ([`Placer`]) are given.
+
+mod check;
+mod moves;
+mod recovery;
+mod restarts;
+mod sync;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::RangeInclusive;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::api::MemberReport;
+use crate::kinds::app::NamedPort;
+use crate::kinds::app_cluster::{AppCluster, cluster_status};
+use crate::kinds::cluster_config::AppClusterSettings;
+use crate::kinds::{
+    AppClusterStatus, AppSpec, Command, EventReason, EventType, Member, MemberState, MemberStatus, Node,
+};
+use crate::placement::Placement;
+use crate::time::Timestamp;
+
+pub use self::sync::{command_for, concerns, member_run};
+
+/// The nodes as a pass sees them.
+pub trait NodeIndex {
+    fn node(&self, name: &str) -> Option<&Node>;
+    /// Every node, for placement.
+    fn all(&self) -> &[Arc<Node>];
+    /// Whether some node runs and wants member `name` (a slot whose former
+    /// Member was deleted is filled only once that is removed there).
+    fn runs(&self, name: &str) -> bool;
+}
+
+/// What member `member`'s node reports of it.
+fn report<'n>(nodes: &'n dyn NodeIndex, member: &Member) -> Option<&'n MemberReport> {
+    let node = nodes.node(member.spec.node.as_deref()?)?;
+    node.status.members.iter().find(|r| r.name == member.metadata.name)
+}
+
+/// Why a member was not bound now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// No node can take it (an Event says so).
+    Unplaceable(String),
+    /// The node it would go to has no free ports.
+    NoPorts(String),
+}
+
+/// Picks a node for a member, given how many members each node has
+/// bound (`crate::placement::place` with the member's role and peers).
+pub type PlaceOne<'a> = dyn Fn(&dyn Fn(&str) -> usize) -> Placement + 'a;
+
+/// Where members go: shared by the passes of every cluster running side
+/// by side, so that a port is never given twice on one host.
+pub trait Placer {
+    /// Places member `member` with `place` (given each node's bound
+    /// members) and allocates its ports there, booking both.
+    fn book(
+        &mut self,
+        member: &str,
+        place: &PlaceOne<'_>,
+        wanted: &[NamedPort],
+        range: RangeInclusive<u16>,
+    ) -> Result<(String, BTreeMap<String, u16>), Refused>;
+}
+
+/// One cluster, as one pass reads it.
+pub struct Snapshot<'a> {
+    pub cluster: &'a AppCluster,
+    pub app: Option<&'a AppSpec>,
+    pub settings: &'a AppClusterSettings,
+    /// The cluster's members as read (the ones it owns).
+    pub members: Vec<Member>,
+    /// The Commands of the cluster's members.
+    pub commands: &'a [Arc<Command>],
+    pub nodes: &'a dyn NodeIndex,
+    /// How long each NotReady node the members are on has been so, as
+    /// this leader saw it.
+    pub not_ready: &'a BTreeMap<String, Duration>,
+    pub now: Timestamp,
+}
+
+/// A write of a member, over the revision the write before it left.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Write {
+    /// Created as it is.
+    Create(Member),
+    /// Its metadata and spec written as they are.
+    Spec(Member),
+    /// Its status written as it is.
+    Status(Member),
+}
+
+/// A Command a program creates.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Planned {
+    pub command: Command,
+    /// Created issued (its node is Ready), or left for the command
+    /// controller to issue.
+    pub issued: bool,
+}
+
+/// An Event a program records about its member.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Note {
+    pub type_: EventType,
+    pub reason: EventReason,
+    pub message: String,
+}
+
+/// What one pass does to one member.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Program {
+    pub member: String,
+    pub writes: Vec<Write>,
+    /// The settled Commands whose outcomes its status records: deleted
+    /// with its first status write, or after its writes when it has none.
+    pub outcomes: Vec<Arc<Command>>,
+    /// Created once its writes landed.
+    pub commands: Vec<Planned>,
+    /// Recorded once its writes landed.
+    pub notes: Vec<Note>,
+    /// It goes once its writes landed (its node no longer has it).
+    pub delete: bool,
+}
+
+impl Program {
+    /// Whether it does anything at all.
+    pub fn is_empty(&self) -> bool {
+        self.writes.is_empty()
+            && self.outcomes.is_empty()
+            && self.commands.is_empty()
+            && self.notes.is_empty()
+            && !self.delete
+    }
+}
+
+/// One pass's plan for a cluster.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Plan {
+    pub programs: Vec<Program>,
+    /// The cluster's status, when it changed.
+    pub status: Option<AppClusterStatus>,
+    /// Something is under way: look again soon.
+    pub in_flight: bool,
+}
+
+/// One pass's working state: for each member it works on, the member as
+/// it will be, its program, and its status as stored (None: created in
+/// this pass and not written yet), each in the same place of its list.
+struct Work<'s, 'p> {
+    snap: &'s Snapshot<'s>,
+    placer: &'p mut dyn Placer,
+    ids: &'p mut dyn FnMut() -> String,
+    members: Vec<Member>,
+    programs: Vec<Program>,
+    stored: Vec<Option<MemberStatus>>,
+    /// Programs of members that go in this pass.
+    gone: Vec<Program>,
+    /// Members with an unsettled Command (or one planned now).
+    busy: BTreeSet<String>,
+    /// Members with an unsettled notify.
+    notifying: BTreeSet<String>,
+    /// Members whose removal succeeded.
+    removed: BTreeSet<String>,
+}
+
+impl Work<'_, '_> {
+    fn note(&mut self, i: usize, type_: EventType, reason: EventReason, message: String) {
+        self.programs[i].notes.push(Note { type_, reason, message });
+    }
+
+    /// Writes member `i` as it is now (its spec or status, or all of it
+    /// when created), before what follows.
+    fn write(&mut self, i: usize, write: fn(Member) -> Write) {
+        let written = write(self.members[i].clone());
+        if matches!(written, Write::Status(_) | Write::Create(_)) {
+            self.stored[i] = Some(self.members[i].status.clone());
+        }
+        self.programs[i].writes.push(written);
+    }
+
+    /// Gives member `i` a Command.
+    fn command(&mut self, i: usize, command: Command, issued: bool) {
+        self.busy.insert(self.members[i].metadata.name.clone());
+        self.programs[i].commands.push(Planned { command, issued });
+    }
+
+    /// A member the pass starts working on (created by it).
+    fn add(&mut self, member: Member) -> usize {
+        self.programs.push(Program { member: member.metadata.name.clone(), ..Program::default() });
+        self.members.push(member);
+        self.stored.push(None);
+        self.members.len() - 1
+    }
+
+    /// Member `i` goes: its program ends the pass as it is.
+    fn forget(&mut self, i: usize) {
+        self.members.remove(i);
+        self.stored.remove(i);
+        let mut program = self.programs.remove(i);
+        program.delete = true;
+        self.gone.push(program);
+    }
+
+    fn fresh_id(&mut self) -> String {
+        (self.ids)()
+    }
+}
+
+/// The plan of one pass over `snap`; `placer` books where members go,
+/// `ids` gives each new Command a fresh id.
+pub fn plan(snap: &Snapshot<'_>, placer: &mut dyn Placer, ids: &mut dyn FnMut() -> String) -> Plan {
+    let mut work = Work {
+        snap,
+        placer,
+        ids,
+        members: snap.members.clone(),
+        programs: snap
+            .members
+            .iter()
+            .map(|m| Program { member: m.metadata.name.clone(), ..Program::default() })
+            .collect(),
+        stored: snap.members.iter().map(|m| Some(m.status.clone())).collect(),
+        gone: Vec::new(),
+        busy: BTreeSet::new(),
+        notifying: BTreeSet::new(),
+        removed: BTreeSet::new(),
+    };
+    check::read_commands(&mut work);
+    if let Some(app) = snap.app {
+        check::check_members(&mut work, app);
+        recovery::recover_members(&mut work, app);
+        moves::migrate_members(&mut work, app);
+        restarts::restart_members(&mut work, app);
+        sync::sync_roles(&mut work, app);
+        sync::sync_members(&mut work, app);
+        sync::send_notifies(&mut work, app);
+    }
+    let in_flight = !work.busy.is_empty()
+        || work.members.iter().any(|m| {
+            !matches!(m.status.state, MemberState::Configured | MemberState::ConfigError)
+                || !m.status.state_detail.pending_notify_cmds.is_empty()
+        });
+    let members = &work.members;
+    let cluster = snap.cluster;
+    let status = match snap.app {
+        Some(_) => cluster_status(&cluster.spec, cluster.metadata.generation, members),
+        None => AppClusterStatus {
+            reason: Some(format!("App {:?} does not exist: apply it", cluster.spec.app_ref)),
+            observed_generation: Some(cluster.metadata.generation),
+            ..cluster.status.clone()
+        },
+    };
+    let mut programs = work.gone;
+    for ((member, mut program), stored) in work.members.into_iter().zip(work.programs).zip(work.stored) {
+        // The status as it ends up, written when it is not as stored.
+        if stored.as_ref() != Some(&member.status) {
+            program.writes.push(Write::Status(member));
+        }
+        programs.push(program);
+    }
+    programs.retain(|p| !p.is_empty());
+    Plan { programs, status: (status != cluster.status).then_some(status), in_flight }
+}

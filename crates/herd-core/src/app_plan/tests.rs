@@ -1,0 +1,437 @@
+//! The planner on snapshots: a rule each, and properties over random
+//! clusters (one member per slot, no Command beside an unsettled one,
+//! and a plan carried out plans nothing more until something changes).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::RangeInclusive;
+use std::sync::Arc;
+use std::time::Duration;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::api::MemberReport;
+use crate::kinds::app::{AppRole, NamedPort, SetupScript};
+use crate::kinds::app_cluster::{AppClusterSpec, ClusterRole};
+use crate::kinds::command::{MemberRun, VolumeSpec};
+use crate::kinds::member::member_name;
+use crate::kinds::{Action, Answer, CommandOrigin, CommandSpec, ManagementState, NodeSpec, Purpose};
+use crate::placement::allocate_ports;
+
+struct Nodes(Vec<Arc<Node>>);
+
+impl NodeIndex for Nodes {
+    fn node(&self, name: &str) -> Option<&Node> {
+        self.0.iter().find(|n| n.metadata.name == name).map(|n| &**n)
+    }
+    fn all(&self) -> &[Arc<Node>] {
+        &self.0
+    }
+    fn runs(&self, name: &str) -> bool {
+        self.0.iter().any(|n| n.status.members.iter().any(|r| r.name == name && r.wanted))
+    }
+}
+
+/// Places on the node `place` picks, ports counted per node.
+#[derive(Default)]
+struct Ledger {
+    members: HashMap<String, usize>,
+    ports: HashMap<String, BTreeSet<u16>>,
+}
+
+impl Placer for Ledger {
+    fn book(
+        &mut self,
+        _member: &str,
+        place: &PlaceOne<'_>,
+        wanted: &[NamedPort],
+        range: RangeInclusive<u16>,
+    ) -> Result<(String, BTreeMap<String, u16>), Refused> {
+        let node = match place(&|node: &str| self.members.get(node).copied().unwrap_or(0)) {
+            Placement::Bound(node) => node,
+            Placement::Unplaceable(why) => return Err(Refused::Unplaceable(why)),
+        };
+        let taken = self.ports.entry(node.clone()).or_default();
+        let ports = allocate_ports(wanted, taken, range).map_err(Refused::NoPorts)?;
+        taken.extend(ports.values());
+        *self.members.entry(node.clone()).or_default() += 1;
+        Ok((node, ports))
+    }
+}
+
+fn at(secs: u64) -> Timestamp {
+    Timestamp::parse("2026-12-06T10:00:00Z").unwrap().plus(Duration::from_secs(secs))
+}
+
+fn node(name: &str, ready: bool, reports: Vec<MemberReport>) -> Arc<Node> {
+    let mut node = Node::new(name, NodeSpec::default());
+    node.status.ready = ready;
+    node.status.address = Some(format!("127.0.0.{}:7000", name.len()));
+    node.status.members = reports;
+    Arc::new(node)
+}
+
+fn app(persistent: bool) -> AppSpec {
+    let run = MemberRun {
+        command: vec!["sleep".into(), "1000".into()],
+        volumes: vec![VolumeSpec { name: "data".into(), persistent }],
+        ..Default::default()
+    };
+    let setup = Some(SetupScript { script: "true".into(), ..Default::default() });
+    let role = |name: &str| AppRole {
+        name: name.into(),
+        run: run.clone(),
+        ports: vec![NamedPort { name: "client".into() }],
+        setup: setup.clone(),
+        notifies: vec!["a".into(), "b".into()],
+        ..Default::default()
+    };
+    AppSpec { roles: vec![role("a"), role("b")], ..Default::default() }
+}
+
+fn cluster(a: u32, b: u32) -> AppCluster {
+    let role = |name: &str, members| ClusterRole { name: name.into(), members, ..Default::default() };
+    let mut cluster =
+        AppCluster::new("db", AppClusterSpec { app_ref: "app".into(), roles: vec![role("a", a), role("b", b)] });
+    cluster.metadata.uid = Some("uid-db".into());
+    cluster.metadata.generation = 1;
+    cluster
+}
+
+fn member(role: &str, index: u32, node: Option<&str>) -> Member {
+    let mut member = crate::kinds::member::slot_member(role, index, node);
+    member.metadata.resource_version = Some("1".into());
+    member.metadata.owner_references.push(crate::meta::OwnerReference {
+        kind: "AppCluster".into(),
+        name: "db".into(),
+        uid: "uid-db".into(),
+    });
+    member
+}
+
+#[derive(Debug)]
+struct World {
+    cluster: AppCluster,
+    app: Option<AppSpec>,
+    members: Vec<Member>,
+    commands: Vec<Arc<Command>>,
+    nodes: Vec<Arc<Node>>,
+    not_ready: BTreeMap<String, Duration>,
+    now: Timestamp,
+}
+
+impl World {
+    fn plan(&self) -> Plan {
+        let nodes = Nodes(self.nodes.clone());
+        let settings = AppClusterSettings::default();
+        let snapshot = Snapshot {
+            cluster: &self.cluster,
+            app: self.app.as_ref(),
+            settings: &settings,
+            members: self.members.clone(),
+            commands: &self.commands,
+            nodes: &nodes,
+            not_ready: &self.not_ready,
+            now: self.now,
+        };
+        let mut ledger = Ledger::default();
+        let mut next = 0;
+        let mut ids = || {
+            next += 1;
+            format!("id{next}")
+        };
+        plan(&snapshot, &mut ledger, &mut ids)
+    }
+
+    /// The world after `plan` was carried out in full: every write landed,
+    /// every Command created (issued, nothing reported yet), the outcomes
+    /// recorded deleted.
+    fn after(&self, plan: &Plan) -> World {
+        let mut members: BTreeMap<String, Member> =
+            self.members.iter().map(|m| (m.metadata.name.clone(), m.clone())).collect();
+        let mut commands = self.commands.clone();
+        for program in &plan.programs {
+            for write in &program.writes {
+                match write {
+                    Write::Create(m) => {
+                        let mut m = m.clone();
+                        m.metadata.resource_version = Some("1".into());
+                        members.insert(m.metadata.name.clone(), m);
+                    }
+                    Write::Spec(m) => {
+                        let stored = members.get_mut(&program.member).expect("a member to write");
+                        stored.spec = m.spec.clone();
+                    }
+                    Write::Status(m) => {
+                        members.get_mut(&program.member).expect("a member to write").status = m.status.clone()
+                    }
+                }
+            }
+            let done: BTreeSet<&str> = program.outcomes.iter().map(|c| c.metadata.name.as_str()).collect();
+            commands.retain(|c| !done.contains(c.metadata.name.as_str()));
+            for planned in &program.commands {
+                commands.push(Arc::new(planned.command.clone()));
+            }
+            if program.delete {
+                members.remove(&program.member);
+            }
+        }
+        World {
+            cluster: self.cluster.clone(),
+            app: self.app.clone(),
+            members: members.into_values().collect(),
+            commands,
+            nodes: self.nodes.clone(),
+            not_ready: self.not_ready.clone(),
+            now: self.now,
+        }
+    }
+}
+
+fn settled(member: &Member, purpose: Purpose, action: Action, success: bool) -> Arc<Command> {
+    let origin = CommandOrigin { cluster: "db".into(), member: member.metadata.name.clone(), purpose };
+    let spec =
+        CommandSpec { node: member.spec.node.clone().unwrap_or_default(), timeout: None, action, origin: Some(origin) };
+    let mut command = Command::new(format!("{}.c", member.metadata.name), spec);
+    command.status.state_by_management = if success { ManagementState::Completed } else { ManagementState::Failed };
+    command.status.answer = Some(Answer::said(success, if success { "done" } else { "no such program" }));
+    Arc::new(command)
+}
+
+fn world(members: Vec<Member>, nodes: Vec<Arc<Node>>) -> World {
+    World {
+        cluster: cluster(2, 0),
+        app: Some(app(false)),
+        members,
+        commands: Vec::new(),
+        nodes,
+        not_ready: BTreeMap::new(),
+        now: at(0),
+    }
+}
+
+#[test]
+fn rule_a_new_cluster_creates_its_members_bound_and_starts_them_once_created() {
+    let plan = world(vec![], vec![node("n1", true, vec![]), node("n2", true, vec![])]).plan();
+    assert_eq!(plan.programs.len(), 2);
+    let mut nodes = BTreeSet::new();
+    for program in &plan.programs {
+        let [Write::Create(created)] = &program.writes[..] else { panic!("{program:?}") };
+        nodes.insert(created.spec.node.clone().expect("bound as it is created"));
+        assert!(created.spec.ports.contains_key("client"));
+        assert!(program.notes.iter().any(|n| n.reason == EventReason::MemberPlaced), "{program:?}");
+        let [planned] = &program.commands[..] else { panic!("{program:?}") };
+        assert!(matches!(planned.command.spec.action, Action::StartMember { .. }) && planned.issued);
+    }
+    assert_eq!(nodes.len(), 2, "spread over both nodes");
+    assert!(plan.in_flight);
+}
+
+#[test]
+fn rule_no_command_goes_to_a_node_that_is_not_ready() {
+    let bound = member("a", 0, Some("n1"));
+    let plan = world(vec![bound], vec![node("n1", false, vec![]), node("n2", true, vec![])]).plan();
+    let program = plan.programs.iter().find(|p| p.member == "db-a-0");
+    assert!(program.is_none_or(|p| p.commands.is_empty()), "{program:?}");
+}
+
+#[test]
+fn rule_a_settled_failure_is_recorded_and_its_command_deleted_with_that_status() {
+    let bound = member("a", 0, Some("n1"));
+    let start = Action::StartMember { member: bound.metadata.name.clone(), run: MemberRun::default() };
+    let mut w = world(vec![bound.clone()], vec![node("n1", true, vec![])]);
+    w.commands.push(settled(&bound, Purpose::Start, start, false));
+    let plan = w.plan();
+    let program = plan.programs.iter().find(|p| p.member == "db-a-0").unwrap();
+    assert_eq!(program.outcomes.len(), 1, "the outcome goes with the status that records it");
+    let Some(Write::Status(written)) = program.writes.last() else { panic!("{program:?}") };
+    assert_eq!(written.status.reason.as_deref(), Some("starting it failed: no such program"));
+    assert!(program.commands.is_empty(), "it waits before starting it again");
+}
+
+#[test]
+fn rule_a_member_of_a_node_lost_past_the_grace_is_replaced_status_first() {
+    let mut lost = member("a", 0, Some("n1"));
+    lost.status.state = MemberState::Configured;
+    lost.status.state_detail.last_configured_instance = Some("i1".into());
+    let mut w = world(vec![lost], vec![node("n1", false, vec![]), node("n2", true, vec![])]);
+    w.not_ready.insert("n1".into(), Duration::from_secs(301));
+    let plan = w.plan();
+    let program = plan.programs.iter().find(|p| p.member == "db-a-0").unwrap();
+    let [Write::Status(first), Write::Spec(unbound), ..] = &program.writes[..] else { panic!("{program:?}") };
+    assert_eq!(first.spec.node.as_deref(), Some("n1"), "the status first, while still bound");
+    assert_eq!(unbound.spec.node, None);
+    assert!(program.notes.iter().any(|n| n.reason == EventReason::MemberReplaced));
+}
+
+#[test]
+fn rule_a_cluster_whose_app_is_missing_says_so() {
+    let mut w = world(vec![], vec![node("n1", true, vec![])]);
+    w.app = None;
+    let plan = w.plan();
+    assert!(plan.programs.is_empty());
+    let reason = plan.status.and_then(|s| s.reason).unwrap_or_default();
+    assert!(reason.contains("does not exist"), "{reason}");
+}
+
+#[test]
+fn rule_a_slot_whose_old_member_still_runs_is_filled_only_once_it_is_gone() {
+    let running = MemberReport { name: "db-a-0".into(), wanted: true, running: true, ..Default::default() };
+    let plan = world(vec![], vec![node("n1", true, vec![running]), node("n2", true, vec![])]).plan();
+    assert!(plan.programs.iter().all(|p| p.member != "db-a-0"), "{plan:?}");
+    assert!(plan.programs.iter().any(|p| p.member == "db-a-1"));
+}
+
+/// A random member of slot `index` of `role`.
+fn any_member() -> impl Strategy<Value = (String, u32, Option<u8>, u8, Option<u8>, bool)> {
+    (
+        prop_oneof![Just("a".to_string()), Just("b".to_string())],
+        0u32..5,
+        proptest::option::of(0u8..3),
+        0u8..6,
+        proptest::option::of(0u8..3),
+        any::<bool>(),
+    )
+}
+
+/// A random cluster: its members in any state, bound to any of three
+/// nodes (Ready or not), reported running or not, some with a Command.
+fn any_world() -> impl Strategy<Value = World> {
+    (
+        0u32..4,
+        0u32..4,
+        any::<bool>(),
+        proptest::collection::vec(any_member(), 0..8),
+        proptest::collection::vec(any::<bool>(), 3),
+        proptest::collection::vec((0usize..8, 0u8..4), 0..4),
+    )
+        .prop_map(|(a, b, persistent, picked, ready, commands)| {
+            let states = [
+                MemberState::CreatePending,
+                MemberState::Creating,
+                MemberState::Configured,
+                MemberState::ConfigError,
+                MemberState::DeletePending,
+                MemberState::Deleting,
+            ];
+            let mut members: BTreeMap<String, Member> = BTreeMap::new();
+            let mut reports: Vec<Vec<MemberReport>> = vec![Vec::new(); 3];
+            for (role, index, on, state, instance, running) in picked {
+                let node = on.map(|n| format!("n{n}"));
+                let mut m = member(&role, index, node.as_deref());
+                let instance = instance.map(|i| format!("i{i}"));
+                // Only a bound member with an instance is being set up or was.
+                m.status.state = match states[state as usize] {
+                    MemberState::Creating | MemberState::Configured | MemberState::ConfigError
+                        if node.is_none() || instance.is_none() =>
+                    {
+                        MemberState::CreatePending
+                    }
+                    state => state,
+                };
+                m.status.state_detail.configuring_instance = instance.clone();
+                if matches!(m.status.state, MemberState::Configured | MemberState::ConfigError) {
+                    m.status.state_detail.last_configured_instance = instance.clone();
+                }
+                if let Some(n) = on {
+                    reports[n as usize].push(MemberReport {
+                        name: m.metadata.name.clone(),
+                        wanted: true,
+                        running,
+                        instance_id: instance,
+                        cluster: Some("db".into()),
+                        ..Default::default()
+                    });
+                }
+                members.insert(m.metadata.name.clone(), m);
+            }
+            let members: Vec<Member> = members.into_values().collect();
+            let mut unsettled = Vec::new();
+            for (which, kind) in commands {
+                let Some(m) = members.get(which) else { continue };
+                let stop = Action::StopMember { member: m.metadata.name.clone() };
+                let command = match kind {
+                    0 => {
+                        let mut c = (*settled(m, Purpose::Restart, stop, true)).clone();
+                        c.status.state_by_management = ManagementState::Created;
+                        c.status.answer = None;
+                        Arc::new(c)
+                    }
+                    1 => settled(m, Purpose::Remove, Action::RemoveMember { member: m.metadata.name.clone() }, true),
+                    2 => settled(m, Purpose::Start, stop, false),
+                    _ => settled(m, Purpose::Restart, stop, true),
+                };
+                if unsettled.iter().all(|c: &Arc<Command>| c.metadata.name != command.metadata.name) {
+                    unsettled.push(command);
+                }
+            }
+            let nodes = (0..3).map(|n| node(&format!("n{n}"), ready[n], reports[n].clone())).collect();
+            World {
+                cluster: cluster(a, b),
+                app: Some(app(persistent)),
+                members,
+                commands: unsettled,
+                nodes,
+                not_ready: BTreeMap::new(),
+                now: at(0),
+            }
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn one_member_per_slot_and_no_command_beside_an_unsettled_one(w in any_world()) {
+        let plan = w.plan();
+        let existing: BTreeSet<&str> = w.members.iter().map(|m| m.metadata.name.as_str()).collect();
+        let mut created = BTreeSet::new();
+        for program in &plan.programs {
+            for write in &program.writes {
+                if let Write::Create(m) = write {
+                    prop_assert!(!existing.contains(m.metadata.name.as_str()), "{} exists", m.metadata.name);
+                    prop_assert!(created.insert(m.metadata.name.clone()), "{} created twice", m.metadata.name);
+                    let role = w.cluster.spec.role(&m.spec.role).expect("a role of the spec");
+                    prop_assert!(m.spec.index < role.members, "{} is past its role's count", m.metadata.name);
+                    prop_assert_eq!(&m.metadata.name, &member_name("db", &m.spec.role, m.spec.index));
+                }
+            }
+            prop_assert!(program.commands.len() <= 1, "one Command at a time: {:?}", program);
+            // One left on a node the member is no longer on does not hold it.
+            let node = w.members.iter().find(|m| m.metadata.name == program.member).map(|m| m.spec.node.as_ref());
+            let unsettled = w.commands.iter().any(|c| {
+                c.spec.origin_member() == Some(program.member.as_str())
+                    && !c.status.state_by_management.is_settled()
+                    && node.is_none_or(|node| concerns(c, node))
+            });
+            prop_assert!(
+                !unsettled || program.commands.is_empty(),
+                "a second Command for {}: {:?}\nmembers {:?}\ncommands {:?}\nnodes {:?}",
+                program.member,
+                program.commands.iter().map(|c| &c.command.metadata.name).collect::<Vec<_>>(),
+                w.members.iter().map(|m| (&m.metadata.name, m.status.state, &m.spec.node)).collect::<Vec<_>>(),
+                w.commands.iter().map(|c| (&c.metadata.name, c.status.state_by_management)).collect::<Vec<_>>(),
+                w.nodes.iter().map(|n| (&n.metadata.name, n.status.ready, n.status.members.len())).collect::<Vec<_>>()
+            );
+        }
+    }
+
+    #[test]
+    fn carried_out_with_no_agent_acting_its_plans_come_to_rest_and_give_no_member_two_commands(w in any_world()) {
+        let mut world = w;
+        let mut given: BTreeMap<String, usize> = BTreeMap::new();
+        for _ in 0..6 {
+            let plan = world.plan();
+            if plan.programs.iter().all(|p| p.writes.is_empty() && p.commands.is_empty() && !p.delete) {
+                return Ok(());
+            }
+            for program in &plan.programs {
+                let count = given.entry(program.member.clone()).or_default();
+                *count += program.commands.len();
+                prop_assert!(*count <= 1, "{} given a second Command while its first is unsettled", program.member);
+            }
+            world = world.after(&plan);
+        }
+        prop_assert!(false, "still changing after six passes: {:?}", world.plan());
+    }
+}
