@@ -6,10 +6,11 @@
 //! decides nothing, and the next pass decides again. Only once every
 //! program's writes landed are Commands created (the status each was
 //! decided from is stored first, and none goes out decided beside a write
-//! that did not land); then the Events, the deletions and the cluster's
-//! status. The settled Commands a status records are deleted in that
-//! status's own transaction: an outcome is never lost before it is
-//! recorded, nor left behind after.
+//! that did not land); the cluster's status goes with its members',
+//! before the Commands; then the Events and the deletions. The settled
+//! Commands a status records are deleted in that status's own
+//! transaction: an outcome is never lost before it is recorded, nor left
+//! behind after.
 
 use std::sync::Arc;
 
@@ -44,15 +45,8 @@ impl AppClusterController {
             }
         }
         in_flight |= stale;
-        if !stale {
-            let creations = landed.iter().flat_map(|l| &l.program.commands).map(|planned| self.create(planned));
-            for created in join_all(creations).await {
-                created?;
-            }
-        }
-        for done in &landed {
-            self.finish(done).await?;
-        }
+        // The cluster's status with its members' (a reader that sees the
+        // last member configured sees the cluster configured soon after).
         if let Some(status) = status {
             self.objects
                 .modify_from::<AppClusterSpec, ObjectsError>(cluster.clone(), Part::Status, |c| {
@@ -63,6 +57,15 @@ impl AppClusterController {
                     Ok(true)
                 })
                 .await?;
+        }
+        if !stale {
+            let creations = landed.iter().flat_map(|l| &l.program.commands).map(|planned| self.create(planned));
+            for created in join_all(creations).await {
+                created?;
+            }
+        }
+        for finished in join_all(landed.iter().map(|done| self.finish(done))).await {
+            finished?;
         }
         Ok(in_flight)
     }
