@@ -170,17 +170,36 @@ async fn copies_and_migrations_onto_a_disk_that_fills_at_random_moments_settle_t
     }
 
     // No member lost: each migrated one runs in exactly one place.
-    let placement = || async {
-        let target = admin.get::<NodeSpec>("target").await.ok()?;
-        let source = admin.get::<NodeSpec>("source").await.ok()?;
+    let misplaced = || async {
+        let (Ok(target), Ok(source)) = (admin.get::<NodeSpec>("target").await, admin.get::<NodeSpec>("source").await)
+        else {
+            return vec!["the nodes could not be read".to_string()];
+        };
         let runs = |node: &herd_core::Object<NodeSpec>, m: &str| {
             node.status.members.iter().any(|x| x.name == m && x.wanted && x.running)
         };
-        let moved_ok = moved.iter().all(|m| runs(&target, m) && !runs(&source, m));
-        let stayed_ok = stayed.iter().all(|m| runs(&source, m) && !runs(&target, m));
-        (moved_ok && stayed_ok).then_some(())
+        let wrong = |m: &String, on: &herd_core::Object<NodeSpec>, off: &herd_core::Object<NodeSpec>| {
+            (!runs(on, m) || runs(off, m)).then(|| {
+                format!(
+                    "{m}: should run on {} only; runs on target {}, on source {}",
+                    on.metadata.name,
+                    runs(&target, m),
+                    runs(&source, m)
+                )
+            })
+        };
+        let moved = moved.iter().filter_map(|m| wrong(m, &target, &source));
+        moved.chain(stayed.iter().filter_map(|m| wrong(m, &source, &target))).collect::<Vec<_>>()
     };
-    eventually(Duration::from_secs(20), "every migrated member runs in one place", placement).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let wrong = misplaced().await;
+        if wrong.is_empty() {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "after 20s, as the nodes report them: {wrong:#?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let mut processes: Vec<String> = common::member_processes(&target_dir)
         .into_iter()
         .chain(common::member_processes(&source_dir))

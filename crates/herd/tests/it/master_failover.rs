@@ -17,10 +17,8 @@ use std::time::Duration;
 use common::apps::{example, require};
 use common::cluster::quick_heartbeats;
 use common::{ADMIN_TOKEN, MemberReaper, Proc, TestServer, eventually, start_agent};
-use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
 use herd_core::kinds::{
-    AppClusterSpec, ClusterConfigSpec, DisruptionBudgetSpec, EventReason, MemberSpec, MemberState, NodeRole, NodeSpec,
-    ReplicaState,
+    AppClusterSpec, DisruptionBudgetSpec, EventReason, MemberSpec, MemberState, NodeRole, NodeSpec, ReplicaState,
 };
 
 /// `herd cluster master-failover` on node `node`, its new store in `dir`.
@@ -62,11 +60,7 @@ async fn a_candidate_takes_over_a_lost_sqlite_master_and_the_old_one_stands_asid
     let old_dir = dir.path().join("old-master");
     let old = TestServer::start_replica(&old_dir, "old-master", None, &["--node", "n1"]);
     quick_heartbeats(&old).await;
-    let admin = old.admin();
-    let mut config = admin.get::<ClusterConfigSpec>(CLUSTER_CONFIG_NAME).await.unwrap();
-    config.spec.app_clusters.first_member_port = 33000;
-    config.spec.app_clusters.last_member_port = 33399;
-    admin.update(&config).await.unwrap();
+    common::apps::own_member_ports(&old).await;
     let dirs: Vec<PathBuf> = (1..=3).map(|i| dir.path().join(format!("n{i}"))).collect();
     let _reapers: Vec<MemberReaper> = dirs.iter().map(|d| MemberReaper(d.clone())).collect();
     let mut agents: Vec<Option<Proc>> =

@@ -27,18 +27,26 @@ pub struct Nodes {
     pub dir: tempfile::TempDir,
 }
 
-/// Each server of a test binary hands out its own member ports: the
-/// tests of one binary run side by side on one host.
+/// How many servers of this test binary took a block of member ports.
 static PORT_BLOCKS: AtomicU16 = AtomicU16::new(0);
+/// The blocks lie in 10000-19999: apart from the default range
+/// (20000-29999) that a server given no block hands out, and below the
+/// kernel's ephemeral ports (32768 and up), which any test's connections
+/// and listeners on port 0 may hold at any moment.
+const FIRST_BLOCKED_PORT: u16 = 10000;
+const PORTS_PER_BLOCK: u16 = 200;
+const BLOCKS: u16 = 50;
 
 /// Gives the server's members a block of ports of their own: the tests of
-/// one binary run side by side on one host.
+/// one binary run side by side on one host. Blocks are used again after
+/// fifty servers, long after the test that had one has ended.
 pub async fn own_member_ports(server: &TestServer) {
     let admin = server.admin();
     let mut config = admin.get::<ClusterConfigSpec>(CLUSTER_CONFIG_NAME).await.unwrap();
-    let first = 20000 + 400 * PORT_BLOCKS.fetch_add(1, Ordering::SeqCst);
+    let block = PORT_BLOCKS.fetch_add(1, Ordering::SeqCst) % BLOCKS;
+    let first = FIRST_BLOCKED_PORT + PORTS_PER_BLOCK * block;
     config.spec.app_clusters.first_member_port = first;
-    config.spec.app_clusters.last_member_port = first + 399;
+    config.spec.app_clusters.last_member_port = first + PORTS_PER_BLOCK - 1;
     admin.update(&config).await.unwrap();
 }
 
