@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use herd_client::{Client, ClientError};
-use herd_core::api::{AgentReport, CommandReport, JoinRequest, MemberReport, WatchEventType};
+use herd_core::api::{AgentReport, CommandAck, CommandReport, JoinRequest, MemberReport, WatchEventType};
 use herd_core::configuration::SerialOnly;
 use herd_core::kinds::{Action, AgentState, Answer, AnswerDetails, Command, ManagementState};
 use tokio::sync::Notify;
@@ -33,38 +33,28 @@ pub struct SimConfig {
     pub count: usize,
 }
 
-/// What one simulated node holds.
+/// What one simulated node holds and does, without IO: the HTTP
+/// simulation below drives it, and so do in-process test clusters.
 #[derive(Default)]
-struct State {
+pub struct SimulatedNode {
     members: BTreeMap<String, MemberReport>,
     /// Attempts carried out and not yet acknowledged, by (name, attempt).
     journal: BTreeMap<(String, u32), CommandReport>,
 }
 
-struct SimNode {
-    name: String,
-    state: Mutex<State>,
-    /// Wakes the heartbeat loop when a Command finished.
-    reported: Notify,
-}
-
-impl SimNode {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Carries out a new issued attempt of `command` at once.
-    fn accept(&self, command: Command) {
-        let Some(issued) = command.status.issued.as_ref() else { return };
+impl SimulatedNode {
+    /// Carries out a new issued attempt of `command` at once; false when
+    /// there was none to carry out (not issued, settled, or done before).
+    pub fn accept(&mut self, command: &Command) -> bool {
+        let Some(issued) = command.status.issued.as_ref() else { return false };
         if command.status.state_by_management != ManagementState::Created {
-            return;
+            return false;
         }
         let key = (command.metadata.name.clone(), issued.attempt);
-        let mut state = self.lock();
-        if state.journal.contains_key(&key) {
-            return;
+        if self.journal.contains_key(&key) {
+            return false;
         }
-        let answer = carry_out(&mut state.members, &command.spec.action);
+        let answer = carry_out(&mut self.members, &command.spec.action);
         let report = CommandReport {
             name: key.0.clone(),
             uid: command.metadata.uid.clone().unwrap_or_default(),
@@ -74,9 +64,66 @@ impl SimNode {
             updated: crate::now(),
             progress: BTreeMap::new(),
         };
-        state.journal.insert(key, report);
-        drop(state);
-        self.reported.notify_one();
+        self.journal.insert(key, report);
+        true
+    }
+
+    /// The report of a node booted as `boot`: its members (a running one
+    /// passes its readiness check) and the attempts not yet acknowledged.
+    pub fn report(&mut self, boot: &str) -> AgentReport {
+        for member in self.members.values_mut() {
+            let checked = member.instance_id.clone().filter(|_| member.running).map(|instance_id| {
+                herd_core::api::ReadinessReport {
+                    instance_id,
+                    passing: true,
+                    detail: String::new(),
+                    since: crate::now(),
+                }
+            });
+            member.readiness = checked.map(|r| r.continuing(member.readiness.as_ref()));
+        }
+        AgentReport {
+            agent_boot_id: boot.to_string(),
+            host_boot_id: Some(boot.to_string()),
+            agent_version: Some(format!("{} (simulated)", env!("CARGO_PKG_VERSION"))),
+            members: self.members.values().cloned().collect(),
+            commands: self.journal.values().cloned().collect(),
+            ..AgentReport::default()
+        }
+    }
+
+    /// Forgets the attempts the server acknowledged.
+    pub fn acknowledged(&mut self, acks: &[CommandAck]) {
+        for ack in acks {
+            self.journal.remove(&(ack.name.clone(), ack.attempt));
+        }
+    }
+
+    /// A member's process exits by itself (it stays wanted: its agent
+    /// would start it again).
+    pub fn exit(&mut self, member: &str) {
+        if let Some(report) = self.members.get_mut(member) {
+            report.running = false;
+        }
+    }
+}
+
+struct SimNode {
+    name: String,
+    state: Mutex<SimulatedNode>,
+    /// Wakes the heartbeat loop when a Command finished.
+    reported: Notify,
+}
+
+impl SimNode {
+    fn lock(&self) -> MutexGuard<'_, SimulatedNode> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn accept(&self, command: &Command) {
+        if self.lock().accept(command) {
+            self.reported.notify_one();
+        }
     }
 }
 
@@ -149,29 +196,7 @@ pub async fn run(config: SimConfig, stop: CancellationToken) {
 /// One node: join, then heartbeat and watch its Commands.
 async fn life(node: Arc<SimNode>, config: SimConfig, stop: CancellationToken) {
     let boot = uuid::Uuid::now_v7().to_string();
-    let report = |node: &SimNode| {
-        let mut state = node.lock();
-        // A simulated member passes its readiness check while it runs.
-        for member in state.members.values_mut() {
-            let checked = member.instance_id.clone().filter(|_| member.running).map(|instance_id| {
-                herd_core::api::ReadinessReport {
-                    instance_id,
-                    passing: true,
-                    detail: String::new(),
-                    since: crate::now(),
-                }
-            });
-            member.readiness = checked.map(|r| r.continuing(member.readiness.as_ref()));
-        }
-        AgentReport {
-            agent_boot_id: boot.clone(),
-            host_boot_id: Some(boot.clone()),
-            agent_version: Some(format!("{} (simulated)", env!("CARGO_PKG_VERSION"))),
-            members: state.members.values().cloned().collect(),
-            commands: state.journal.values().cloned().collect(),
-            ..AgentReport::default()
-        }
-    };
+    let report = |node: &SimNode| node.lock().report(&boot);
     let joining = config.client.with_token(Some(config.join_token.clone()));
     let joined = loop {
         let request = JoinRequest { node_name: node.name.clone(), previous_node_token: None, report: report(&node) };
@@ -205,11 +230,7 @@ async fn life(node: Arc<SimNode>, config: SimConfig, stop: CancellationToken) {
         match client.heartbeat_as::<SerialOnly, SerialOnly>(&node.name, &sent).await {
             Ok(answer) => {
                 period = answer.heartbeat_period.get();
-                let mut state = node.lock();
-                for ack in &answer.acknowledged {
-                    state.journal.remove(&(ack.name.clone(), ack.attempt));
-                }
-                drop(state);
+                node.lock().acknowledged(&answer.acknowledged);
                 if let Some(configuration) = &answer.configuration {
                     serial = Some(configuration.serial);
                 }
@@ -250,7 +271,7 @@ async fn watch_commands(node: Arc<SimNode>, client: Client, stop: CancellationTo
 async fn watch_once(node: &SimNode, client: &Client) -> Result<(), ClientError> {
     let list = client.node_commands(&node.name).await?;
     for command in list.items {
-        node.accept(command);
+        node.accept(&command);
     }
     let mut watch = client.watch_node_commands(&node.name, &list.metadata.resource_version).await?;
     while let Some(event) = watch.next_raw().await {
@@ -258,7 +279,7 @@ async fn watch_once(node: &SimNode, client: &Client) -> Result<(), ClientError> 
         if matches!(event.type_, WatchEventType::Added | WatchEventType::Modified)
             && let Ok(command) = serde_json::from_str::<Command>(event.object.get())
         {
-            node.accept(command);
+            node.accept(&command);
         }
     }
     Ok(())

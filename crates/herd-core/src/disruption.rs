@@ -271,7 +271,7 @@ mod tests {
     }
 
     #[test]
-    fn the_seed_three_members_min_available_two_allow_one_eviction_at_a_time() {
+    fn three_members_min_available_two_allow_one_eviction_at_a_time() {
         let mut members: Vec<Member> = (0..3).map(|i| member(i, true)).collect();
         let b = counted(budget(Some(Amount::Count(2)), None), &members, at(0));
         assert_eq!((b.status.expected_members, b.status.current_healthy, b.status.desired_healthy), (3, 3, 2));

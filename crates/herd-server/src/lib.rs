@@ -34,6 +34,8 @@ pub mod registry;
 pub mod replicas;
 pub mod restore;
 pub mod supersession;
+#[cfg(test)]
+mod test_cluster;
 pub mod tls;
 pub mod ui;
 

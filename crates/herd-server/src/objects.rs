@@ -104,7 +104,25 @@ pub fn object_key(plural: &str, name: &str) -> String {
 
 /// The server's wall clock, as object timestamps carry it.
 pub fn now() -> Timestamp {
-    Timestamp::from_system_time(SystemTime::now())
+    Timestamp::from_system_time(wall_clock())
+}
+
+#[cfg(not(test))]
+fn wall_clock() -> SystemTime {
+    SystemTime::now()
+}
+
+/// In the crate's tests the wall clock follows tokio's, so that a test on
+/// a paused clock (`start_paused`) stamps objects with its own time: the
+/// machine's, moved by how far tokio's clock is from the machine's
+/// monotonic one (nothing, unless paused).
+#[cfg(test)]
+fn wall_clock() -> SystemTime {
+    let (paused, machine) = (tokio::time::Instant::now().into_std(), std::time::Instant::now());
+    match paused.checked_duration_since(machine) {
+        Some(ahead) => SystemTime::now() + ahead,
+        None => SystemTime::now() - machine.duration_since(paused),
+    }
 }
 
 /// Which part of an object a modification writes.

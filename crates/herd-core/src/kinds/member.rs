@@ -354,7 +354,7 @@ mod tests {
     }
 
     #[test]
-    fn states_are_written_as_the_seed_names_them() {
+    fn states_are_written_in_camel_case_on_the_wire() {
         let json =
             serde_json::to_value(MemberStatus { state: MemberState::ConfigError, ..Default::default() }).unwrap();
         assert_eq!(json["state"], "configError");

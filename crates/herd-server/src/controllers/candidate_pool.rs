@@ -14,7 +14,7 @@ use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
 use herd_core::kinds::{ClusterConfigSpec, EventReason, EventType, NodeRole, NodeSpec};
 use herd_core::roles::{NodeFacts, fill_pool};
 
-use crate::controllers::runtime::{Controller, Next};
+use crate::controllers::runtime::{Controller, Next, Trigger};
 use crate::events::EventRecorder;
 use crate::nodes::cluster_config;
 use crate::objects::{Objects, ObjectsError, Part};
@@ -76,6 +76,12 @@ impl Controller for CandidatePool {
     async fn synced(&self) {
         self.nodes.synced().await;
         self.config.synced().await;
+    }
+
+    /// Any change of a node (its heartbeat too: a candidate's copy of the
+    /// configuration it reports) or of the pool's size.
+    fn triggers(&self) -> Vec<Trigger> {
+        vec![self.nodes.changes(), self.config.changes()]
     }
 
     async fn reconcile(&mut self) -> Result<Next, ObjectsError> {

@@ -24,7 +24,7 @@ use tokio::time::Instant;
 
 use crate::change_clock::ChangeClock;
 use crate::commands::Issuer;
-use crate::controllers::runtime::{Controller, Next};
+use crate::controllers::runtime::{Controller, Next, Trigger};
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
 use crate::nodes::cluster_config;
@@ -85,6 +85,12 @@ impl Controller for CommandController {
         self.commands.synced().await;
         self.nodes.synced().await;
         self.config.synced().await;
+    }
+
+    /// A Command's change, and a node's (a Command waits for its node to
+    /// be Ready: a node coming back wakes it).
+    fn triggers(&self) -> Vec<Trigger> {
+        vec![self.commands.changes(), self.nodes.changes_that_matter()]
     }
 
     /// Looks at every Command: copies side by side, everything else one at

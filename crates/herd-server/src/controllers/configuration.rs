@@ -22,7 +22,8 @@ use std::time::Duration;
 use herd_core::configuration::{Configuration, Intents, SECRETS_PREFIX, Ssconf, apply};
 use herd_store::{EventKind, ListOptions, StoreError, Watcher};
 
-use crate::controllers::runtime::{Controller, Next};
+use crate::controllers::caches::Caches;
+use crate::controllers::runtime::{Controller, Next, Trigger};
 use crate::objects::{Objects, ObjectsError, decode_value};
 
 /// Where the configuration is stored: the document, the facts, the deltas.
@@ -62,6 +63,8 @@ pub struct ConfigurationKeeper {
     /// Follows the objects from where the last pass read them (None: read
     /// them all again).
     changes: Option<Watcher>,
+    /// What wakes it: a change that matters of any replicated kind.
+    replicated: Vec<Trigger>,
 }
 
 fn json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, ObjectsError> {
@@ -76,8 +79,19 @@ fn in_configuration(key: &str) -> bool {
 }
 
 impl ConfigurationKeeper {
-    pub fn new(objects: Objects, master_url: String, term: u64) -> Self {
-        ConfigurationKeeper { objects, master_url, term, intents: None, document_serial: 0, facts: None, changes: None }
+    /// `caches`: where the replicated kinds' changes are heard.
+    pub fn new(objects: Objects, caches: &Caches, master_url: String, term: u64) -> Self {
+        let replicated = caches.replicated();
+        ConfigurationKeeper {
+            objects,
+            master_url,
+            term,
+            intents: None,
+            document_serial: 0,
+            facts: None,
+            changes: None,
+            replicated,
+        }
     }
 
     /// The configuration as stored: the document and the deltas after it
@@ -219,6 +233,12 @@ impl Controller for ConfigurationKeeper {
 
     async fn synced(&self) {}
 
+    /// Every replicated kind's changes that matter (not a heartbeat's
+    /// time: [`Self::MIN_GAP`] makes a burst of changes one serial).
+    fn triggers(&self) -> Vec<Trigger> {
+        self.replicated.clone()
+    }
+
     async fn reconcile(&mut self) -> Result<Next, ObjectsError> {
         self.pass().await?;
         Ok(Next::Requeue(PASS_INTERVAL))
@@ -274,7 +294,10 @@ mod tests {
         let objects = Objects::new(Store::open(dir.path().join("s.db").to_str().unwrap()).await.unwrap());
         let node = |i: usize| Object::new(format!("n{i}"), NodeSpec::default());
         objects.create(node(0), false, false).await.unwrap();
-        let mut keeper = ConfigurationKeeper::new(objects.clone(), "https://a".into(), 1);
+        let stop = tokio_util::sync::CancellationToken::new();
+        let _stop = stop.clone().drop_guard();
+        let caches = Caches::new(objects.store().clone(), stop);
+        let mut keeper = ConfigurationKeeper::new(objects.clone(), &caches, "https://a".into(), 1);
         keeper.pass().await.unwrap();
         assert_eq!(serials(&objects).await, (1, 1));
         for i in 1..=20 {
@@ -289,7 +312,7 @@ mod tests {
         let made = keeper.intents.as_ref().unwrap().document();
         assert_eq!(made.objects.len(), 21);
 
-        let mut successor = ConfigurationKeeper::new(objects.clone(), "https://b".into(), 2);
+        let mut successor = ConfigurationKeeper::new(objects.clone(), &caches, "https://b".into(), 2);
         assert_eq!(successor.load().await.unwrap().document(), made, "the document and the deltas after it");
         successor.pass().await.unwrap();
         assert_eq!(serials(&objects).await, (21, 21), "nothing changed: the same serial, the document caught up");
@@ -303,7 +326,7 @@ mod tests {
         assert_eq!(serials(&objects).await, (21, 24));
         let delta = objects.store().get(&delta_key(23)).await.unwrap().unwrap();
         objects.delete_key(&delta_key(23), delta.mod_revision).await.unwrap();
-        let mut third = ConfigurationKeeper::new(objects.clone(), "https://c".into(), 3);
+        let mut third = ConfigurationKeeper::new(objects.clone(), &caches, "https://c".into(), 3);
         third.pass().await.unwrap();
         // Past the facts' serial (to 25, and 26 with what the copies were
         // missing), with a whole document and no delta from 24.

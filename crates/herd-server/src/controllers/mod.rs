@@ -68,8 +68,6 @@ pub fn start(
         .with(config.clone())
         .with(nodes.clone())
         .with(commands.clone());
-    // A Command waits for its node to be Ready: a node coming back wakes it.
-    let wake_on_commands = vec![commands.changes(), nodes.changes_that_matter()];
     let caches = app_clusters::Caches {
         apps: shared.of(),
         clusters: shared.of(),
@@ -86,9 +84,6 @@ pub fn start(
         nodes: nodes.clone(),
         config: config.clone(),
     };
-    // Every replicated kind's changes that matter (not a heartbeat's time:
-    // the keeper's own minimum gap makes a burst of changes one serial).
-    let wake_keeper = shared.replicated();
     let budget_keeper = budgets::BudgetKeeper::new(
         objects.clone(),
         budgets,
@@ -110,8 +105,7 @@ pub fn start(
         &caches,
         EventRecorder::new(objects.clone(), "app-clusters"),
     );
-    let triggers = janitor.triggers();
-    set.spawn(runtime::run(janitor, triggers, metrics.clone(), stop.clone()));
+    set.spawn(runtime::run(janitor, metrics.clone(), stop.clone()));
     let app_clusters = app_clusters::AppClusterController::new(
         objects.clone(),
         caches,
@@ -128,7 +122,7 @@ pub fn start(
         config.clone(),
         metrics.clone(),
     );
-    set.spawn(runtime::run(command_controller, wake_on_commands, metrics.clone(), stop.clone()));
+    set.spawn(runtime::run(command_controller, metrics.clone(), stop.clone()));
     set.spawn(compactor::run(objects.store().clone(), stop.clone()));
     set.spawn(event_ttl::run(objects.clone(), stop.clone()));
     let pool = candidate_pool::CandidatePool::new(
@@ -138,10 +132,10 @@ pub fn start(
         EventRecorder::new(objects.clone(), "candidate-pool"),
         leader.node,
     );
-    set.spawn(runtime::run(pool, vec![nodes.changes(), config.changes()], metrics.clone(), stop.clone()));
-    let keeper = configuration::ConfigurationKeeper::new(objects.clone(), leader.url, term);
-    set.spawn(runtime::run(keeper, wake_keeper, metrics.clone(), stop.clone()));
+    set.spawn(runtime::run(pool, metrics.clone(), stop.clone()));
+    let keeper = configuration::ConfigurationKeeper::new(objects.clone(), &shared, leader.url, term);
+    set.spawn(runtime::run(keeper, metrics.clone(), stop.clone()));
     let node_lifecycle = node_lifecycle::NodeLifecycle::new(objects, nodes, config, events, metrics.clone());
-    set.spawn(runtime::run(node_lifecycle, Vec::new(), metrics, stop));
+    set.spawn(runtime::run(node_lifecycle, metrics, stop));
     set
 }

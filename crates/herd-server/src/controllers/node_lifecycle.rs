@@ -14,7 +14,7 @@ use herd_core::node_health::{self, ReadinessChange};
 use tokio::time::Instant;
 
 use crate::change_clock::ChangeClock;
-use crate::controllers::runtime::{Controller, Next};
+use crate::controllers::runtime::{Controller, Next, Trigger};
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
 use crate::nodes::cluster_config;
@@ -56,6 +56,11 @@ impl Controller for NodeLifecycle {
     async fn synced(&self) {
         self.nodes.synced().await;
         self.config.synced().await;
+    }
+
+    /// None: silence is what it looks for, so it looks on its own schedule.
+    fn triggers(&self) -> Vec<Trigger> {
+        Vec::new()
     }
 
     async fn reconcile(&mut self) -> Result<Next, ObjectsError> {

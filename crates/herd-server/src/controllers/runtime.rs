@@ -43,6 +43,10 @@ pub trait Controller: Send + 'static {
     /// Resolves once the caches it reads from are complete.
     fn synced(&self) -> impl Future<Output = ()> + Send;
 
+    /// The changes that wake it before its requeue is due (none: it runs
+    /// on its own schedule).
+    fn triggers(&self) -> Vec<Trigger>;
+
     /// One pass over everything the controller owns.
     fn reconcile(&mut self) -> impl Future<Output = Result<Next, ObjectsError>> + Send;
 
@@ -56,14 +60,10 @@ pub trait Controller: Send + 'static {
 /// A cache whose change wakes a controller before its requeue is due.
 pub type Trigger = watch::Receiver<Option<Revision>>;
 
-/// Runs `controller` until `stop` fires; each pass's duration goes to
-/// `metrics`.
-pub async fn run<C: Controller>(
-    mut controller: C,
-    mut triggers: Vec<Trigger>,
-    metrics: Arc<Metrics>,
-    stop: CancellationToken,
-) {
+/// Runs `controller` until `stop` fires, woken by its triggers; each
+/// pass's duration goes to `metrics`.
+pub async fn run<C: Controller>(mut controller: C, metrics: Arc<Metrics>, stop: CancellationToken) {
+    let mut triggers = controller.triggers();
     tokio::select! {
         _ = stop.cancelled() => return,
         _ = controller.synced() => {}
@@ -118,12 +118,17 @@ mod tests {
     /// Fails its first two passes, then asks to be looked at hourly.
     struct Flaky {
         passes: Arc<AtomicU32>,
+        trigger: Trigger,
     }
 
     impl Controller for Flaky {
         const NAME: &'static str = "flaky";
 
         async fn synced(&self) {}
+
+        fn triggers(&self) -> Vec<Trigger> {
+            vec![self.trigger.clone()]
+        }
 
         async fn reconcile(&mut self) -> Result<Next, ObjectsError> {
             match self.passes.fetch_add(1, Ordering::SeqCst) {
@@ -141,7 +146,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = herd_store::Store::open(dir.path().join("s.db").to_str().unwrap()).await.unwrap();
         let metrics = Arc::new(Metrics::new(&store));
-        let task = tokio::spawn(run(Flaky { passes: passes.clone() }, vec![trigger], metrics.clone(), stop.clone()));
+        let task = tokio::spawn(run(Flaky { passes: passes.clone(), trigger }, metrics.clone(), stop.clone()));
         tokio::time::sleep(Duration::from_millis(10)).await;
         assert_eq!(passes.load(Ordering::SeqCst), 1, "the first pass failed");
         tokio::time::sleep(Duration::from_millis(400)).await;

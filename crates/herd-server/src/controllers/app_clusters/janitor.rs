@@ -47,12 +47,6 @@ impl Janitor {
             events,
         }
     }
-
-    /// What wakes it: any change of a cluster, a member, a Command, or a
-    /// node's report.
-    pub fn triggers(&self) -> Vec<Trigger> {
-        vec![self.clusters.changes(), self.members.changes(), self.commands.changes(), self.nodes.changes_that_matter()]
-    }
 }
 
 impl Controller for Janitor {
@@ -65,6 +59,12 @@ impl Controller for Janitor {
         self.members.synced().await;
         self.nodes.synced().await;
         self.commands.synced().await;
+    }
+
+    /// What wakes it: any change of a cluster, a member, a Command, or a
+    /// node's report.
+    fn triggers(&self) -> Vec<Trigger> {
+        vec![self.clusters.changes(), self.members.changes(), self.commands.changes(), self.nodes.changes_that_matter()]
     }
 
     async fn reconcile(&mut self) -> Result<Next, ObjectsError> {
