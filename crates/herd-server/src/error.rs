@@ -3,9 +3,10 @@
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use herd_core::ValidationErrors;
 use herd_core::api::{Status, StatusReason};
+use herd_core::kinds::NodeSpec;
 use herd_core::roles::RoleRefusal;
+use herd_core::{Resource, ValidationErrors};
 use herd_store::StoreError;
 
 use crate::eviction::EvictionError;
@@ -132,7 +133,7 @@ impl From<EvictionError> for ApiError {
 impl From<RoleChangeError> for ApiError {
     fn from(error: RoleChangeError) -> Self {
         match error {
-            RoleChangeError::Refused(RoleRefusal::NoSuchNode(name)) => ApiError::not_found("Node", &name),
+            RoleChangeError::Refused(RoleRefusal::NoSuchNode(name)) => ApiError::not_found(NodeSpec::KIND, &name),
             RoleChangeError::Refused(_) | RoleChangeError::Contended(_) => ApiError::Conflict(error.to_string()),
             RoleChangeError::Objects(objects) => objects.into(),
         }

@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 
+use herd_core::Resource;
 use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
 use herd_core::kinds::{ClusterConfigSpec, EventReason, EventType, MemberSpec, Node, NodeRole, NodeSpec};
 use herd_core::roles::{NodeFacts, NodeUpdate, RoleChange, RoleRefusal, decide, fill_pool};
@@ -140,7 +141,7 @@ pub async fn admit_replace(objects: &Objects, new: &Node) -> Result<(), ApiError
                 "spec.role",
                 "change one of role and masterCapable at a time (Ganeti's rule: each change is checked on its own)",
             );
-            return Err(ApiError::invalid("Node", &new.metadata.name, errors));
+            return Err(ApiError::invalid(NodeSpec::KIND, &new.metadata.name, errors));
         }
     };
     let pool = objects

@@ -57,7 +57,7 @@ async fn tell(events: &EventRecorder, node: &Node, effects: HeartbeatEffects) {
 
 /// The Event subject for node `name`, which need not exist.
 pub fn node_named(name: &str, node: Option<&Node>) -> InvolvedObject {
-    InvolvedObject { kind: "Node".into(), name: name.into(), uid: node.and_then(|n| n.metadata.uid.clone()) }
+    InvolvedObject { kind: NodeSpec::KIND.into(), name: name.into(), uid: node.and_then(|n| n.metadata.uid.clone()) }
 }
 
 /// Deletes node `name` as an admin asked: its token is revoked and a record
@@ -73,7 +73,7 @@ pub async fn delete(
 ) -> Result<serde_json::Value, ApiError> {
     let node = objects.require::<NodeSpec>(name).await?;
     let ops = auth.node_deletion_ops(name, node.status.ready).await?;
-    let last = objects.delete_value_with("Node", NodeSpec::PLURAL, name, precondition, dry_run, ops).await?;
+    let last = objects.delete_value_with(NodeSpec::KIND, NodeSpec::PLURAL, name, precondition, dry_run, ops).await?;
     if !dry_run {
         auth.note_token_changed(name);
         let state = if node.status.ready { "Ready" } else { "NotReady" };
@@ -127,7 +127,7 @@ pub async fn join(
     if let Err(report) = herd_core::agent_report::check(&request.report) {
         errors.errors.extend(report.errors);
     }
-    errors.into_result().map_err(|e| ApiError::invalid("Node", &name, e))?;
+    errors.into_result().map_err(|e| ApiError::invalid(NodeSpec::KIND, &name, e))?;
 
     let existing = objects.get::<NodeSpec>(&name).await?;
     let deleted = auth.deleted_node(&name).await?;
@@ -206,9 +206,10 @@ async fn heartbeat_node(
         None => objects.modify::<NodeSpec, ApiError>(name, Part::Status, change).await,
     };
     let node = written.map_err(|e| match e {
-        ApiError::NotFound { .. } => {
-            ApiError::NotFound { kind: "Node".into(), name: format!("{name} (the node was deleted: join again)") }
-        }
+        ApiError::NotFound { .. } => ApiError::NotFound {
+            kind: NodeSpec::KIND.into(),
+            name: format!("{name} (the node was deleted: join again)"),
+        },
         other => other,
     })?;
     tell(events, &node, effects).await;
@@ -252,7 +253,7 @@ pub async fn heartbeat(
     report: AgentReport,
 ) -> Result<Heartbeat, ApiError> {
     let HeartbeatServices { objects, config, nodes, commands, configuration, events, metrics, certificates } = services;
-    herd_core::agent_report::check(&report).map_err(|e| ApiError::invalid("Node", name, e))?;
+    herd_core::agent_report::check(&report).map_err(|e| ApiError::invalid(NodeSpec::KIND, name, e))?;
     let at = now();
     let ended_attempts =
         commands.map(|command| grant::ended_attempts(command, name, at)).into_iter().flatten().collect();

@@ -160,7 +160,7 @@ impl NodeCertificates {
         let chain_pem = self.ca.sign_node(request, node, now, self.lifetime).map_err(|e| {
             let errors =
                 herd_core::ValidationErrors::single("csr", format!("not a signing request this CA can sign: {e}"));
-            crate::error::ApiError::invalid("Node", node, errors)
+            crate::error::ApiError::invalid(<herd_core::kinds::NodeSpec as herd_core::Resource>::KIND, node, errors)
         })?;
         let expires = herd_core::Timestamp::from_system_time(now + self.lifetime);
         tracing::info!(node, %expires, "signed a node certificate");

@@ -7,6 +7,7 @@ use herd_core::api::{AgentReport, JoinRequest, JoinResponse, Readmission};
 use herd_core::api::{NodeRoleChanged, NodeRoleRequest, NodeRoleResponse};
 use herd_core::authz::Verb;
 use herd_core::configuration::Ssconf;
+use herd_core::kinds::NodeSpec;
 use herd_core::roles::RoleChange;
 
 use axum::response::Response;
@@ -41,7 +42,7 @@ pub async fn join(
             return Err(error);
         }
     };
-    let request: JoinRequest = parse_body(&body, "Node", "")?;
+    let request: JoinRequest = parse_body(&body, NodeSpec::KIND, "")?;
     let (objects, certificates) = (&state.objects, &state.node_certificates);
     crate::nodes::join(objects, &state.config, &state.auth, &state.events, certificates, (request, join_token))
         .await
@@ -60,7 +61,7 @@ pub async fn commands(
 ) -> Result<Response, ApiError> {
     caller.may(Verb::ReadCommands, "nodes", Some(&name))?;
     if name.len() > herd_core::validation::MAX_NODE_NAME_LENGTH {
-        return Err(ApiError::NotFound { kind: "Node".into(), name });
+        return Err(ApiError::NotFound { kind: NodeSpec::KIND.into(), name });
     }
     let selector = query.selector_and(&format!("{NODE_LABEL}={name}"))?;
     let kind = state.registry.get(CommandSpec::PLURAL)?.info();
@@ -76,13 +77,13 @@ pub async fn change_role(
     ApiBody(body): ApiBody,
 ) -> Result<Json<NodeRoleResponse>, ApiError> {
     caller.may(Verb::Update, "nodes", Some(&name))?;
-    let request: NodeRoleRequest = parse_body(&body, "Node", &name)?;
+    let request: NodeRoleRequest = parse_body(&body, NodeSpec::KIND, &name)?;
     let change = match (request.role, request.master_capable) {
         (Some(role), None) => RoleChange::Role(role),
         (None, Some(capable)) => RoleChange::MasterCapable(capable),
         _ => {
             let errors = herd_core::ValidationErrors::single("role", "give exactly one of role and masterCapable");
-            return Err(ApiError::invalid("Node", &name, errors));
+            return Err(ApiError::invalid(NodeSpec::KIND, &name, errors));
         }
     };
     let pool = crate::nodes::cluster_config(&state.config).candidate_pool_size as usize;
@@ -112,7 +113,7 @@ pub async fn heartbeat(
     ApiBody(body): ApiBody,
 ) -> Result<Json<crate::nodes::HeartbeatAnswer>, ApiError> {
     caller.may(Verb::Heartbeat, "nodes", Some(&name))?;
-    let report: AgentReport = parse_body(&body, "Node", &name)?;
+    let report: AgentReport = parse_body(&body, NodeSpec::KIND, &name)?;
     let certificates = &state.node_certificates;
     let services = crate::nodes::HeartbeatServices {
         objects: &state.objects,

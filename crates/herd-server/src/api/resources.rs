@@ -6,7 +6,9 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
+use herd_core::Resource;
 use herd_core::authz::Verb;
+use herd_core::kinds::NodeSpec;
 use herd_core::labels::LabelSelector;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -251,7 +253,7 @@ pub async fn delete(
         return Err(ApiError::Conflict(format!("{} {name:?} cannot be deleted: {why}", kind.kind)));
     }
     let precondition = query.resource_version.as_deref().map(parse_revision).transpose()?;
-    if kind.kind == "Node" {
+    if kind.kind == NodeSpec::KIND {
         let (auth, events) = (&state.auth, &state.events);
         return Ok(Json(
             crate::nodes::delete(&state.objects, auth, events, &name, precondition, query.dry_run()?).await?,

@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use herd_core::Timestamp;
 use herd_core::kinds::{Event, EventSpec};
+use herd_core::{Resource, Timestamp};
 use tokio_util::sync::CancellationToken;
 
 use crate::objects::{Objects, ObjectsError, now};
@@ -39,7 +39,7 @@ async fn pass(objects: &Objects) -> Result<(), ObjectsError> {
             .metadata
             .revision()
             .map_err(|e| ObjectsError::Corrupt { key: event.metadata.name.clone(), reason: e.to_string() })?;
-        match objects.delete_value("Event", "events", &event.metadata.name, revision, false).await {
+        match objects.delete_value(EventSpec::KIND, EventSpec::PLURAL, &event.metadata.name, revision, false).await {
             Ok(_) | Err(ObjectsError::NotFound { .. } | ObjectsError::Conflict { .. }) => {}
             Err(other) => return Err(other),
         }

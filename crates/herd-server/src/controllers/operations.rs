@@ -117,7 +117,7 @@ impl OperationsController {
             return Ok(false);
         };
         let name = &op.metadata.name;
-        match self.objects.delete_value("Operation", OperationSpec::PLURAL, name, Some(revision), false).await {
+        match self.objects.delete_value(OperationSpec::KIND, OperationSpec::PLURAL, name, Some(revision), false).await {
             Ok(_) => tracing::info!(operation = %name, "deleted a finished operation kept its day"),
             Err(ObjectsError::NotFound { .. } | ObjectsError::Conflict { .. }) => {}
             Err(other) => return Err(other),

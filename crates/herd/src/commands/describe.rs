@@ -9,13 +9,13 @@ use std::fmt::Write;
 use std::time::SystemTime;
 
 use herd_client::Client;
-use herd_core::Timestamp;
 use herd_core::disruption;
 use herd_core::kinds::member::PendingNotify;
 use herd_core::kinds::{
     AppCluster, AppClusterSpec, DisruptionBudget, DisruptionBudgetSpec, Event, EventReason, EventSpec, Member,
     MemberSpec, Operation, OperationSpec,
 };
+use herd_core::{Resource, Timestamp};
 
 use crate::output::short_duration;
 
@@ -195,14 +195,14 @@ pub fn operation_summary(operation: &Operation) -> String {
 /// The summary for `kind`, when it has one.
 pub async fn summary(client: &Client, kind: &str, name: &str) -> anyhow::Result<Option<String>> {
     Ok(match kind {
-        "AppCluster" => {
+        AppClusterSpec::KIND => {
             let cluster = client.get::<AppClusterSpec>(name).await?;
             let mut members = client.list::<MemberSpec>(&format!("herd.io/cluster={name}")).await?;
             members.sort_by_key(|m| (m.spec.role.clone(), m.spec.index));
             Some(cluster_summary(&cluster, &members))
         }
-        "Member" => Some(member_summary(&client.get::<MemberSpec>(name).await?)),
-        "DisruptionBudget" => {
+        MemberSpec::KIND => Some(member_summary(&client.get::<MemberSpec>(name).await?)),
+        DisruptionBudgetSpec::KIND => {
             let budget = client.get::<DisruptionBudgetSpec>(name).await?;
             let members = client.list::<MemberSpec>("").await?;
             let mut evictions: Vec<Event> = client
@@ -219,7 +219,7 @@ pub async fn summary(client: &Client, kind: &str, name: &str) -> anyhow::Result<
             evictions.sort_by_key(|e| std::cmp::Reverse(e.spec.last_timestamp));
             Some(budget_summary(&budget, &evictions))
         }
-        "Operation" => Some(operation_summary(&client.get::<OperationSpec>(name).await?)),
+        OperationSpec::KIND => Some(operation_summary(&client.get::<OperationSpec>(name).await?)),
         _ => None,
     })
 }

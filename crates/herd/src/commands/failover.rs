@@ -13,10 +13,11 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, bail};
 use herd_client::PeerClient;
-use herd_core::Timestamp;
 use herd_core::configuration::Configuration;
 use herd_core::failover::{Announcement, Answer, decide};
 use herd_core::grant::{Access, Grant, Holder};
+use herd_core::kinds::NodeSpec;
+use herd_core::{Resource, Timestamp};
 use herd_tls::ServingIdentity;
 use herd_tls::grant::GrantSigner;
 use serde_json::Value;
@@ -51,7 +52,7 @@ fn local(args: &FailoverArgs) -> anyhow::Result<Local> {
     let agents = copy
         .objects
         .iter()
-        .filter(|o| o.get("kind").and_then(Value::as_str) == Some("Node"))
+        .filter(|o| o.get("kind").and_then(Value::as_str) == Some(NodeSpec::KIND))
         .filter(|o| o.pointer("/spec/role").and_then(Value::as_str) != Some("offline"))
         .filter_map(|o| {
             let name = o.pointer("/metadata/name")?.as_str()?.to_string();

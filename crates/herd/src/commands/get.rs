@@ -1,6 +1,8 @@
 //! `herd get`, `herd describe`, `herd events`.
 
 use herd_client::Client;
+use herd_core::Resource;
+use herd_core::kinds::{AppClusterSpec, CommandSpec, MemberSpec};
 use serde_json::{Value, json};
 
 use crate::cli::OutputFormat;
@@ -119,9 +121,9 @@ fn of_cluster(event: &Value, cluster: &str, roles: &[String]) -> bool {
         })
     };
     match kind {
-        "AppCluster" => name == cluster,
-        "Member" => member_named(name),
-        "Command" => name.split_once('.').is_some_and(|(member, _)| member_named(member)),
+        AppClusterSpec::KIND => name == cluster,
+        MemberSpec::KIND => member_named(name),
+        CommandSpec::KIND => name.split_once('.').is_some_and(|(member, _)| member_named(member)),
         _ => false,
     }
 }
@@ -170,7 +172,7 @@ pub async fn describe(client: &Client, kind: &str, name: &str) -> anyhow::Result
         println!("{summary}");
     }
     print!("{}", serde_saphyr::to_string(&object)?);
-    let events = if kind.kind == "AppCluster" {
+    let events = if kind.kind == AppClusterSpec::KIND {
         // A cluster's story is mostly its members' (and their Commands'),
         // those removed included.
         let roles: Vec<String> = object

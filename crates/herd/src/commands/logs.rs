@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use herd_client::Client;
+use herd_core::Resource;
 use herd_core::api::LogStream;
+use herd_core::kinds::MemberSpec;
 
 /// How often a followed log is asked for more.
 const FOLLOW_EVERY: Duration = Duration::from_millis(500);
@@ -34,7 +36,7 @@ pub async fn logs(client: &Client, target: &str, stream: LogStream, bytes: u64, 
         return Err(crate::Usage(format!("logs {target:?}: {errors}")).into());
     }
     let node = match crate::kinds::resolve(first) {
-        Ok(kind) if kind.kind == "Member" => {
+        Ok(kind) if kind.kind == MemberSpec::KIND => {
             let found = client.get::<herd_core::kinds::MemberSpec>(member).await?;
             found.spec.node.with_context(|| format!("member {member} is not placed on a node yet"))?
         }
