@@ -81,162 +81,210 @@ pub struct Heartbeat {
     pub servers: Vec<String>,
 }
 
+/// What the loop does after a step.
+enum Then {
+    /// Wait for the heartbeat period, or less when there is news to report.
+    Beat(Instant),
+    /// Back off after a failure.
+    Retry(Instant),
+    /// Go on at once.
+    Now,
+}
+
 impl Heartbeat {
+    /// Joins (again, when the server stops taking this node's token) and
+    /// heartbeats until `stop` fires; an error when the cluster refuses
+    /// this node or its CA is not the one trusted.
     pub async fn run(self, stop: CancellationToken) -> Result<(), AgentError> {
-        let Heartbeat {
-            client,
-            store,
-            join_token,
-            identity,
-            endpoint,
-            members,
-            executor,
-            access,
-            data_dir,
-            disconnect_grace,
-            copies,
-            servers,
-        } = self;
-        let mut report = AgentReport {
+        let mut session = Session::new(self)?;
+        while !stop.is_cancelled() {
+            let started = Instant::now();
+            let then = match session.credentials.clone() {
+                None => session.join(started).await?,
+                Some(credentials) => session.beat(credentials, started).await?,
+            };
+            let went_on = match then {
+                Then::Beat(until) => {
+                    sleep_or_report(until, &session.agent.executor, &session.agent.members, &stop).await
+                }
+                Then::Retry(until) => sleep_until(until, &stop).await,
+                Then::Now => true,
+            };
+            if !went_on {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The loop's state from one step to the next.
+struct Session {
+    agent: Heartbeat,
+    name: String,
+    /// Sent with every join and heartbeat; refreshed before each.
+    report: AgentReport,
+    credentials: Option<Credentials>,
+    certificate: crate::node_cert::NodeCertStore,
+    /// The token the server stopped taking: shown when joining again, so
+    /// that the server knows a deleted node's agent.
+    previous_token: Option<String>,
+    backoff: Retries,
+    link: Link,
+    epoch: Instant,
+}
+
+impl Session {
+    fn new(agent: Heartbeat) -> Result<Session, AgentError> {
+        let identity = &agent.identity;
+        let report = AgentReport {
             agent_boot_id: identity.agent_boot_id.clone(),
             host_boot_id: identity.host_boot_id.clone(),
-            address: Some(endpoint.to_string()),
+            address: Some(agent.endpoint.to_string()),
             agent_version: Some(env!("CARGO_PKG_VERSION").to_string()),
             ..AgentReport::default()
         };
         let name = identity.node_name.clone();
-        let mut credentials = store.load(&name)?;
-        let mut certificate = crate::node_cert::NodeCertStore::open(&data_dir, &name)?;
-        // The token the server stopped taking: shown when joining again, so
-        // that the server knows a deleted node's agent.
-        let mut previous_token: Option<String> = None;
-        let mut backoff = Retries::new(RETRIES);
-        let mut link = Link::default();
-        let epoch = Instant::now();
-        while !stop.is_cancelled() {
-            let started = Instant::now();
-            let failed = |link: &mut Link, trouble, joining| {
-                let attempt = Attempt { began: started - epoch, failed: epoch.elapsed() };
-                link.failed(trouble, joining, join_token.is_some(), attempt, disconnect_grace)
-            };
-            if let Some(masters) = copies.take_new_masters() {
-                client.set_servers(crate::servers_in_order(masters, &servers));
+        Ok(Session {
+            credentials: agent.store.load(&name)?,
+            certificate: crate::node_cert::NodeCertStore::open(&agent.data_dir, &name)?,
+            agent,
+            name,
+            report,
+            previous_token: None,
+            backoff: Retries::new(RETRIES),
+            link: Link::default(),
+            epoch: Instant::now(),
+        })
+    }
+
+    /// What the link's rules say of a failed attempt begun at `started`.
+    fn failed(&mut self, started: Instant, trouble: Trouble, joining: bool) -> Next {
+        let attempt = Attempt { began: started - self.epoch, failed: self.epoch.elapsed() };
+        let can_join = self.agent.join_token.is_some();
+        self.link.failed(trouble, joining, can_join, attempt, self.agent.disconnect_grace)
+    }
+
+    /// Before each attempt: the servers in the order of the newest masters,
+    /// and a certificate request when the node's is due.
+    fn prepare(&mut self) -> Result<(), AgentError> {
+        if let Some(masters) = self.agent.copies.take_new_masters() {
+            self.agent.client.set_servers(crate::servers_in_order(masters, &self.agent.servers));
+        }
+        self.report.csr = self.certificate.request_if_due(SystemTime::now())?;
+        Ok(())
+    }
+
+    async fn join(&mut self, started: Instant) -> Result<Then, AgentError> {
+        self.prepare()?;
+        let token = self.agent.join_token.clone().ok_or(AgentError::NoJoinToken)?;
+        let request = JoinRequest {
+            node_name: self.name.clone(),
+            previous_node_token: self.previous_token.clone(),
+            report: self.report.clone(),
+        };
+        let error = match self.agent.client.with_token(Some(token)).join(&request).await {
+            Ok(joined) => {
+                self.link.went_through();
+                self.certificate.answer(joined.certificate.as_ref(), SystemTime::now())?;
+                self.agent.access.use_identity(self.certificate.identity());
+                let credentials = Credentials { node_name: self.name.clone(), node_token: joined.node_token };
+                self.agent.store.save(&credentials)?;
+                self.agent.access.remember_grant_key(&joined.grant_key);
+                self.credentials = Some(credentials);
+                self.backoff.reset();
+                tracing::info!(node = %self.name, "joined the cluster");
+                return Ok(Then::Beat(started + joined.heartbeat_period.get()));
             }
-            report.csr = certificate.request_if_due(SystemTime::now())?;
-            let Some(creds) = credentials.clone() else {
-                let token = join_token.clone().ok_or(AgentError::NoJoinToken)?;
-                match client
-                    .with_token(Some(token))
-                    .join(&JoinRequest {
-                        node_name: name.clone(),
-                        previous_node_token: previous_token.clone(),
-                        report: report.clone(),
-                    })
-                    .await
-                {
-                    Ok(joined) => {
-                        link.went_through();
-                        certificate.answer(joined.certificate.as_ref(), SystemTime::now())?;
-                        access.use_identity(certificate.identity());
-                        let creds = Credentials { node_name: name.clone(), node_token: joined.node_token };
-                        store.save(&creds)?;
-                        access.remember_grant_key(&joined.grant_key);
-                        credentials = Some(creds);
-                        let period = joined.heartbeat_period.get();
-                        backoff.reset();
-                        tracing::info!(node = %name, "joined the cluster");
-                        if !sleep_or_report(started + period, &executor, &members, &stop).await {
-                            break;
-                        }
-                    }
-                    Err(error) => match failed(&mut link, trouble(&error), true) {
-                        Next::GiveUp if matches!(error, ClientError::Untrusted { .. }) => {
-                            return Err(AgentError::UntrustedServer(error));
-                        }
-                        Next::GiveUp | Next::JoinAgain => return Err(AgentError::JoinRefused(error)),
-                        Next::Retry { say, .. } => {
-                            if say {
-                                tracing::warn!(%error, "could not join yet; retrying");
-                            }
-                            if !sleep_until(started + backoff.failed(), &stop).await {
-                                break;
-                            }
-                        }
-                    },
+            Err(error) => error,
+        };
+        match self.failed(started, trouble(&error), true) {
+            Next::GiveUp if matches!(error, ClientError::Untrusted { .. }) => Err(AgentError::UntrustedServer(error)),
+            Next::GiveUp | Next::JoinAgain => Err(AgentError::JoinRefused(error)),
+            Next::Retry { say, .. } => {
+                if say {
+                    tracing::warn!(%error, "could not join yet; retrying");
                 }
-                continue;
-            };
-            report.members = members.report();
-            report.commands = executor.reports();
-            report.disk = crate::fsutil::disk_space(&data_dir)
-                .map(|(free_bytes, total_bytes)| herd_core::api::DiskReport { free_bytes, total_bytes })
-                .ok();
-            report.config_serial = copies.serial();
-            // Kept until a heartbeat carries them (the newest, if many).
-            report.peer_refusals.extend(access.take_refusals());
-            let excess = report.peer_refusals.len().saturating_sub(herd_core::api::MAX_PEER_REFUSALS);
-            report.peer_refusals.drain(..excess);
-            match client.with_token(Some(creds.node_token.clone())).heartbeat(&name, &report).await {
-                Ok(answer) => {
-                    match copies.take(&answer) {
-                        Taken::Followed => {}
-                        Taken::Refused { theirs, ours } => {
-                            // A master a failover superseded: nothing it says counts.
-                            if let Next::Retry { say: true, .. } = failed(&mut link, Trouble::Superseded, false) {
-                                tracing::warn!(
-                                    theirs,
-                                    ours,
-                                    "this server leads an older term than the master this node follows; trying the next"
-                                );
-                            }
-                            client.skip_current();
-                            if !sleep_until(started + backoff.failed(), &stop).await {
-                                break;
-                            }
-                            continue;
-                        }
-                        // The new master's URLs are taken at the top of the loop.
-                        Taken::Redirected => continue,
-                    }
-                    if link.went_through() {
-                        tracing::info!("heartbeats go through again");
-                    }
-                    report.peer_refusals.clear();
-                    if report.csr.is_some() {
-                        certificate.answer(answer.certificate.as_ref(), SystemTime::now())?;
-                        access.use_identity(certificate.identity());
-                    }
-                    executor.acknowledge(&answer.acknowledged);
-                    access.remember_grant_key(&answer.grant_key);
-                    access.end_attempts(&answer.ended_attempts);
-                    let period = answer.heartbeat_period.get();
-                    backoff.reset();
-                    if !sleep_or_report(started + period, &executor, &members, &stop).await {
-                        break;
-                    }
-                }
-                Err(error) => match failed(&mut link, trouble(&error), false) {
-                    Next::GiveUp => return Err(AgentError::JoinRefused(error)),
-                    Next::JoinAgain => {
-                        tracing::warn!(%error, "the server does not accept this node's identity; joining again");
-                        previous_token = Some(creds.node_token);
-                        credentials = None;
-                    }
-                    Next::Retry { say, run_hooks } => {
-                        if say {
-                            tracing::warn!(%error, "heartbeat failed; retrying with backoff");
-                        }
-                        if run_hooks {
-                            let why = format!("the server has been unreachable for over {disconnect_grace:?}");
-                            executor.run_disconnect_hooks(&why).await;
-                        }
-                        if !sleep_until(started + backoff.failed(), &stop).await {
-                            break;
-                        }
-                    }
-                },
+                Ok(Then::Retry(started + self.backoff.failed()))
             }
         }
-        Ok(())
+    }
+
+    async fn beat(&mut self, credentials: Credentials, started: Instant) -> Result<Then, AgentError> {
+        self.prepare()?;
+        let agent = &self.agent;
+        let report = &mut self.report;
+        report.members = agent.members.report();
+        report.commands = agent.executor.reports();
+        report.disk = crate::fsutil::disk_space(&agent.data_dir)
+            .map(|(free_bytes, total_bytes)| herd_core::api::DiskReport { free_bytes, total_bytes })
+            .ok();
+        report.config_serial = agent.copies.serial();
+        // Kept until a heartbeat carries them (the newest, if many).
+        report.peer_refusals.extend(agent.access.take_refusals());
+        let excess = report.peer_refusals.len().saturating_sub(herd_core::api::MAX_PEER_REFUSALS);
+        report.peer_refusals.drain(..excess);
+        let answer =
+            match agent.client.with_token(Some(credentials.node_token.clone())).heartbeat(&self.name, report).await {
+                Ok(answer) => answer,
+                Err(error) => return self.beat_failed(error, credentials, started).await,
+            };
+        match self.agent.copies.take(&answer) {
+            Taken::Followed => {}
+            Taken::Refused { theirs, ours } => {
+                // A master a failover superseded: nothing it says counts.
+                if let Next::Retry { say: true, .. } = self.failed(started, Trouble::Superseded, false) {
+                    tracing::warn!(
+                        theirs,
+                        ours,
+                        "this server leads an older term than the master this node follows; trying the next"
+                    );
+                }
+                self.agent.client.skip_current();
+                return Ok(Then::Retry(started + self.backoff.failed()));
+            }
+            // The new master's URLs are taken before the next attempt.
+            Taken::Redirected => return Ok(Then::Now),
+        }
+        if self.link.went_through() {
+            tracing::info!("heartbeats go through again");
+        }
+        self.report.peer_refusals.clear();
+        if self.report.csr.is_some() {
+            self.certificate.answer(answer.certificate.as_ref(), SystemTime::now())?;
+            self.agent.access.use_identity(self.certificate.identity());
+        }
+        self.agent.executor.acknowledge(&answer.acknowledged);
+        self.agent.access.remember_grant_key(&answer.grant_key);
+        self.agent.access.end_attempts(&answer.ended_attempts);
+        self.backoff.reset();
+        Ok(Then::Beat(started + answer.heartbeat_period.get()))
+    }
+
+    async fn beat_failed(
+        &mut self,
+        error: ClientError,
+        credentials: Credentials,
+        started: Instant,
+    ) -> Result<Then, AgentError> {
+        match self.failed(started, trouble(&error), false) {
+            Next::GiveUp => Err(AgentError::JoinRefused(error)),
+            Next::JoinAgain => {
+                tracing::warn!(%error, "the server does not accept this node's identity; joining again");
+                self.previous_token = Some(credentials.node_token);
+                self.credentials = None;
+                Ok(Then::Now)
+            }
+            Next::Retry { say, run_hooks } => {
+                if say {
+                    tracing::warn!(%error, "heartbeat failed; retrying with backoff");
+                }
+                if run_hooks {
+                    let why = format!("the server has been unreachable for over {:?}", self.agent.disconnect_grace);
+                    self.agent.executor.run_disconnect_hooks(&why).await;
+                }
+                Ok(Then::Retry(started + self.backoff.failed()))
+            }
+        }
     }
 }
