@@ -1,9 +1,11 @@
 //! The command controller (leader only): issues new Commands to their
 //! agents in this leader's term, and runs the decision table of
 //! `herd_core::reconcile` on every unsettled one: waits, marks it timed
-//! out, reconciles it, or gives it up, each time saying why. Commands are
-//! looked at side by side (each on its own object, so their writes meet
-//! in the store's group commits), copies fewer at a time than the rest.
+//! out, reconciles it, or gives it up, each time saying why. A Command is
+//! a key of the keyed runtime, woken by its own changes and those of its
+//! nodes; Commands are looked at side by side (each on its own object, so
+//! their writes meet in the store's group commits), copies fewer at a
+//! time than the rest.
 //!
 //! Time is judged on this process's monotonic clock from when it first saw
 //! a Command's status as it is (as the node controller judges heartbeats):
@@ -20,11 +22,12 @@ use herd_core::kinds::{
     Action, ClusterConfigSpec, Command, CommandSpec, EventReason, EventType, ManagementState, NodeSpec,
 };
 use herd_core::reconcile::{CommandView, DestinationLook, Step, copy_verdict, decide};
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use crate::change_clock::ChangeClock;
 use crate::commands::Issuer;
-use crate::controllers::runtime::{Controller, Next, Trigger};
+use crate::controllers::keyed::{Action as Next, KeyedController, Watches};
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
 use crate::nodes::cluster_config;
@@ -38,9 +41,11 @@ const SECOND_LOOK: Duration = Duration::from_secs(1);
 /// looks and only reads from the agents, so hundreds of interrupted copies
 /// (a host that went down) do not take hundreds of seconds.
 const COPIES_AT_ONCE: usize = 16;
-/// Other Commands looked at side by side: a burst of new ones is issued
-/// in a few commits, not one commit each.
-const OTHERS_AT_ONCE: usize = 64;
+/// How soon a copy that found no turn free asks again.
+const COPY_TURN: Duration = Duration::from_millis(250);
+/// Commands looked at side by side, copies included: a burst of new
+/// ones is issued in a few commits, not one commit each.
+const AT_ONCE: usize = 80;
 
 /// When this controller first saw each Command's status as it is now, and
 /// its current attempt issued.
@@ -51,6 +56,11 @@ struct Sightings {
 }
 
 impl Sightings {
+    fn forget(&mut self, name: &str) {
+        self.updated.retain(|key| key != name);
+        self.issued.retain(|key| key != name);
+    }
+
     fn since_update(&mut self, command: &Command, now: Instant) -> Duration {
         self.updated.since(&command.metadata.name, command.status.updated, now)
     }
@@ -69,17 +79,17 @@ pub struct CommandController {
     pub nodes: Reflector<NodeSpec>,
     pub config: Reflector<ClusterConfigSpec>,
     pub events: EventRecorder,
-    /// Looked at by copies side by side, hence the lock.
+    /// Looked at by Commands side by side, hence the lock.
     sightings: std::sync::Mutex<Sightings>,
+    /// Copies looked at at once (see [`COPIES_AT_ONCE`]).
+    copies: Semaphore,
     /// How long each Command this controller settles took.
     metrics: Arc<Metrics>,
 }
 
-impl Controller for CommandController {
+impl KeyedController for CommandController {
     const NAME: &'static str = "commands";
-    /// Each pass looks at every unsettled Command, and every Command's
-    /// change wakes it: in a burst, one look per tenth of a second does.
-    const MIN_GAP: Duration = Duration::from_millis(100);
+    const CONCURRENCY: usize = AT_ONCE;
 
     async fn synced(&self) {
         self.commands.synced().await;
@@ -87,30 +97,31 @@ impl Controller for CommandController {
         self.config.synced().await;
     }
 
-    /// A Command's change, and a node's (a Command waits for its node to
-    /// be Ready: a node coming back wakes it).
-    fn triggers(&self) -> Vec<Trigger> {
-        vec![self.commands.changes(), self.nodes.changes_that_matter()]
+    /// The unsettled Commands (a settled one needs no look).
+    fn keys(&self) -> Vec<String> {
+        let unsettled =
+            self.commands.map(|c| (!c.status.state_by_management.is_settled()).then(|| c.metadata.name.clone()));
+        unsettled.into_iter().flatten().collect()
     }
 
-    /// Looks at every Command: copies side by side, everything else one at
-    /// a time (a migration's steps touch members on two nodes). Each
-    /// Command's failure is its own (logged); the pass goes on.
-    async fn reconcile(&mut self) -> Result<Next, ObjectsError> {
-        let settings = cluster_config(&self.config).commands;
-        // Only unsettled Commands need a look: the settled ones are not copied.
-        let unsettled = self.commands.list_shared().into_iter().filter(|c| !c.status.state_by_management.is_settled());
-        let (copies, others): (Vec<Arc<Command>>, Vec<Arc<Command>>) =
-            unsettled.partition(|c| matches!(c.spec.action, Action::CopyVolume { .. }));
-        use futures_util::{StreamExt, stream};
-        let (others, copies): (Vec<_>, Vec<_>) = (
-            others.iter().map(|c| self.look_at_logged(c)).collect(),
-            copies.iter().map(|c| self.look_at_logged(c)).collect(),
-        );
-        let others = stream::iter(others).buffer_unordered(OTHERS_AT_ONCE).collect::<Vec<()>>();
-        let copies = stream::iter(copies).buffer_unordered(COPIES_AT_ONCE).collect::<Vec<()>>();
-        futures_util::future::join(others, copies).await;
-        Ok(Next::Requeue(settings.reconcile_interval.get()))
+    /// Looks at one Command, again after the reconcile interval while it
+    /// is unsettled (its timeouts are judged then).
+    async fn reconcile(&self, name: &str) -> Result<Next, ObjectsError> {
+        let command = self.commands.get_shared(name).filter(|c| !c.status.state_by_management.is_settled());
+        let Some(command) = command else {
+            self.sightings.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).forget(name);
+            return Ok(Next::AwaitChange);
+        };
+        // A copy waiting for its turn holds no slot the others could use.
+        let _copying = match command.spec.action {
+            Action::CopyVolume { .. } => match self.copies.try_acquire() {
+                Ok(permit) => Some(permit),
+                Err(_) => return Ok(Next::Requeue(COPY_TURN)),
+            },
+            _ => None,
+        };
+        self.look_at(&command).await?;
+        Ok(Next::Requeue(cluster_config(&self.config).commands.reconcile_interval.get()))
     }
 }
 
@@ -131,14 +142,29 @@ impl CommandController {
             nodes,
             config,
             sightings: Default::default(),
+            copies: Semaphore::new(COPIES_AT_ONCE),
             metrics,
         }
     }
 
-    async fn look_at_logged(&self, command: &Command) {
-        if let Err(error) = self.look_at(command).await {
-            tracing::warn!(%error, command = %command.metadata.name, "command controller");
-        }
+    /// A Command's own changes, and its nodes' beyond a heartbeat (a
+    /// Command waits for its node to be Ready: a node coming back wakes
+    /// it); every Command on a change of the cluster's settings.
+    pub fn watches(&self) -> Watches {
+        let commands = self.commands.clone();
+        Watches::new().owns(&self.commands).all_on(&self.config).watches(&self.nodes, move |old, new| {
+            if let (Some(old), Some(new)) = (old, new)
+                && !herd_core::node_health::changed_beyond_heartbeat(old, new)
+            {
+                return Vec::new();
+            }
+            let node = old.or(new).map(|n| n.metadata.name.as_str()).unwrap_or_default();
+            let on_it = commands.map(|c| {
+                let unsettled = !c.status.state_by_management.is_settled();
+                (unsettled && c.spec.nodes().contains(&node)).then(|| c.metadata.name.clone())
+            });
+            on_it.into_iter().flatten().collect()
+        })
     }
 
     async fn look_at(&self, command: &Command) -> Result<(), ObjectsError> {

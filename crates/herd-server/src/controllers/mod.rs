@@ -122,7 +122,8 @@ pub fn start(
         config.clone(),
         metrics.clone(),
     );
-    set.spawn(runtime::run(command_controller, metrics.clone(), stop.clone()));
+    let watches = command_controller.watches();
+    set.spawn(keyed::run(command_controller, watches, metrics.clone(), stop.clone()));
     set.spawn(compactor::run(objects.store().clone(), stop.clone()));
     set.spawn(event_ttl::run(objects.clone(), stop.clone()));
     let pool = candidate_pool::CandidatePool::new(
