@@ -41,6 +41,7 @@ pub mod reconcile;
 pub mod resource;
 pub mod restart;
 pub mod restarts;
+pub mod role_leader;
 pub mod role_sync;
 pub mod roles;
 pub mod selection;

@@ -178,59 +178,7 @@ impl LeaderElectionSettings {
     /// leader that steps down at its deadline has stopped its work before
     /// anyone may take the lease); the lock name is an object name.
     pub fn breaches(&self) -> Vec<Breach> {
-        let mut found = Vec::new();
-        let mut breach = |field, others, reason: String| found.push(Breach { field, others, reason });
-        let retry = self.retry_period.get();
-        let renew = self.renew_deadline.get();
-        let lease = self.lease_duration.get();
-        if retry < MIN_RETRY_PERIOD {
-            breach(
-                "retryPeriod",
-                &[],
-                format!("must be at least {}, is {}", HumanDuration(MIN_RETRY_PERIOD), self.retry_period),
-            );
-        }
-        if renew.as_secs_f64() <= retry.as_secs_f64() * 1.2 {
-            let reason = format!(
-                "must be more than 1.2 x retryPeriod ({}), is {}",
-                HumanDuration(retry.mul_f64(1.2)),
-                self.renew_deadline
-            );
-            breach("renewDeadline", &["retryPeriod"], reason);
-        } else if renew < retry.saturating_mul(2) {
-            let reason = format!(
-                "must be at least 2 x retryPeriod ({}), is {}",
-                HumanDuration(retry.saturating_mul(2)),
-                self.renew_deadline
-            );
-            breach("renewDeadline", &["retryPeriod"], reason);
-        }
-        if lease <= renew {
-            let reason =
-                format!("must be more than renewDeadline ({}), is {}", self.renew_deadline, self.lease_duration);
-            breach("leaseDuration", &["renewDeadline"], reason);
-        } else if lease < renew.saturating_add(retry) {
-            let reason = format!(
-                "must be at least renewDeadline + retryPeriod ({}), is {}",
-                HumanDuration(renew.saturating_add(retry)),
-                self.lease_duration
-            );
-            breach("leaseDuration", &["renewDeadline", "retryPeriod"], reason);
-        }
-        if lease > MAX_LEASE_DURATION {
-            breach(
-                "leaseDuration",
-                &[],
-                format!("must be at most {}, is {}", HumanDuration(MAX_LEASE_DURATION), self.lease_duration),
-            );
-        } else if lease.subsec_nanos() != 0 {
-            breach(
-                "leaseDuration",
-                &[],
-                format!("must be whole seconds (the Lease records seconds), is {}", self.lease_duration),
-            );
-        }
-        found
+        lease_time_breaches(self.lease_duration, self.renew_deadline, self.retry_period)
     }
 
     /// [`Self::breaches`] and the lock name, as validation errors under `path`.
@@ -240,6 +188,67 @@ impl LeaderElectionSettings {
             errors.add(&path.child(breach.field), breach.reason);
         }
     }
+}
+
+/// The rules of a lease's times, for the control plane's election and
+/// an App role's leader alike: see [`LeaderElectionSettings::breaches`].
+pub fn lease_time_breaches(
+    lease_duration: HumanDuration,
+    renew_deadline: HumanDuration,
+    retry_period: HumanDuration,
+) -> Vec<Breach> {
+    let mut found = Vec::new();
+    let mut breach = |field, others, reason: String| found.push(Breach { field, others, reason });
+    let retry = retry_period.get();
+    let renew = renew_deadline.get();
+    let lease = lease_duration.get();
+    if retry < MIN_RETRY_PERIOD {
+        breach(
+            "retryPeriod",
+            &[],
+            format!("must be at least {}, is {}", HumanDuration(MIN_RETRY_PERIOD), retry_period),
+        );
+    }
+    if renew.as_secs_f64() <= retry.as_secs_f64() * 1.2 {
+        let reason = format!(
+            "must be more than 1.2 x retryPeriod ({}), is {}",
+            HumanDuration(retry.mul_f64(1.2)),
+            renew_deadline
+        );
+        breach("renewDeadline", &["retryPeriod"], reason);
+    } else if renew < retry.saturating_mul(2) {
+        let reason = format!(
+            "must be at least 2 x retryPeriod ({}), is {}",
+            HumanDuration(retry.saturating_mul(2)),
+            renew_deadline
+        );
+        breach("renewDeadline", &["retryPeriod"], reason);
+    }
+    if lease <= renew {
+        let reason = format!("must be more than renewDeadline ({}), is {}", renew_deadline, lease_duration);
+        breach("leaseDuration", &["renewDeadline"], reason);
+    } else if lease < renew.saturating_add(retry) {
+        let reason = format!(
+            "must be at least renewDeadline + retryPeriod ({}), is {}",
+            HumanDuration(renew.saturating_add(retry)),
+            lease_duration
+        );
+        breach("leaseDuration", &["renewDeadline", "retryPeriod"], reason);
+    }
+    if lease > MAX_LEASE_DURATION {
+        breach(
+            "leaseDuration",
+            &[],
+            format!("must be at most {}, is {}", HumanDuration(MAX_LEASE_DURATION), lease_duration),
+        );
+    } else if lease.subsec_nanos() != 0 {
+        breach(
+            "leaseDuration",
+            &[],
+            format!("must be whole seconds (the Lease records seconds), is {}", lease_duration),
+        );
+    }
+    found
 }
 
 /// Leader-election settings given to one server (its command-line flags).
