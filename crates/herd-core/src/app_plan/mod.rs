@@ -18,6 +18,7 @@
 //! Commands and where members may be placed ([`Placer`]) are given.
 
 mod check;
+mod leaders;
 mod moves;
 mod recovery;
 mod restarts;
@@ -98,6 +99,9 @@ pub struct Snapshot<'a> {
     /// How long each NotReady node the members are on has been so, as
     /// this leader saw it.
     pub not_ready: &'a BTreeMap<String, Duration>,
+    /// For each leader role, how long since this leader last renewed its
+    /// lease, or first saw it (absent: just now).
+    pub leases: &'a BTreeMap<String, Duration>,
     pub now: Timestamp,
 }
 
@@ -224,6 +228,11 @@ impl Work<'_, '_> {
         self.gone.push(program);
     }
 
+    /// Where member `name` is in the pass's lists.
+    fn index(&self, name: &str) -> Option<usize> {
+        self.members.iter().position(|m| m.metadata.name == name)
+    }
+
     fn fresh_id(&mut self) -> String {
         (self.ids)()
     }
@@ -258,6 +267,10 @@ pub fn plan(snap: &Snapshot<'_>, placer: &mut dyn Placer, ids: &mut dyn FnMut() 
         sync::sync_members(&mut work, app);
         sync::send_notifies(&mut work, app);
     }
+    let leaders = match snap.app {
+        Some(app) => leaders::lead_roles(&mut work, app),
+        None => snap.cluster.status.leaders.clone(),
+    };
     let in_flight = !work.busy.is_empty()
         || work.members.iter().any(|m| {
             !matches!(m.status.state, MemberState::Configured | MemberState::ConfigError)
@@ -266,7 +279,7 @@ pub fn plan(snap: &Snapshot<'_>, placer: &mut dyn Placer, ids: &mut dyn FnMut() 
     let members = &work.members;
     let cluster = snap.cluster;
     let status = match snap.app {
-        Some(_) => cluster_status(&cluster.spec, cluster.metadata.generation, members),
+        Some(_) => AppClusterStatus { leaders, ..cluster_status(&cluster.spec, cluster.metadata.generation, members) },
         None => AppClusterStatus {
             reason: Some(format!("App {:?} does not exist: apply it", cluster.spec.app_ref)),
             observed_generation: Some(cluster.metadata.generation),

@@ -117,10 +117,35 @@ struct World {
     commands: Vec<Arc<Command>>,
     nodes: Vec<Arc<Node>>,
     not_ready: BTreeMap<String, Duration>,
+    leases: BTreeMap<String, Duration>,
     now: Timestamp,
 }
 
 impl World {
+    /// The same world with the nodes Ready as `ready` says.
+    fn clone_with_nodes(&self, ready: [bool; 3]) -> World {
+        let nodes = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let mut n = Node::clone(n);
+                n.status.ready = ready[i];
+                Arc::new(n)
+            })
+            .collect();
+        World {
+            cluster: self.cluster.clone(),
+            app: self.app.clone(),
+            members: self.members.clone(),
+            commands: self.commands.clone(),
+            nodes,
+            not_ready: self.not_ready.clone(),
+            leases: self.leases.clone(),
+            now: self.now,
+        }
+    }
+
     fn plan(&self) -> Plan {
         let nodes = Nodes(self.nodes.clone());
         let settings = AppClusterSettings::default();
@@ -132,6 +157,7 @@ impl World {
             commands: &self.commands,
             nodes: &nodes,
             not_ready: &self.not_ready,
+            leases: &self.leases,
             now: self.now,
         };
         let mut ledger = Ledger::default();
@@ -176,13 +202,18 @@ impl World {
                 members.remove(&program.member);
             }
         }
+        let mut cluster = self.cluster.clone();
+        if let Some(status) = &plan.status {
+            cluster.status = status.clone();
+        }
         World {
-            cluster: self.cluster.clone(),
+            cluster,
             app: self.app.clone(),
             members: members.into_values().collect(),
             commands,
             nodes: self.nodes.clone(),
             not_ready: self.not_ready.clone(),
+            leases: self.leases.clone(),
             now: self.now,
         }
     }
@@ -206,6 +237,7 @@ fn world(members: Vec<Member>, nodes: Vec<Arc<Node>>) -> World {
         commands: Vec::new(),
         nodes,
         not_ready: BTreeMap::new(),
+        leases: BTreeMap::new(),
         now: at(0),
     }
 }
@@ -373,6 +405,7 @@ fn any_world() -> impl Strategy<Value = World> {
                 commands: unsettled,
                 nodes,
                 not_ready: BTreeMap::new(),
+                leases: BTreeMap::new(),
                 now: at(0),
             }
         })
@@ -434,4 +467,84 @@ proptest! {
         }
         prop_assert!(false, "still changing after six passes: {:?}", world.plan());
     }
+}
+
+/// Three members of role `a` configured and ready, each on its own node
+/// (`n0`..`n2`, Ready as `ready` says), each running as `run-<index>`;
+/// role `a` has a leader.
+fn led_world(ready: [bool; 3]) -> World {
+    let mut members = Vec::new();
+    let mut nodes = Vec::new();
+    for i in 0..3u32 {
+        let node_name = format!("n{i}");
+        let mut m = member("a", i, Some(&node_name));
+        m.status.state = MemberState::Configured;
+        m.status.ready = true;
+        m.status.state_detail.last_configured_instance = Some(format!("run-{i}"));
+        let report = MemberReport {
+            name: m.metadata.name.clone(),
+            wanted: true,
+            running: true,
+            instance_id: Some(format!("run-{i}")),
+            ..MemberReport::default()
+        };
+        nodes.push(node(&node_name, ready[i as usize], vec![report]));
+        members.push(m);
+    }
+    let mut app = app(false);
+    app.roles.truncate(1);
+    app.roles[0].notifies.clear();
+    let hook = |script: &str| crate::kinds::app::LeaderHook {
+        script: script.into(),
+        timeout: crate::time::HumanDuration::from_secs(30),
+    };
+    app.roles[0].leader = Some(crate::kinds::app::LeaderSpec {
+        lease_duration: crate::time::HumanDuration::from_secs(10),
+        renew_deadline: crate::time::HumanDuration::from_secs(7),
+        retry_period: crate::time::HumanDuration::from_secs(2),
+        promote: hook("promote"),
+        demote: hook("demote"),
+        position: None,
+        synchronous: false,
+    });
+    let mut world = world(members, nodes);
+    world.cluster = cluster(3, 0);
+    world.app = Some(app);
+    world
+}
+
+fn leader_of(world: &World) -> &crate::kinds::app_cluster::RoleLeader {
+    world.cluster.status.leaders.iter().find(|l| l.role == "a").expect("role a has a leader record")
+}
+
+#[test]
+fn rule_a_leader_role_is_granted_a_term_kept_while_its_leader_runs_and_moved_once_its_lease_expired() {
+    let first = led_world([true; 3]);
+    let plan = first.plan();
+    let granted = first.after(&plan);
+    let leader = leader_of(&granted);
+    assert_eq!((leader.member.as_deref(), leader.instance.as_deref(), leader.term), (Some("db-a-0"), Some("run-0"), 1));
+    assert_eq!(leader.transitions.len(), 1);
+    let program = plan.programs.iter().find(|p| p.member == "db-a-0").expect("the new leader is told");
+    assert!(program.notes.iter().any(|n| n.reason == EventReason::RoleLeaderGranted), "{program:?}");
+
+    // Renewed: nothing changes.
+    let steady = granted.after(&granted.plan());
+    assert_eq!(leader_of(&steady), leader);
+
+    // Its node goes NotReady: the lease holds until it expires.
+    let mut lost = steady.clone_with_nodes([false, true, true]);
+    lost.leases.insert("a".into(), Duration::from_secs(4));
+    let waiting = lost.after(&lost.plan());
+    let leader = leader_of(&waiting);
+    assert_eq!((leader.member.as_deref(), leader.term), (Some("db-a-0"), 1));
+    assert!(leader.waiting.as_deref().unwrap_or("").contains("lease runs 6s more"), "{leader:?}");
+
+    // Expired: the next term goes to another member.
+    let mut expired = waiting;
+    expired.leases.insert("a".into(), Duration::from_secs(10));
+    let moved = expired.after(&expired.plan());
+    let leader = leader_of(&moved);
+    assert_eq!((leader.member.as_deref(), leader.term, leader.waiting.as_deref()), (Some("db-a-1"), 2, None));
+    assert_eq!(leader.transitions.iter().map(|t| t.term).collect::<Vec<_>>(), [1, 2]);
 }

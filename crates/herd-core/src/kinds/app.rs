@@ -52,6 +52,101 @@ pub struct AppRole {
     pub readiness: Option<ReadinessCheck>,
     #[serde(default)]
     pub placement: Placement,
+    /// One member of the role leads it (a primary) under a lease with a
+    /// term; the others follow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader: Option<LeaderSpec>,
+}
+
+/// How a role's leader is kept: its lease's times (the rules of the
+/// control plane's election), the hooks that make a member the leader and
+/// take it back, and how the app says how far each member has come.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LeaderSpec {
+    /// How long a lease lasts without a renewal: the longest a role whose
+    /// leader is lost waits for the next [default: 10s].
+    #[serde(default = "default_leader_lease")]
+    pub lease_duration: HumanDuration,
+    /// A leader not renewed for this long fences itself: its demote hook
+    /// runs, then its processes end [default: 7s].
+    #[serde(default = "default_leader_renew")]
+    pub renew_deadline: HumanDuration,
+    /// How often the lease is renewed [default: 2s].
+    #[serde(default = "default_leader_retry")]
+    pub retry_period: HumanDuration,
+    /// Run on a member granted the lease, with `HERD_LEADER_TERM`.
+    pub promote: LeaderHook,
+    /// Run on a leader that lost its lease, before its processes end.
+    pub demote: LeaderHook,
+    /// Prints how far the member has come: a number, or an LSN such as
+    /// `16/B374D848`; the most advanced member that may lead is chosen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position: Option<LeaderHook>,
+    /// Only a member the leader reports in sync (every acknowledged write
+    /// is on it) is made the next leader; with none, the role waits.
+    #[serde(default)]
+    pub synchronous: bool,
+}
+
+impl LeaderSpec {
+    pub fn times(&self) -> crate::role_leader::LeaseTimes {
+        crate::role_leader::LeaseTimes {
+            lease_duration: self.lease_duration,
+            renew_deadline: self.renew_deadline,
+            retry_period: self.retry_period,
+        }
+    }
+
+    fn validate(&self, path: &FieldPath, errors: &mut ValidationErrors) {
+        for breach in self.times().breaches() {
+            errors.add(&path.child(breach.field), breach.reason);
+        }
+        let hooks =
+            [("promote", Some(&self.promote)), ("demote", Some(&self.demote)), ("position", self.position.as_ref())];
+        for (name, hook) in hooks {
+            if let Some(hook) = hook {
+                let path = path.child(name);
+                if hook.script.trim().is_empty() {
+                    errors.add(&path.child("script"), "must not be empty");
+                }
+                check_duration(&path.child("timeout"), hook.timeout, SCRIPT_TIMEOUT_RANGE, errors);
+            }
+        }
+        if self.synchronous && self.position.is_none() {
+            errors.add(
+                &path.child("synchronous"),
+                "needs a position command: only a member the app reports in sync may be made the leader",
+            );
+        }
+    }
+}
+
+/// A script run in a member's environment for its role's leader.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LeaderHook {
+    /// The script's text (run by `sh`).
+    pub script: String,
+    /// How long one run may take [default: 30s].
+    #[serde(default = "default_hook_timeout")]
+    pub timeout: HumanDuration,
+}
+
+fn default_leader_lease() -> HumanDuration {
+    HumanDuration::from_secs(10)
+}
+
+fn default_leader_renew() -> HumanDuration {
+    HumanDuration::from_secs(7)
+}
+
+fn default_leader_retry() -> HumanDuration {
+    HumanDuration::from_secs(2)
+}
+
+fn default_hook_timeout() -> HumanDuration {
+    HumanDuration::from_secs(30)
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -187,6 +282,9 @@ impl AppRole {
                 errors.add(&path.child("tcpPort"), format!("no port of this role is named {port:?}"))
             }
         }
+        if let Some(leader) = &self.leader {
+            leader.validate(&path.child("leader"), errors);
+        }
         if self.run.volumes.iter().any(|v| v.name == HERD_VOLUME) {
             errors.add(&path.child("run").child("volumes"), format!("{HERD_VOLUME:?} is herd's own volume name"));
         }
@@ -289,6 +387,40 @@ mod tests {
                 "spec.roles[1].ports[1].name",
                 "spec.roles[1].readiness.tcpPort",
                 "spec.roles[2].notifies",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_leader_role_reads_with_its_defaults_and_bad_leaders_are_named_by_their_field() {
+        let role = |leader: serde_json::Value| serde_json::json!({"roles": [{"name": "db", "run": {"command": ["postgres"]}, "leader": leader}]});
+        let app = parse(role(
+            serde_json::json!({"promote": {"script": "pg_ctl promote"}, "demote": {"script": "pg_ctl stop"}}),
+        ))
+        .unwrap();
+        let leader = app.spec.roles[0].leader.as_ref().unwrap();
+        assert_eq!(leader.times().lease_duration, HumanDuration::from_secs(10));
+        assert_eq!(
+            (leader.renew_deadline, leader.retry_period),
+            (HumanDuration::from_secs(7), HumanDuration::from_secs(2))
+        );
+        assert_eq!((leader.promote.timeout, leader.synchronous), (HumanDuration::from_secs(30), false));
+
+        let missing = App::from_json_value(serde_json::json!({"metadata": {"name": "pg"}, "spec": role(serde_json::json!({"promote": {"script": "x"}}))})).unwrap_err();
+        assert!(missing.to_string().contains("demote"), "{missing}");
+        let error = parse(role(serde_json::json!({
+            "leaseDuration": "5s", "renewDeadline": "6s", "retryPeriod": "2s",
+            "promote": {"script": " "}, "demote": {"script": "x", "timeout": "0s"},
+            "synchronous": true
+        })))
+        .unwrap_err();
+        assert_eq!(
+            fields(error),
+            [
+                "spec.roles[0].leader.leaseDuration",
+                "spec.roles[0].leader.promote.script",
+                "spec.roles[0].leader.demote.timeout",
+                "spec.roles[0].leader.synchronous",
             ]
         );
     }

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::member::{LastKnownState, MemberState, MemberStatus};
 use crate::resource::{Object, Resource};
+use crate::time::Timestamp;
 use crate::validation::{FieldPath, ValidationErrors, check_env, check_name, check_unique_names};
 
 pub type AppCluster = Object<AppClusterSpec>;
@@ -97,6 +98,47 @@ pub struct AppClusterStatus {
     /// members keep it from being configured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The leader of each role that has one (its App says `leader:`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub leaders: Vec<RoleLeader>,
+}
+
+/// A role's leader lease as granted: renewals are not written (the leader
+/// renews it in its heartbeat answers and judges its expiry on its own
+/// monotonic clock), only grants and what the operator needs to know.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RoleLeader {
+    pub role: String,
+    /// The member that leads, and its run (none: the role has no leader).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
+    /// Only rises: each grant is the term before plus one.
+    pub term: u64,
+    /// When the holder was granted its term.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<Timestamp>,
+    /// Why the role has no leader, or why its leader's lease is not renewed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<String>,
+    /// The last grants, oldest first (at most [`KEPT_TRANSITIONS`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub transitions: Vec<LeaderTransition>,
+}
+
+/// How many of a role's leader transitions its status keeps.
+pub const KEPT_TRANSITIONS: usize = 10;
+
+/// A term granted.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LeaderTransition {
+    pub term: u64,
+    pub member: String,
+    pub at: Timestamp,
+    pub reason: String,
 }
 
 /// The rollup of these member statuses (computed at the end of every pass).
@@ -160,6 +202,7 @@ pub fn cluster_status(spec: &AppClusterSpec, generation: i64, members: &[super::
         member_state_rollup,
         observed_generation: Some(generation),
         reason: (!blocking.is_empty()).then(|| format!("waiting for {}", blocking.join(", "))),
+        leaders: Vec::new(),
     }
 }
 

@@ -121,6 +121,10 @@ reasons! {
     OldInstanceRemoved,
     /// A node runs a member bound elsewhere: it is removed there.
     StrayMember,
+    /// The member was granted its role's leader lease, in a new term.
+    RoleLeaderGranted,
+    /// The role's leader lease is not renewed, or no member may lead.
+    RoleLeaderWaiting,
     // Disruption budgets.
     /// The budget can never allow an eviction as it stands.
     BudgetNeverAllows,

@@ -198,6 +198,7 @@ impl KeyedController for AppClusterController {
                 commands: &commands,
                 nodes: &*nodes,
                 not_ready: &not_ready,
+                leases: &BTreeMap::new(),
                 now: now(),
             };
             let mut placing = Placing::new(&self.ledger, &self.nodes, &self.members, &nodes.list);

@@ -1,0 +1,85 @@
+//! Each leader role's lease ([`crate::role_leader`]), decided over the
+//! role's members as this pass leaves them and kept in the cluster's
+//! status: renewals are not written (this leader renews in its heartbeat
+//! answers and judges expiry on its own clock, given as
+//! [`super::Snapshot::leases`]), grants are, with the transition kept and
+//! told on the new leader's program.
+
+use super::{Work, report};
+use crate::kinds::app_cluster::{KEPT_TRANSITIONS, LeaderTransition, RoleLeader};
+use crate::kinds::{AppSpec, EventReason, EventType, MemberState};
+use crate::role_leader::{self, Contender, Decision, Holder, RoleLease, RoleView};
+
+/// The leader of each of `app`'s leader roles, as this pass leaves it.
+pub(super) fn lead_roles(work: &mut Work<'_, '_>, app: &AppSpec) -> Vec<RoleLeader> {
+    let snap = work.snap;
+    let mut leaders = Vec::new();
+    for role in &app.roles {
+        let Some(spec) = &role.leader else { continue };
+        let stored = snap.cluster.status.leaders.iter().find(|l| l.role == role.name);
+        let mut leader =
+            stored.cloned().unwrap_or_else(|| RoleLeader { role: role.name.clone(), ..RoleLeader::default() });
+        let holder = leader.member.clone().zip(leader.instance.clone());
+        let lease =
+            RoleLease { holder: holder.map(|(member, instance)| Holder { member, instance }), term: leader.term };
+        let contenders: Vec<Contender> = work
+            .members
+            .iter()
+            .filter(|m| m.spec.role == role.name)
+            .map(|m| {
+                let node_ready =
+                    m.spec.node.as_deref().and_then(|n| snap.nodes.node(n)).is_some_and(|n| n.status.ready);
+                let running = report(snap.nodes, m).filter(|r| node_ready && r.running);
+                Contender {
+                    member: m.metadata.name.clone(),
+                    instance: running.and_then(|r| r.instance_id.clone()),
+                    ready: m.status.ready,
+                    config_error: m.status.state == MemberState::ConfigError,
+                    position: None,
+                    in_sync: false,
+                }
+            })
+            .collect();
+        let view = RoleView {
+            lease: &lease,
+            since_renewed: snap.leases.get(&role.name).copied().unwrap_or_default(),
+            contenders: &contenders,
+            synchronous: spec.synchronous,
+            times: spec.times(),
+        };
+        match role_leader::decide(&view) {
+            Decision::Renew { instance } => {
+                leader.instance = Some(instance);
+                leader.waiting = None;
+            }
+            // The last holder stays named: it is renewed if it comes back
+            // before anyone else may lead.
+            Decision::Wait { why, .. } | Decision::Leaderless { why } => {
+                if leader.waiting.as_ref() != Some(&why)
+                    && let Some(i) = leader.member.as_ref().and_then(|m| work.index(m))
+                {
+                    work.note(i, EventType::Warning, EventReason::RoleLeaderWaiting, why.clone());
+                }
+                leader.waiting = Some(why);
+            }
+            Decision::Grant { holder, term, why } => {
+                let transition =
+                    LeaderTransition { term, member: holder.member.clone(), at: snap.now, reason: why.clone() };
+                leader.transitions.push(transition);
+                let excess = leader.transitions.len().saturating_sub(KEPT_TRANSITIONS);
+                leader.transitions.drain(..excess);
+                if let Some(i) = work.index(&holder.member) {
+                    let message = format!("leader of role {} in term {term}: {why}", role.name);
+                    work.note(i, EventType::Normal, EventReason::RoleLeaderGranted, message);
+                }
+                leader.member = Some(holder.member);
+                leader.instance = Some(holder.instance);
+                leader.term = term;
+                leader.since = Some(snap.now);
+                leader.waiting = None;
+            }
+        }
+        leaders.push(leader);
+    }
+    leaders
+}
