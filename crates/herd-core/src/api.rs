@@ -366,6 +366,22 @@ pub struct HeartbeatResponse<C = crate::configuration::Configuration, D = crate:
     /// the master to follow instead, and nothing else in the answer counts.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub superseded: bool,
+    /// The role leader leases this heartbeat renewed, of members it
+    /// reported running and ready: each holds until `renewDeadline` after
+    /// the heartbeat was sent, unless a later answer renews it again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub leases: Vec<LeaseRenewal>,
+}
+
+/// A member's role leader lease, renewed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaseRenewal {
+    pub member: String,
+    /// The run that leads.
+    pub instance: String,
+    pub term: u64,
+    pub renew_deadline: HumanDuration,
 }
 
 pub const CLUSTER_STATUS_PATH: &str = "/api/v1/cluster/status";

@@ -101,7 +101,7 @@ impl fmt::Display for Position {
 pub struct Contender {
     pub member: String,
     /// The run its node reports (None: not running, or its node is not
-    /// Ready, so nothing it last said is current).
+    /// Ready or not heard from lately, so nothing it last said is current).
     pub instance: Option<String>,
     /// Its readiness check passes.
     pub ready: bool,
@@ -142,15 +142,17 @@ pub enum Decision {
     Leaderless { why: String },
 }
 
-/// Why a contender may not be granted a new term (None: it may).
-fn not_eligible(contender: &Contender, synchronous: bool) -> Option<&'static str> {
+/// Why a contender may not be granted a new term (None: it may). With
+/// `synchronous`, a member must be in sync, or be the last holder (who
+/// had every acknowledged write).
+fn not_eligible(contender: &Contender, last_holder: Option<&str>, synchronous: bool) -> Option<&'static str> {
     if contender.config_error {
         Some("in config error")
     } else if contender.instance.is_none() {
-        Some("not running, or its node is not Ready")
+        Some("not running, or its node is not heard from")
     } else if !contender.ready {
         Some("not ready")
-    } else if synchronous && !contender.in_sync {
+    } else if synchronous && !contender.in_sync && last_holder != Some(contender.member.as_str()) {
         Some("not a synchronous replica")
     } else {
         None
@@ -161,31 +163,34 @@ fn not_eligible(contender: &Contender, synchronous: bool) -> Option<&'static str
 ///
 /// | # | when | decision |
 /// |---|---|---|
-/// | 1 | the holder's member runs and is ready | renew (for its current run; after its lease ended too, when no one else was granted it meanwhile) |
-/// | 2 | a holder, and its lease not yet expired | wait for the expiry |
+/// | 1 | the holder's member runs and is ready, its lease not expired | renew (for its current run: one restarted in place keeps it) |
+/// | 2 | a holder, and its lease not expired | wait for the expiry |
 /// | 3 | no member may lead | leaderless, saying why for each |
-/// | 4 | otherwise | the next term to the most advanced member that may lead (the lowest name on a tie) |
+/// | 4 | otherwise | the next term to the most advanced member that may lead (the last holder, then the lowest name, on a tie) |
 ///
-/// With `synchronous`, only a member in sync is granted a new term: the
-/// holder coming back is renewed by rule 1, and a replica that is behind
-/// is never promoted.
+/// An expired lease is never renewed: its holder has fenced itself, and
+/// comes back only with a new term. With `synchronous`, a new term goes
+/// only to a member in sync or to the last holder: a replica that is
+/// behind is never promoted.
 pub fn decide(view: &RoleView<'_>) -> Decision {
     let holder = view.lease.holder.as_ref();
+    let lease_duration = view.times.lease_duration.get();
+    let live = view.since_renewed < lease_duration;
     let holding = holder.and_then(|h| view.contenders.iter().find(|c| c.member == h.member));
-    if let Some(contender) = holding
+    if live
+        && let Some(contender) = holding
         && let Some(instance) = &contender.instance
         && contender.ready
         && !contender.config_error
     {
         return Decision::Renew { instance: instance.clone() };
     }
-    let lease_duration = view.times.lease_duration.get();
     if let Some(holder) = holder
-        && view.since_renewed < lease_duration
+        && live
     {
         let state = match holding {
             None => "is no member of the role any more".to_string(),
-            Some(contender) => not_eligible(contender, false).unwrap_or("not renewing").to_string(),
+            Some(contender) => not_eligible(contender, None, false).unwrap_or("not renewing").to_string(),
         };
         let remaining = lease_duration - view.since_renewed;
         let why = format!(
@@ -196,12 +201,14 @@ pub fn decide(view: &RoleView<'_>) -> Decision {
         );
         return Decision::Wait { remaining, why };
     }
+    let last = holder.map(|h| h.member.as_str());
     let (eligible, refused): (Vec<&Contender>, Vec<&Contender>) =
-        view.contenders.iter().partition(|c| not_eligible(c, view.synchronous).is_none());
-    let Some(chosen) = eligible.into_iter().min_by_key(|c| (Reverse(c.position), &c.member)) else {
+        view.contenders.iter().partition(|c| not_eligible(c, last, view.synchronous).is_none());
+    let chosen = eligible.into_iter().min_by_key(|c| (Reverse(c.position), Some(c.member.as_str()) != last, &c.member));
+    let Some(chosen) = chosen else {
         let reasons: Vec<String> = refused
             .iter()
-            .map(|c| format!("{} {}", c.member, not_eligible(c, view.synchronous).unwrap_or("")))
+            .map(|c| format!("{} {}", c.member, not_eligible(c, last, view.synchronous).unwrap_or("")))
             .collect();
         let why = match reasons.is_empty() {
             true => "the role has no members".to_string(),
@@ -275,6 +282,10 @@ mod tests {
         // Restarted in place, back within its lease: it keeps it.
         members[0].instance = Some("a-second-run".into());
         assert_eq!(decide(&view(&lease, 9, &members)), Decision::Renew { instance: "a-second-run".into() });
+        // Back after its lease expired: not renewed (it has fenced itself);
+        // the next term, to the most advanced.
+        let Decision::Grant { holder, term, .. } = decide(&view(&lease, 10, &members)) else { panic!("grants") };
+        assert_eq!((holder.member.as_str(), term), ("b", 4));
     }
 
     #[test]
@@ -284,7 +295,7 @@ mod tests {
         members[0].instance = None;
         let Decision::Wait { remaining, why } = decide(&view(&lease, 4, &members)) else { panic!("waits") };
         assert_eq!(remaining, Duration::from_secs(6));
-        assert_eq!(why, "leader a (term 3) not running, or its node is not Ready; its lease runs 6s more");
+        assert_eq!(why, "leader a (term 3) not running, or its node is not heard from; its lease runs 6s more");
         members[0].instance = Some("a-run".into());
         members[0].ready = false;
         assert!(matches!(decide(&view(&lease, 9, &members)), Decision::Wait { .. }), "not ready: no renewal");
@@ -301,7 +312,10 @@ mod tests {
         members[1].ready = false;
         members[2].config_error = true;
         let Decision::Leaderless { why } = decide(&view(&lease, 10, &members)) else { panic!("leaderless") };
-        assert_eq!(why, "no member may lead: a not running, or its node is not Ready; b not ready; c in config error");
+        assert_eq!(
+            why,
+            "no member may lead: a not running, or its node is not heard from; b not ready; c in config error"
+        );
         let none = RoleLease::default();
         assert_eq!(decide(&view(&none, 0, &[])), Decision::Leaderless { why: "the role has no members".into() });
     }
@@ -318,9 +332,10 @@ mod tests {
         in_sync[1].in_sync = true;
         assert!(matches!(synchronous(&in_sync), Decision::Grant { term: 4, .. }));
         // The holder back after its lease ended, no one granted meanwhile:
-        // it goes on, in its term.
+        // it had every acknowledged write, and leads again in a new term.
         members[0].instance = Some("a-second-run".into());
-        assert_eq!(synchronous(&members), Decision::Renew { instance: "a-second-run".into() });
+        let Decision::Grant { holder, term, .. } = synchronous(&members) else { panic!("grants") };
+        assert_eq!((holder.member.as_str(), holder.instance.as_str(), term), ("a", "a-second-run", 4));
     }
 
     #[test]
@@ -332,11 +347,13 @@ mod tests {
         let Decision::Grant { holder, term, why } = decide(&view(&lease, 10, &members)) else { panic!("grants") };
         assert_eq!((holder.member.as_str(), holder.instance.as_str(), term), ("b", "b-run", 4));
         assert_eq!(why, "the lease of a (term 3) expired; b is the most advanced member that may lead at 0/7");
-        // A tie: by name.
+        // A tie: the last holder, then by name.
         let tie = [contender("c", 7), contender("b", 7), contender("d", 3)];
         let lapsed = RoleLease { holder: None, term: 3 };
         let Decision::Grant { holder, .. } = decide(&view(&lapsed, 0, &tie)) else { panic!("grants") };
         assert_eq!(holder.member, "b");
+        let Decision::Grant { holder, .. } = decide(&view(&held_by("c", 3), 10, &tie)) else { panic!("grants") };
+        assert_eq!(holder.member, "c");
         // No position at all: by name.
         let mut unknown = [contender("c", 0), contender("b", 0)];
         unknown.iter_mut().for_each(|c| c.position = None);
@@ -389,8 +406,10 @@ mod tests {
             };
             let mut v = view(&lease, since, &members);
             v.synchronous = synchronous;
+            let last = lease.holder.as_ref().map(|h| h.member.as_str());
             match decide(&v) {
                 Decision::Renew { instance } => {
+                    prop_assert!(Duration::from_secs(since) < TIMES.lease_duration.get(), "an expired lease is never renewed");
                     let held = lease.holder.as_ref().expect("only a holder is renewed");
                     let member = members.iter().find(|c| c.member == held.member).expect("a member");
                     prop_assert_eq!(member.instance.as_deref(), Some(instance.as_str()));
@@ -404,13 +423,13 @@ mod tests {
                     prop_assert_eq!(next, term + 1);
                     prop_assert!(lease.holder.is_none() || Duration::from_secs(since) >= TIMES.lease_duration.get());
                     let chosen = members.iter().find(|c| c.member == granted.member).expect("a member");
-                    prop_assert_eq!(not_eligible(chosen, synchronous), None);
-                    prop_assert!(!synchronous || chosen.in_sync, "no stale replica promoted");
-                    let best = members.iter().filter(|c| not_eligible(c, synchronous).is_none()).map(|c| c.position).max();
+                    prop_assert_eq!(not_eligible(chosen, last, synchronous), None);
+                    prop_assert!(!synchronous || chosen.in_sync || Some(chosen.member.as_str()) == last, "no stale replica promoted");
+                    let best = members.iter().filter(|c| not_eligible(c, last, synchronous).is_none()).map(|c| c.position).max();
                     prop_assert_eq!(Some(chosen.position), best);
                 }
                 Decision::Leaderless { .. } => {
-                    prop_assert!(members.iter().all(|c| not_eligible(c, synchronous).is_some()));
+                    prop_assert!(members.iter().all(|c| not_eligible(c, last, synchronous).is_some()));
                 }
             }
         }

@@ -62,6 +62,13 @@ impl LeaderHealth {
         }
     }
 
+    /// Leads as if it had just renewed a lease of `lease` (tests that
+    /// run the leader's work without an election).
+    #[cfg(test)]
+    pub(crate) fn leading_for_tests(&self, lease: Duration) {
+        self.set(Some((Instant::now(), lease)));
+    }
+
     /// Whether this replica leads now.
     pub fn is_leading(&self) -> bool {
         *self.leading.borrow()

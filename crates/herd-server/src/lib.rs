@@ -33,6 +33,7 @@ pub mod reflector;
 pub mod registry;
 pub mod replicas;
 pub mod restore;
+pub mod role_leases;
 pub mod supersession;
 #[cfg(test)]
 mod test_cluster;
@@ -215,6 +216,15 @@ impl Server {
             &shutdown,
         )
         .inspect_err(|_| shutdown.cancel())?;
+        // Heartbeats renew App role leader leases while this replica leads;
+        // its controllers judge their expiry on the same clock.
+        let leader_health: Arc<elector::LeaderHealth> = Arc::default();
+        let role_leases: Arc<role_leases::RoleLeases> = Arc::default();
+        let renewals = role_leases::Renewals {
+            clusters: Reflector::start(objects.store().clone(), shutdown.clone()),
+            leases: role_leases.clone(),
+            health: leader_health.clone(),
+        };
         let state = AppState {
             objects: objects.clone(),
             node_commands,
@@ -232,7 +242,8 @@ impl Server {
             join_refusals: Arc::default(),
             metrics: metrics.clone(),
             events: EventRecorder::new(objects.clone(), "api"),
-            leader_health: Arc::default(),
+            leader_health,
+            renewals,
             node_certificates,
             peers: peers.clone(),
             supersession: supersession.clone(),
@@ -257,7 +268,7 @@ impl Server {
                 objects.clone(),
                 controllers::ReplicaCaches { config: cluster_config, nodes: nodes.clone(), commands: commands_cache },
                 metrics,
-                controllers::LeaderSelf { peers, node: config.node.clone(), url: url.clone() },
+                controllers::LeaderSelf { peers, node: config.node.clone(), url: url.clone(), role_leases },
                 config.identity.clone(),
                 config.fencing_probe,
             ),

@@ -242,6 +242,7 @@ pub struct HeartbeatServices<'a> {
     pub events: &'a EventRecorder,
     pub metrics: &'a crate::metrics::Metrics,
     pub certificates: &'a crate::tls::NodeCertificates,
+    pub renewals: &'a crate::role_leases::Renewals,
 }
 
 /// A heartbeat: the node's status, then the reports on its Commands (a
@@ -252,7 +253,8 @@ pub async fn heartbeat(
     (name, held): (&str, Option<Node>),
     report: AgentReport,
 ) -> Result<Heartbeat, ApiError> {
-    let HeartbeatServices { objects, config, nodes, commands, configuration, events, metrics, certificates } = services;
+    let HeartbeatServices { objects, config, nodes, commands, configuration, events, metrics, certificates, renewals } =
+        services;
     herd_core::agent_report::check(&report).map_err(|e| ApiError::invalid(NodeSpec::KIND, name, e))?;
     let at = now();
     let ended_attempts =
@@ -283,6 +285,7 @@ pub async fn heartbeat(
         drop_configuration: configuration.drop_configuration,
         ended_attempts,
         superseded: false,
+        leases: renewals.renew(name, &report),
     };
     Ok(Heartbeat { response, configuration_bytes: configuration.bytes })
 }

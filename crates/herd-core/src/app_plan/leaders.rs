@@ -19,6 +19,8 @@ pub(super) fn lead_roles(work: &mut Work<'_, '_>, app: &AppSpec) -> Vec<RoleLead
         let stored = snap.cluster.status.leaders.iter().find(|l| l.role == role.name);
         let mut leader =
             stored.cloned().unwrap_or_else(|| RoleLeader { role: role.name.clone(), ..RoleLeader::default() });
+        leader.lease_duration = Some(spec.lease_duration);
+        leader.renew_deadline = Some(spec.renew_deadline);
         let holder = leader.member.clone().zip(leader.instance.clone());
         let lease =
             RoleLease { holder: holder.map(|(member, instance)| Holder { member, instance }), term: leader.term };
@@ -27,9 +29,10 @@ pub(super) fn lead_roles(work: &mut Work<'_, '_>, app: &AppSpec) -> Vec<RoleLead
             .iter()
             .filter(|m| m.spec.role == role.name)
             .map(|m| {
-                let node_ready =
-                    m.spec.node.as_deref().and_then(|n| snap.nodes.node(n)).is_some_and(|n| n.status.ready);
-                let running = report(snap.nodes, m).filter(|r| node_ready && r.running);
+                let node = m.spec.node.as_deref();
+                let node_ready = node.and_then(|n| snap.nodes.node(n)).is_some_and(|n| n.status.ready);
+                let heard = node.and_then(|n| snap.heard.get(n)).is_some_and(|d| *d < spec.renew_deadline.get());
+                let running = report(snap.nodes, m).filter(|r| node_ready && heard && r.running);
                 Contender {
                     member: m.metadata.name.clone(),
                     instance: running.and_then(|r| r.instance_id.clone()),

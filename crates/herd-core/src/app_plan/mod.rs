@@ -102,6 +102,10 @@ pub struct Snapshot<'a> {
     /// For each leader role, how long since this leader last renewed its
     /// lease, or first saw it (absent: just now).
     pub leases: &'a BTreeMap<String, Duration>,
+    /// For each node of the members, how long since this leader last
+    /// heard its heartbeat (absent: not yet): only a member on a node heard
+    /// from within its role's renew deadline may be granted a lease.
+    pub heard: &'a BTreeMap<String, Duration>,
     pub now: Timestamp,
 }
 
@@ -271,7 +275,10 @@ pub fn plan(snap: &Snapshot<'_>, placer: &mut dyn Placer, ids: &mut dyn FnMut() 
         Some(app) => leaders::lead_roles(&mut work, app),
         None => snap.cluster.status.leaders.clone(),
     };
+    // A leader role that waits (for an expiry, or for a member that may
+    // lead) is looked at again soon: time alone can change its decision.
     let in_flight = !work.busy.is_empty()
+        || leaders.iter().any(|l| l.waiting.is_some())
         || work.members.iter().any(|m| {
             !matches!(m.status.state, MemberState::Configured | MemberState::ConfigError)
                 || !m.status.state_detail.pending_notify_cmds.is_empty()

@@ -118,6 +118,7 @@ struct World {
     nodes: Vec<Arc<Node>>,
     not_ready: BTreeMap<String, Duration>,
     leases: BTreeMap<String, Duration>,
+    heard: BTreeMap<String, Duration>,
     now: Timestamp,
 }
 
@@ -142,6 +143,7 @@ impl World {
             nodes,
             not_ready: self.not_ready.clone(),
             leases: self.leases.clone(),
+            heard: self.heard.clone(),
             now: self.now,
         }
     }
@@ -158,6 +160,7 @@ impl World {
             nodes: &nodes,
             not_ready: &self.not_ready,
             leases: &self.leases,
+            heard: &self.heard,
             now: self.now,
         };
         let mut ledger = Ledger::default();
@@ -214,6 +217,7 @@ impl World {
             nodes: self.nodes.clone(),
             not_ready: self.not_ready.clone(),
             leases: self.leases.clone(),
+            heard: self.heard.clone(),
             now: self.now,
         }
     }
@@ -238,6 +242,7 @@ fn world(members: Vec<Member>, nodes: Vec<Arc<Node>>) -> World {
         nodes,
         not_ready: BTreeMap::new(),
         leases: BTreeMap::new(),
+        heard: BTreeMap::new(),
         now: at(0),
     }
 }
@@ -406,6 +411,7 @@ fn any_world() -> impl Strategy<Value = World> {
                 nodes,
                 not_ready: BTreeMap::new(),
                 leases: BTreeMap::new(),
+                heard: BTreeMap::new(),
                 now: at(0),
             }
         })
@@ -508,6 +514,7 @@ fn led_world(ready: [bool; 3]) -> World {
         synchronous: false,
     });
     let mut world = world(members, nodes);
+    world.heard = (0..3).map(|i| (format!("n{i}"), Duration::from_secs(1))).collect();
     world.cluster = cluster(3, 0);
     world.app = Some(app);
     world

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::member::{LastKnownState, MemberState, MemberStatus};
 use crate::resource::{Object, Resource};
-use crate::time::Timestamp;
+use crate::time::{HumanDuration, Timestamp};
 use crate::validation::{FieldPath, ValidationErrors, check_env, check_name, check_unique_names};
 
 pub type AppCluster = Object<AppClusterSpec>;
@@ -117,6 +117,12 @@ pub struct RoleLeader {
     pub instance: Option<String>,
     /// Only rises: each grant is the term before plus one.
     pub term: u64,
+    /// The role's lease times as its App says now: how long a lease
+    /// holds unrenewed, and how long a renewal holds on the leader's side.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_duration: Option<HumanDuration>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub renew_deadline: Option<HumanDuration>,
     /// When the holder was granted its term.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub since: Option<Timestamp>,

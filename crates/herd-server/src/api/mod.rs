@@ -57,6 +57,8 @@ pub struct AppState {
     pub openapi: Arc<serde_json::Value>,
     /// Whether this replica, if it leads, still renews its lease.
     pub leader_health: Arc<crate::elector::LeaderHealth>,
+    /// The App role leader leases heartbeats renew.
+    pub renewals: crate::role_leases::Renewals,
     /// This replica's name and URL, and the leader Lease's name.
     pub replica: Arc<crate::replicas::ReplicaIdentity>,
     /// When this replica saw the others' records change.

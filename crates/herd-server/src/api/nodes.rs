@@ -124,6 +124,7 @@ pub async fn heartbeat(
         events: &state.events,
         metrics: &state.metrics,
         certificates,
+        renewals: &state.renewals,
     };
     let crate::nodes::Heartbeat { response: mut answer, mut configuration_bytes } =
         crate::nodes::heartbeat(services, (&name, state.nodes.get(&name)), report).await?;

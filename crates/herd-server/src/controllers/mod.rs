@@ -38,6 +38,9 @@ pub struct LeaderSelf {
     pub node: Option<String>,
     /// Where it serves: the master's URL in the facts every node keeps.
     pub url: String,
+    /// The App role leader leases heartbeats renew (started afresh for
+    /// each leadership).
+    pub role_leases: Arc<crate::role_leases::RoleLeases>,
 }
 
 /// The caches a replica keeps whether it leads or not, which its
@@ -63,6 +66,7 @@ pub fn start(
     stop: CancellationToken,
 ) -> JoinSet<()> {
     let mut set = JoinSet::new();
+    leader.role_leases.begin();
     let events = EventRecorder::new(objects.clone(), "node-lifecycle");
     let shared = Caches::new(objects.store().clone(), stop.clone())
         .with(config.clone())
@@ -111,6 +115,7 @@ pub fn start(
         caches,
         issuer.clone(),
         EventRecorder::new(objects.clone(), "app-clusters"),
+        leader.role_leases.clone(),
     );
     let watches = app_clusters.watches();
     set.spawn(keyed::run(app_clusters, watches, metrics.clone(), stop.clone()));

@@ -19,6 +19,7 @@ use std::time::{Duration, SystemTime};
 
 use herd_agent::sim::SimulatedNode;
 use herd_core::Object;
+use herd_core::api::LeaseRenewal;
 use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
 use herd_core::kinds::{ClusterConfigSpec, NodeSpec};
 use herd_store::Store;
@@ -27,12 +28,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::controllers::configuration::CONFIG_PREFIX;
 use crate::controllers::{self, LeaderSelf, ReplicaCaches};
+use crate::elector::LeaderHealth;
 use crate::events::EventRecorder;
 use crate::metrics::Metrics;
 use crate::nodes::{HeartbeatServices, cluster_config};
 use crate::objects::Objects;
 use crate::peers::PeerAuthority;
 use crate::reflector::{RawCache, Reflector};
+use crate::role_leases::{Renewals, RoleLeases};
 use crate::tls::NodeCertificates;
 
 /// How often [`TestCluster::until`] looks again (and the nodes report
@@ -45,6 +48,8 @@ struct Agent {
     boot: String,
     /// A silent node neither carries out Commands nor heartbeats.
     silent: bool,
+    /// The role leader leases its last heartbeat answer renewed.
+    renewed: Vec<LeaseRenewal>,
 }
 
 pub struct TestCluster {
@@ -54,6 +59,7 @@ pub struct TestCluster {
     events: EventRecorder,
     metrics: Arc<Metrics>,
     certificates: NodeCertificates,
+    renewals: Renewals,
     agents: BTreeMap<String, Mutex<Agent>>,
     stop: CancellationToken,
     _controllers: JoinSet<()>,
@@ -82,12 +88,22 @@ impl TestCluster {
         let ca = herd_tls::ClusterCa::generate(SystemTime::now()).expect("a cluster CA");
         let peers = Arc::new(PeerAuthority::new(&ca, "admin-token", metrics.clone()).expect("the server's identity"));
         let certificates = NodeCertificates { ca, lifetime: Duration::from_secs(3600), grant_key: peers.grant_key() };
-        let leader = LeaderSelf { peers, node: None, url: "https://127.0.0.1:7733".into() };
+        let role_leases: Arc<RoleLeases> = Arc::default();
+        let health: Arc<LeaderHealth> = Arc::default();
+        health.leading_for_tests(Duration::from_secs(3600));
+        let renewals =
+            Renewals { clusters: Reflector::start(store.clone(), stop.clone()), leases: role_leases.clone(), health };
+        let leader = LeaderSelf { peers, node: None, url: "https://127.0.0.1:7733".into(), role_leases };
         let controllers = controllers::start(objects.clone(), 1, caches.clone(), metrics.clone(), leader, stop.clone());
         let agents = nodes
             .iter()
             .map(|node| {
-                let agent = Agent { node: SimulatedNode::default(), boot: format!("boot-{node}"), silent: false };
+                let agent = Agent {
+                    node: SimulatedNode::default(),
+                    boot: format!("boot-{node}"),
+                    silent: false,
+                    renewed: Vec::new(),
+                };
                 (node.to_string(), Mutex::new(agent))
             })
             .collect();
@@ -98,6 +114,7 @@ impl TestCluster {
             caches,
             metrics,
             certificates,
+            renewals,
             agents,
             stop,
             _controllers: controllers,
@@ -141,9 +158,14 @@ impl TestCluster {
                 events: &self.events,
                 metrics: &self.metrics,
                 certificates: &self.certificates,
+                renewals: &self.renewals,
             };
             match crate::nodes::heartbeat(services, (name, self.caches.nodes.get(name)), report).await {
-                Ok(beat) => self.agent(name).node.acknowledged(&beat.response.acknowledged),
+                Ok(beat) => {
+                    let mut agent = self.agent(name);
+                    agent.node.acknowledged(&beat.response.acknowledged);
+                    agent.renewed = beat.response.leases;
+                }
                 // As an agent does: it tells again at the next beat.
                 Err(error) => tracing::warn!(node = %name, %error, "a test cluster's heartbeat failed"),
             }
@@ -170,6 +192,11 @@ impl TestCluster {
     /// Commands), or lets it speak again.
     pub fn silence(&self, node: &str, silent: bool) {
         self.agent(node).silent = silent;
+    }
+
+    /// The role leader leases `node`'s last heartbeat answer renewed.
+    pub fn renewed(&self, node: &str) -> Vec<LeaseRenewal> {
+        self.agent(node).renewed.clone()
     }
 
     /// A member's process on `node` exits by itself.

@@ -5,12 +5,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use herd_core::Object;
-use herd_core::kinds::app::AppRole;
+use herd_core::kinds::app::{AppRole, LeaderHook, LeaderSpec};
 use herd_core::kinds::app_cluster::{AppClusterSpec, ClusterRole};
 use herd_core::kinds::command::{MemberRun, VolumeSpec};
 use herd_core::kinds::disruption_budget::{Amount, DisruptionBudgetSpec};
 use herd_core::kinds::operation::{OnDeadline, OperationAction, OperationPhase};
 use herd_core::kinds::{AppSpec, MemberSpec, MemberState, NodeRole, NodeSpec, OperationSpec};
+use herd_core::time::HumanDuration;
 
 use super::TestCluster;
 use crate::objects::{Objects, ObjectsError, Part};
@@ -172,4 +173,69 @@ async fn a_drain_moves_each_member_off_its_node_one_at_a_time_as_the_budget_allo
     let fewest = fewest_ready.into_inner();
     assert_eq!(fewest, 2, "one member down at a time, and one was");
     eprintln!("drained {drained} (two members) in {took:?}; at least {fewest} of 3 ready throughout");
+}
+
+/// Role `db` of [`three_members_and_a_budget`]'s App leads: a lease of
+/// 10 s, renewed by the holder's heartbeats, fenced at 7 s.
+async fn lead_role_db(cluster: &TestCluster) {
+    let hook = |script: &str| LeaderHook { script: script.into(), timeout: HumanDuration::from_secs(30) };
+    let leader = LeaderSpec {
+        lease_duration: HumanDuration::from_secs(10),
+        renew_deadline: HumanDuration::from_secs(7),
+        retry_period: HumanDuration::from_secs(2),
+        promote: hook("promote"),
+        demote: hook("demote"),
+        position: None,
+        synchronous: false,
+    };
+    let change = |app: &mut Object<AppSpec>| {
+        app.spec.roles[0].leader = Some(leader.clone());
+        Ok::<_, ObjectsError>(true)
+    };
+    cluster.objects.modify("app", Part::Spec, change).await.unwrap();
+}
+
+/// (holder, its run, term) of role `db` in cluster `c`.
+async fn leader(objects: &Objects) -> Option<(String, String, u64)> {
+    let cluster = objects.require::<AppClusterSpec>("c").await.unwrap();
+    let leader = cluster.status.leaders.into_iter().find(|l| l.role == "db")?;
+    Some((leader.member?, leader.instance?, leader.term))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_roles_leader_is_renewed_by_its_heartbeats_and_replaced_only_once_its_lease_expired() {
+    let cluster = TestCluster::start(&["n1", "n2", "n3"]).await;
+    three_members_and_a_budget(&cluster, true).await;
+    lead_role_db(&cluster).await;
+    cluster.until("every member configured and ready", 60 * SECOND, all_configured_and_ready).await;
+    cluster.until("a leader in term 1", 10 * SECOND, async |o| leader(o).await.is_some_and(|(_, _, t)| t == 1)).await;
+    let (first, run, _) = leader(&cluster.objects).await.unwrap();
+    let node = cluster.objects.require::<MemberSpec>(&first).await.unwrap().spec.node.unwrap();
+    cluster.until("a renewal", 5 * SECOND, async |_| !cluster.renewed(&node).is_empty()).await;
+    let renewal = &cluster.renewed(&node)[0];
+    assert_eq!((&renewal.member, &renewal.instance, renewal.term), (&first, &run, 1));
+    assert_eq!(renewal.renew_deadline, HumanDuration::from_secs(7));
+    let others: Vec<String> = ["n1", "n2", "n3"].into_iter().filter(|n| *n != node).map(String::from).collect();
+    assert!(others.iter().all(|n| cluster.renewed(n).is_empty()), "only the holder's node renews");
+
+    // Its node falls silent: no one else leads before its lease expired.
+    cluster.silence(&node, true);
+    let held = cluster
+        .until("the lease expires", 30 * SECOND, async |o| leader(o).await.is_none_or(|(m, _, _)| m != first))
+        .await;
+    assert!(held >= 9750 * Duration::from_millis(1) && held <= 12 * SECOND, "a new leader after {held:?}");
+    let (second, _, term) = leader(&cluster.objects).await.unwrap();
+    assert_eq!(term, 2);
+    let second_node = cluster.objects.require::<MemberSpec>(&second).await.unwrap().spec.node.unwrap();
+    cluster
+        .until("the new leader renewed", 5 * SECOND, async |_| {
+            cluster.renewed(&second_node).iter().any(|r| r.term == 2)
+        })
+        .await;
+
+    // The old holder's node speaks again: its member leads nothing.
+    cluster.silence(&node, false);
+    cluster.beat().await;
+    assert!(cluster.renewed(&node).is_empty(), "the old term is never renewed: {:?}", cluster.renewed(&node));
+    eprintln!("{first} led in term 1; {second} in term 2, granted {held:?} after {node} fell silent");
 }

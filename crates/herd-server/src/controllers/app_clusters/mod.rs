@@ -35,6 +35,7 @@ use crate::events::EventRecorder;
 use crate::nodes::cluster_config;
 use crate::objects::{Objects, ObjectsError, now};
 use crate::reflector::Reflector;
+use crate::role_leases::RoleLeases;
 
 /// How soon a cluster with work in flight is looked at again.
 const BUSY_REQUEUE: Duration = Duration::from_millis(500);
@@ -64,6 +65,8 @@ pub struct AppClusterController {
     /// Its Commands for Ready nodes are created issued.
     issuer: Issuer,
     events: EventRecorder,
+    /// When heartbeats last renewed each role leader lease.
+    role_leases: Arc<RoleLeases>,
 }
 
 /// The caches the controller reads.
@@ -78,7 +81,13 @@ pub struct Caches {
 }
 
 impl AppClusterController {
-    pub fn new(objects: Objects, caches: Caches, issuer: Issuer, events: EventRecorder) -> Self {
+    pub fn new(
+        objects: Objects,
+        caches: Caches,
+        issuer: Issuer,
+        events: EventRecorder,
+        role_leases: Arc<RoleLeases>,
+    ) -> Self {
         let Caches { apps, clusters, members, nodes, commands, config } = caches;
         AppClusterController {
             objects,
@@ -93,6 +102,7 @@ impl AppClusterController {
             config,
             issuer,
             events,
+            role_leases,
         }
     }
 
@@ -188,6 +198,18 @@ impl KeyedController for AppClusterController {
         let commands: Vec<Arc<Command>> =
             self.commands.list_shared().into_iter().filter(|c| cluster_of(c) == Some(name)).collect();
         let app = self.apps.get(&cluster.spec.app_ref);
+        let at = Instant::now();
+        let leases: BTreeMap<String, Duration> = cluster
+            .status
+            .leaders
+            .iter()
+            .map(|l| (l.role.clone(), self.role_leases.since(name, &l.role, l.term, at)))
+            .collect();
+        let heard: BTreeMap<String, Duration> = members
+            .iter()
+            .filter_map(|m| m.spec.node.as_deref())
+            .filter_map(|node| Some((node.to_string(), self.role_leases.silent_for(node, at)?)))
+            .collect();
         let settings = cluster_config(&self.config).app_clusters;
         let plan = {
             let snapshot = Snapshot {
@@ -198,7 +220,8 @@ impl KeyedController for AppClusterController {
                 commands: &commands,
                 nodes: &*nodes,
                 not_ready: &not_ready,
-                leases: &BTreeMap::new(),
+                leases: &leases,
+                heard: &heard,
                 now: now(),
             };
             let mut placing = Placing::new(&self.ledger, &self.nodes, &self.members, &nodes.list);
