@@ -255,6 +255,7 @@ impl Session {
             self.agent.access.use_identity(self.certificate.identity());
         }
         self.agent.executor.acknowledge(&answer.acknowledged);
+        self.agent.members.leases_renewed(started, &answer.leases);
         self.agent.access.remember_grant_key(&answer.grant_key);
         self.agent.access.end_attempts(&answer.ended_attempts);
         self.backoff.reset();

@@ -211,6 +211,7 @@ pub async fn run(config: AgentConfig, stop: CancellationToken) -> Result<(), Age
     };
     let executor = executor::Executor::open(&data_dir, members.clone(), workers, stop.clone())?;
     let checks = tokio::spawn(readiness::run(members.clone(), stop.clone()));
+    let fences = tokio::spawn(members::leadership::run(members.clone(), stop.clone()));
 
     // A heartbeat that takes longer than this is given up, and the next one
     // goes to the next server: a hung server must not silence the node.
@@ -243,6 +244,7 @@ pub async fn run(config: AgentConfig, stop: CancellationToken) -> Result<(), Age
     stop.cancel();
     let _ = watcher.await;
     let _ = checks.await;
+    let _ = fences.await;
     executor.run_disconnect_hooks("the agent is stopping").await;
     beating?;
     drop(lock);

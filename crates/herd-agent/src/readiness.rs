@@ -142,6 +142,7 @@ mod tests {
                 volumes: vec![],
                 readiness: None,
                 drain: None,
+                demote: None,
             },
             wanted: true,
             process: None,

@@ -512,6 +512,7 @@ mod tests {
             volumes: vec![],
             readiness: None,
             drain: None,
+            demote: None,
         };
         executor.accept(command("start", 1, Action::StartMember { member: "m".into(), run }));
         settled(&executor, "start").await;

@@ -58,12 +58,23 @@ impl Members {
     /// in its environment) for at most its timeout; what it says is logged.
     /// Whatever it started ends with it.
     pub(super) async fn drain_hook(&self, record: &MemberRecord, hook: &DrainHook) {
+        self.hook(record, hook, "drain", &[]).await;
+    }
+
+    /// Runs one of the member's hooks (`sh -c <script> herd-<name>
+    /// --<name>`, in its environment and with `env` besides) for at most
+    /// its timeout; what it says is logged. Whatever it started ends with
+    /// it; the member is stopped afterwards whatever it did.
+    pub(super) async fn hook(&self, record: &MemberRecord, hook: &DrainHook, name: &str, env: &[(&str, String)]) {
         let member = &record.name;
-        let mark = RunMark::fresh("drain");
-        let child = match self.shell(record, &hook.script, &["herd-drain", "--drain"], &mark).spawn() {
+        let mark = RunMark::fresh(name);
+        let (program, flag) = (format!("herd-{name}"), format!("--{name}"));
+        let mut command = self.shell(record, &hook.script, &[&program, &flag], &mark);
+        command.envs(env.iter().map(|(key, value)| (*key, value)));
+        let child = match command.spawn() {
             Ok(child) => child,
             Err(error) => {
-                tracing::warn!(member, %error, "could not start the drain hook; stopping the member anyway");
+                tracing::warn!(member, hook = name, %error, "could not start the hook; stopping the member anyway");
                 return;
             }
         };
@@ -71,13 +82,16 @@ impl Members {
         match tokio::time::timeout(hook.timeout.get(), child.wait_with_output()).await {
             Ok(Ok(output)) => tracing::info!(
                 member,
+                hook = name,
                 status = %output.status,
                 stderr = %String::from_utf8_lossy(&output.stderr).trim(),
-                "drain hook ran"
+                "hook ran"
             ),
-            Ok(Err(error)) => tracing::warn!(member, %error, "the drain hook failed; stopping the member anyway"),
+            Ok(Err(error)) => {
+                tracing::warn!(member, hook = name, %error, "the hook failed; stopping the member anyway")
+            }
             Err(_) => {
-                tracing::warn!(member, timeout = %hook.timeout, "the drain hook ran out of time; stopping the member");
+                tracing::warn!(member, hook = name, timeout = %hook.timeout, "the hook ran out of time; stopping the member");
             }
         }
         procs::end_run(Some(pid), &mark);

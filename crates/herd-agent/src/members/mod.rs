@@ -10,6 +10,7 @@
 //! `volumes` where its volumes are and which this node had.
 
 mod environment;
+pub mod leadership;
 mod volumes;
 
 use std::collections::BTreeMap;
@@ -116,6 +117,8 @@ pub struct Members {
     changed: Arc<tokio::sync::Notify>,
     /// Members whose setup run a task of this agent supervises.
     setups: Arc<Mutex<std::collections::BTreeSet<String>>>,
+    /// Members that lead their role, with their leases (`leadership.rs`).
+    leads: Arc<Mutex<std::collections::HashMap<String, leadership::Lead>>>,
     stop: CancellationToken,
 }
 
@@ -141,6 +144,7 @@ impl Members {
             readiness: Arc::default(),
             changed: Arc::default(),
             setups: Arc::default(),
+            leads: Arc::default(),
             stop,
         };
         let root = data_dir.join("members");

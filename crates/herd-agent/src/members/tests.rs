@@ -10,6 +10,7 @@ fn run(script: &str, volumes: Vec<VolumeSpec>) -> MemberRun {
         volumes,
         readiness: None,
         drain: None,
+        demote: None,
     }
 }
 
@@ -129,4 +130,49 @@ async fn a_member_that_exits_is_started_again_with_a_new_instance_id() {
     assert!(report.last_exit.as_deref().unwrap_or_default().contains("exit status: 0"), "{report:?}");
     members.stop("m1").await.unwrap();
     stop.cancel();
+}
+
+#[tokio::test]
+async fn a_leader_not_renewed_by_its_deadline_is_demoted_then_ended_and_starts_again() {
+    use herd_core::api::LeaseRenewal;
+    use herd_core::kinds::command::DrainHook;
+    use herd_core::time::HumanDuration;
+    let dir = tempfile::tempdir().unwrap();
+    let stop = CancellationToken::new();
+    let _stop = stop.clone().drop_guard();
+    let members = Members::open(dir.path(), stop.clone()).await.unwrap();
+    let volumes = vec![VolumeSpec { name: "herd".into(), persistent: true }];
+    let mut spec = run("exec sleep 60", volumes);
+    let demote = "echo \"demoted in $HERD_LEADER_TERM\" > \"$HERD_VOLUME_HERD/demoted\"";
+    spec.demote = Some(DrainHook { script: demote.into(), timeout: HumanDuration::from_secs(5) });
+    let first = members.start("m1", spec).await.unwrap();
+    let renewal = |term| LeaseRenewal {
+        member: "m1".into(),
+        instance: first.clone(),
+        term,
+        renew_deadline: HumanDuration(Duration::from_millis(300)),
+    };
+    let herd = members.volume_dir("m1", "herd");
+    let term_file = || std::fs::read_to_string(herd.join("leader.json")).unwrap_or_default();
+
+    members.leases_renewed(tokio::time::Instant::now(), &[renewal(4)]);
+    assert_eq!(term_file(), r#"{"term":4,"leading":true}"#);
+    members.fence_due().await;
+    assert!(members.lead("m1").is_some() && members.is_running("m1"), "not due yet");
+    // Renewed: the deadline moves on.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    members.leases_renewed(tokio::time::Instant::now(), &[renewal(4)]);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    members.fence_due().await;
+    assert!(members.lead("m1").is_some(), "renewed 200 ms ago, its deadline 300 ms after");
+
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    members.fence_due().await;
+    assert!(members.lead("m1").is_none(), "fenced");
+    assert_eq!(std::fs::read_to_string(herd.join("demoted")).unwrap(), "demoted in 4\n");
+    assert_eq!(term_file(), r#"{"term":4,"leading":false}"#);
+    eventually("the member started again, a follower", || {
+        members.report().first().is_some_and(|r| r.running && r.instance_id.as_deref() != Some(first.as_str()))
+    })
+    .await;
 }

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::configmeta::{configmeta, digest_of};
 use crate::kinds::app::{AppRole, HERD_VOLUME};
 use crate::kinds::app_cluster::{AppCluster, ClusterRole};
-use crate::kinds::command::{MemberRun, VolumeSpec};
+use crate::kinds::command::{DrainHook, MemberRun, VolumeSpec};
 use crate::kinds::{
     Action, AppSpec, Command, CommandOrigin, CommandSpec, EventReason, EventType, Member, MemberSpec, MemberState,
     Node, Purpose,
@@ -43,6 +43,8 @@ pub fn member_run(cluster: &AppCluster, app_role: &AppRole, cluster_role: &Clust
     let persistent = app_role.run.volumes.iter().any(|v| v.persistent);
     run.volumes.push(VolumeSpec { name: HERD_VOLUME.into(), persistent });
     run.readiness = app_role.readiness.clone();
+    run.demote =
+        app_role.leader.as_ref().map(|l| DrainHook { script: l.demote.script.clone(), timeout: l.demote.timeout });
     run
 }
 

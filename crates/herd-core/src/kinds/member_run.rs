@@ -34,6 +34,11 @@ pub struct MemberRun {
     /// timeout; the member is stopped afterwards whatever it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain: Option<DrainHook>,
+    /// For a member of a leader role: run by the agent, with `--demote`,
+    /// when the member's lease ends unrenewed, before its processes are
+    /// ended (so that it comes back as a follower).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub demote: Option<DrainHook>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -102,6 +102,7 @@ async fn copies_survive_agent_kills_at_random_moments() {
         volumes: vec![herd_core::kinds::command::VolumeSpec { name: "data".into(), persistent: true }],
         readiness: None,
         drain: None,
+        demote: None,
     };
     for i in (0..copies).filter(|i| migrates(*i)) {
         let start = Action::StartMember { member: format!("m{i}"), run: run.clone() };

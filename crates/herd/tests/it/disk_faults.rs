@@ -85,6 +85,7 @@ async fn copies_and_migrations_onto_a_disk_that_fills_at_random_moments_settle_t
         volumes: vec![VolumeSpec { name: "data".into(), persistent: true }],
         readiness: None,
         drain: None,
+        demote: None,
     };
     let command = |name: String, node: &str, action| {
         let spec = CommandSpec {

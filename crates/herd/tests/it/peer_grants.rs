@@ -69,6 +69,7 @@ async fn a_node_reads_and_stops_nothing_on_another_without_a_grant_for_exactly_t
         volumes: vec![VolumeSpec { name: "data".into(), persistent: true }],
         readiness: None,
         drain: None,
+        demote: None,
     };
     let start = Action::StartMember { member: "m1".into(), run };
     admin

@@ -33,6 +33,7 @@ pub fn member_run() -> MemberRun {
         volumes: vec![VolumeSpec { name: "data".into(), persistent: true }],
         readiness: None,
         drain: None,
+        demote: None,
     }
 }
 
