@@ -70,6 +70,11 @@ pub fn record_outcome(command: &Command, status: &mut MemberStatus, now: Timesta
                 failed(status, "stopping it for its restart", why);
             }
         }
+        (Purpose::Promote { term }, _) => {
+            if let Err(why) = result {
+                failed(status, &format!("promoting it (term {term})"), why);
+            }
+        }
     }
     Recorded::Nothing
 }

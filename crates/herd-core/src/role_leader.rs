@@ -113,6 +113,9 @@ pub struct Contender {
     /// The leader reports it a synchronous replica: it has every
     /// acknowledged commit.
     pub in_sync: bool,
+    /// An unsettled Command holds it: it keeps a lease it has, but is
+    /// granted none now (its promote would run beside that Command).
+    pub busy: bool,
 }
 
 /// Everything a decision on one role's lease is made from.
@@ -152,6 +155,8 @@ fn not_eligible(contender: &Contender, last_holder: Option<&str>, synchronous: b
         Some("not running, or its node is not heard from")
     } else if !contender.ready {
         Some("not ready")
+    } else if contender.busy {
+        Some("busy with a Command")
     } else if synchronous && !contender.in_sync && last_holder != Some(contender.member.as_str()) {
         Some("not a synchronous replica")
     } else {
@@ -252,6 +257,7 @@ mod tests {
             config_error: false,
             position: Some(Position(position)),
             in_sync: false,
+            busy: false,
         }
     }
 
@@ -371,18 +377,20 @@ mod tests {
     }
 
     fn contenders() -> impl Strategy<Value = Vec<Contender>> {
-        let one = (any::<bool>(), any::<bool>(), any::<bool>(), proptest::option::of(0u64..4), any::<bool>());
+        let one =
+            (any::<bool>(), any::<bool>(), any::<bool>(), proptest::option::of(0u64..4), any::<bool>(), any::<bool>());
         proptest::collection::vec(one, 0..5).prop_map(|members| {
             members
                 .into_iter()
                 .enumerate()
-                .map(|(i, (running, ready, config_error, position, in_sync))| Contender {
+                .map(|(i, (running, ready, config_error, position, in_sync, busy))| Contender {
                     member: format!("m{i}"),
                     instance: running.then(|| format!("m{i}-run")),
                     ready,
                     config_error,
                     position: position.map(Position),
                     in_sync,
+                    busy,
                 })
                 .collect()
         })

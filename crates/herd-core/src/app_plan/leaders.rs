@@ -5,9 +5,10 @@
 //! [`super::Snapshot::leases`]), grants are, with the transition kept and
 //! told on the new leader's program.
 
+use super::sync::issue;
 use super::{Work, report};
 use crate::kinds::app_cluster::{KEPT_TRANSITIONS, LeaderTransition, RoleLeader};
-use crate::kinds::{AppSpec, EventReason, EventType, MemberState};
+use crate::kinds::{Action, AppSpec, EventReason, EventType, MemberState, Purpose};
 use crate::role_leader::{self, Contender, Decision, Holder, RoleLease, RoleView};
 
 /// The leader of each of `app`'s leader roles, as this pass leaves it.
@@ -40,6 +41,7 @@ pub(super) fn lead_roles(work: &mut Work<'_, '_>, app: &AppSpec) -> Vec<RoleLead
                     config_error: m.status.state == MemberState::ConfigError,
                     position: None,
                     in_sync: false,
+                    busy: work.busy.contains(&m.metadata.name),
                 }
             })
             .collect();
@@ -74,6 +76,12 @@ pub(super) fn lead_roles(work: &mut Work<'_, '_>, app: &AppSpec) -> Vec<RoleLead
                 if let Some(i) = work.index(&holder.member) {
                     let message = format!("leader of role {} in term {term}: {why}", role.name);
                     work.note(i, EventType::Normal, EventReason::RoleLeaderGranted, message);
+                    let action = Action::RunScript {
+                        member: holder.member.clone(),
+                        script: promote_script(&spec.promote.script, term),
+                        expected_instance: Some(holder.instance.clone()),
+                    };
+                    issue(work, i, Purpose::Promote { term }, action);
                 }
                 leader.member = Some(holder.member);
                 leader.instance = Some(holder.instance);
@@ -85,4 +93,10 @@ pub(super) fn lead_roles(work: &mut Work<'_, '_>, app: &AppSpec) -> Vec<RoleLead
         leaders.push(leader);
     }
     leaders
+}
+
+/// The script a promote runs: the role's promote hook, with the term it
+/// leads in as `HERD_LEADER_TERM`.
+pub fn promote_script(hook: &str, term: u64) -> String {
+    format!("HERD_LEADER_TERM={term}\nexport HERD_LEADER_TERM\n{hook}")
 }

@@ -206,7 +206,16 @@ impl World {
             }
         }
         let mut cluster = self.cluster.clone();
+        let mut leases = self.leases.clone();
         if let Some(status) = &plan.status {
+            // A new term's lease counts from its grant, as the leader's
+            // clock counts it.
+            for leader in &status.leaders {
+                let before = cluster.status.leaders.iter().find(|l| l.role == leader.role).map(|l| l.term);
+                if before != Some(leader.term) {
+                    leases.insert(leader.role.clone(), Duration::ZERO);
+                }
+            }
             cluster.status = status.clone();
         }
         World {
@@ -216,7 +225,7 @@ impl World {
             commands,
             nodes: self.nodes.clone(),
             not_ready: self.not_ready.clone(),
-            leases: self.leases.clone(),
+            leases,
             heard: self.heard.clone(),
             now: self.now,
         }
@@ -524,34 +533,65 @@ fn leader_of(world: &World) -> &crate::kinds::app_cluster::RoleLeader {
     world.cluster.status.leaders.iter().find(|l| l.role == "a").expect("role a has a leader record")
 }
 
+/// The world after `passes` passes, each one's Commands carried out with
+/// success before the next; the Events the passes told and the Commands
+/// they planned.
+fn carried_out(mut world: World, passes: usize) -> (World, Vec<Note>, Vec<Command>) {
+    let (mut notes, mut planned) = (Vec::new(), Vec::new());
+    for _ in 0..passes {
+        let plan = world.plan();
+        notes.extend(plan.programs.iter().flat_map(|p| p.notes.clone()));
+        planned.extend(plan.programs.iter().flat_map(|p| p.commands.iter().map(|c| c.command.clone())));
+        world = world.after(&plan);
+        world.commands = world
+            .commands
+            .iter()
+            .map(|c| {
+                let mut c = Command::clone(c);
+                c.status.state_by_management = ManagementState::Completed;
+                c.status.answer = Some(Answer::said(true, "done"));
+                Arc::new(c)
+            })
+            .collect();
+    }
+    (world, notes, planned)
+}
+
 #[test]
 fn rule_a_leader_role_is_granted_a_term_kept_while_its_leader_runs_and_moved_once_its_lease_expired() {
-    let first = led_world([true; 3]);
-    let plan = first.plan();
-    let granted = first.after(&plan);
-    let leader = leader_of(&granted);
+    let (granted, notes, _) = carried_out(led_world([true; 3]), 4);
+    let leader = leader_of(&granted).clone();
     assert_eq!((leader.member.as_deref(), leader.instance.as_deref(), leader.term), (Some("db-a-0"), Some("run-0"), 1));
     assert_eq!(leader.transitions.len(), 1);
-    let program = plan.programs.iter().find(|p| p.member == "db-a-0").expect("the new leader is told");
-    assert!(program.notes.iter().any(|n| n.reason == EventReason::RoleLeaderGranted), "{program:?}");
+    assert!(notes.iter().any(|n| n.reason == EventReason::RoleLeaderGranted), "{notes:?}");
 
     // Renewed: nothing changes.
-    let steady = granted.after(&granted.plan());
-    assert_eq!(leader_of(&steady), leader);
+    let (steady, _, _) = carried_out(granted, 2);
+    assert_eq!(leader_of(&steady), &leader);
 
     // Its node goes NotReady: the lease holds until it expires.
     let mut lost = steady.clone_with_nodes([false, true, true]);
     lost.leases.insert("a".into(), Duration::from_secs(4));
-    let waiting = lost.after(&lost.plan());
+    let (waiting, _, _) = carried_out(lost, 1);
     let leader = leader_of(&waiting);
     assert_eq!((leader.member.as_deref(), leader.term), (Some("db-a-0"), 1));
     assert!(leader.waiting.as_deref().unwrap_or("").contains("lease runs 6s more"), "{leader:?}");
 
-    // Expired: the next term goes to another member.
+    // Expired: once the others' Commands (their new configmeta) are done,
+    // the next term goes to one of them, told to promote itself.
     let mut expired = waiting;
     expired.leases.insert("a".into(), Duration::from_secs(10));
-    let moved = expired.after(&expired.plan());
+    let (moved, _, planned) = carried_out(expired, 3);
     let leader = leader_of(&moved);
     assert_eq!((leader.member.as_deref(), leader.term, leader.waiting.as_deref()), (Some("db-a-1"), 2, None));
     assert_eq!(leader.transitions.iter().map(|t| t.term).collect::<Vec<_>>(), [1, 2]);
+    let is_promote = |c: &&Command| matches!(c.spec.origin.as_ref().map(|o| &o.purpose), Some(Purpose::Promote { .. }));
+    let promotes: Vec<&Command> = planned.iter().filter(is_promote).collect();
+    let [promote] = &promotes[..] else { panic!("one promote: {planned:?}") };
+    let Action::RunScript { member, script, expected_instance } = &promote.spec.action else { panic!("{promote:?}") };
+    assert_eq!(member, "db-a-1");
+    assert_eq!(
+        (script.as_str(), expected_instance.as_deref()),
+        ("HERD_LEADER_TERM=2\nexport HERD_LEADER_TERM\npromote", Some("run-1"))
+    );
 }

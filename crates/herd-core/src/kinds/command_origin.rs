@@ -35,6 +35,8 @@ pub enum Purpose {
     Migrate,
     /// Stop it for a restart in place.
     Restart,
+    /// Make it its role's leader in `term` (its role's promote hook).
+    Promote { term: u64 },
 }
 
 impl Purpose {
@@ -47,6 +49,7 @@ impl Purpose {
             Purpose::Remove => "remove",
             Purpose::Migrate => "migrate",
             Purpose::Restart => "restart",
+            Purpose::Promote { .. } => "promote",
         }
     }
 }
