@@ -382,6 +382,9 @@ pub struct LeaseRenewal {
     pub instance: String,
     pub term: u64,
     pub renew_deadline: HumanDuration,
+    /// The lease's duration: no new term is granted before it has passed
+    /// unrenewed on the herd leader's clock.
+    pub lease_duration: HumanDuration,
 }
 
 pub const CLUSTER_STATUS_PATH: &str = "/api/v1/cluster/status";

@@ -121,6 +121,7 @@ impl Renewals {
                 instance: instance.to_string(),
                 term: leader.term,
                 renew_deadline,
+                lease_duration: lease,
             })
         });
         renewed.collect()

@@ -7,11 +7,21 @@
 //! has gone unrenewed for its whole duration, on its own clock, so the
 //! fence comes first (`herd_core::role_leader`).
 //!
+//! Members outlive their agent, so the fence must too: a guard, a small
+//! shell in the leader's process group, ends the group at a deadline the
+//! agent moves on with each renewal (`leader.deadline` in the member's
+//! directory, in hundredths of a second of the host's boot clock, which
+//! counts on while the agent is stopped or dead): halfway between the
+//! agent's own fence and the earliest the next term can be granted. It
+//! goes with the group, or when the agent removes the file (the member
+//! leads no more).
+//!
 //! The term file, `leader.json` in the member's herd volume, says the
 //! term the member last led in and whether it leads now; it is written
 //! atomically when a term begins and when the member is fenced.
 
 use std::collections::HashMap;
+use std::os::unix::process::CommandExt;
 use std::time::Duration;
 
 use herd_core::api::LeaseRenewal;
@@ -20,6 +30,9 @@ use tokio::time::Instant;
 
 use super::Members;
 use crate::fsutil::write_atomic;
+
+/// The guard's deadline, in the member's directory.
+const DEADLINE_FILE: &str = "leader.deadline";
 
 /// How often leases are looked at for their deadline.
 pub const FENCE_LOOK: Duration = Duration::from_millis(100);
@@ -30,6 +43,30 @@ pub struct Lead {
     pub term: u64,
     /// Until when it leads, unless renewed again.
     pub deadline: Instant,
+    /// When its guard ends it if the agent has not.
+    pub guard_deadline: Instant,
+    /// The process its guard watches over.
+    guarded: Option<u32>,
+}
+
+/// The guard: `$1` the deadline file, `$2` the process group. It ends the
+/// group once the host's boot clock (`/proc/uptime`, in hundredths of a
+/// second) passes the deadline; it stops when the file is gone or the
+/// group is.
+const GUARD: &str = r#"f=$1; g=$2
+while kill -0 "-$g" 2>/dev/null && [ -f "$f" ]; do
+  d=; read -r d < "$f"; [ -n "$d" ] || d=0
+  read -r up _ < /proc/uptime
+  now=${up%.*}${up#*.}
+  if [ "$now" -ge "$d" ]; then kill -9 "-$g"; exit 0; fi
+  sleep 0.05
+done"#;
+
+/// The host's boot clock now, in hundredths of a second.
+fn uptime_centis() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/uptime").ok()?;
+    let (whole, fraction) = text.split_whitespace().next()?.split_once('.')?;
+    Some(whole.parse::<u64>().ok()? * 100 + fraction.parse::<u64>().ok()?)
 }
 
 /// What `leader.json` says.
@@ -46,17 +83,22 @@ impl Members {
     pub fn leases_renewed(&self, sent: Instant, renewals: &[LeaseRenewal]) {
         for renewal in renewals {
             let deadline = sent + renewal.renew_deadline.get();
-            let began = {
+            let guard_deadline = sent + (renewal.renew_deadline.get() + renewal.lease_duration.get()) / 2;
+            let (began, lead) = {
                 let mut leads = self.leads();
-                let lead = leads.entry(renewal.member.clone()).or_insert(Lead { term: 0, deadline });
+                let fresh = Lead { term: 0, deadline, guard_deadline, guarded: None };
+                let lead = leads.entry(renewal.member.clone()).or_insert(fresh);
                 let began = lead.term != renewal.term;
-                *lead = Lead { term: renewal.term, deadline: deadline.max(lead.deadline) };
-                began
+                lead.term = renewal.term;
+                lead.deadline = deadline.max(lead.deadline);
+                lead.guard_deadline = guard_deadline.max(lead.guard_deadline);
+                (began, lead.clone())
             };
             if began {
                 tracing::info!(member = %renewal.member, term = renewal.term, "leads its role");
                 self.write_term(&renewal.member, renewal.term, true);
             }
+            self.guard(&renewal.member, &lead);
         }
     }
 
@@ -75,6 +117,8 @@ impl Members {
         };
         for (member, lead) in due {
             tracing::warn!(member, term = lead.term, "its leader lease was not renewed in time: fencing it");
+            // The guard stands down: the demote hook goes first.
+            let _ = std::fs::remove_file(self.member_dir(&member).join(DEADLINE_FILE));
             self.write_term(&member, lead.term, false);
             let Some(record) = self.record(&member) else { continue };
             if let Some(demote) = &record.run.demote {
@@ -95,6 +139,43 @@ impl Members {
 
     fn leads(&self) -> std::sync::MutexGuard<'_, HashMap<String, Lead>> {
         self.leads.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Moves the guard's deadline on, and starts the guard over the
+    /// member's current process when none watches it.
+    fn guard(&self, member: &str, lead: &Lead) {
+        let Some(process) = self.record(member).and_then(|r| r.process) else { return };
+        let Some(now) = uptime_centis() else {
+            tracing::error!(member, "no /proc/uptime: the leader has no guard");
+            return;
+        };
+        let left = lead.guard_deadline.saturating_duration_since(Instant::now());
+        let deadline = now + u64::try_from(left.as_millis() / 10).unwrap_or(u64::MAX);
+        let file = self.member_dir(member).join(DEADLINE_FILE);
+        if let Err(error) = write_atomic(&file, format!("{deadline}\n").as_bytes(), 0o644) {
+            tracing::error!(member, %error, "could not move the guard's deadline on");
+            return;
+        }
+        if lead.guarded == Some(process.pid) {
+            return;
+        }
+        let Ok(group) = libc::pid_t::try_from(process.pid) else { return };
+        let mut command = std::process::Command::new("sh");
+        command.arg("-c").arg(GUARD).arg("herd-guard").arg(&file).arg(process.pid.to_string());
+        command.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null());
+        command.stderr(std::process::Stdio::null()).env_clear().env("PATH", super::DEFAULT_PATH);
+        // In the leader's own group: it goes with the group.
+        command.process_group(group);
+        match command.spawn() {
+            Ok(mut child) => {
+                // Reaped by a thread of its own, so that it leaves no zombie.
+                std::thread::spawn(move || child.wait());
+                if let Some(lead) = self.leads().get_mut(member) {
+                    lead.guarded = Some(process.pid);
+                }
+            }
+            Err(error) => tracing::error!(member, %error, "could not start the leader's guard"),
+        }
     }
 
     fn write_term(&self, member: &str, term: u64, leading: bool) {

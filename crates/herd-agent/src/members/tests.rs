@@ -151,6 +151,7 @@ async fn a_leader_not_renewed_by_its_deadline_is_demoted_then_ended_and_starts_a
         instance: first.clone(),
         term,
         renew_deadline: HumanDuration(Duration::from_millis(300)),
+        lease_duration: HumanDuration(Duration::from_secs(1)),
     };
     let herd = members.volume_dir("m1", "herd");
     let term_file = || std::fs::read_to_string(herd.join("leader.json")).unwrap_or_default();
@@ -175,4 +176,46 @@ async fn a_leader_not_renewed_by_its_deadline_is_demoted_then_ended_and_starts_a
         members.report().first().is_some_and(|r| r.running && r.instance_id.as_deref() != Some(first.as_str()))
     })
     .await;
+}
+
+#[tokio::test]
+async fn a_leaders_guard_ends_it_at_its_deadline_when_its_agent_does_not() {
+    use herd_core::api::LeaseRenewal;
+    use herd_core::time::HumanDuration;
+    let dir = tempfile::tempdir().unwrap();
+    let stop = CancellationToken::new();
+    let _stop = stop.clone().drop_guard();
+    let members = Members::open(dir.path(), stop.clone()).await.unwrap();
+    let volumes = vec![VolumeSpec { name: "herd".into(), persistent: true }];
+    let first = members.start("m1", run("exec sleep 60", volumes)).await.unwrap();
+    let pid = members.record("m1").unwrap().process.unwrap().pid;
+    let renewal = LeaseRenewal {
+        member: "m1".into(),
+        instance: first.clone(),
+        term: 1,
+        renew_deadline: HumanDuration(Duration::from_millis(300)),
+        lease_duration: HumanDuration(Duration::from_secs(1)),
+    };
+    let sent = tokio::time::Instant::now();
+    members.leases_renewed(sent, &[renewal.clone()]);
+    // The agent renews once more 200 ms on, then falls silent (it never
+    // fences): the guard ends the leader (300 + 1000) / 2 ms after the
+    // last renewal was sent, before the lease could be granted again.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let last = tokio::time::Instant::now();
+    members.leases_renewed(last, &[renewal]);
+    eventually("the guard ended the leader", || procs::start_ticks(pid).is_none()).await;
+    let ended = last.elapsed();
+    assert!(ended >= Duration::from_millis(600), "not before its deadline: {ended:?}");
+    assert!(ended < Duration::from_millis(1000), "before the lease's end: {ended:?}");
+    let guards = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c.windows(10).any(|w| w == b"herd-guard")))
+        .filter(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&members.member_dir("m1").display().to_string()))
+        })
+        .count();
+    assert_eq!(guards, 0, "the guard went with its group");
 }
