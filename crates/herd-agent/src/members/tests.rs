@@ -197,7 +197,7 @@ async fn a_leaders_guard_ends_it_at_its_deadline_when_its_agent_does_not() {
         lease_duration: HumanDuration(Duration::from_secs(1)),
     };
     let sent = tokio::time::Instant::now();
-    members.leases_renewed(sent, &[renewal.clone()]);
+    members.leases_renewed(sent, std::slice::from_ref(&renewal));
     // The agent renews once more 200 ms on, then falls silent (it never
     // fences): the guard ends the leader (300 + 1000) / 2 ms after the
     // last renewal was sent, before the lease could be granted again.
