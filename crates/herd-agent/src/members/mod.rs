@@ -383,6 +383,9 @@ impl Members {
             _ = self.stop.cancelled() => return,
             _ = tokio::time::sleep(delay) => {}
         }
+        // A leader whose lease ran out while it was down (its agent
+        // stopped, say) is demoted before it runs again.
+        self.fence_due().await;
         let still_wanted = self.lock().get(member).is_some_and(|s| s.generation == generation && s.record.wanted);
         if still_wanted && let Err(error) = self.launch(member) {
             tracing::error!(member, %error, "could not start a member again");

@@ -30,6 +30,7 @@ mod node_lifecycle;
 mod node_roles;
 mod peer_grants;
 mod readme;
+mod role_leaders;
 mod shared_sqlite;
 mod sim_nodes;
 mod tls;
