@@ -202,7 +202,7 @@ pub fn decide(view: &RoleView<'_>) -> Decision {
             "leader {} (term {}) {state}; its lease runs {} more",
             holder.member,
             view.lease.term,
-            HumanDuration(remaining)
+            HumanDuration(Duration::from_millis(u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX)))
         );
         return Decision::Wait { remaining, why };
     }

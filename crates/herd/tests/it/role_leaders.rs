@@ -9,11 +9,11 @@
 
 use crate::common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::apps::{configured, nodes_with_n1_apart};
-use common::eventually;
+use common::apps::{Nodes, configured, nodes, nodes_with_n1_apart};
+use common::{TestServer, eventually};
 use herd_core::kinds::{AppClusterSpec, NodeSpec};
 
 /// A member that writes while it is primary.
@@ -55,16 +55,15 @@ async fn leader(server: &common::TestServer) -> Option<(String, u64)> {
     Some((leader.member?, leader.term))
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_cut_off_leader_is_fenced_before_another_member_is_promoted_and_never_two_write_at_once() {
-    let nodes = nodes_with_n1_apart(3).await;
+/// Cluster `c` of three members, one a node, its first member the leader
+/// on n1 (alone there while n2 and n3 were cordoned, the two others
+/// joining after), promoted and writing; returns where the writes go.
+async fn led_cluster(nodes: &Nodes) -> PathBuf {
     let server = &nodes.server;
     let admin = server.admin();
     let dir = nodes.dir.path().join("writes");
     std::fs::create_dir_all(&dir).unwrap();
     admin.create_value("apps", &app(), Default::default()).await.unwrap();
-    // The first member, alone on n1 (the others cordoned), leads; then
-    // two more join on n2 and n3.
     let cordon = async |node: &str, cordoned: bool| {
         let mut object = admin.get::<NodeSpec>(node).await.unwrap();
         object.spec.unschedulable = cordoned;
@@ -72,13 +71,11 @@ async fn a_cut_off_leader_is_fenced_before_another_member_is_promoted_and_never_
     };
     cordon("n2", true).await;
     cordon("n3", true).await;
-    let cluster = |members: u32| {
-        serde_json::json!({
-            "metadata": {"name": "c"},
-            "spec": {"appRef": "lead", "roles": [{"name": "db", "members": members, "env": {"WRITES": dir}}]}
-        })
-    };
-    admin.create_value("appclusters", &cluster(1), Default::default()).await.unwrap();
+    let cluster = serde_json::json!({
+        "metadata": {"name": "c"},
+        "spec": {"appRef": "lead", "roles": [{"name": "db", "members": 1, "env": {"WRITES": dir}}]}
+    });
+    admin.create_value("appclusters", &cluster, Default::default()).await.unwrap();
     configured(server, "c", 1, Duration::from_secs(30)).await;
     eventually(Duration::from_secs(20), "c-db-0 leads", || async { leader(server).await.filter(|(_, t)| *t == 1) })
         .await;
@@ -88,49 +85,95 @@ async fn a_cut_off_leader_is_fenced_before_another_member_is_promoted_and_never_
     scaled.spec.roles[0].members = 3;
     admin.update(&scaled).await.unwrap();
     let members = configured(server, "c", 3, Duration::from_secs(30)).await;
-    let (first, term) =
-        eventually(Duration::from_secs(20), "a leader", || async { leader(server).await.filter(|(_, t)| *t == 1) })
-            .await;
-    let on = |member: &str| members.iter().find(|m| m.metadata.name == member).and_then(|m| m.spec.node.clone());
-    assert_eq!((first.as_str(), term, on(&first).as_deref()), ("c-db-0", 1, Some("n1")));
+    let on_n1: Vec<&str> =
+        members.iter().filter(|m| m.spec.node.as_deref() == Some("n1")).map(|m| m.metadata.name.as_str()).collect();
+    assert_eq!((leader(server).await, on_n1), (Some(("c-db-0".to_string(), 1)), vec!["c-db-0"]));
     eventually(Duration::from_secs(20), "the leader promoted and writing", || async {
-        (!writes(&dir, &first).is_empty()).then_some(())
+        (!writes(&dir, "c-db-0").is_empty()).then_some(())
     })
     .await;
+    dir
+}
 
-    // n1 is cut off: its agent cannot renew, and fences its leader.
-    let netns = nodes.netns.as_ref().expect("n1 apart");
-    netns.cut();
-    let cut = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+fn now_ns() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+}
+
+/// Waits for term 2 to be granted and its leader to write; asserts the
+/// old leader's last write came before the new one's first, and returns
+/// (the new leader, ms from `since` to the old leader's last write, ms to
+/// the new one's first).
+async fn failed_over(server: &TestServer, dir: &Path, since: u128) -> (String, u128, u128) {
     let (second, term) =
         eventually(Duration::from_secs(40), "a new leader", || async { leader(server).await.filter(|(_, t)| *t == 2) })
             .await;
-    assert_ne!(second, first);
+    assert_ne!(second, "c-db-0");
     eventually(Duration::from_secs(20), "the new leader promoted and writing", || async {
-        writes(&dir, &second).iter().any(|(_, t)| *t == term).then_some(())
+        writes(dir, &second).iter().any(|(_, t)| *t == term).then_some(())
     })
     .await;
-    let old = writes(&dir, &first);
-    let new = writes(&dir, &second);
-    let last_old = old.iter().map(|(at, _)| *at).max().unwrap();
-    let first_new = new.iter().filter(|(_, t)| *t == 2).map(|(at, _)| *at).min().unwrap();
+    let last_old = writes(dir, "c-db-0").iter().map(|(at, _)| *at).max().unwrap();
+    let first_new = writes(dir, &second).iter().filter(|(_, t)| *t == 2).map(|(at, _)| *at).min().unwrap();
     assert!(
         last_old < first_new,
         "never two primaries at once: the old wrote until {last_old}, the new from {first_new}"
     );
-    let ms = |ns: u128| ns / 1_000_000;
-    eprintln!(
-        "cut at 0 ms; the old leader's last write at {} ms, the new leader's first at {} ms",
-        ms(last_old.saturating_sub(cut)),
-        ms(first_new.saturating_sub(cut))
-    );
-    // Its agent fenced it within its renew deadline (7 s) of its last
-    // renewal, which came at most a heartbeat before the cut.
-    assert!(ms(last_old.saturating_sub(cut)) < 7_000 + 500, "fenced in time");
+    let ms = |ns: u128| ns.saturating_sub(since) / 1_000_000;
+    (second, ms(last_old), ms(first_new))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cut_off_leader_is_fenced_before_another_member_is_promoted_and_never_two_write_at_once() {
+    let nodes = nodes_with_n1_apart(3).await;
+    let server = &nodes.server;
+    let dir = led_cluster(&nodes).await;
+
+    // n1 is cut off: its agent cannot renew, and fences its leader
+    // (demote, then its processes end) at its renew deadline.
+    let netns = nodes.netns.as_ref().expect("n1 apart");
+    netns.cut();
+    let (second, fenced, promoted) = failed_over(server, &dir, now_ns()).await;
+    eprintln!("cut off: the old leader's last write {fenced} ms after the cut, the new leader's first {promoted} ms");
+    // Renewed at most a heartbeat before the cut, fenced 7 s after that.
+    assert!(fenced < 7_500, "fenced in time: {fenced} ms");
 
     // The cut heals: the old leader, demoted, stays a follower.
+    let old = writes(&dir, "c-db-0").len();
     netns.heal();
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(writes(&dir, &first).len(), old.len(), "the old leader writes no more");
+    assert_eq!(writes(&dir, "c-db-0").len(), old, "the old leader writes no more");
     assert_eq!(leader(server).await, Some((second, 2)));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_leader_whose_agent_is_stopped_is_ended_by_its_guard_and_demoted_before_it_runs_again() {
+    let nodes = nodes(3).await;
+    let server = &nodes.server;
+    let dir = led_cluster(&nodes).await;
+
+    // n1's agent stops (SIGSTOP): nothing renews, nothing fences but the
+    // guard, halfway between the renew deadline and the lease's end.
+    let agent = nodes.agents[0].pid();
+    signal(agent, "-STOP");
+    let (second, ended, promoted) = failed_over(server, &dir, now_ns()).await;
+    eprintln!("agent stopped: the old leader's last write {ended} ms after, the new leader's first {promoted} ms");
+    assert!(ended < 8_600, "ended by its guard: {ended} ms");
+
+    // The agent goes on: the old leader is demoted before it runs again.
+    let old = writes(&dir, "c-db-0").len();
+    signal(agent, "-CONT");
+    eventually(Duration::from_secs(30), "c-db-0 running again", || async {
+        let node = server.admin().get::<NodeSpec>("n1").await.ok()?;
+        let report = node.status.members.iter().find(|r| r.name == "c-db-0")?;
+        (node.status.ready && report.running).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(writes(&dir, "c-db-0").len(), old, "the old leader writes no more");
+    assert_eq!(leader(server).await, Some((second, 2)));
+}
+
+fn signal(pid: u32, signal: &str) {
+    let status = std::process::Command::new("kill").args([signal, &pid.to_string()]).status().unwrap();
+    assert!(status.success(), "kill {signal} {pid}");
 }
