@@ -31,6 +31,18 @@ pub struct ConfigMeta {
 pub struct RoleMeta {
     pub name: String,
     pub members: Vec<MemberMeta>,
+    /// Its leader, for a leader role whose lease is held and renewed
+    /// (none while it waits for one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader: Option<LeaderMeta>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaderMeta {
+    pub member: String,
+    /// Only rises: a follower ignores a leader of an older term.
+    pub term: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -84,7 +96,12 @@ fn roles_of(cluster: &AppCluster, members: &[Member], nodes: &[impl Borrow<Node>
             let mut of_role: Vec<&Member> =
                 members.iter().filter(staying).filter(|m| m.spec.role == role.name).collect();
             of_role.sort_by_key(|m| m.spec.index);
-            RoleMeta { name: role.name.clone(), members: of_role.into_iter().map(|m| meta_of(m, &hosts)).collect() }
+            let leader = cluster.status.leaders.iter().find(|l| l.role == role.name && l.waiting.is_none());
+            RoleMeta {
+                name: role.name.clone(),
+                members: of_role.into_iter().map(|m| meta_of(m, &hosts)).collect(),
+                leader: leader.and_then(|l| Some(LeaderMeta { member: l.member.clone()?, term: l.term })),
+            }
         })
         .collect()
 }
@@ -125,9 +142,9 @@ fn quoted(value: &str) -> String {
     format!("'{}'", value.replace('\'', "'\\''"))
 }
 
-/// FNV-1a, 64 bits, over each staying member's name, node, host, ports,
-/// and whether it is configured and ready: stable across processes and
-/// versions.
+/// FNV-1a, 64 bits, over each role's leader and term and each staying
+/// member's name, node, host, ports, and whether it is configured and
+/// ready: stable across processes and versions.
 fn digest(roles: &[RoleMeta]) -> String {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     let mut feed = |text: &str| {
@@ -138,6 +155,10 @@ fn digest(roles: &[RoleMeta]) -> String {
     };
     for role in roles {
         feed(&role.name);
+        if let Some(leader) = &role.leader {
+            feed(&leader.member);
+            feed(&leader.term.to_string());
+        }
         for member in &role.members {
             feed(&member.name);
             feed(member.node.as_deref().unwrap_or(""));
@@ -177,7 +198,9 @@ impl ConfigMeta {
     /// The same document as shell variables, for setup scripts in `sh`
     /// (`. "$HERD_CONFIGMETA_SH"`): `CM_CLUSTER`, `CM_GENERATION`, `CM_ME`
     /// (the member's name) and `CM_ME_ID` (its variable part), `CM_ROLES`,
-    /// per role `CM_ROLE_<ROLE>` (its members, space-separated), and per
+    /// per role `CM_ROLE_<ROLE>` (its members, space-separated) and, for a
+    /// role that has a leader now, `CM_ROLE_<ROLE>_LEADER` and
+    /// `CM_ROLE_<ROLE>_LEADER_TERM`, and per
     /// member `CM_<ID>_NAME|ROLE|NODE|HOST|STATE|READY|PORT_<PORT>`
     /// (`READY` is `true` or `false`), where `<ID>`
     /// is the member's name upper-cased with `-` as `_`.
@@ -194,6 +217,10 @@ impl ConfigMeta {
         for role in &self.roles {
             let names: Vec<&str> = role.members.iter().map(|m| m.name.as_str()).collect();
             lines.push(format!("CM_ROLE_{}={}", shell_part(&role.name), quoted(&names.join(" "))));
+            if let Some(leader) = &role.leader {
+                lines.push(format!("CM_ROLE_{}_LEADER={}", shell_part(&role.name), quoted(&leader.member)));
+                lines.push(format!("CM_ROLE_{}_LEADER_TERM={}", shell_part(&role.name), leader.term));
+            }
             for member in &role.members {
                 let id = shell_part(&member.name);
                 lines.push(format!("CM_{id}_NAME={}", quoted(&member.name)));
@@ -314,5 +341,43 @@ mod tests {
         let distinct: std::collections::BTreeSet<&String> = seen.iter().collect();
         assert_eq!(distinct.len(), 4, "a state, a readiness and a node change each change it: {seen:?}");
         assert_eq!(digest(&later), seen[3], "the same document, the same digest");
+    }
+
+    #[test]
+    fn a_leader_role_names_its_leader_and_term_while_the_lease_is_held_and_its_digest_follows_them() {
+        use crate::kinds::app_cluster::RoleLeader;
+        let mut cluster = AppCluster::new(
+            "db",
+            AppClusterSpec {
+                app_ref: "pg".into(),
+                roles: vec![ClusterRole { name: "pg".into(), members: 2, ..Default::default() }],
+            },
+        );
+        let members = [member("pg", 0, "n1", MemberState::Configured), member("pg", 1, "n2", MemberState::Configured)];
+        let nodes: &[Node] = &[];
+        let none = configmeta(&cluster, &members, nodes, "db-pg-1").unwrap();
+        assert_eq!(none.roles[0].leader, None);
+        let held = |term, waiting: Option<&str>| RoleLeader {
+            role: "pg".into(),
+            member: Some("db-pg-0".into()),
+            instance: Some("run".into()),
+            term,
+            waiting: waiting.map(str::to_string),
+            ..RoleLeader::default()
+        };
+        cluster.status.leaders = vec![held(3, None)];
+        let led = configmeta(&cluster, &members, nodes, "db-pg-1").unwrap();
+        assert_eq!(led.roles[0].leader, Some(LeaderMeta { member: "db-pg-0".into(), term: 3 }));
+        let shell = led.to_shell();
+        assert!(shell.contains("CM_ROLE_PG_LEADER='db-pg-0'\nCM_ROLE_PG_LEADER_TERM=3\n"), "{shell}");
+        assert_ne!(led.digest(), none.digest(), "a new leader reaches every member");
+        cluster.status.leaders = vec![held(4, None)];
+        assert_ne!(configmeta(&cluster, &members, nodes, "db-pg-1").unwrap().digest(), led.digest(), "and a new term");
+        cluster.status.leaders = vec![held(4, Some("its lease runs 3s more"))];
+        assert_eq!(
+            configmeta(&cluster, &members, nodes, "db-pg-1").unwrap().roles[0].leader,
+            None,
+            "none while it waits"
+        );
     }
 }

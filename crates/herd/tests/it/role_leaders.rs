@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::apps::{Nodes, configured, nodes, nodes_with_n1_apart};
-use common::{TestServer, eventually};
+use common::eventually;
 use herd_core::kinds::{AppClusterSpec, NodeSpec};
 
 /// A member that writes while it is primary.
@@ -103,13 +103,24 @@ fn now_ns() -> u128 {
 /// old leader's last write came before the new one's first, and returns
 /// (the new leader, ms from `since` to the old leader's last write, ms to
 /// the new one's first).
-async fn failed_over(server: &TestServer, dir: &Path, since: u128) -> (String, u128, u128) {
+async fn failed_over(nodes: &Nodes, dir: &Path, since: u128) -> (String, u128, u128) {
+    let server = &nodes.server;
     let (second, term) =
         eventually(Duration::from_secs(40), "a new leader", || async { leader(server).await.filter(|(_, t)| *t == 2) })
             .await;
     assert_ne!(second, "c-db-0");
     eventually(Duration::from_secs(20), "the new leader promoted and writing", || async {
         writes(dir, &second).iter().any(|(_, t)| *t == term).then_some(())
+    })
+    .await;
+    // The third member hears of it in its configmeta.
+    let third = ["c-db-1", "c-db-2"].into_iter().find(|m| *m != second).unwrap();
+    let node = if third == "c-db-1" { 1 } else { 2 };
+    let path = nodes.dirs[node].join(format!("volumes/{third}/herd/configmeta.json"));
+    eventually(Duration::from_secs(20), &format!("{third}'s configmeta naming {second} in term 2"), || async {
+        let meta: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).ok()?).ok()?;
+        let leader = &meta["roles"][0]["leader"];
+        (leader["member"] == second.as_str() && leader["term"] == 2).then_some(())
     })
     .await;
     let last_old = writes(dir, "c-db-0").iter().map(|(at, _)| *at).max().unwrap();
@@ -132,7 +143,7 @@ async fn a_cut_off_leader_is_fenced_before_another_member_is_promoted_and_never_
     // (demote, then its processes end) at its renew deadline.
     let netns = nodes.netns.as_ref().expect("n1 apart");
     netns.cut();
-    let (second, fenced, promoted) = failed_over(server, &dir, now_ns()).await;
+    let (second, fenced, promoted) = failed_over(&nodes, &dir, now_ns()).await;
     eprintln!("cut off: the old leader's last write {fenced} ms after the cut, the new leader's first {promoted} ms");
     // Renewed at most a heartbeat before the cut, fenced 7 s after that.
     assert!(fenced < 7_500, "fenced in time: {fenced} ms");
@@ -155,7 +166,7 @@ async fn a_leader_whose_agent_is_stopped_is_ended_by_its_guard_and_demoted_befor
     // guard, halfway between the renew deadline and the lease's end.
     let agent = nodes.agents[0].pid();
     signal(agent, "-STOP");
-    let (second, ended, promoted) = failed_over(server, &dir, now_ns()).await;
+    let (second, ended, promoted) = failed_over(&nodes, &dir, now_ns()).await;
     eprintln!("agent stopped: the old leader's last write {ended} ms after, the new leader's first {promoted} ms");
     assert!(ended < 8_600, "ended by its guard: {ended} ms");
 
