@@ -90,6 +90,13 @@ pub(super) fn lead_roles(work: &mut Work<'_, '_>, app: &AppSpec) -> Vec<RoleLead
                 leader.waiting = None;
             }
         }
+        // Each member of the role says whether it leads now, and in which term.
+        let leads = leader.member.clone().filter(|_| leader.waiting.is_none());
+        for member in work.members.iter_mut().filter(|m| m.spec.role == role.name) {
+            let leading = leads.as_deref() == Some(member.metadata.name.as_str());
+            member.status.leader = leading;
+            member.status.leader_term = leading.then_some(leader.term);
+        }
         leaders.push(leader);
     }
     leaders

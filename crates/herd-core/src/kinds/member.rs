@@ -209,6 +209,12 @@ pub struct MemberStatus {
     /// A restart in place under way (a rolling restart): `crate::restart`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart: Option<RestartProgress>,
+    /// It leads its role now: its lease is held and renewed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub leader: bool,
+    /// The term it leads in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader_term: Option<u64>,
 }
 
 /// A member being restarted in place: the instance it replaces (its
@@ -279,6 +285,8 @@ impl Resource for MemberSpec {
         Column::of("STATE", Cell::MemberState),
         Column::of("READY", Cell::YesNo { path: "/status/ready" }),
         Column::of("NODE", Cell::Text { path: "/spec/node" }),
+        Column::of("LEADER", Cell::YesNo { path: "/status/leader" }),
+        Column::of("TERM", Cell::Text { path: "/status/leaderTerm" }),
         Column::of(
             "INSTANCE",
             Cell::FirstOf {

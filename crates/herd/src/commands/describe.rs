@@ -10,6 +10,7 @@ use std::time::SystemTime;
 
 use herd_client::Client;
 use herd_core::disruption;
+use herd_core::kinds::app_cluster::RoleLeader;
 use herd_core::kinds::member::PendingNotify;
 use herd_core::kinds::{
     AppCluster, AppClusterSpec, DisruptionBudget, DisruptionBudgetSpec, Event, EventReason, EventSpec, Member,
@@ -89,11 +90,44 @@ pub fn cluster_summary(cluster: &AppCluster, members: &[Member]) -> String {
     if let Some(reason) = &status.reason {
         let _ = writeln!(out, "Why not configured: {reason}");
     }
+    for leader in &status.leaders {
+        leader_lines(leader, &mut out);
+    }
     let _ = writeln!(out, "Members ({}):", members.len());
     for member in members {
         member_lines(member, &mut out);
     }
     out
+}
+
+/// A leader role's lease: its holder, term and since when, or why it has
+/// none (or why its holder is not renewed), then each grant.
+fn leader_lines(leader: &RoleLeader, out: &mut String) {
+    let times = match (leader.lease_duration, leader.renew_deadline) {
+        (Some(lease), Some(renew)) => format!(" (lease {lease}, renew deadline {renew})"),
+        _ => String::new(),
+    };
+    let _ = match (&leader.member, &leader.waiting) {
+        (Some(member), None) => writeln!(
+            out,
+            "Leader of role {}: {member}, term {}, since {}{times}",
+            leader.role,
+            leader.term,
+            ago(leader.since)
+        ),
+        (holder, Some(why)) => {
+            let last = holder.as_ref().map(|m| format!(", last {m} in term {}", leader.term)).unwrap_or_default();
+            writeln!(out, "Leader of role {}: none now{last}: {why}{times}", leader.role)
+        }
+        (None, None) => writeln!(out, "Leader of role {}: none yet{times}", leader.role),
+    };
+    for transition in &leader.transitions {
+        let _ = writeln!(
+            out,
+            "  term {} to {} at {}: {}",
+            transition.term, transition.member, transition.at, transition.reason
+        );
+    }
 }
 
 /// The summary of one Member.

@@ -148,6 +148,17 @@ async fn a_cut_off_leader_is_fenced_before_another_member_is_promoted_and_never_
     // Renewed at most a heartbeat before the cut, fenced 7 s after that.
     assert!(fenced < 7_500, "fenced in time: {fenced} ms");
 
+    // The operator sees who leads, in which term, and each grant.
+    let table = String::from_utf8_lossy(&server.cli(&["get", "members"]).stdout).to_string();
+    let row = table.lines().find(|l| l.starts_with(second.as_str())).unwrap_or_default().to_string();
+    assert!(row.contains(" yes ") && row.split_whitespace().any(|w| w == "2"), "{table}");
+    let described = String::from_utf8_lossy(&server.cli(&["describe", "appcluster", "c"]).stdout).to_string();
+    for line in
+        [format!("Leader of role db: {second}, term 2"), "term 1 to c-db-0".into(), format!("term 2 to {second}")]
+    {
+        assert!(described.contains(&line), "{line:?} in\n{described}");
+    }
+
     // The cut heals: the old leader, demoted, stays a follower.
     let old = writes(&dir, "c-db-0").len();
     netns.heal();
