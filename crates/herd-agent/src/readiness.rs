@@ -5,7 +5,8 @@
 //! same loop watches the members' setup status files, so that a setup
 //! that ends is reported at once rather than with the next heartbeat, and
 //! looks after setup runs an earlier agent run launched (their deadline,
-//! their end: `setup::look`).
+//! their end: `setup::look`), and runs the position command of each
+//! member of a leader role that has one, every second.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Stdio;
@@ -22,6 +23,8 @@ use crate::procs::{self, RunMark};
 
 /// How often the agent looks for checks that are due.
 const TICK: Duration = Duration::from_millis(250);
+/// How often a leader role's member's position command runs.
+const POSITION_PERIOD: Duration = Duration::from_secs(1);
 /// How much of a failing command's output a result keeps.
 const DETAIL_TAIL: usize = 512;
 
@@ -58,6 +61,21 @@ pub async fn run(members: Members, stop: CancellationToken) {
         }
         if setup_changed {
             members.tell_changed();
+        }
+        for record in &records {
+            let (Some(_), Some(process)) = (&record.run.position, &record.process) else { continue };
+            let key = (record.name.clone(), format!("position {}", process.instance_id));
+            let busy_key = format!("position {}", record.name);
+            if !record.wanted || busy.contains(&busy_key) || next_due.get(&key).is_some_and(|due| *due > now) {
+                continue;
+            }
+            next_due.insert(key, now + POSITION_PERIOD);
+            busy.insert(busy_key.clone());
+            let (members, done, record) = (members.clone(), done_tx.clone(), record.clone());
+            running.spawn(async move {
+                members.look_at_position(&record).await;
+                let _ = done.send(busy_key);
+            });
         }
         for record in records {
             let (Some(check), Some(process)) = (record.run.readiness.clone(), record.process.clone()) else {
@@ -143,6 +161,7 @@ mod tests {
                 readiness: None,
                 drain: None,
                 demote: None,
+                position: None,
             },
             wanted: true,
             process: None,
@@ -184,5 +203,31 @@ mod tests {
         assert!(!passing && detail.contains("connecting to port client"), "{detail}");
         let (passing, detail) = probe(&members, &plain, &tcp).await;
         assert!(!passing && detail.contains("HERD_PORT_CLIENT is not set"), "{detail}");
+    }
+
+    #[tokio::test]
+    async fn a_leader_roles_member_reports_what_its_position_command_printed_for_its_run() {
+        use herd_core::kinds::command::DrainHook;
+        let dir = tempfile::tempdir().unwrap();
+        let stop = CancellationToken::new();
+        let _stop = stop.clone().drop_guard();
+        let members = Members::open(dir.path(), stop.clone()).await.unwrap();
+        let mut run = record(&[]).run;
+        let said = "echo 0/2A; echo sync c-db-1 c-db-2";
+        run.position = Some(DrainHook { script: said.into(), timeout: HumanDuration::from_secs(5) });
+        let instance = members.start("m", run).await.unwrap();
+        tokio::spawn(super::run(members.clone(), stop.clone()));
+        let mut reported = None;
+        for _ in 0..40 {
+            reported = members.report().into_iter().next().and_then(|r| r.position);
+            if reported.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let reported = reported.expect("a position within 4 s");
+        assert_eq!(reported.instance_id, instance);
+        assert_eq!(reported.position, "0/2A");
+        assert_eq!(reported.in_sync, ["c-db-1", "c-db-2"]);
     }
 }

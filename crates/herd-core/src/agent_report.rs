@@ -15,6 +15,9 @@ const MAX_DETAIL_LENGTH: usize = 256;
 const MAX_CSR_LENGTH: usize = 16 * 1024;
 
 /// Checks `report` as a whole, naming each bad field.
+/// The most members a position report may name in sync.
+pub const MAX_IN_SYNC: usize = 64;
+
 pub fn check(report: &AgentReport) -> Result<(), ValidationErrors> {
     let mut errors = ValidationErrors::new();
     check_id(&FieldPath::root("agentBootId"), &report.agent_boot_id, &mut errors);
@@ -38,6 +41,16 @@ pub fn check(report: &AgentReport) -> Result<(), ValidationErrors> {
         check_name(&path.child("name"), &member.name, &mut errors);
         for (j, volume) in member.lost_volumes.iter().enumerate() {
             check_name(&path.child("lostVolumes").key(&j.to_string()), volume, &mut errors);
+        }
+        if let Some(position) = &member.position {
+            let path = path.child("position");
+            check_text(&path.child("position"), &position.position, MAX_WORD_LENGTH, &mut errors);
+            if position.in_sync.len() > MAX_IN_SYNC {
+                errors.add(&path.child("inSync"), format!("must name at most {MAX_IN_SYNC} members"));
+            }
+            for (j, name) in position.in_sync.iter().enumerate() {
+                check_name(&path.child("inSync").key(&j.to_string()), name, &mut errors);
+            }
         }
     }
     let refusals = FieldPath::root("peerRefusals");

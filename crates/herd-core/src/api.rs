@@ -256,10 +256,41 @@ pub struct MemberReport {
     /// Its last runs each ended within seconds of starting.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub crash_loop: Option<CrashLoop>,
+    /// What its role's position command last printed, for a member of a
+    /// leader role that has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position: Option<PositionReport>,
     /// Its persistent volumes this node had and that are gone: it is not
     /// started on empty ones.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lost_volumes: Vec<String>,
+}
+
+/// What a member's position command printed: its first line is how far
+/// the member has come (a number, or an LSN such as `16/B374D848`); a
+/// leader's may add a line `sync <member> ...` naming the members that
+/// have every write it acknowledged.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PositionReport {
+    /// The instance it was run against.
+    pub instance_id: String,
+    pub position: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub in_sync: Vec<String>,
+}
+
+impl PositionReport {
+    /// What a position command printed, for `instance`.
+    pub fn parse(instance_id: &str, output: &str) -> PositionReport {
+        let mut lines = output.lines().map(str::trim).filter(|l| !l.is_empty());
+        let position = lines.next().unwrap_or_default().chars().take(64).collect();
+        let in_sync = lines
+            .find_map(|l| l.strip_prefix("sync "))
+            .map(|names| names.split_whitespace().take(64).map(str::to_string).collect())
+            .unwrap_or_default();
+        PositionReport { instance_id: instance_id.to_string(), position, in_sync }
+    }
 }
 
 /// A member whose last runs each ended within seconds of starting: its
@@ -756,5 +787,15 @@ mod tests {
         let old_agent: ReadinessReport =
             serde_json::from_str(r#"{"instanceId": "i1", "passing": true, "at": "1970-01-01T00:00:10Z"}"#).unwrap();
         assert_eq!(old_agent.since, at(10), "an agent that still sends `at`");
+    }
+
+    #[test]
+    fn a_position_report_is_its_first_line_and_the_members_a_sync_line_names() {
+        let said = PositionReport::parse("run-1", "\n 16/B374D848 \nsomething else\nsync c-db-1 c-db-2\n");
+        assert_eq!(said.position, "16/B374D848");
+        assert_eq!(said.in_sync, ["c-db-1", "c-db-2"]);
+        assert_eq!(said.instance_id, "run-1");
+        let nothing = PositionReport::parse("run-1", "");
+        assert_eq!((nothing.position.as_str(), nothing.in_sync.len()), ("", 0));
     }
 }

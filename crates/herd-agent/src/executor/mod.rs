@@ -513,6 +513,7 @@ mod tests {
             readiness: None,
             drain: None,
             demote: None,
+            position: None,
         };
         executor.accept(command("start", 1, Action::StartMember { member: "m".into(), run }));
         settled(&executor, "start").await;

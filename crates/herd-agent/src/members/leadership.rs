@@ -24,12 +24,13 @@ use std::collections::HashMap;
 use std::os::unix::process::CommandExt;
 use std::time::Duration;
 
-use herd_core::api::LeaseRenewal;
+use herd_core::api::{LeaseRenewal, PositionReport};
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::Members;
+use super::{MemberRecord, Members};
 use crate::fsutil::write_atomic;
+use crate::procs::RunMark;
 
 /// The guard's deadline, in the member's directory.
 const DEADLINE_FILE: &str = "leader.deadline";
@@ -176,6 +177,44 @@ impl Members {
             }
             Err(error) => tracing::error!(member, %error, "could not start the leader's guard"),
         }
+    }
+
+    /// Runs the member's position command against its current run; what
+    /// it printed is reported with the member from now on.
+    pub async fn look_at_position(&self, record: &MemberRecord) {
+        let (Some(hook), Some(process)) = (&record.run.position, &record.process) else { return };
+        let mark = RunMark::fresh("position");
+        let child = match self.shell(record, &hook.script, &["herd-position", "--position"], &mark).spawn() {
+            Ok(child) => child,
+            Err(error) => {
+                tracing::warn!(member = %record.name, %error, "could not run the position command");
+                return;
+            }
+        };
+        let pid = child.id();
+        let outcome = tokio::time::timeout(hook.timeout.get(), child.wait_with_output()).await;
+        crate::procs::end_run(pid, &mark);
+        let report = match outcome {
+            Ok(Ok(output)) if output.status.success() => {
+                PositionReport::parse(&process.instance_id, &String::from_utf8_lossy(&output.stdout))
+            }
+            // No answer: no position (the member is not chosen for one).
+            _ => PositionReport { instance_id: process.instance_id.clone(), ..PositionReport::default() },
+        };
+        let changed = {
+            let mut positions = self.positions.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            positions.insert(record.name.clone(), report.clone()).as_ref() != Some(&report)
+        };
+        if changed {
+            self.tell_changed();
+        }
+    }
+
+    /// The position reported for `record`'s current run.
+    pub(super) fn position_of(&self, record: &MemberRecord) -> Option<PositionReport> {
+        let instance = &record.process.as_ref()?.instance_id;
+        let positions = self.positions.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        positions.get(&record.name).filter(|p| p.instance_id == *instance).cloned()
     }
 
     fn write_term(&self, member: &str, term: u64, leading: bool) {

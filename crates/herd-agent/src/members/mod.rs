@@ -119,6 +119,8 @@ pub struct Members {
     setups: Arc<Mutex<std::collections::BTreeSet<String>>>,
     /// Members that lead their role, with their leases (`leadership.rs`).
     leads: Arc<Mutex<std::collections::HashMap<String, leadership::Lead>>>,
+    /// What each member's position command last printed (`leadership.rs`).
+    positions: Arc<Mutex<BTreeMap<String, herd_core::api::PositionReport>>>,
     stop: CancellationToken,
 }
 
@@ -145,6 +147,7 @@ impl Members {
             changed: Arc::default(),
             setups: Arc::default(),
             leads: Arc::default(),
+            positions: Arc::default(),
             stop,
         };
         let root = data_dir.join("members");
@@ -482,6 +485,7 @@ impl Members {
                     setup_status,
                     setup_stderr,
                     readiness: readiness.get(&record.name).cloned(),
+                    position: self.position_of(record),
                     crash_loop: restarts::crash_loop(&restarts::Runs {
                         wanted: record.wanted,
                         short_runs: record.short_runs,

@@ -11,6 +11,7 @@ fn run(script: &str, volumes: Vec<VolumeSpec>) -> MemberRun {
         readiness: None,
         drain: None,
         demote: None,
+        position: None,
     }
 }
 

@@ -9,7 +9,7 @@ use super::sync::issue;
 use super::{Work, report};
 use crate::kinds::app_cluster::{KEPT_TRANSITIONS, LeaderTransition, RoleLeader};
 use crate::kinds::{Action, AppSpec, EventReason, EventType, MemberState, Purpose};
-use crate::role_leader::{self, Contender, Decision, Holder, RoleLease, RoleView};
+use crate::role_leader::{self, Contender, Decision, Holder, Position, RoleLease, RoleView};
 
 /// The leader of each of `app`'s leader roles, as this pass leaves it.
 pub(super) fn lead_roles(work: &mut Work<'_, '_>, app: &AppSpec) -> Vec<RoleLeader> {
@@ -34,13 +34,18 @@ pub(super) fn lead_roles(work: &mut Work<'_, '_>, app: &AppSpec) -> Vec<RoleLead
                 let node_ready = node.and_then(|n| snap.nodes.node(n)).is_some_and(|n| n.status.ready);
                 let heard = node.and_then(|n| snap.heard.get(n)).is_some_and(|d| *d < spec.renew_deadline.get());
                 let running = report(snap.nodes, m).filter(|r| node_ready && heard && r.running);
+                let instance = running.and_then(|r| r.instance_id.clone());
+                let position = running
+                    .and_then(|r| r.position.as_ref())
+                    .filter(|p| Some(&p.instance_id) == instance.as_ref())
+                    .and_then(|p| p.position.parse::<Position>().ok());
                 Contender {
                     member: m.metadata.name.clone(),
-                    instance: running.and_then(|r| r.instance_id.clone()),
+                    instance,
                     ready: m.status.ready,
                     config_error: m.status.state == MemberState::ConfigError,
-                    position: None,
-                    in_sync: false,
+                    position,
+                    in_sync: leader.in_sync.contains(&m.metadata.name),
                     busy: work.busy.contains(&m.metadata.name),
                 }
             })
@@ -54,6 +59,13 @@ pub(super) fn lead_roles(work: &mut Work<'_, '_>, app: &AppSpec) -> Vec<RoleLead
         };
         match role_leader::decide(&view) {
             Decision::Renew { instance } => {
+                // The leader's own word on who is in sync.
+                let holder =
+                    leader.member.as_deref().and_then(|name| work.members.iter().find(|m| m.metadata.name == name));
+                let said = holder.and_then(|m| report(snap.nodes, m)).and_then(|r| r.position.as_ref());
+                if let Some(said) = said.filter(|p| p.instance_id == instance) {
+                    leader.in_sync = said.in_sync.clone();
+                }
                 leader.instance = Some(instance);
                 leader.waiting = None;
             }
@@ -88,6 +100,8 @@ pub(super) fn lead_roles(work: &mut Work<'_, '_>, app: &AppSpec) -> Vec<RoleLead
                 leader.term = term;
                 leader.since = Some(snap.now);
                 leader.waiting = None;
+                // The new leader says who is in sync with it.
+                leader.in_sync.clear();
             }
         }
         // Each member of the role says whether it leads now, and in which term.

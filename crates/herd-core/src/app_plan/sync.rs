@@ -43,8 +43,9 @@ pub fn member_run(cluster: &AppCluster, app_role: &AppRole, cluster_role: &Clust
     let persistent = app_role.run.volumes.iter().any(|v| v.persistent);
     run.volumes.push(VolumeSpec { name: HERD_VOLUME.into(), persistent });
     run.readiness = app_role.readiness.clone();
-    run.demote =
-        app_role.leader.as_ref().map(|l| DrainHook { script: l.demote.script.clone(), timeout: l.demote.timeout });
+    let hook = |h: &crate::kinds::app::LeaderHook| DrainHook { script: h.script.clone(), timeout: h.timeout };
+    run.demote = app_role.leader.as_ref().map(|l| hook(&l.demote));
+    run.position = app_role.leader.as_ref().and_then(|l| l.position.as_ref()).map(hook);
     run
 }
 

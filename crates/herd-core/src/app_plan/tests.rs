@@ -109,7 +109,7 @@ fn member(role: &str, index: u32, node: Option<&str>) -> Member {
     member
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct World {
     cluster: AppCluster,
     app: Option<AppSpec>,
@@ -594,4 +594,54 @@ fn rule_a_leader_role_is_granted_a_term_kept_while_its_leader_runs_and_moved_onc
         (script.as_str(), expected_instance.as_deref()),
         ("HERD_LEADER_TERM=2\nexport HERD_LEADER_TERM\npromote", Some("run-1"))
     );
+}
+
+/// The world with each member's position command having printed
+/// `positions[i]` (and, for the first, `sync` naming members in sync).
+fn with_positions(world: &World, positions: [&str; 3], sync: &[&str]) -> World {
+    let mut world = world.clone_with_nodes([true; 3]);
+    world.nodes = world
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let mut n = Node::clone(n);
+            for report in &mut n.status.members {
+                let said = format!("{}\nsync {}\n", positions[i], sync.join(" "));
+                let instance = report.instance_id.clone().unwrap_or_default();
+                report.position = Some(crate::api::PositionReport::parse(&instance, &said));
+            }
+            Arc::new(n)
+        })
+        .collect();
+    world
+}
+
+#[test]
+fn rule_the_most_advanced_member_leads_and_with_synchronous_only_one_in_sync_may_follow() {
+    let world = with_positions(&led_world([true; 3]), ["0/30", "0/10", "0/20"], &["db-a-1"]);
+    let (led, _, _) = carried_out(world, 5);
+    let leader = leader_of(&led).clone();
+    assert_eq!((leader.member.as_deref(), leader.term), (Some("db-a-0"), 1), "the most advanced");
+    assert_eq!(leader.in_sync, ["db-a-1"], "as the leader said");
+
+    // The leader is lost: the next is the most advanced of the others...
+    let mut lost = led.clone_with_nodes([false, true, true]);
+    lost.leases.insert("a".into(), Duration::from_secs(10));
+    let (moved, _, _) = carried_out(lost.clone(), 3);
+    assert_eq!(leader_of(&moved).member.as_deref(), Some("db-a-2"), "0/20 is ahead of 0/10");
+
+    // ...unless synchronous: only the one in sync, even though behind.
+    let mut synchronous = lost;
+    if let Some(app) = &mut synchronous.app {
+        let leader = app.roles[0].leader.as_mut().unwrap();
+        leader.synchronous = true;
+        leader.position = Some(crate::kinds::app::LeaderHook {
+            script: "pos".into(),
+            timeout: crate::time::HumanDuration::from_secs(5),
+        });
+    }
+    let (moved, _, _) = carried_out(synchronous, 3);
+    let leader = leader_of(&moved);
+    assert_eq!((leader.member.as_deref(), leader.term), (Some("db-a-1"), 2), "{leader:?}");
 }

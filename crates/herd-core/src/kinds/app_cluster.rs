@@ -129,6 +129,11 @@ pub struct RoleLeader {
     /// Why the role has no leader, or why its leader's lease is not renewed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<String>,
+    /// The members the leader last reported in sync (every write it
+    /// acknowledged is on them): with `synchronous`, only they may be the
+    /// next leader.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub in_sync: Vec<String>,
     /// The last grants, oldest first (at most [`KEPT_TRANSITIONS`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub transitions: Vec<LeaderTransition>,

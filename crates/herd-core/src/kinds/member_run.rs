@@ -39,6 +39,11 @@ pub struct MemberRun {
     /// ended (so that it comes back as a follower).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub demote: Option<DrainHook>,
+    /// For a member of a leader role whose App says how far a member has
+    /// come: run by the agent every second while the member runs; what it
+    /// prints is reported with the member (`crate::api::PositionReport`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position: Option<DrainHook>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -103,6 +103,7 @@ async fn copies_survive_agent_kills_at_random_moments() {
         readiness: None,
         drain: None,
         demote: None,
+        position: None,
     };
     for i in (0..copies).filter(|i| migrates(*i)) {
         let start = Action::StartMember { member: format!("m{i}"), run: run.clone() };

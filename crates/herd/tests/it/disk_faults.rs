@@ -86,6 +86,7 @@ async fn copies_and_migrations_onto_a_disk_that_fills_at_random_moments_settle_t
         readiness: None,
         drain: None,
         demote: None,
+        position: None,
     };
     let command = |name: String, node: &str, action| {
         let spec = CommandSpec {

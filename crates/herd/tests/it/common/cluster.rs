@@ -34,6 +34,7 @@ pub fn member_run() -> MemberRun {
         readiness: None,
         drain: None,
         demote: None,
+        position: None,
     }
 }
 
