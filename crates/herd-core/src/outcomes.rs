@@ -73,6 +73,7 @@ pub fn record_outcome(command: &Command, status: &mut MemberStatus, now: Timesta
         (Purpose::Promote { term }, _) => {
             if let Err(why) = result {
                 failed(status, &format!("promoting it (term {term})"), why);
+                status.promote_failed = Some(*term);
             }
         }
     }

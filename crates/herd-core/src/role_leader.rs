@@ -116,6 +116,9 @@ pub struct Contender {
     /// An unsettled Command holds it: it keeps a lease it has, but is
     /// granted none now (its promote would run beside that Command).
     pub busy: bool,
+    /// Its promote hook failed in the lease's term: its lease is not
+    /// renewed, and it is not granted the next.
+    pub promote_failed: bool,
 }
 
 /// Everything a decision on one role's lease is made from.
@@ -151,6 +154,8 @@ pub enum Decision {
 fn not_eligible(contender: &Contender, last_holder: Option<&str>, synchronous: bool) -> Option<&'static str> {
     if contender.config_error {
         Some("in config error")
+    } else if contender.promote_failed {
+        Some("its promote hook failed")
     } else if contender.instance.is_none() {
         Some("not running, or its node is not heard from")
     } else if !contender.ready {
@@ -187,6 +192,7 @@ pub fn decide(view: &RoleView<'_>) -> Decision {
         && let Some(instance) = &contender.instance
         && contender.ready
         && !contender.config_error
+        && !contender.promote_failed
     {
         return Decision::Renew { instance: instance.clone() };
     }
@@ -258,6 +264,7 @@ mod tests {
             position: Some(Position(position)),
             in_sync: false,
             busy: false,
+            promote_failed: false,
         }
     }
 
@@ -377,13 +384,20 @@ mod tests {
     }
 
     fn contenders() -> impl Strategy<Value = Vec<Contender>> {
-        let one =
-            (any::<bool>(), any::<bool>(), any::<bool>(), proptest::option::of(0u64..4), any::<bool>(), any::<bool>());
+        let one = (
+            any::<bool>(),
+            any::<bool>(),
+            any::<bool>(),
+            proptest::option::of(0u64..4),
+            any::<bool>(),
+            any::<bool>(),
+            any::<bool>(),
+        );
         proptest::collection::vec(one, 0..5).prop_map(|members| {
             members
                 .into_iter()
                 .enumerate()
-                .map(|(i, (running, ready, config_error, position, in_sync, busy))| Contender {
+                .map(|(i, (running, ready, config_error, position, in_sync, busy, promote_failed))| Contender {
                     member: format!("m{i}"),
                     instance: running.then(|| format!("m{i}-run")),
                     ready,
@@ -391,6 +405,7 @@ mod tests {
                     position: position.map(Position),
                     in_sync,
                     busy,
+                    promote_failed,
                 })
                 .collect()
         })
@@ -421,7 +436,7 @@ mod tests {
                     let held = lease.holder.as_ref().expect("only a holder is renewed");
                     let member = members.iter().find(|c| c.member == held.member).expect("a member");
                     prop_assert_eq!(member.instance.as_deref(), Some(instance.as_str()));
-                    prop_assert!(member.ready && !member.config_error);
+                    prop_assert!(member.ready && !member.config_error && !member.promote_failed);
                 }
                 Decision::Wait { remaining, .. } => {
                     prop_assert!(lease.holder.is_some());

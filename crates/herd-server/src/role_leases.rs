@@ -112,7 +112,9 @@ impl Renewals {
             }
             let cluster = self.clusters.get_shared(member.cluster.as_deref()?)?;
             let leader = cluster.status.leaders.iter().find(|l| {
-                l.member.as_deref() == Some(member.name.as_str()) && l.instance.as_deref() == Some(instance)
+                l.member.as_deref() == Some(member.name.as_str())
+                    && l.instance.as_deref() == Some(instance)
+                    && !l.revoked
             })?;
             let (lease, renew_deadline) = (leader.lease_duration?, leader.renew_deadline?);
             let live = self.leases.renew(&cluster.metadata.name, &leader.role, leader.term, lease.get(), now);

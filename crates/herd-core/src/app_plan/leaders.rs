@@ -47,6 +47,7 @@ pub(super) fn lead_roles(work: &mut Work<'_, '_>, app: &AppSpec) -> Vec<RoleLead
                     position,
                     in_sync: leader.in_sync.contains(&m.metadata.name),
                     busy: work.busy.contains(&m.metadata.name),
+                    promote_failed: m.status.promote_failed == Some(leader.term) && leader.term > 0,
                 }
             })
             .collect();
@@ -57,6 +58,19 @@ pub(super) fn lead_roles(work: &mut Work<'_, '_>, app: &AppSpec) -> Vec<RoleLead
             synchronous: spec.synchronous,
             times: spec.times(),
         };
+        // A holder whose promote hook failed leads nothing: its lease is
+        // no longer renewed, and once it expired another is chosen.
+        let failed = contenders.iter().find(|c| Some(&c.member) == leader.member.as_ref() && c.promote_failed);
+        if let Some(failed) = failed
+            && !leader.revoked
+        {
+            leader.revoked = true;
+            if let Some(i) = work.index(&failed.member) {
+                let why = work.members[i].status.reason.clone().unwrap_or_default();
+                let message = format!("not the leader of role {} in term {}: {why}", role.name, leader.term);
+                work.note(i, EventType::Warning, EventReason::RoleLeaderWaiting, message);
+            }
+        }
         match role_leader::decide(&view) {
             Decision::Renew { instance } => {
                 // The leader's own word on who is in sync.
@@ -100,6 +114,7 @@ pub(super) fn lead_roles(work: &mut Work<'_, '_>, app: &AppSpec) -> Vec<RoleLead
                 leader.term = term;
                 leader.since = Some(snap.now);
                 leader.waiting = None;
+                leader.revoked = false;
                 // The new leader says who is in sync with it.
                 leader.in_sync.clear();
             }

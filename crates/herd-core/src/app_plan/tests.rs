@@ -536,7 +536,16 @@ fn leader_of(world: &World) -> &crate::kinds::app_cluster::RoleLeader {
 /// The world after `passes` passes, each one's Commands carried out with
 /// success before the next; the Events the passes told and the Commands
 /// they planned.
-fn carried_out(mut world: World, passes: usize) -> (World, Vec<Note>, Vec<Command>) {
+fn carried_out(world: World, passes: usize) -> (World, Vec<Note>, Vec<Command>) {
+    carried_out_failing(world, passes, &|_| None)
+}
+
+/// As [`carried_out`], a Command failing with what `fails` says of it.
+fn carried_out_failing(
+    mut world: World,
+    passes: usize,
+    fails: &dyn Fn(&Command) -> Option<Answer>,
+) -> (World, Vec<Note>, Vec<Command>) {
     let (mut notes, mut planned) = (Vec::new(), Vec::new());
     for _ in 0..passes {
         let plan = world.plan();
@@ -548,8 +557,12 @@ fn carried_out(mut world: World, passes: usize) -> (World, Vec<Note>, Vec<Comman
             .iter()
             .map(|c| {
                 let mut c = Command::clone(c);
-                c.status.state_by_management = ManagementState::Completed;
-                c.status.answer = Some(Answer::said(true, "done"));
+                if c.status.answer.is_none() {
+                    let failure = fails(&c);
+                    c.status.state_by_management =
+                        if failure.is_some() { ManagementState::Failed } else { ManagementState::Completed };
+                    c.status.answer = Some(failure.unwrap_or_else(|| Answer::said(true, "done")));
+                }
                 Arc::new(c)
             })
             .collect();
@@ -644,4 +657,32 @@ fn rule_the_most_advanced_member_leads_and_with_synchronous_only_one_in_sync_may
     let (moved, _, _) = carried_out(synchronous, 3);
     let leader = leader_of(&moved);
     assert_eq!((leader.member.as_deref(), leader.term), (Some("db-a-1"), 2), "{leader:?}");
+}
+
+#[test]
+fn rule_a_leader_whose_promote_hook_failed_is_not_renewed_and_the_next_is_chosen_once_its_lease_expired() {
+    let promote_fails = |c: &Command| {
+        let promoting = matches!(c.spec.origin.as_ref().map(|o| &o.purpose), Some(Purpose::Promote { term: 1 }));
+        promoting.then(|| script_failed("pg_ctl: could not promote"))
+    };
+    let (failed, notes, _) = carried_out_failing(led_world([true; 3]), 5, &promote_fails);
+    let leader = leader_of(&failed).clone();
+    assert_eq!((leader.member.as_deref(), leader.term, leader.revoked), (Some("db-a-0"), 1, true), "{leader:?}");
+    let told = notes.iter().find(|n| n.reason == EventReason::RoleLeaderWaiting).expect("an Event says why");
+    assert!(told.message.contains("pg_ctl: could not promote"), "{}", told.message);
+    let member = failed.members.iter().find(|m| m.metadata.name == "db-a-0").unwrap();
+    assert!(!member.status.leader, "it does not lead");
+
+    // Its lease expires unrenewed: the next leader is another member.
+    let mut expired = failed;
+    expired.leases.insert("a".into(), Duration::from_secs(10));
+    let (moved, _, _) = carried_out(expired, 3);
+    let leader = leader_of(&moved);
+    assert_eq!((leader.member.as_deref(), leader.term, leader.revoked), (Some("db-a-1"), 2, false), "{leader:?}");
+}
+
+/// A script's failure as its agent answers it.
+fn script_failed(stderr: &str) -> Answer {
+    let details = crate::kinds::AnswerDetails::Script { exit_code: 1, stdout: String::new(), stderr: stderr.into() };
+    Answer { success: false, message: "the script exited with 1".into(), details }
 }

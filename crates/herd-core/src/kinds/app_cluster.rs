@@ -129,6 +129,10 @@ pub struct RoleLeader {
     /// Why the role has no leader, or why its leader's lease is not renewed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<String>,
+    /// Its holder's lease is not renewed any more (its promote hook
+    /// failed): the next leader is chosen once it has expired.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub revoked: bool,
     /// The members the leader last reported in sync (every write it
     /// acknowledged is on them): with `synchronous`, only they may be the
     /// next leader.
