@@ -260,6 +260,11 @@ pub struct MemberReport {
     /// leader role that has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub position: Option<PositionReport>,
+    /// The term in which it was demoted (its agent fenced it, or started
+    /// it again after it went down leading): it leads in no term up to
+    /// that one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub demoted_in: Option<u64>,
     /// Its persistent volumes this node had and that are gone: it is not
     /// started on empty ones.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -119,6 +119,8 @@ pub struct Contender {
     /// Its promote hook failed in the lease's term: its lease is not
     /// renewed, and it is not granted the next.
     pub promote_failed: bool,
+    /// Its agent demoted it in the lease's term: it does not lead now.
+    pub demoted: bool,
 }
 
 /// Everything a decision on one role's lease is made from.
@@ -156,6 +158,8 @@ fn not_eligible(contender: &Contender, last_holder: Option<&str>, synchronous: b
         Some("in config error")
     } else if contender.promote_failed {
         Some("its promote hook failed")
+    } else if contender.demoted && last_holder == Some(contender.member.as_str()) {
+        Some("demoted by its agent")
     } else if contender.instance.is_none() {
         Some("not running, or its node is not heard from")
     } else if !contender.ready {
@@ -193,6 +197,7 @@ pub fn decide(view: &RoleView<'_>) -> Decision {
         && contender.ready
         && !contender.config_error
         && !contender.promote_failed
+        && !contender.demoted
     {
         return Decision::Renew { instance: instance.clone() };
     }
@@ -265,6 +270,7 @@ mod tests {
             in_sync: false,
             busy: false,
             promote_failed: false,
+            demoted: false,
         }
     }
 
@@ -391,21 +397,24 @@ mod tests {
             proptest::option::of(0u64..4),
             any::<bool>(),
             any::<bool>(),
-            any::<bool>(),
+            (any::<bool>(), any::<bool>()),
         );
         proptest::collection::vec(one, 0..5).prop_map(|members| {
             members
                 .into_iter()
                 .enumerate()
-                .map(|(i, (running, ready, config_error, position, in_sync, busy, promote_failed))| Contender {
-                    member: format!("m{i}"),
-                    instance: running.then(|| format!("m{i}-run")),
-                    ready,
-                    config_error,
-                    position: position.map(Position),
-                    in_sync,
-                    busy,
-                    promote_failed,
+                .map(|(i, (running, ready, config_error, position, in_sync, busy, (promote_failed, demoted)))| {
+                    Contender {
+                        member: format!("m{i}"),
+                        instance: running.then(|| format!("m{i}-run")),
+                        ready,
+                        config_error,
+                        position: position.map(Position),
+                        in_sync,
+                        busy,
+                        promote_failed,
+                        demoted,
+                    }
                 })
                 .collect()
         })
@@ -436,7 +445,7 @@ mod tests {
                     let held = lease.holder.as_ref().expect("only a holder is renewed");
                     let member = members.iter().find(|c| c.member == held.member).expect("a member");
                     prop_assert_eq!(member.instance.as_deref(), Some(instance.as_str()));
-                    prop_assert!(member.ready && !member.config_error && !member.promote_failed);
+                    prop_assert!(member.ready && !member.config_error && !member.promote_failed && !member.demoted);
                 }
                 Decision::Wait { remaining, .. } => {
                     prop_assert!(lease.holder.is_some());

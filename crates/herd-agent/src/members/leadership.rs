@@ -25,7 +25,7 @@ use std::os::unix::process::CommandExt;
 use std::time::Duration;
 
 use herd_core::api::{LeaseRenewal, PositionReport};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use super::{MemberRecord, Members};
@@ -71,7 +71,7 @@ fn uptime_centis() -> Option<u64> {
 }
 
 /// What `leader.json` says.
-#[derive(Serialize)]
+#[derive(Serialize, Deserialize)]
 struct TermFile {
     term: u64,
     leading: bool,
@@ -215,6 +215,29 @@ impl Members {
         let instance = &record.process.as_ref()?.instance_id;
         let positions = self.positions.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         positions.get(&record.name).filter(|p| p.instance_id == *instance).cloned()
+    }
+
+    /// A member that led when it went down (its term file says so) and is
+    /// started again by an agent that holds no lease of its: its demote
+    /// hook runs first, and it is reported demoted in that term.
+    pub async fn demote_if_leading(&self, record: &MemberRecord) {
+        let Some(TermFile { term, leading: true }) = self.term_file(record) else { return };
+        tracing::warn!(member = %record.name, term, "it led when it went down: demoting it before it starts again");
+        self.write_term(&record.name, term, false);
+        if let Some(demote) = &record.run.demote {
+            self.hook(record, demote, "demote", &[("HERD_LEADER_TERM", term.to_string())]).await;
+        }
+    }
+
+    /// The term in which the member was demoted (fenced, or brought back
+    /// after it went down leading), as its term file says.
+    pub(super) fn demoted_in(&self, record: &MemberRecord) -> Option<u64> {
+        self.term_file(record).filter(|t| !t.leading).map(|t| t.term)
+    }
+
+    fn term_file(&self, record: &MemberRecord) -> Option<TermFile> {
+        let dir = crate::setup::herd_volume(self, record)?;
+        serde_json::from_slice(&std::fs::read(dir.join("leader.json")).ok()?).ok()
     }
 
     fn write_term(&self, member: &str, term: u64, leading: bool) {

@@ -187,6 +187,9 @@ impl Members {
                 }
                 (false, true) => {
                     tracing::info!(member = %name, "a wanted member is not running (host restart, or it exited); starting it");
+                    // It led when it went down: no lease of its holds now
+                    // that this agent knows of, so it comes back demoted.
+                    members.demote_if_leading(&record).await;
                     members.launch(&name)?;
                 }
                 (false, false) => {}
@@ -486,6 +489,7 @@ impl Members {
                     setup_stderr,
                     readiness: readiness.get(&record.name).cloned(),
                     position: self.position_of(record),
+                    demoted_in: self.demoted_in(record),
                     crash_loop: restarts::crash_loop(&restarts::Runs {
                         wanted: record.wanted,
                         short_runs: record.short_runs,

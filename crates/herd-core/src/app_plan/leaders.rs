@@ -48,6 +48,7 @@ pub(super) fn lead_roles(work: &mut Work<'_, '_>, app: &AppSpec) -> Vec<RoleLead
                     in_sync: leader.in_sync.contains(&m.metadata.name),
                     busy: work.busy.contains(&m.metadata.name),
                     promote_failed: m.status.promote_failed == Some(leader.term) && leader.term > 0,
+                    demoted: running.and_then(|r| r.demoted_in).is_some_and(|t| t >= leader.term && leader.term > 0),
                 }
             })
             .collect();
