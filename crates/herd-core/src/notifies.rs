@@ -1,8 +1,11 @@
 //! Notifies: who is told of members joining and leaving (KubeDirector's
-//! generateNotifies). When members of role R join (first set up, never a
-//! restart) or leave, every configured member of a role whose App role
-//! lists R in `notifies` gets `--addnodes|--delnodes --role R --members
-//! a,b` queued in its pendingNotifyCmds; they are sent at the end of every
+//! generateNotifies), and of a leader role's new leader. When members of
+//! role R join (first set up, never a restart) or leave, every configured
+//! member of a role whose App role lists R in `notifies` gets
+//! `--addnodes|--delnodes --role R --members a,b` queued in its
+//! pendingNotifyCmds (`--leader --role R --members m --term N` when m is
+//! granted R's lease in term N, so that followers follow it); they are
+//! sent at the end of every
 //! pass, one member of a role at a time unless its App role asks for all
 //! at once (`notifyOrder`), and retried until they succeed. Pure.
 
@@ -14,19 +17,30 @@ use crate::kinds::app::{AppSpec, NotifyOrder};
 use crate::kinds::member::{LastKnownState, Member, MemberState, MemberStatus, PendingNotify};
 use crate::time::Timestamp;
 
-/// Members joining or leaving in this pass.
+/// Members joining or leaving in this pass, or a role's new leader.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Change {
     Added,
     Deleted,
+    /// Granted its role's lease in this term.
+    Leader {
+        term: u64,
+    },
 }
 
 impl Change {
-    fn flag(self) -> &'static str {
-        match self {
+    /// The notify's arguments, for members `names` of `role`.
+    fn arguments(self, role: &str, names: &str) -> Vec<String> {
+        let flag = match self {
             Change::Added => "--addnodes",
             Change::Deleted => "--delnodes",
+            Change::Leader { .. } => "--leader",
+        };
+        let mut arguments = [flag, "--role", role, "--members", names].map(str::to_string).to_vec();
+        if let Change::Leader { term } = self {
+            arguments.extend(["--term".to_string(), term.to_string()]);
         }
+        arguments
     }
 }
 
@@ -58,8 +72,7 @@ pub fn queue_notifies(
             if others.is_empty() {
                 continue;
             }
-            let arguments =
-                [change.flag(), "--role", role, "--members", &others.join(",")].map(str::to_string).to_vec();
+            let arguments = change.arguments(role, &others.join(","));
             member.status.state_detail.pending_notify_cmds.push(PendingNotify {
                 arguments,
                 attempts: 0,

@@ -50,12 +50,15 @@ pub struct Lead {
     guarded: Option<u32>,
 }
 
-/// The guard: `$1` the deadline file, `$2` the process group. It ends the
-/// group once the host's boot clock (`/proc/uptime`, in hundredths of a
-/// second) passes the deadline; it stops when the file is gone or the
-/// group is.
+/// The guard: `$1` the deadline file, `$2` the process group (its leader's
+/// pid). It ends the group once the host's boot clock (`/proc/uptime`, in
+/// hundredths of a second) passes the deadline; it stops when the file is
+/// gone, or the group's leader is (or its pid is another process's now,
+/// another start time: pids come round fast, and a group id with them).
 const GUARD: &str = r#"f=$1; g=$2
-while kill -0 "-$g" 2>/dev/null && [ -f "$f" ]; do
+started() { read -r s < "/proc/$g/stat" 2>/dev/null || return 1; s=${s##*) }; set -- $s; echo "${20}"; }
+s0=$(started) || exit 0
+while [ "$(started)" = "$s0" ] && [ -f "$f" ]; do
   d=; read -r d < "$f"; [ -n "$d" ] || d=0
   read -r up _ < /proc/uptime
   now=${up%.*}${up#*.}
@@ -125,7 +128,10 @@ impl Members {
             if let Some(demote) = &record.run.demote {
                 self.hook(&record, demote, "demote", &[("HERD_LEADER_TERM", lead.term.to_string())]).await;
             }
+            // Only the run it knows: a pid whose process is gone may be
+            // another's by now (pids come round fast).
             if let Some(process) = &record.process
+                && crate::procs::is_alive(process.pid, process.start_ticks)
                 && let Err(error) = crate::procs::signal_group(process.pid, libc::SIGKILL)
             {
                 tracing::error!(member, %error, "could not end a fenced leader's processes");

@@ -9,6 +9,7 @@ use super::sync::issue;
 use super::{Work, report};
 use crate::kinds::app_cluster::{KEPT_TRANSITIONS, LeaderTransition, RoleLeader};
 use crate::kinds::{Action, AppSpec, EventReason, EventType, MemberState, Purpose};
+use crate::notifies::{Change, queue_notifies};
 use crate::role_leader::{self, Contender, Decision, Holder, Position, RoleLease, RoleView};
 
 /// The leader of each of `app`'s leader roles, as this pass leaves it.
@@ -109,7 +110,13 @@ pub(super) fn lead_roles(work: &mut Work<'_, '_>, app: &AppSpec) -> Vec<RoleLead
                         expected_instance: Some(holder.instance.clone()),
                     };
                     issue(work, i, Purpose::Promote { term }, action);
+                    // For as long as its hook may take.
+                    if let Some(planned) = work.programs[i].commands.last_mut() {
+                        planned.command.spec.timeout = Some(spec.promote.timeout);
+                    }
                 }
+                let leads = [(role.name.clone(), holder.member.clone())];
+                queue_notifies(app, &mut work.members, Change::Leader { term }, &leads, snap.now);
                 leader.member = Some(holder.member);
                 leader.instance = Some(holder.instance);
                 leader.term = term;

@@ -686,3 +686,31 @@ fn script_failed(stderr: &str) -> Answer {
     let details = crate::kinds::AnswerDetails::Script { exit_code: 1, stdout: String::new(), stderr: stderr.into() };
     Answer { success: false, message: "the script exited with 1".into(), details }
 }
+
+#[test]
+fn rule_a_new_leader_is_announced_to_the_members_that_listen_and_promoted_within_its_hooks_timeout() {
+    let mut world = led_world([true; 3]);
+    if let Some(app) = &mut world.app {
+        app.roles[0].notifies = vec!["a".into()];
+    }
+    // One member of the role at a time (its notify order): enough passes for both.
+    let (granted, _, planned) = carried_out(world, 8);
+    assert_eq!(leader_of(&granted).member.as_deref(), Some("db-a-0"));
+    let promote = planned
+        .iter()
+        .find(|c| matches!(c.spec.origin.as_ref().map(|o| &o.purpose), Some(Purpose::Promote { .. })))
+        .expect("a promote");
+    assert_eq!(promote.spec.timeout, Some(crate::time::HumanDuration::from_secs(30)), "the hook's timeout");
+    let told: Vec<&Command> = planned
+        .iter()
+        .filter(|c| match c.spec.origin.as_ref().map(|o| &o.purpose) {
+            Some(Purpose::Notify { arguments }) => arguments.first().map(String::as_str) == Some("--leader"),
+            _ => false,
+        })
+        .collect();
+    let mut who: Vec<&str> = told.iter().map(|c| c.spec.action.member()).collect();
+    who.sort();
+    assert_eq!(who, ["db-a-1", "db-a-2"], "every other member of the role, not the leader itself");
+    let Some(Purpose::Notify { arguments }) = told[0].spec.origin.as_ref().map(|o| &o.purpose) else { unreachable!() };
+    assert_eq!(arguments, &["--leader", "--role", "a", "--members", "db-a-0", "--term", "1"]);
+}

@@ -243,8 +243,9 @@ async fn a_lost_leaders_role_fails_over_and_the_old_leader_comes_back_a_follower
     let member = nodes.server.admin().get::<herd_core::kinds::MemberSpec>("c-db-0").await.unwrap();
     let pid = common::apps::pid_of(&nodes.server, &member).await;
     nodes.agents[0].kill9();
-    signal(pid, "-KILL");
-    let _ = std::process::Command::new("kill").args(["-KILL", &format!("-{pid}")]).status();
+    // The member's whole process group, its leader with it.
+    let killed = std::process::Command::new("kill").args(["-KILL", "--", &format!("-{pid}")]).status().unwrap();
+    assert!(killed.success(), "the member's group was there to kill");
     let (second, lost, promoted) = failed_over(&nodes, &dir, now_ns()).await;
     eprintln!("host lost: the old leader's last write {lost} ms after, the new leader's first {promoted} ms");
 
