@@ -29,6 +29,14 @@ pub fn is_alive(pid: u32, expected_start: u64) -> bool {
     start_ticks(pid) == Some(expected_start)
 }
 
+/// Sends `signal` to the group led by the run `pid` started as
+/// `start_ticks`, only while that run lives: once it is gone its pid, and
+/// so its group id, may be another process's (pids come round in minutes
+/// on a busy host).
+pub fn signal_run(pid: u32, start_ticks: u64, signal: i32) -> std::io::Result<()> {
+    if is_alive(pid, start_ticks) { signal_group(pid, signal) } else { Ok(()) }
+}
+
 /// Sends `signal` to every process of the group led by `pid`.
 pub fn signal_group(pid: u32, signal: i32) -> std::io::Result<()> {
     let Ok(pgid) = libc::pid_t::try_from(pid) else {

@@ -364,7 +364,7 @@ impl Executor {
             && let Some(worker) = &entry.worker
         {
             // Timed out: the worker goes too.
-            let _ = procs::signal_group(worker.pid, libc::SIGKILL);
+            let _ = procs::signal_run(worker.pid, worker.start_ticks, libc::SIGKILL);
         }
         let end = match outcome {
             Err(_) => WorkEnd::TimedOut(entry.spec.timeout()),

@@ -94,10 +94,11 @@ impl Executor {
             let _ = procs::signal_group(pid, libc::SIGKILL);
             return Err(self.journal_failure("journaling the copy worker", &error));
         }
+        let start_ticks = procs::start_ticks(pid).unwrap_or_default();
         self.set_hook(
             entry,
             Some(Arc::new(move || {
-                let _ = procs::signal_group(pid, libc::SIGKILL);
+                let _ = procs::signal_run(pid, start_ticks, libc::SIGKILL);
             })),
         );
         let status = child.wait().await.map_err(|e| format!("waiting for the copy worker: {e}"))?;
@@ -112,11 +113,11 @@ impl Executor {
         if !self.advance(&mut entry, AgentState::ProcessingInBackend, None) {
             return;
         }
-        let pid = worker.pid;
+        let (pid, start_ticks) = (worker.pid, worker.start_ticks);
         self.set_hook(
             &entry,
             Some(Arc::new(move || {
-                let _ = procs::signal_group(pid, libc::SIGKILL);
+                let _ = procs::signal_run(pid, start_ticks, libc::SIGKILL);
             })),
         );
         tracing::info!(command = %entry.name, pid = worker.pid, "re-attached to a running worker");

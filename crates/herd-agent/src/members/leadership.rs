@@ -131,8 +131,7 @@ impl Members {
             // Only the run it knows: a pid whose process is gone may be
             // another's by now (pids come round fast).
             if let Some(process) = &record.process
-                && crate::procs::is_alive(process.pid, process.start_ticks)
-                && let Err(error) = crate::procs::signal_group(process.pid, libc::SIGKILL)
+                && let Err(error) = crate::procs::signal_run(process.pid, process.start_ticks, libc::SIGKILL)
             {
                 tracing::error!(member, %error, "could not end a fenced leader's processes");
             }

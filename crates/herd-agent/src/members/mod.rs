@@ -424,7 +424,7 @@ impl Members {
             while procs::is_alive(process.pid, process.start_ticks) && tokio::time::Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
-            procs::signal_group(process.pid, libc::SIGKILL).map_err(io)?;
+            procs::signal_run(process.pid, process.start_ticks, libc::SIGKILL).map_err(io)?;
         }
         end_instance(&process.instance_id);
         if let Some(slot) = self.lock().get_mut(member) {
@@ -592,7 +592,7 @@ pub async fn stop_processes(data_dir: &Path) -> usize {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     for process in &running {
-        let _ = procs::signal_group(process.pid, libc::SIGKILL);
+        let _ = procs::signal_run(process.pid, process.start_ticks, libc::SIGKILL);
         end_instance(&process.instance_id);
     }
     for dir in std::fs::read_dir(data_dir.join("members")).into_iter().flatten().flatten() {
