@@ -63,10 +63,7 @@ impl RoleLeases {
     /// term. Whether it was renewed.
     pub fn renew(&self, cluster: &str, role: &str, term: u64, lease: Duration, now: Instant) -> bool {
         let mut seen = self.lock();
-        let entry = seen.entry((cluster.to_string(), role.to_string())).or_insert((term, now));
-        if entry.0 != term {
-            *entry = (term, now);
-        }
+        let entry = sighting(&mut seen, cluster, role, term, now);
         let live = now.duration_since(entry.1) < lease;
         if live {
             entry.1 = now;
@@ -77,13 +74,24 @@ impl RoleLeases {
     /// How long since the lease of `role` in `cluster`, in `term`, was
     /// last renewed, or first seen in that term (zero now).
     pub fn since(&self, cluster: &str, role: &str, term: u64, now: Instant) -> Duration {
-        let mut seen = self.lock();
-        let entry = seen.entry((cluster.to_string(), role.to_string())).or_insert((term, now));
-        if entry.0 != term {
-            *entry = (term, now);
-        }
-        now.duration_since(entry.1)
+        now.duration_since(sighting(&mut self.lock(), cluster, role, term, now).1)
     }
+}
+
+/// The lease's entry in `term`: as kept, or first seen now (a new term
+/// starts afresh).
+fn sighting<'a>(
+    seen: &'a mut HashMap<Key, (u64, Instant)>,
+    cluster: &str,
+    role: &str,
+    term: u64,
+    now: Instant,
+) -> &'a mut (u64, Instant) {
+    let entry = seen.entry((cluster.to_string(), role.to_string())).or_insert((term, now));
+    if entry.0 != term {
+        *entry = (term, now);
+    }
+    entry
 }
 
 /// What a heartbeat renews: the leases of the members it reports running

@@ -237,6 +237,8 @@ impl Members {
     /// The term in which the member was demoted (fenced, or brought back
     /// after it went down leading), as its term file says.
     pub(super) fn demoted_in(&self, record: &MemberRecord) -> Option<u64> {
+        // Only a leader role's member has a term file: no read for the others.
+        record.run.demote.as_ref()?;
         self.term_file(record).filter(|t| !t.leading).map(|t| t.term)
     }
 

@@ -76,8 +76,7 @@ pub(super) fn lead_roles(work: &mut Work<'_, '_>, app: &AppSpec) -> Vec<RoleLead
         match role_leader::decide(&view) {
             Decision::Renew { instance } => {
                 // The leader's own word on who is in sync.
-                let holder =
-                    leader.member.as_deref().and_then(|name| work.members.iter().find(|m| m.metadata.name == name));
+                let holder = leader.member.as_deref().and_then(|name| work.index(name)).map(|i| &work.members[i]);
                 let said = holder.and_then(|m| report(snap.nodes, m)).and_then(|r| r.position.as_ref());
                 if let Some(said) = said.filter(|p| p.instance_id == instance) {
                     leader.in_sync = said.in_sync.clone();
