@@ -192,6 +192,21 @@ mod tests {
     }
 
     #[test]
+    fn a_run_is_signalled_only_while_it_lives_never_a_pid_that_came_round() {
+        use std::os::unix::process::CommandExt;
+        let mut child = std::process::Command::new("sleep").arg("30").process_group(0).spawn().unwrap();
+        let pid = child.id();
+        let started = start_ticks(pid).unwrap();
+        // Another run under the same pid (another start time): left alone.
+        signal_run(pid, started + 1, libc::SIGKILL).unwrap();
+        assert!(is_alive(pid, started), "a pid with another start time is not the run");
+        signal_run(pid, started, libc::SIGKILL).unwrap();
+        child.wait().unwrap();
+        assert!(!is_alive(pid, started));
+        signal_run(pid, started, libc::SIGKILL).unwrap();
+    }
+
+    #[test]
     fn ending_a_run_kills_what_left_its_process_group() {
         use std::os::unix::process::CommandExt;
         let mark = RunMark::fresh("test");
