@@ -159,7 +159,7 @@ fn carry_out(members: &mut BTreeMap<String, MemberReport>, action: &Action) -> A
             }
             _ => Answer::said(false, format!("member {member} does not run as {expected_instance}")),
         },
-        Action::RunScript { member, .. } => {
+        Action::RunScript { member, .. } | Action::Promote { member, .. } => {
             let message = format!("the script of member {member} exited with 0 (simulated)");
             let details = AnswerDetails::Script { exit_code: 0, stdout: String::new(), stderr: String::new() };
             Answer { success: true, message, details }
@@ -170,6 +170,9 @@ fn carry_out(members: &mut BTreeMap<String, MemberReport>, action: &Action) -> A
                 report.wanted = false;
             }
             Answer::said(true, format!("member {member} stopped (simulated)"))
+        }
+        Action::Demote { member, term } => {
+            Answer::said(true, format!("member {member} stood down from term {term} (simulated)"))
         }
         Action::RemoveMember { member } => {
             members.remove(member);

@@ -87,6 +87,12 @@ pub fn find_out(action: &Action, facts: &Facts<'_>) -> Finding {
                 "interrupted: whether the script ran in member {member} is unknown; `herd command retry` runs it again"
             ),
         ),
+        // A promote half run is not run again: the lease it was for goes
+        // unrenewed, and the next leader is chosen once it expired.
+        Action::Promote { member, .. } => {
+            done(false, format!("interrupted: whether member {member}'s promote hook ran is unknown"))
+        }
+        Action::Demote { member, .. } => Finding::Again(format!("member {member}: demoting it again is safe")),
         Action::CopyVolume { member, volume, from_node } => match facts.copy {
             Some(Ok(CopyLook { verdict: CopyVerdict::Completed, checksum })) => {
                 let message = format!("volume {member}/{volume} on {node} matches the source (checksum {checksum})");

@@ -46,6 +46,7 @@ pub mod role_sync;
 pub mod roles;
 pub mod selection;
 pub mod setup_status;
+pub mod switchover;
 pub mod throttle;
 pub mod time;
 pub mod units;

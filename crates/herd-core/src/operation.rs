@@ -75,7 +75,7 @@ pub enum Outcome {
     Refused { message: String, never: bool },
 }
 
-fn note(status: &mut OperationStatus, now: Timestamp, message: String) {
+pub(crate) fn note(status: &mut OperationStatus, now: Timestamp, message: String) {
     status.history.push(HistoryEntry { at: now, message });
     let excess = status.history.len().saturating_sub(HISTORY_KEPT);
     status.history.drain(..excess);
@@ -83,7 +83,7 @@ fn note(status: &mut OperationStatus, now: Timestamp, message: String) {
 
 /// Ends the Operation: nothing blocks a finished one (its message says
 /// how it ended, and why, if something stood in its way).
-fn finish(status: &mut OperationStatus, phase: OperationPhase, message: String, now: Timestamp) {
+pub(crate) fn finish(status: &mut OperationStatus, phase: OperationPhase, message: String, now: Timestamp) {
     status.phase = phase;
     status.blocker = None;
     status.finished_at = Some(now);
@@ -153,6 +153,7 @@ enum Standing {
 
 fn standing(action: &OperationAction, step: &OperationStep, member: &Member, view: &View) -> Standing {
     match action {
+        OperationAction::Switchover { .. } => Standing::NotYet,
         OperationAction::Drain { node } => {
             let asked = step.state == StepState::Evicted;
             if asked && abandoned(member, node) {
@@ -195,6 +196,7 @@ fn selected<'a>(action: &OperationAction, members: &'a [Member]) -> Vec<&'a Memb
         .iter()
         .filter(|m| match action {
             OperationAction::Drain { node } => m.spec.node.as_deref() == Some(node.as_str()),
+            OperationAction::Switchover { .. } => false,
             OperationAction::Restart { cluster, role, .. } => {
                 m.spec.cluster == *cluster
                     && m.spec.role == *role
@@ -210,6 +212,7 @@ fn selected<'a>(action: &OperationAction, members: &'a [Member]) -> Vec<&'a Memb
 fn said(action: &OperationAction, status: &OperationStatus, what: Said) -> String {
     let (done, total) = (status.done, status.total);
     match (action, what) {
+        (OperationAction::Switchover { role, .. }, _) => format!("switching role {role} over"),
         (OperationAction::Drain { node }, Said::Done) => format!("node {node} drained: {total} members moved"),
         (OperationAction::Restart { cluster, role, .. }, Said::Done) => {
             format!("role {role} of {cluster} restarted: {total} members, each once")
@@ -251,6 +254,10 @@ pub fn pass(operation: &Operation, view: &View, retry_refused: bool, now: Timest
         return (status, Vec::new());
     }
     let action = &spec.action;
+    // A switchover has no steps: `crate::switchover` decides its passes.
+    if matches!(action, OperationAction::Switchover { .. }) {
+        return (status, Vec::new());
+    }
     for member in selected(action, view.members) {
         if !status.steps.iter().any(|s| s.member == member.metadata.name) {
             let step = OperationStep { member: member.metadata.name.clone(), since: now, ..Default::default() };
@@ -320,7 +327,7 @@ pub fn pass(operation: &Operation, view: &View, retry_refused: bool, now: Timest
     // A rolling restart's canaries go first, and alone.
     let canaries = match action {
         OperationAction::Restart { canary, .. } => usize::try_from(*canary).unwrap_or(usize::MAX),
-        OperationAction::Drain { .. } => 0,
+        OperationAction::Drain { .. } | OperationAction::Switchover { .. } => 0,
     };
     let canaries_done = status.steps.iter().take(canaries).all(|s| s.state == StepState::Done);
     let limit = if canaries_done { spec.max_parallel } else { u32::try_from(canaries).unwrap_or(u32::MAX) };

@@ -5,7 +5,8 @@
 //! settled Command once, records it here, and deletes it with the write
 //! of the status that recorded it.
 
-use crate::kinds::{Action, Command, ManagementState, MemberStatus, Purpose};
+use crate::kinds::member::StoodDown;
+use crate::kinds::{Action, AnswerDetails, Command, ManagementState, MemberStatus, Purpose};
 use crate::member_sync::{record_command, record_configure};
 use crate::migration::record_migration;
 use crate::notifies::record_delivery;
@@ -76,6 +77,18 @@ pub fn record_outcome(command: &Command, status: &mut MemberStatus, now: Timesta
                 status.promote_failed = Some(*term);
             }
         }
+        // A demote that failed leaves the lease unrenewed: it expires, and
+        // the holder's agent fences it first.
+        (Purpose::Demote { term }, _) => match result {
+            Ok(()) => {
+                let position = match &command.status.answer.as_ref().map(|a| &a.details) {
+                    Some(AnswerDetails::StoodDown { position }) => Some(position.clone()),
+                    _ => None,
+                };
+                status.stood_down = Some(StoodDown { term: *term, position });
+            }
+            Err(why) => failed(status, &format!("demoting it (term {term})"), why),
+        },
     }
     Recorded::Nothing
 }

@@ -119,7 +119,9 @@ pub struct Contender {
     /// Its promote hook failed in the lease's term: its lease is not
     /// renewed, and it is not granted the next.
     pub promote_failed: bool,
-    /// Its agent demoted it in the lease's term: it does not lead now.
+    /// It stood down in the lease's term (its agent fenced it, or it
+    /// was demoted for a handover): it does not lead now, and a lease of
+    /// its in that term ends at once.
     pub demoted: bool,
 }
 
@@ -133,6 +135,9 @@ pub struct RoleView<'a> {
     /// Only the last holder or a member in sync may be granted the next term.
     pub synchronous: bool,
     pub times: LeaseTimes,
+    /// The member a switchover asks for: granted the next term when it
+    /// may lead, before any more advanced one.
+    pub preferred: Option<&'a str>,
 }
 
 /// What to do with a role's lease.
@@ -153,7 +158,7 @@ pub enum Decision {
 /// Why a contender may not be granted a new term (None: it may). With
 /// `synchronous`, a member must be in sync, or be the last holder (who
 /// had every acknowledged write).
-fn not_eligible(contender: &Contender, last_holder: Option<&str>, synchronous: bool) -> Option<&'static str> {
+pub fn not_eligible(contender: &Contender, last_holder: Option<&str>, synchronous: bool) -> Option<&'static str> {
     if contender.config_error {
         Some("in config error")
     } else if contender.promote_failed {
@@ -178,12 +183,13 @@ fn not_eligible(contender: &Contender, last_holder: Option<&str>, synchronous: b
 /// | # | when | decision |
 /// |---|---|---|
 /// | 1 | the holder's member runs and is ready, its lease not expired | renew (for its current run: one restarted in place keeps it) |
-/// | 2 | a holder, and its lease not expired | wait for the expiry |
+/// | 2 | a holder that has not stood down, and its lease not expired | wait for the expiry |
 /// | 3 | no member may lead | leaderless, saying why for each |
-/// | 4 | otherwise | the next term to the most advanced member that may lead (the last holder, then the lowest name, on a tie) |
+/// | 4 | otherwise | the next term to the member a switchover asks for if it may lead, else to the most advanced member that may lead (the last holder, then the lowest name, on a tie) |
 ///
 /// An expired lease is never renewed: its holder has fenced itself, and
-/// comes back only with a new term. With `synchronous`, a new term goes
+/// comes back only with a new term. A holder that stood down (its agent
+/// says so: fenced, or demoted for a handover) ends its lease at once. With `synchronous`, a new term goes
 /// only to a member in sync or to the last holder: a replica that is
 /// behind is never promoted.
 pub fn decide(view: &RoleView<'_>) -> Decision {
@@ -191,6 +197,8 @@ pub fn decide(view: &RoleView<'_>) -> Decision {
     let lease_duration = view.times.lease_duration.get();
     let live = view.since_renewed < lease_duration;
     let holding = holder.and_then(|h| view.contenders.iter().find(|c| c.member == h.member));
+    let stood_down = holding.is_some_and(|c| c.demoted);
+    let live = live && !stood_down;
     if live
         && let Some(contender) = holding
         && let Some(instance) = &contender.instance
@@ -220,8 +228,10 @@ pub fn decide(view: &RoleView<'_>) -> Decision {
     let last = holder.map(|h| h.member.as_str());
     let (eligible, refused): (Vec<&Contender>, Vec<&Contender>) =
         view.contenders.iter().partition(|c| not_eligible(c, last, view.synchronous).is_none());
-    let chosen = eligible.into_iter().min_by_key(|c| (Reverse(c.position), Some(c.member.as_str()) != last, &c.member));
-    let Some(chosen) = chosen else {
+    let preferred = eligible.iter().find(|c| Some(c.member.as_str()) == view.preferred).copied();
+    let advanced =
+        eligible.into_iter().min_by_key(|c| (Reverse(c.position), Some(c.member.as_str()) != last, &c.member));
+    let Some(chosen) = preferred.or(advanced) else {
         let reasons: Vec<String> = refused
             .iter()
             .map(|c| format!("{} {}", c.member, not_eligible(c, last, view.synchronous).unwrap_or("")))
@@ -235,10 +245,15 @@ pub fn decide(view: &RoleView<'_>) -> Decision {
     let instance = chosen.instance.clone().unwrap_or_default();
     let position = chosen.position.map(|p| format!(" at {p}")).unwrap_or_default();
     let before = match holder {
+        Some(h) if stood_down => format!("{} stood down (term {})", h.member, view.lease.term),
         Some(h) => format!("the lease of {} (term {}) expired", h.member, view.lease.term),
         None => "no member leads".to_string(),
     };
-    let why = format!("{before}; {} is the most advanced member that may lead{position}", chosen.member);
+    let how = match preferred {
+        Some(_) => "was asked for by a switchover and may lead",
+        None => "is the most advanced member that may lead",
+    };
+    let why = format!("{before}; {} {how}{position}", chosen.member);
     Decision::Grant { holder: Holder { member: chosen.member.clone(), instance }, term: view.lease.term + 1, why }
 }
 
@@ -279,7 +294,14 @@ mod tests {
     }
 
     fn view<'a>(lease: &'a RoleLease, since: u64, contenders: &'a [Contender]) -> RoleView<'a> {
-        RoleView { lease, since_renewed: Duration::from_secs(since), contenders, synchronous: false, times: TIMES }
+        RoleView {
+            lease,
+            since_renewed: Duration::from_secs(since),
+            contenders,
+            synchronous: false,
+            times: TIMES,
+            preferred: None,
+        }
     }
 
     #[test]
@@ -382,6 +404,26 @@ mod tests {
     }
 
     #[test]
+    fn a_holder_that_stood_down_ends_its_lease_at_once_and_a_switchover_names_the_next() {
+        let lease = held_by("a", 3);
+        let mut members = [contender("a", 9), contender("b", 7), contender("c", 8)];
+        members[0].demoted = true;
+        let mut v = view(&lease, 1, &members);
+        let Decision::Grant { holder, term, why } = decide(&v) else { panic!("grants at once") };
+        assert_eq!((holder.member.as_str(), term), ("c", 4), "the most advanced of the others");
+        assert_eq!(why, "a stood down (term 3); c is the most advanced member that may lead at 0/8");
+        v.preferred = Some("b");
+        let Decision::Grant { holder, why, .. } = decide(&v) else { panic!("grants at once") };
+        assert_eq!(holder.member, "b");
+        assert_eq!(why, "a stood down (term 3); b was asked for by a switchover and may lead at 0/7");
+        // One asked for that may not lead: the most advanced instead.
+        members[1].ready = false;
+        let v = RoleView { preferred: Some("b"), ..view(&lease, 1, &members) };
+        let Decision::Grant { holder, .. } = decide(&v) else { panic!("grants") };
+        assert_eq!(holder.member, "c");
+    }
+
+    #[test]
     fn lease_times_keep_the_control_planes_rules() {
         assert!(TIMES.breaches().is_empty());
         let tight = LeaseTimes { lease_duration: HumanDuration::from_secs(8), ..TIMES };
@@ -431,14 +473,19 @@ mod tests {
             term in 0u64..100,
             since in 0u64..20,
             synchronous in any::<bool>(),
+            preferred in proptest::option::of(0usize..6),
         ) {
             let lease = RoleLease {
                 holder: holder.map(|i| Holder { member: format!("m{i}"), instance: format!("m{i}-run") }),
                 term,
             };
+            let preferred = preferred.map(|i| format!("m{i}"));
             let mut v = view(&lease, since, &members);
             v.synchronous = synchronous;
+            v.preferred = preferred.as_deref();
             let last = lease.holder.as_ref().map(|h| h.member.as_str());
+            let holding = last.and_then(|h| members.iter().find(|c| c.member == h));
+            let stood_down = holding.is_some_and(|c| c.demoted);
             match decide(&v) {
                 Decision::Renew { instance } => {
                     prop_assert!(Duration::from_secs(since) < TIMES.lease_duration.get(), "an expired lease is never renewed");
@@ -448,17 +495,28 @@ mod tests {
                     prop_assert!(member.ready && !member.config_error && !member.promote_failed && !member.demoted);
                 }
                 Decision::Wait { remaining, .. } => {
-                    prop_assert!(lease.holder.is_some());
+                    prop_assert!(lease.holder.is_some() && !stood_down);
                     prop_assert_eq!(remaining + Duration::from_secs(since), TIMES.lease_duration.get());
                 }
                 Decision::Grant { holder: granted, term: next, .. } => {
                     prop_assert_eq!(next, term + 1);
-                    prop_assert!(lease.holder.is_none() || Duration::from_secs(since) >= TIMES.lease_duration.get());
+                    prop_assert!(
+                        lease.holder.is_none() || stood_down || Duration::from_secs(since) >= TIMES.lease_duration.get(),
+                        "no grant while a holder that did not stand down holds its lease"
+                    );
+                    prop_assert!(!stood_down || Some(granted.member.as_str()) != last, "one that stood down is not granted again");
                     let chosen = members.iter().find(|c| c.member == granted.member).expect("a member");
                     prop_assert_eq!(not_eligible(chosen, last, synchronous), None);
                     prop_assert!(!synchronous || chosen.in_sync || Some(chosen.member.as_str()) == last, "no stale replica promoted");
-                    let best = members.iter().filter(|c| not_eligible(c, last, synchronous).is_none()).map(|c| c.position).max();
-                    prop_assert_eq!(Some(chosen.position), best);
+                    let eligible = |c: &&Contender| not_eligible(c, last, synchronous).is_none();
+                    let asked = members.iter().filter(eligible).find(|c| Some(c.member.as_str()) == preferred.as_deref());
+                    match asked {
+                        Some(asked) => prop_assert_eq!(&asked.member, &chosen.member, "the member asked for, when it may lead"),
+                        None => {
+                            let best = members.iter().filter(eligible).map(|c| c.position).max();
+                            prop_assert_eq!(Some(chosen.position), best);
+                        }
+                    }
                 }
                 Decision::Leaderless { .. } => {
                     prop_assert!(members.iter().all(|c| not_eligible(c, last, synchronous).is_some()));

@@ -333,6 +333,29 @@ pub enum AppClusterCommand {
         #[arg(long)]
         detach: bool,
     },
+    /// Hand the lease of a leader role to another member (a durable
+    /// Operation under the leader's disruption budgets): the leader
+    /// stands down first (its demote hook), then the next is promoted
+    /// once it has every write the old leader had. Refused, naming why,
+    /// when the member asked for is not ready, not in sync, or in config
+    /// error. Exit code 0 handed over, 1 refused or failed.
+    Switchover {
+        /// The AppCluster's name.
+        name: String,
+        /// The leader role.
+        #[arg(long)]
+        role: String,
+        /// The member to lead next [default: the most advanced that may].
+        #[arg(long)]
+        to: Option<String>,
+        /// How long it may wait for its budgets or for the member asked
+        /// for to be able to lead, before the leader is asked to stand down.
+        #[arg(long, value_parser = duration, default_value = "30s")]
+        deadline: HumanDuration,
+        /// Start it and return; do not follow it.
+        #[arg(long)]
+        detach: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]

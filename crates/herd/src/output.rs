@@ -100,7 +100,9 @@ fn cell(cell: &Cell, value: &Value) -> String {
         ),
         Cell::OperationAction => {
             let target = match text(value, "/spec/action/type").as_str() {
-                "Restart" => format!("{}/{}", text(value, "/spec/action/cluster"), text(value, "/spec/action/role")),
+                "Restart" | "Switchover" => {
+                    format!("{}/{}", text(value, "/spec/action/cluster"), text(value, "/spec/action/role"))
+                }
                 _ => text(value, "/spec/action/node"),
             };
             format!("{} {target}", text(value, "/spec/action/type"))

@@ -16,6 +16,7 @@ use herd_core::api::{CommandAck, CommandReport};
 use herd_core::journal::{Backend, WorkEnd, backend_for, ending, recover};
 use herd_core::kinds::command::AbandonRequest;
 use herd_core::kinds::{Action, AgentState, Answer, AnswerDetails, Command, ManagementState};
+use herd_core::role_leader::Position;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -407,16 +408,33 @@ impl Executor {
             Action::DeleteVolume { member, volume } => self.delete_volume(entry, member, volume),
             Action::RunScript { member, script, expected_instance } => {
                 let record = self.member_as(member, expected_instance.as_deref(), "the script")?;
-                let started = |pid: Option<u32>, mark: &procs::RunMark| {
-                    let mark = mark.clone();
-                    let hook: DisconnectHook = Arc::new(move || procs::end_run(pid, &mark));
-                    self.set_hook(entry, Some(hook));
+                self.run_script(entry, &record, script).await
+            }
+            Action::Promote { member, script, expected_instance, catch_up_to } => {
+                let record = self.member_as(member, Some(expected_instance), "the promote")?;
+                if let Some(target) = catch_up_to {
+                    let target = target.parse::<Position>().map_err(|e| format!("catchUpTo: {e}"))?;
+                    // Half the command's time to catch up; the rest is the hook's.
+                    let left = entry.deadline.system_time().duration_since(SystemTime::now()).unwrap_or_default();
+                    let until = tokio::time::Instant::now() + left / 2;
+                    if let Err(why) = self.members.catch_up(&record, target, until).await {
+                        return Ok(Answer::said(false, format!("not promoted: {why}")));
+                    }
+                }
+                self.run_script(entry, &record, script).await
+            }
+            Action::Demote { member, term } => {
+                let stood = self.members.stand_down(member, *term).await?;
+                let at = stood.position.as_deref().map(|p| format!(" at {p}")).unwrap_or_default();
+                let message = match &stood.fenced {
+                    None => format!("member {member} stood down as leader of term {term}{at}"),
+                    Some(why) => format!(
+                        "member {member} stood down as leader of term {term}{at}: {why}, so its processes were ended"
+                    ),
                 };
-                let outcome = script::run(&self.members, &record, script, entry.deadline, started).await?;
-                let message = format!("the script exited with {}", outcome.code);
                 let details =
-                    AnswerDetails::Script { exit_code: outcome.code, stdout: outcome.stdout, stderr: outcome.stderr };
-                Ok(Answer { success: outcome.code == 0, message, details })
+                    stood.position.map_or(AnswerDetails::None, |position| AnswerDetails::StoodDown { position });
+                Ok(Answer { success: true, message, details })
             }
             Action::CopyVolume { member, volume, from_node } => {
                 self.copy_volume(entry, member, volume, from_node).await
@@ -445,6 +463,20 @@ impl Executor {
                 Ok(Answer::said(true, format!("member {member} is removed from this node")))
             }
         }
+    }
+
+    /// Runs `script` in the member's environment until the Command's
+    /// deadline; a disconnect from the server ends what it started.
+    async fn run_script(&self, entry: &Entry, record: &MemberRecord, script: &str) -> Result<Answer, Failure> {
+        let started = |pid: Option<u32>, mark: &procs::RunMark| {
+            let mark = mark.clone();
+            let hook: DisconnectHook = Arc::new(move || procs::end_run(pid, &mark));
+            self.set_hook(entry, Some(hook));
+        };
+        let outcome = script::run(&self.members, record, script, entry.deadline, started).await?;
+        let message = format!("the script exited with {}", outcome.code);
+        let details = AnswerDetails::Script { exit_code: outcome.code, stdout: outcome.stdout, stderr: outcome.stderr };
+        Ok(Answer { success: outcome.code == 0, message, details })
     }
 
     /// The member's record, refused when it runs as another instance than

@@ -58,14 +58,21 @@ impl Members {
     /// in its environment) for at most its timeout; what it says is logged.
     /// Whatever it started ends with it.
     pub(super) async fn drain_hook(&self, record: &MemberRecord, hook: &DrainHook) {
-        self.hook(record, hook, "drain", &[]).await;
+        // The member is stopped afterwards whatever the hook did.
+        let _ = self.hook(record, hook, "drain", &[]).await;
     }
 
     /// Runs one of the member's hooks (`sh -c <script> herd-<name>
     /// --<name>`, in its environment and with `env` besides) for at most
     /// its timeout; what it says is logged. Whatever it started ends with
-    /// it; the member is stopped afterwards whatever it did.
-    pub(super) async fn hook(&self, record: &MemberRecord, hook: &DrainHook, name: &str, env: &[(&str, String)]) {
+    /// it. Ok when it exited 0; else why not, with the end of its stderr.
+    pub(super) async fn hook(
+        &self,
+        record: &MemberRecord,
+        hook: &DrainHook,
+        name: &str,
+        env: &[(&str, String)],
+    ) -> Result<(), String> {
         let member = &record.name;
         let mark = RunMark::fresh(name);
         let (program, flag) = (format!("herd-{name}"), format!("--{name}"));
@@ -74,27 +81,35 @@ impl Members {
         let child = match command.spawn() {
             Ok(child) => child,
             Err(error) => {
-                tracing::warn!(member, hook = name, %error, "could not start the hook; stopping the member anyway");
-                return;
+                tracing::warn!(member, hook = name, %error, "could not start the hook");
+                return Err(format!("could not start its {name} hook: {error}"));
             }
         };
         let pid = child.id().unwrap_or_default();
-        match tokio::time::timeout(hook.timeout.get(), child.wait_with_output()).await {
-            Ok(Ok(output)) => tracing::info!(
-                member,
-                hook = name,
-                status = %output.status,
-                stderr = %String::from_utf8_lossy(&output.stderr).trim(),
-                "hook ran"
-            ),
+        let outcome = match tokio::time::timeout(hook.timeout.get(), child.wait_with_output()).await {
+            Ok(Ok(output)) => {
+                let stderr = String::from_utf8_lossy(&output.stderr).trim().to_string();
+                tracing::info!(member, hook = name, status = %output.status, %stderr, "hook ran");
+                match output.status.success() {
+                    true => Ok(()),
+                    false => {
+                        let tail: String =
+                            stderr.chars().rev().take(500).collect::<Vec<_>>().into_iter().rev().collect();
+                        Err(format!("its {name} hook ended with {}: {tail}", output.status))
+                    }
+                }
+            }
             Ok(Err(error)) => {
-                tracing::warn!(member, hook = name, %error, "the hook failed; stopping the member anyway")
+                tracing::warn!(member, hook = name, %error, "the hook failed");
+                Err(format!("its {name} hook failed: {error}"))
             }
             Err(_) => {
-                tracing::warn!(member, hook = name, timeout = %hook.timeout, "the hook ran out of time; stopping the member");
+                tracing::warn!(member, hook = name, timeout = %hook.timeout, "the hook ran out of time");
+                Err(format!("its {name} hook ran out of time ({})", hook.timeout))
             }
-        }
+        };
         procs::end_run(Some(pid), &mark);
+        outcome
     }
 
     /// What herd adds to a member's environment (for its process, its

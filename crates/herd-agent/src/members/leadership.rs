@@ -25,6 +25,7 @@ use std::os::unix::process::CommandExt;
 use std::time::Duration;
 
 use herd_core::api::{LeaseRenewal, PositionReport};
+use herd_core::role_leader::Position;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
@@ -37,6 +38,17 @@ const DEADLINE_FILE: &str = "leader.deadline";
 
 /// How often leases are looked at for their deadline.
 pub const FENCE_LOOK: Duration = Duration::from_millis(100);
+
+/// How often a member being promoted is asked how far it has come.
+const CATCH_UP_LOOK: Duration = Duration::from_millis(20);
+
+/// How a leader stood down for a handover.
+pub struct StoodDown {
+    /// What its position command printed afterwards.
+    pub position: Option<String>,
+    /// Why its demote hook failed (its processes were ended instead).
+    pub fenced: Option<String>,
+}
 
 /// A member's lease as this agent holds it.
 #[derive(Clone, Debug)]
@@ -86,6 +98,11 @@ impl Members {
     /// member's term file.
     pub fn leases_renewed(&self, sent: Instant, renewals: &[LeaseRenewal]) {
         for renewal in renewals {
+            // A term it stood down from is never taken up again here (a
+            // renewal sent before the server heard of it, arriving late).
+            if self.stood_down_in(&renewal.member).is_some_and(|term| term >= renewal.term) {
+                continue;
+            }
             let deadline = sent + renewal.renew_deadline.get();
             let guard_deadline = sent + (renewal.renew_deadline.get() + renewal.lease_duration.get()) / 2;
             let (began, lead) = {
@@ -123,19 +140,62 @@ impl Members {
             tracing::warn!(member, term = lead.term, "its leader lease was not renewed in time: fencing it");
             // The guard stands down: the demote hook goes first.
             let _ = std::fs::remove_file(self.member_dir(&member).join(DEADLINE_FILE));
-            self.write_term(&member, lead.term, false);
             let Some(record) = self.record(&member) else { continue };
             if let Some(demote) = &record.run.demote {
-                self.hook(&record, demote, "demote", &[("HERD_LEADER_TERM", lead.term.to_string())]).await;
+                let _ = self.hook(&record, demote, "demote", &[("HERD_LEADER_TERM", lead.term.to_string())]).await;
             }
-            // Only the run it knows: a pid whose process is gone may be
-            // another's by now (pids come round fast).
-            if let Some(process) = &record.process
-                && let Err(error) = crate::procs::signal_run(process.pid, process.start_ticks, libc::SIGKILL)
-            {
-                tracing::error!(member, %error, "could not end a fenced leader's processes");
+            self.end_leader(&record);
+            // Said only now: the server takes a demoted leader's lease as
+            // ended, and grants the next term at once.
+            self.write_term(&member, lead.term, false);
+        }
+    }
+
+    /// Ends a leader's processes: only the run it knows (a pid whose
+    /// process is gone may be another's by now: pids come round fast).
+    fn end_leader(&self, record: &MemberRecord) {
+        if let Some(process) = &record.process
+            && let Err(error) = crate::procs::signal_run(process.pid, process.start_ticks, libc::SIGKILL)
+        {
+            tracing::error!(member = %record.name, %error, "could not end a fenced leader's processes");
+        }
+    }
+
+    /// Stands `member` down as its role's leader of `term`, for a
+    /// handover: its lease is given up here (no renewal of that term or
+    /// an older one is taken up again), its guard stands down, and its
+    /// demote hook runs; when that fails, its processes end as at a
+    /// fence. Only then does its term file say it leads no more. What its
+    /// position command prints afterwards is where it stood down.
+    pub async fn stand_down(&self, member: &str, term: u64) -> Result<StoodDown, String> {
+        let record = self.record(member).ok_or_else(|| format!("member {member} is not known on this node"))?;
+        {
+            let mut stood_down = self.stood_down.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let highest = stood_down.entry(member.to_string()).or_insert(term);
+            *highest = term.max(*highest);
+            let mut leads = self.leads();
+            if leads.get(member).is_some_and(|l| l.term <= term) {
+                leads.remove(member);
             }
         }
+        tracing::info!(member, term, "standing down as its role's leader for a handover");
+        let _ = std::fs::remove_file(self.member_dir(member).join(DEADLINE_FILE));
+        let hook = match &record.run.demote {
+            Some(demote) => self.hook(&record, demote, "demote", &[("HERD_LEADER_TERM", term.to_string())]).await,
+            None => Ok(()),
+        };
+        let fenced = hook.err();
+        if fenced.is_some() {
+            self.end_leader(&record);
+        }
+        self.write_term(member, term, false);
+        let position = self.position_now(&record).await.map(|p| p.position).filter(|p| !p.is_empty());
+        Ok(StoodDown { position, fenced })
+    }
+
+    /// The highest term `member` stood down from for a handover.
+    fn stood_down_in(&self, member: &str) -> Option<u64> {
+        self.stood_down.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).get(member).copied()
     }
 
     /// The lease `member` holds now, if any.
@@ -187,31 +247,60 @@ impl Members {
     /// Runs the member's position command against its current run; what
     /// it printed is reported with the member from now on.
     pub async fn look_at_position(&self, record: &MemberRecord) {
-        let (Some(hook), Some(process)) = (&record.run.position, &record.process) else { return };
-        let mark = RunMark::fresh("position");
-        let child = match self.shell(record, &hook.script, &["herd-position", "--position"], &mark).spawn() {
-            Ok(child) => child,
-            Err(error) => {
-                tracing::warn!(member = %record.name, %error, "could not run the position command");
-                return;
-            }
-        };
-        let pid = child.id();
-        let outcome = tokio::time::timeout(hook.timeout.get(), child.wait_with_output()).await;
-        crate::procs::end_run(pid, &mark);
-        let report = match outcome {
-            Ok(Ok(output)) if output.status.success() => {
-                PositionReport::parse(&process.instance_id, &String::from_utf8_lossy(&output.stdout))
-            }
-            // No answer: no position (the member is not chosen for one).
-            _ => PositionReport { instance_id: process.instance_id.clone(), ..PositionReport::default() },
-        };
+        let Some(report) = self.position_now(record).await else { return };
         let changed = {
             let mut positions = self.positions.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             positions.insert(record.name.clone(), report.clone()).as_ref() != Some(&report)
         };
         if changed {
             self.tell_changed();
+        }
+    }
+
+    /// What the member's position command prints now, for its current
+    /// run (None: it has no command, or no run). A command that does not
+    /// answer gives no position: the member is not chosen for one.
+    async fn position_now(&self, record: &MemberRecord) -> Option<PositionReport> {
+        let (Some(hook), Some(process)) = (&record.run.position, &record.process) else { return None };
+        let silent = || PositionReport { instance_id: process.instance_id.clone(), ..PositionReport::default() };
+        let mark = RunMark::fresh("position");
+        let child = match self.shell(record, &hook.script, &["herd-position", "--position"], &mark).spawn() {
+            Ok(child) => child,
+            Err(error) => {
+                tracing::warn!(member = %record.name, %error, "could not run the position command");
+                return Some(silent());
+            }
+        };
+        let pid = child.id();
+        let outcome = tokio::time::timeout(hook.timeout.get(), child.wait_with_output()).await;
+        crate::procs::end_run(pid, &mark);
+        Some(match outcome {
+            Ok(Ok(output)) if output.status.success() => {
+                PositionReport::parse(&process.instance_id, &String::from_utf8_lossy(&output.stdout))
+            }
+            _ => silent(),
+        })
+    }
+
+    /// Waits until the member's position command says it has come as far
+    /// as `target` (asking every [`CATCH_UP_LOOK`]), at most until
+    /// `deadline`; why not when it has not.
+    pub async fn catch_up(&self, record: &MemberRecord, target: Position, deadline: Instant) -> Result<(), String> {
+        let mut last = None;
+        loop {
+            let now = self.position_now(record).await.map(|p| p.position.parse::<Position>());
+            match now {
+                Some(Ok(position)) if position >= target => return Ok(()),
+                Some(Ok(position)) => last = Some(position),
+                _ => {}
+            }
+            if Instant::now() + CATCH_UP_LOOK >= deadline {
+                let at = last.map_or_else(|| "no position".to_string(), |p| p.to_string());
+                return Err(format!(
+                    "it did not catch up to {target} (where the leader before it stood down): at {at}"
+                ));
+            }
+            tokio::time::sleep(CATCH_UP_LOOK).await;
         }
     }
 
@@ -228,10 +317,10 @@ impl Members {
     pub async fn demote_if_leading(&self, record: &MemberRecord) {
         let Some(TermFile { term, leading: true }) = self.term_file(record) else { return };
         tracing::warn!(member = %record.name, term, "it led when it went down: demoting it before it starts again");
-        self.write_term(&record.name, term, false);
         if let Some(demote) = &record.run.demote {
-            self.hook(record, demote, "demote", &[("HERD_LEADER_TERM", term.to_string())]).await;
+            let _ = self.hook(record, demote, "demote", &[("HERD_LEADER_TERM", term.to_string())]).await;
         }
+        self.write_term(&record.name, term, false);
     }
 
     /// The term in which the member was demoted (fenced, or brought back

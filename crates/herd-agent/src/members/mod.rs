@@ -121,6 +121,8 @@ pub struct Members {
     leads: Arc<Mutex<std::collections::HashMap<String, leadership::Lead>>>,
     /// What each member's position command last printed (`leadership.rs`).
     positions: Arc<Mutex<BTreeMap<String, herd_core::api::PositionReport>>>,
+    /// The highest term each member stood down from for a handover.
+    stood_down: Arc<Mutex<std::collections::HashMap<String, u64>>>,
     stop: CancellationToken,
 }
 
@@ -148,6 +150,7 @@ impl Members {
             setups: Arc::default(),
             leads: Arc::default(),
             positions: Arc::default(),
+            stood_down: Arc::default(),
             stop,
         };
         let root = data_dir.join("members");

@@ -4,10 +4,18 @@
 //! answers and judges expiry on its own clock, given as
 //! [`super::Snapshot::leases`]), grants are, with the transition kept and
 //! told on the new leader's program.
+//!
+//! A switchover's handover ([`super::Snapshot::handovers`]) is carried
+//! out here: once the member asked for may lead and the leader has no
+//! other Command under way, the leader is asked to stand down (a Demote
+//! Command; its lease is renewed no more). Once it has, its lease ends at
+//! once and the next term goes to the member asked for, whose promote
+//! waits until it has caught up to where the old leader stood down.
 
 use super::sync::issue;
 use super::{Work, report};
 use crate::kinds::app_cluster::{KEPT_TRANSITIONS, LeaderTransition, RoleLeader};
+use crate::kinds::operation::Handover;
 use crate::kinds::{Action, AppSpec, EventReason, EventType, MemberState, Purpose};
 use crate::notifies::{Change, queue_notifies};
 use crate::role_leader::{self, Contender, Decision, Holder, Position, RoleLease, RoleView};
@@ -49,16 +57,24 @@ pub(super) fn lead_roles(work: &mut Work<'_, '_>, app: &AppSpec) -> Vec<RoleLead
                     in_sync: leader.in_sync.contains(&m.metadata.name),
                     busy: work.busy.contains(&m.metadata.name),
                     promote_failed: m.status.promote_failed == Some(leader.term) && leader.term > 0,
-                    demoted: running.and_then(|r| r.demoted_in).is_some_and(|t| t >= leader.term && leader.term > 0),
+                    demoted: leader.term > 0
+                        && (running.and_then(|r| r.demoted_in).is_some_and(|t| t >= leader.term)
+                            || m.status.stood_down.as_ref().is_some_and(|s| s.term == leader.term)),
                 }
             })
             .collect();
+        let handover = snap
+            .handovers
+            .iter()
+            .find(|(r, h)| *r == role.name && h.term == leader.term && leader.member.as_ref() == Some(&h.from))
+            .map(|(_, h)| h);
         let view = RoleView {
             lease: &lease,
             since_renewed: snap.leases.get(&role.name).copied().unwrap_or_default(),
             contenders: &contenders,
             synchronous: spec.synchronous,
             times: spec.times(),
+            preferred: handover.and_then(|h| h.to.as_deref()),
         };
         // A holder whose promote hook failed leads nothing: its lease is
         // no longer renewed, and once it expired another is chosen.
@@ -73,7 +89,13 @@ pub(super) fn lead_roles(work: &mut Work<'_, '_>, app: &AppSpec) -> Vec<RoleLead
                 work.note(i, EventType::Warning, EventReason::RoleLeaderWaiting, message);
             }
         }
-        match role_leader::decide(&view) {
+        let decision = role_leader::decide(&view);
+        if let (Some(handover), Decision::Renew { .. }) = (handover, &decision)
+            && !leader.revoked
+        {
+            ask_to_stand_down(work, &mut leader, handover, &view);
+        }
+        match decision {
             Decision::Renew { instance } => {
                 // The leader's own word on who is in sync.
                 let holder = leader.member.as_deref().and_then(|name| work.index(name)).map(|i| &work.members[i]);
@@ -100,13 +122,20 @@ pub(super) fn lead_roles(work: &mut Work<'_, '_>, app: &AppSpec) -> Vec<RoleLead
                 leader.transitions.push(transition);
                 let excess = leader.transitions.len().saturating_sub(KEPT_TRANSITIONS);
                 leader.transitions.drain(..excess);
+                // A leader that stood down for a handover said where: the
+                // next catches up to there before it is promoted.
+                let stood_down = leader.member.as_deref().and_then(|m| work.index(m)).and_then(|i| {
+                    let stood = work.members[i].status.stood_down.as_ref()?;
+                    (stood.term == leader.term).then(|| stood.position.clone())?
+                });
                 if let Some(i) = work.index(&holder.member) {
                     let message = format!("leader of role {} in term {term}: {why}", role.name);
                     work.note(i, EventType::Normal, EventReason::RoleLeaderGranted, message);
-                    let action = Action::RunScript {
+                    let action = Action::Promote {
                         member: holder.member.clone(),
                         script: promote_script(&spec.promote.script, term),
-                        expected_instance: Some(holder.instance.clone()),
+                        expected_instance: holder.instance.clone(),
+                        catch_up_to: stood_down,
                     };
                     issue(work, i, Purpose::Promote { term }, action);
                     // For as long as its hook may take.
@@ -136,6 +165,33 @@ pub(super) fn lead_roles(work: &mut Work<'_, '_>, app: &AppSpec) -> Vec<RoleLead
         leaders.push(leader);
     }
     leaders
+}
+
+/// Asks the leader to stand down for `handover`, once the member it asks
+/// for (or, with none named, some other member) may lead and the leader
+/// has no other Command under way: its lease is renewed no more.
+fn ask_to_stand_down(work: &mut Work<'_, '_>, leader: &mut RoleLeader, handover: &Handover, view: &RoleView<'_>) {
+    let last = Some(handover.from.as_str());
+    let may_lead = |c: &&Contender| {
+        c.member != handover.from
+            && handover.to.as_ref().is_none_or(|to| *to == c.member)
+            && role_leader::not_eligible(c, last, view.synchronous).is_none()
+    };
+    let Some(next) = view.contenders.iter().find(may_lead) else { return };
+    let Some(i) = work.index(&handover.from).filter(|_| !work.busy.contains(&handover.from)) else { return };
+    let term = leader.term;
+    let action = Action::Demote { member: handover.from.clone(), term };
+    issue(work, i, Purpose::Demote { term }, action);
+    if work.programs[i].commands.is_empty() {
+        return;
+    }
+    leader.revoked = true;
+    let to = handover
+        .to
+        .as_deref()
+        .map_or_else(|| format!("the most advanced member (now {})", next.member), str::to_string);
+    let message = format!("standing down as leader of role {} (term {term}) for a switchover to {to}", leader.role);
+    work.note(i, EventType::Normal, EventReason::RoleLeaderGranted, message);
 }
 
 /// The script a promote runs: the role's promote hook, with the term it

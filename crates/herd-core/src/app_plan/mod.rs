@@ -35,6 +35,7 @@ use crate::api::MemberReport;
 use crate::kinds::app::NamedPort;
 use crate::kinds::app_cluster::{AppCluster, cluster_status};
 use crate::kinds::cluster_config::AppClusterSettings;
+use crate::kinds::operation::Handover;
 use crate::kinds::{
     AppClusterStatus, AppSpec, Command, EventReason, EventType, Member, MemberState, MemberStatus, Node,
 };
@@ -106,6 +107,9 @@ pub struct Snapshot<'a> {
     /// heard its heartbeat (absent: not yet): only a member on a node heard
     /// from within its role's renew deadline may be granted a lease.
     pub heard: &'a BTreeMap<String, Duration>,
+    /// The handovers running switchovers ask of the cluster's leader
+    /// roles, by role.
+    pub handovers: &'a [(String, Handover)],
     pub now: Timestamp,
 }
 

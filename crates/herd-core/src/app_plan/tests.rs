@@ -119,6 +119,7 @@ struct World {
     not_ready: BTreeMap<String, Duration>,
     leases: BTreeMap<String, Duration>,
     heard: BTreeMap<String, Duration>,
+    handovers: Vec<(String, crate::kinds::operation::Handover)>,
     now: Timestamp,
 }
 
@@ -144,6 +145,7 @@ impl World {
             not_ready: self.not_ready.clone(),
             leases: self.leases.clone(),
             heard: self.heard.clone(),
+            handovers: self.handovers.clone(),
             now: self.now,
         }
     }
@@ -161,6 +163,7 @@ impl World {
             not_ready: &self.not_ready,
             leases: &self.leases,
             heard: &self.heard,
+            handovers: &self.handovers,
             now: self.now,
         };
         let mut ledger = Ledger::default();
@@ -227,6 +230,7 @@ impl World {
             not_ready: self.not_ready.clone(),
             leases,
             heard: self.heard.clone(),
+            handovers: self.handovers.clone(),
             now: self.now,
         }
     }
@@ -252,6 +256,7 @@ fn world(members: Vec<Member>, nodes: Vec<Arc<Node>>) -> World {
         not_ready: BTreeMap::new(),
         leases: BTreeMap::new(),
         heard: BTreeMap::new(),
+        handovers: Vec::new(),
         now: at(0),
     }
 }
@@ -421,6 +426,7 @@ fn any_world() -> impl Strategy<Value = World> {
                 not_ready: BTreeMap::new(),
                 leases: BTreeMap::new(),
                 heard: BTreeMap::new(),
+                handovers: Vec::new(),
                 now: at(0),
             }
         })
@@ -537,14 +543,15 @@ fn leader_of(world: &World) -> &crate::kinds::app_cluster::RoleLeader {
 /// success before the next; the Events the passes told and the Commands
 /// they planned.
 fn carried_out(world: World, passes: usize) -> (World, Vec<Note>, Vec<Command>) {
-    carried_out_failing(world, passes, &|_| None)
+    carried_out_answering(world, passes, &|_| None)
 }
 
-/// As [`carried_out`], a Command failing with what `fails` says of it.
-fn carried_out_failing(
+/// As [`carried_out`], a Command answered with what `answers` says of it
+/// (a success with no facts when it says nothing).
+fn carried_out_answering(
     mut world: World,
     passes: usize,
-    fails: &dyn Fn(&Command) -> Option<Answer>,
+    answers: &dyn Fn(&Command) -> Option<Answer>,
 ) -> (World, Vec<Note>, Vec<Command>) {
     let (mut notes, mut planned) = (Vec::new(), Vec::new());
     for _ in 0..passes {
@@ -558,10 +565,10 @@ fn carried_out_failing(
             .map(|c| {
                 let mut c = Command::clone(c);
                 if c.status.answer.is_none() {
-                    let failure = fails(&c);
+                    let answer = answers(&c).unwrap_or_else(|| Answer::said(true, "done"));
                     c.status.state_by_management =
-                        if failure.is_some() { ManagementState::Failed } else { ManagementState::Completed };
-                    c.status.answer = Some(failure.unwrap_or_else(|| Answer::said(true, "done")));
+                        if answer.success { ManagementState::Completed } else { ManagementState::Failed };
+                    c.status.answer = Some(answer);
                 }
                 Arc::new(c)
             })
@@ -601,11 +608,14 @@ fn rule_a_leader_role_is_granted_a_term_kept_while_its_leader_runs_and_moved_onc
     let is_promote = |c: &&Command| matches!(c.spec.origin.as_ref().map(|o| &o.purpose), Some(Purpose::Promote { .. }));
     let promotes: Vec<&Command> = planned.iter().filter(is_promote).collect();
     let [promote] = &promotes[..] else { panic!("one promote: {planned:?}") };
-    let Action::RunScript { member, script, expected_instance } = &promote.spec.action else { panic!("{promote:?}") };
+    let Action::Promote { member, script, expected_instance, catch_up_to } = &promote.spec.action else {
+        panic!("{promote:?}")
+    };
     assert_eq!(member, "db-a-1");
     assert_eq!(
-        (script.as_str(), expected_instance.as_deref()),
-        ("HERD_LEADER_TERM=2\nexport HERD_LEADER_TERM\npromote", Some("run-1"))
+        (script.as_str(), expected_instance.as_str(), catch_up_to),
+        ("HERD_LEADER_TERM=2\nexport HERD_LEADER_TERM\npromote", "run-1", &None),
+        "a lease that expired leaves nothing to catch up to"
     );
 }
 
@@ -665,7 +675,7 @@ fn rule_a_leader_whose_promote_hook_failed_is_not_renewed_and_the_next_is_chosen
         let promoting = matches!(c.spec.origin.as_ref().map(|o| &o.purpose), Some(Purpose::Promote { term: 1 }));
         promoting.then(|| script_failed("pg_ctl: could not promote"))
     };
-    let (failed, notes, _) = carried_out_failing(led_world([true; 3]), 5, &promote_fails);
+    let (failed, notes, _) = carried_out_answering(led_world([true; 3]), 5, &promote_fails);
     let leader = leader_of(&failed).clone();
     assert_eq!((leader.member.as_deref(), leader.term, leader.revoked), (Some("db-a-0"), 1, true), "{leader:?}");
     let told = notes.iter().find(|n| n.reason == EventReason::RoleLeaderWaiting).expect("an Event says why");
@@ -713,4 +723,51 @@ fn rule_a_new_leader_is_announced_to_the_members_that_listen_and_promoted_within
     assert_eq!(who, ["db-a-1", "db-a-2"], "every other member of the role, not the leader itself");
     let Some(Purpose::Notify { arguments }) = told[0].spec.origin.as_ref().map(|o| &o.purpose) else { unreachable!() };
     assert_eq!(arguments, &["--leader", "--role", "a", "--members", "db-a-0", "--term", "1"]);
+}
+
+#[test]
+fn rule_a_handover_demotes_the_leader_first_and_promotes_the_one_asked_for_at_once_caught_up_to_it() {
+    let world = with_positions(&led_world([true; 3]), ["0/30", "0/10", "0/20"], &[]);
+    let (led, _, _) = carried_out(world, 5);
+    assert_eq!((leader_of(&led).member.as_deref(), leader_of(&led).term), (Some("db-a-0"), 1));
+    let mut asked = led;
+    let handover = crate::kinds::operation::Handover { from: "db-a-0".into(), term: 1, to: Some("db-a-1".into()) };
+    asked.handovers = vec![("a".into(), handover)];
+    let stood_down = |c: &Command| {
+        matches!(c.spec.action, Action::Demote { .. }).then(|| Answer {
+            success: true,
+            message: "stood down".into(),
+            details: crate::kinds::AnswerDetails::StoodDown { position: "0/31".into() },
+        })
+    };
+    // One pass asks the leader to stand down; its lease is renewed no more.
+    let (demoting, _, planned) = carried_out_answering(asked.clone(), 1, &|_| Some(Answer::said(true, "x")));
+    let [demote] = &planned[..] else { panic!("one Command: {planned:?}") };
+    assert_eq!(demote.spec.action, Action::Demote { member: "db-a-0".into(), term: 1 });
+    let leader = leader_of(&demoting);
+    assert!(leader.revoked && leader.member.as_deref() == Some("db-a-0"), "{leader:?}");
+    // Once it stood down, the one asked for (not the most advanced) leads
+    // at once, its promote caught up to where the old leader stood down.
+    let (moved, _, planned) = carried_out_answering(asked, 3, &stood_down);
+    let leader = leader_of(&moved);
+    assert_eq!((leader.member.as_deref(), leader.term, leader.revoked), (Some("db-a-1"), 2, false), "{leader:?}");
+    assert!(leader.transitions[1].reason.starts_with("db-a-0 stood down (term 1); db-a-1 was asked for"));
+    let promote = planned.iter().find(|c| matches!(c.spec.action, Action::Promote { .. })).expect("a promote");
+    let Action::Promote { member, catch_up_to, .. } = &promote.spec.action else { unreachable!() };
+    assert_eq!((member.as_str(), catch_up_to.as_deref()), ("db-a-1", Some("0/31")));
+    let old = moved.members.iter().find(|m| m.metadata.name == "db-a-0").unwrap();
+    assert!(!old.status.leader, "the old leader leads no more");
+}
+
+#[test]
+fn rule_a_handover_waits_while_the_member_asked_for_may_not_lead() {
+    let world = with_positions(&led_world([true; 3]), ["0/30", "0/10", "0/20"], &[]);
+    let (led, _, _) = carried_out(world, 5);
+    let mut led = led.clone_with_nodes([true, false, true]);
+    let handover = crate::kinds::operation::Handover { from: "db-a-0".into(), term: 1, to: Some("db-a-1".into()) };
+    led.handovers = vec![("a".into(), handover)];
+    let (waiting, _, planned) = carried_out(led, 2);
+    assert!(planned.iter().all(|c| !matches!(c.spec.action, Action::Demote { .. })), "{planned:?}");
+    let leader = leader_of(&waiting);
+    assert_eq!((leader.member.as_deref(), leader.term, leader.revoked), (Some("db-a-0"), 1, false));
 }

@@ -56,6 +56,9 @@ pub enum AnswerDetails {
     /// A volume's copy holds the source's files. The reconciler, which
     /// only compared the two, knows the checksum alone.
     Copied { checksum: String, size: Option<u64>, files: Option<u64>, bytes_fetched: Option<u64> },
+    /// A leader stood down at this position (what its `position` command
+    /// printed then).
+    StoodDown { position: String },
 }
 
 const INSTANCE_ID: &str = "instanceId";
@@ -67,6 +70,7 @@ const CHECKSUM: &str = "checksum";
 const SIZE: &str = "size";
 const FILES: &str = "files";
 const BYTES_FETCHED: &str = "bytesFetched";
+const POSITION: &str = "position";
 
 impl AnswerDetails {
     pub fn is_none(&self) -> bool {
@@ -108,6 +112,7 @@ impl AnswerDetails {
                     }
                 }
             }
+            AnswerDetails::StoodDown { position } => put(POSITION, position.clone()),
         }
         words
     }
@@ -139,6 +144,8 @@ impl AnswerDetails {
                 files: count(FILES)?,
                 bytes_fetched: count(BYTES_FETCHED)?,
             }
+        } else if let Some(position) = take(POSITION) {
+            AnswerDetails::StoodDown { position }
         } else {
             AnswerDetails::None
         };
@@ -154,6 +161,7 @@ impl AnswerDetails {
             AnswerDetails::Started { .. } => "a member started",
             AnswerDetails::Script { .. } => "a script's run",
             AnswerDetails::Copied { .. } => "a volume copied",
+            AnswerDetails::StoodDown { .. } => "a leader stood down",
         }
     }
 }
@@ -208,6 +216,8 @@ mod tests {
         let copied =
             AnswerDetails::Copied { checksum: "c".into(), size: Some(10), files: Some(2), bytes_fetched: None };
         assert_eq!(serde_json::to_value(&copied).unwrap(), words(&[("checksum", "c"), ("size", "10"), ("files", "2")]));
+        let stood_down = AnswerDetails::StoodDown { position: "0/3000060".into() };
+        assert_eq!(serde_json::to_value(&stood_down).unwrap(), words(&[("position", "0/3000060")]));
         let answer = Answer::said(true, "stopped");
         assert_eq!(serde_json::to_value(&answer).unwrap(), serde_json::json!({"success": true, "message": "stopped"}));
     }
@@ -246,6 +256,7 @@ mod tests {
             (text(), any::<Option<u64>>(), any::<Option<u64>>(), any::<Option<u64>>()).prop_map(
                 |(checksum, size, files, bytes_fetched)| AnswerDetails::Copied { checksum, size, files, bytes_fetched }
             ),
+            text().prop_map(|position| AnswerDetails::StoodDown { position }),
         ]
     }
 

@@ -93,6 +93,22 @@ pub enum Action {
     /// Stop a member and remove it from the node: its volumes, logs and
     /// record. Repeatable.
     RemoveMember { member: String },
+    /// Make a member its role's leader: once its `position` command says
+    /// it has come as far as `catchUpTo` (the leader before it, which
+    /// stood down there), run `script` (the promote hook) as RunScript
+    /// does. Only while the member runs as `expectedInstance`.
+    Promote {
+        member: String,
+        script: String,
+        expected_instance: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        catch_up_to: Option<String>,
+    },
+    /// A leader stands down for a handover: its lease of `term` is given
+    /// up on the agent, its demote hook runs (when that fails, its
+    /// processes end, as at a fence), and the answer says the position
+    /// it stood down at. Repeatable.
+    Demote { member: String, term: u64 },
 }
 
 impl Default for Action {
@@ -114,6 +130,8 @@ impl Action {
             Action::RunScript { .. } => "RunScript",
             Action::ConfigureMember { .. } => "ConfigureMember",
             Action::RemoveMember { .. } => "RemoveMember",
+            Action::Promote { .. } => "Promote",
+            Action::Demote { .. } => "Demote",
         }
     }
 
@@ -126,7 +144,9 @@ impl Action {
             | Action::DeleteVolume { member, .. }
             | Action::RunScript { member, .. }
             | Action::ConfigureMember { member, .. }
-            | Action::RemoveMember { member } => member,
+            | Action::RemoveMember { member }
+            | Action::Promote { member, .. }
+            | Action::Demote { member, .. } => member,
         }
     }
 
@@ -134,7 +154,7 @@ impl Action {
     pub fn default_timeout(&self) -> Duration {
         match self {
             Action::CopyVolume { .. } | Action::MigrateMember { .. } => Duration::from_secs(3600),
-            Action::RunScript { .. } => Duration::from_secs(60),
+            Action::RunScript { .. } | Action::Promote { .. } | Action::Demote { .. } => Duration::from_secs(60),
             _ => Duration::from_secs(30),
         }
     }
@@ -157,7 +177,9 @@ impl Action {
             | Action::StopMember { .. }
             | Action::RunScript { .. }
             | Action::ConfigureMember { .. }
-            | Action::RemoveMember { .. } => vec![hold(node, None)],
+            | Action::RemoveMember { .. }
+            | Action::Promote { .. }
+            | Action::Demote { .. } => vec![hold(node, None)],
         }
     }
 
@@ -179,6 +201,19 @@ impl Action {
                     errors.add(&path.child("script"), "must not be empty");
                 }
             }
+            Action::Promote { script, expected_instance, catch_up_to, .. } => {
+                if script.trim().is_empty() {
+                    errors.add(&path.child("script"), "must not be empty");
+                }
+                if expected_instance.is_empty() {
+                    errors.add(&path.child("expectedInstance"), "must name the instance being promoted");
+                }
+                if let Some(position) = catch_up_to
+                    && let Err(bad) = position.parse::<crate::role_leader::Position>()
+                {
+                    errors.add(&path.child("catchUpTo"), bad.to_string());
+                }
+            }
             Action::ConfigureMember { expected_instance, configmeta, .. } => {
                 if expected_instance.is_empty() {
                     errors.add(&path.child("expectedInstance"), "must name the instance being configured");
@@ -187,7 +222,7 @@ impl Action {
                     errors.add(&path.child("configmeta"), "must be a JSON document");
                 }
             }
-            Action::StopMember { .. } | Action::RemoveMember { .. } => {}
+            Action::StopMember { .. } | Action::RemoveMember { .. } | Action::Demote { .. } => {}
         }
     }
 }

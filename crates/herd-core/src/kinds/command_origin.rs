@@ -37,6 +37,8 @@ pub enum Purpose {
     Restart,
     /// Make it its role's leader in `term` (its role's promote hook).
     Promote { term: u64 },
+    /// Make it stand down as its role's leader of `term`, for a handover.
+    Demote { term: u64 },
 }
 
 impl Purpose {
@@ -50,6 +52,7 @@ impl Purpose {
             Purpose::Migrate => "migrate",
             Purpose::Restart => "restart",
             Purpose::Promote { .. } => "promote",
+            Purpose::Demote { .. } => "demote",
         }
     }
 }

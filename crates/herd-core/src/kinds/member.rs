@@ -219,6 +219,22 @@ pub struct MemberStatus {
     /// leader (its lease goes unrenewed), and another is chosen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub promote_failed: Option<u64>,
+    /// It stood down as its role's leader for a handover (its Demote
+    /// Command succeeded): its lease ends at once, and the next leader
+    /// catches up to where it stood down first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stood_down: Option<StoodDown>,
+}
+
+/// Where a leader stood down for a handover.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StoodDown {
+    pub term: u64,
+    /// What its `position` command printed after its demote hook (none:
+    /// no command, or no answer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position: Option<String>,
 }
 
 /// A member being restarted in place: the instance it replaces (its

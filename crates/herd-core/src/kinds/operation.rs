@@ -1,6 +1,6 @@
 //! `Operation`: durable server-side work that takes a while and must
 //! survive a leader failover: the drain of a node, the
-//! rolling restart of a role. The
+//! rolling restart of a role, the switchover of a role's leader. The
 //! spec says what to do and how (a deadline and what happens at it, how
 //! many members move at once); only `cancel` may change afterwards. The
 //! status is the leader's record of every step (`crate::operation`
@@ -60,6 +60,16 @@ pub enum OperationAction {
         #[serde(default)]
         canary: u32,
     },
+    /// Hand the lease of a leader role of an AppCluster to another member
+    /// (`to`, or the most advanced that may lead): the leader is demoted
+    /// first, and the next leader promoted once it has every write the
+    /// old one had (`crate::switchover`).
+    Switchover {
+        cluster: String,
+        role: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        to: Option<String>,
+    },
 }
 
 impl Default for OperationAction {
@@ -73,7 +83,7 @@ impl OperationAction {
     pub fn target(&self) -> &str {
         match self {
             OperationAction::Drain { node } => node,
-            OperationAction::Restart { cluster, .. } => cluster,
+            OperationAction::Restart { cluster, .. } | OperationAction::Switchover { cluster, .. } => cluster,
         }
     }
 }
@@ -197,6 +207,21 @@ pub struct OperationStatus {
     /// What happened, oldest first (the last `HISTORY_KEPT`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub history: Vec<HistoryEntry>,
+    /// A switchover's handover, once taken up: from whom, in which term,
+    /// to whom.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handover: Option<Handover>,
+}
+
+/// A switchover as taken up: `from` leads in `term`, and `to` (none: the
+/// most advanced member that may lead) is to lead in the next.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Handover {
+    pub from: String,
+    pub term: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
 }
 
 /// How many history entries an Operation keeps.
@@ -230,6 +255,13 @@ impl Resource for OperationSpec {
             OperationAction::Restart { cluster, role, .. } => {
                 check_name(&path.child("action").child("cluster"), cluster, errors);
                 check_name(&path.child("action").child("role"), role, errors);
+            }
+            OperationAction::Switchover { cluster, role, to } => {
+                check_name(&path.child("action").child("cluster"), cluster, errors);
+                check_name(&path.child("action").child("role"), role, errors);
+                if let Some(to) = to {
+                    check_name(&path.child("action").child("to"), to, errors);
+                }
             }
         }
         if self.max_parallel == 0 {

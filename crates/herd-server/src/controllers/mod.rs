@@ -79,14 +79,17 @@ pub fn start(
         nodes: nodes.clone(),
         commands: commands.clone(),
         config: config.clone(),
+        operations: shared.of(),
     };
     let budgets = shared.of();
     let operation_caches = operations::Caches {
-        operations: shared.of(),
+        operations: caches.operations.clone(),
         members: caches.members.clone(),
         budgets: budgets.clone(),
         nodes: nodes.clone(),
         config: config.clone(),
+        clusters: caches.clusters.clone(),
+        apps: caches.apps.clone(),
     };
     let budget_keeper = budgets::BudgetKeeper::new(
         objects.clone(),

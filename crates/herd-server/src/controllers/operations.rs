@@ -1,5 +1,7 @@
-//! The operations controller (leader only): carries out drains and
-//! rolling restarts (`herd_core::operation` decides each step). A Pending
+//! The operations controller (leader only): carries out drains, rolling
+//! restarts and switchovers (`herd_core::operation` and
+//! `herd_core::switchover` decide each step; a switchover's handover is
+//! carried out by the app-cluster planner, which reads it from here). A Pending
 //! drain marks its node drained (under the pool's rules, promoting another
 //! candidate if the node was one) and starts; a Running Operation asks for
 //! the evictions (a restart's: restarts in place) the pass decided,
@@ -16,11 +18,12 @@ use std::time::Duration;
 use herd_core::Resource;
 use herd_core::disruption;
 use herd_core::kinds::{
-    DisruptionBudgetSpec, MemberSpec, NodeRole, NodeSpec, Operation, OperationAction, OperationPhase, OperationSpec,
-    OperationStatus,
+    AppClusterSpec, AppSpec, DisruptionBudgetSpec, MemberSpec, NodeRole, NodeSpec, Operation, OperationAction,
+    OperationPhase, OperationSpec, OperationStatus,
 };
 use herd_core::operation::{self, Outcome, View};
 use herd_core::roles::RoleChange;
+use herd_core::switchover;
 
 use crate::controllers::keyed::{Action, KeyedController, Watches};
 use crate::events::EventRecorder;
@@ -43,6 +46,8 @@ pub struct OperationsController {
     budgets: Reflector<DisruptionBudgetSpec>,
     nodes: Reflector<NodeSpec>,
     config: Reflector<ClusterConfigSpec>,
+    clusters: Reflector<AppClusterSpec>,
+    apps: Reflector<AppSpec>,
     events: EventRecorder,
     /// The budgets' revisions at each Operation's last pass: when they
     /// moved, its refused evictions are asked again at once (the count
@@ -60,18 +65,45 @@ pub struct Caches {
     pub budgets: Reflector<DisruptionBudgetSpec>,
     pub nodes: Reflector<NodeSpec>,
     pub config: Reflector<ClusterConfigSpec>,
+    pub clusters: Reflector<AppClusterSpec>,
+    pub apps: Reflector<AppSpec>,
 }
 
 impl OperationsController {
     pub fn new(objects: Objects, caches: Caches, events: EventRecorder) -> Self {
-        let Caches { operations, members, budgets, nodes, config } = caches;
+        let Caches { operations, members, budgets, nodes, config, clusters, apps } = caches;
         let budgets_seen = Mutex::default();
-        OperationsController { objects, operations, members, budgets, nodes, config, events, budgets_seen }
+        OperationsController {
+            objects,
+            operations,
+            members,
+            budgets,
+            nodes,
+            config,
+            clusters,
+            apps,
+            events,
+            budgets_seen,
+        }
     }
 
     /// What wakes an Operation: a change of itself, of a member or node it
-    /// works on, or of any budget (its refusals are asked again).
+    /// works on, of the cluster it works on, or of any budget (its
+    /// refusals are asked again).
     pub fn watches(&self) -> Watches {
+        let on_cluster = {
+            let operations = self.operations.clone();
+            move |cluster: &str| -> Vec<String> {
+                let works_on = |o: &Operation| match &o.spec.action {
+                    OperationAction::Restart { cluster: c, .. } | OperationAction::Switchover { cluster: c, .. } => {
+                        c == cluster
+                    }
+                    OperationAction::Drain { .. } => false,
+                };
+                operations.map(|o| works_on(o).then(|| o.metadata.name.clone())).into_iter().flatten().collect()
+            }
+        };
+        let on_cluster_too = on_cluster.clone();
         let operations = self.operations.clone();
         let on_node = move |node: &str| -> Vec<String> {
             operations
@@ -84,10 +116,13 @@ impl OperationsController {
                 .collect()
         };
         let on_node_too = on_node.clone();
-        let operations = self.operations.clone();
         Watches::new()
             .owns(&self.operations)
             .all_on(&self.budgets)
+            .watches(&self.clusters, move |old, new| {
+                let names: BTreeSet<&str> = old.into_iter().chain(new).map(|c| c.metadata.name.as_str()).collect();
+                names.into_iter().flat_map(&on_cluster).collect()
+            })
             .watches(&self.nodes, move |old, new| {
                 let names: BTreeSet<&str> = old.into_iter().chain(new).map(|n| n.metadata.name.as_str()).collect();
                 names.into_iter().flat_map(&on_node).collect()
@@ -96,15 +131,8 @@ impl OperationsController {
                 let members: Vec<_> = old.into_iter().chain(new).collect();
                 let mut woken: BTreeSet<String> =
                     members.iter().filter_map(|m| m.spec.node.as_deref()).flat_map(&on_node_too).collect();
-                woken.extend(
-                    operations
-                        .map(|o| {
-                            let OperationAction::Restart { cluster, .. } = &o.spec.action else { return None };
-                            members.iter().any(|m| &m.spec.cluster == cluster).then(|| o.metadata.name.clone())
-                        })
-                        .into_iter()
-                        .flatten(),
-                );
+                let clusters: BTreeSet<&str> = members.iter().map(|m| m.spec.cluster.as_str()).collect();
+                woken.extend(clusters.into_iter().flat_map(&on_cluster_too));
                 woken.into_iter().collect()
             })
     }
@@ -147,6 +175,14 @@ impl OperationsController {
         }
         let node = match &op.spec.action {
             OperationAction::Drain { node } => node,
+            OperationAction::Switchover { cluster, role, to } => {
+                let to = to.as_deref().map_or_else(|| "the most advanced member that may lead".into(), str::to_string);
+                return Ok(operation::begin(
+                    &op.status,
+                    format!("switching role {role} of {cluster} over to {to}"),
+                    at,
+                ));
+            }
             OperationAction::Restart { cluster, role, canary } => {
                 let canaries = if *canary > 0 { format!(", {canary} canary first") } else { String::new() };
                 let said = format!("restarting role {role} of {cluster}{canaries}");
@@ -182,6 +218,7 @@ impl OperationsController {
         let (how, node) = match &op.spec.action {
             OperationAction::Drain { node } => (Disruption::Move, Some(node)),
             OperationAction::Restart { .. } => (Disruption::Restart, None),
+            OperationAction::Switchover { cluster, role, .. } => return self.switch_over(op, cluster, role).await,
         };
         let members = self.members.list();
         let drained = node.and_then(|node| self.nodes.get(node));
@@ -219,6 +256,37 @@ impl OperationsController {
     }
 }
 
+impl OperationsController {
+    /// One pass of a Running switchover (`herd_core::switchover`): the
+    /// budgets that select the leader are asked (a dry run: the leader
+    /// stands down and comes back a follower, a disruption like a
+    /// restart) until the handover is recorded.
+    async fn switch_over(&self, op: &Operation, cluster: &str, role: &str) -> (OperationStatus, Option<EvictionError>) {
+        let found = self.clusters.get(cluster);
+        let leader = found.as_ref().and_then(|c| c.status.leaders.iter().find(|l| l.role == role));
+        let synchronous = found
+            .as_ref()
+            .and_then(|c| self.apps.get(&c.spec.app_ref))
+            .and_then(|app| app.spec.role(role).and_then(|r| r.leader.as_ref()).map(|l| l.synchronous))
+            .unwrap_or(false);
+        let members: Vec<_> =
+            self.members.list().into_iter().filter(|m| m.spec.cluster == cluster && m.spec.role == role).collect();
+        let holder = leader.and_then(|l| l.member.as_deref()).filter(|_| op.status.handover.is_none());
+        let budgets = match holder {
+            None => Ok(()),
+            Some(holder) => {
+                match crate::eviction::disrupt(&self.objects, &self.events, holder, true, Disruption::Restart).await {
+                    Ok(_) => Ok(()),
+                    Err(EvictionError::Refused { why, .. }) => Err(why),
+                    Err(unanswered) => return (op.status.clone(), Some(unanswered)),
+                }
+            }
+        };
+        let view = switchover::View { leader, members: &members, synchronous, budgets };
+        (switchover::pass(op, &view, now()), None)
+    }
+}
+
 impl KeyedController for OperationsController {
     const NAME: &'static str = "operations";
 
@@ -228,6 +296,8 @@ impl KeyedController for OperationsController {
         self.budgets.synced().await;
         self.nodes.synced().await;
         self.config.synced().await;
+        self.clusters.synced().await;
+        self.apps.synced().await;
     }
 
     fn keys(&self) -> Vec<String> {
@@ -365,6 +435,8 @@ mod tests {
             budgets: Reflector::start(store.clone(), stop.clone()),
             nodes: Reflector::start(store.clone(), stop.clone()),
             config: Reflector::start(store.clone(), stop.clone()),
+            clusters: Reflector::start(store.clone(), stop.clone()),
+            apps: Reflector::start(store.clone(), stop.clone()),
         };
         let controller =
             OperationsController::new(objects.clone(), caches, EventRecorder::new(objects.clone(), "test"));

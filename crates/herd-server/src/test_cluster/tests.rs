@@ -239,3 +239,76 @@ async fn a_roles_leader_is_renewed_by_its_heartbeats_and_replaced_only_once_its_
     assert!(cluster.renewed(&node).is_empty(), "the old term is never renewed: {:?}", cluster.renewed(&node));
     eprintln!("{first} led in term 1; {second} in term 2, granted {held:?} after {node} fell silent");
 }
+
+/// A switchover of role `db` to `to`, with a deadline of `deadline_s`.
+async fn switch_over(objects: &Objects, to: &str, deadline_s: u64) {
+    let action = OperationAction::Switchover { cluster: "c".into(), role: "db".into(), to: Some(to.into()) };
+    let spec = OperationSpec {
+        action,
+        deadline: Some(HumanDuration::from_secs(deadline_s)),
+        on_deadline: OnDeadline::Fail,
+        max_parallel: 1,
+        cancel: false,
+    };
+    objects.create(Object::new("switchover", spec), false, false).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_switchover_demotes_the_leader_and_promotes_the_member_asked_for_without_waiting_for_the_lease() {
+    let cluster = TestCluster::start(&["n1", "n2", "n3"]).await;
+    three_members_and_a_budget(&cluster, true).await;
+    lead_role_db(&cluster).await;
+    cluster.until("every member configured and ready", 60 * SECOND, all_configured_and_ready).await;
+    cluster.until("a leader in term 1", 10 * SECOND, async |o| leader(o).await.is_some_and(|(_, _, t)| t == 1)).await;
+    let (first, _, _) = leader(&cluster.objects).await.unwrap();
+    let node = cluster.objects.require::<MemberSpec>(&first).await.unwrap().spec.node.unwrap();
+    let to = members(&cluster.objects).await.into_iter().map(|m| m.metadata.name).find(|m| *m != first).unwrap();
+
+    switch_over(&cluster.objects, &to, 30).await;
+    let took = cluster
+        .until("the switchover succeeded", 10 * SECOND, async |o| {
+            o.require::<OperationSpec>("switchover").await.unwrap().status.phase.is_finished()
+        })
+        .await;
+    let op = cluster.objects.require::<OperationSpec>("switchover").await.unwrap();
+    assert_eq!(op.status.phase, OperationPhase::Succeeded, "{:?}", op.status);
+    let (second, _, term) = leader(&cluster.objects).await.unwrap();
+    assert_eq!((second.as_str(), term), (to.as_str(), 2));
+    // Far sooner than the 10 s lease: the old leader stood down.
+    assert!(took < 3 * SECOND, "handed over in {took:?}");
+    let old = cluster.objects.require::<MemberSpec>(&first).await.unwrap();
+    assert_eq!(old.status.stood_down.map(|s| s.term), Some(1), "it stood down from term 1");
+    cluster.beat().await;
+    assert!(cluster.renewed(&node).is_empty(), "the old term is never renewed: {:?}", cluster.renewed(&node));
+    eprintln!("{first} handed role db over to {second} in {took:?}: {}", op.status.message.unwrap_or_default());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_switchover_the_budget_does_not_allow_asks_nothing_of_the_leader_and_fails_at_its_deadline() {
+    let cluster = TestCluster::start(&["n1", "n2", "n3"]).await;
+    three_members_and_a_budget(&cluster, true).await;
+    lead_role_db(&cluster).await;
+    cluster.until("every member configured and ready", 60 * SECOND, all_configured_and_ready).await;
+    cluster.until("a leader in term 1", 10 * SECOND, async |o| leader(o).await.is_some_and(|(_, _, t)| t == 1)).await;
+    let (first, _, _) = leader(&cluster.objects).await.unwrap();
+    let strict = |budget: &mut Object<DisruptionBudgetSpec>| {
+        budget.spec.min_available = Some(Amount::Count(3));
+        Ok::<_, ObjectsError>(true)
+    };
+    cluster.objects.modify("c", Part::Spec, strict).await.unwrap();
+    cluster.until("the budget allows nothing", 10 * SECOND, async |o| budget(o).await == (3, 0)).await;
+    let to = members(&cluster.objects).await.into_iter().map(|m| m.metadata.name).find(|m| *m != first).unwrap();
+
+    switch_over(&cluster.objects, &to, 5).await;
+    cluster
+        .until("the switchover ended", 20 * SECOND, async |o| {
+            o.require::<OperationSpec>("switchover").await.unwrap().status.phase.is_finished()
+        })
+        .await;
+    let op = cluster.objects.require::<OperationSpec>("switchover").await.unwrap();
+    assert_eq!(op.status.phase, OperationPhase::Failed);
+    let message = op.status.message.unwrap_or_default();
+    assert!(message.starts_with("the deadline (5s) passed with the leader not asked to stand down"), "{message}");
+    assert_eq!(op.status.handover, None);
+    assert_eq!(leader(&cluster.objects).await.map(|(m, _, t)| (m, t)), Some((first, 1)), "the leader stays");
+}

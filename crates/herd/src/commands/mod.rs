@@ -24,7 +24,7 @@ use crate::cli::{
 use crate::context;
 use herd_core::api::LogStream;
 use herd_core::join::TokenKind;
-use herd_core::kinds::OperationAction;
+use herd_core::kinds::{OnDeadline, OperationAction};
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let conn = cli.conn;
@@ -114,6 +114,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let prefix = format!("restart-{name}-{role}");
             let action = OperationAction::Restart { cluster: name, role, canary };
             let limits = operation::Limits { deadline, on_deadline: on_deadline.into(), max_parallel };
+            operation::start(&client, &prefix, action, limits, detach).await
+        }
+        Command::AppCluster { command: AppClusterCommand::Switchover { name, role, to, deadline, detach } } => {
+            let client = context::client(&conn)?;
+            let prefix = format!("switchover-{name}-{role}");
+            let action = OperationAction::Switchover { cluster: name, role, to };
+            let limits = operation::Limits { deadline: Some(deadline), on_deadline: OnDeadline::Fail, max_parallel: 1 };
             operation::start(&client, &prefix, action, limits, detach).await
         }
         Command::Node { command: NodeCommand::Undrain { name } } => {

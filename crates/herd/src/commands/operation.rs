@@ -1,5 +1,6 @@
-//! `herd node drain|undrain`, `herd appcluster restart|wait` and `herd
-//! operation cancel`: a drain or a rolling restart is an Operation the
+//! `herd node drain|undrain`, `herd appcluster restart|switchover|wait`
+//! and `herd operation cancel`: a drain, a rolling restart or a
+//! switchover is an Operation the
 //! server carries out; the CLI creates it and follows it
 //! (a progress bar, the blocker and since when, each step as it
 //! happens), and detaches on Ctrl-C without cancelling it.
@@ -40,12 +41,18 @@ pub async fn start(
     // What it names must exist: a missing one is exit code 3, as everywhere.
     match &action {
         OperationAction::Drain { node } => drop(client.get::<NodeSpec>(node).await?),
-        OperationAction::Restart { cluster, .. } => drop(client.get::<AppClusterSpec>(cluster).await?),
+        OperationAction::Restart { cluster, .. } | OperationAction::Switchover { cluster, .. } => {
+            drop(client.get::<AppClusterSpec>(cluster).await?)
+        }
     }
     let stamp = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_millis();
     let what = match &action {
         OperationAction::Drain { node } => format!("draining node {node}"),
         OperationAction::Restart { cluster, role, .. } => format!("restarting role {role} of {cluster}"),
+        OperationAction::Switchover { cluster, role, to: Some(to) } => {
+            format!("switching role {role} of {cluster} over to {to}")
+        }
+        OperationAction::Switchover { cluster, role, to: None } => format!("switching role {role} of {cluster} over"),
     };
     let spec = OperationSpec {
         action,

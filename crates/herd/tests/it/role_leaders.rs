@@ -258,3 +258,45 @@ async fn a_lost_leaders_role_fails_over_and_the_old_leader_comes_back_a_follower
     assert_eq!(writes(&dir, "c-db-0").len(), old, "the old leader writes no more");
     assert_eq!(leader(server).await, Some((second, 2)));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_switchover_demotes_the_leader_first_and_the_next_writes_within_a_second() {
+    let nodes = nodes(3).await;
+    let server = &nodes.server;
+    let dir = led_cluster(&nodes).await;
+
+    // Refused, naming the field and why, before anything is asked.
+    let refused = server.cli(&["appcluster", "switchover", "c", "--role", "db", "--to", "c-db-9"]);
+    let said = String::from_utf8_lossy(&refused.stderr).to_string();
+    assert!(!refused.status.success() && said.contains("spec.action.to"), "{said}");
+    assert!(said.contains("no member named \"c-db-9\""), "{said}");
+    let refused = server.cli(&["appcluster", "switchover", "c", "--role", "web"]);
+    let said = String::from_utf8_lossy(&refused.stderr).to_string();
+    assert!(!refused.status.success() && said.contains("spec.action.role"), "{said}");
+
+    let asked = now_ns();
+    let out = server.cli_blocking(&["appcluster", "switchover", "c", "--role", "db", "--to", "c-db-2"]).await;
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{said}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(said.contains("role db handed over: c-db-0 (term 1) to c-db-2 (term 2)"), "{said}");
+    assert_eq!(leader(server).await, Some(("c-db-2".to_string(), 2)));
+    eventually(Duration::from_secs(10), "c-db-2 writing in term 2", || async {
+        writes(&dir, "c-db-2").iter().any(|(_, t)| *t == 2).then_some(())
+    })
+    .await;
+    let last_old = writes(&dir, "c-db-0").iter().map(|(at, _)| *at).max().unwrap();
+    let first_new = writes(&dir, "c-db-2").iter().map(|(at, _)| *at).min().unwrap();
+    assert!(last_old < first_new, "the old leader stopped writing before the new one began");
+    let gap_ms = (first_new - last_old) / 1_000_000;
+    eprintln!(
+        "switchover: no writer for {gap_ms} ms (asked {} ms before the old leader's last write)",
+        last_old.saturating_sub(asked) / 1_000_000
+    );
+    assert!(gap_ms < 1_000, "a planned switchover leaves no writer for under a second: {gap_ms} ms");
+    // Past a whole lease: the old leader, a follower now, writes no more.
+    let old = writes(&dir, "c-db-0").len();
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    assert_eq!(writes(&dir, "c-db-0").len(), old, "the old leader writes no more");
+    assert_eq!(leader(server).await, Some(("c-db-2".to_string(), 2)));
+    assert!(writes(&dir, "c-db-1").is_empty(), "c-db-1 never led");
+}

@@ -22,8 +22,10 @@ use std::time::Duration;
 
 use herd_core::app_plan::{NodeIndex, Snapshot, plan};
 use herd_core::kinds::app_cluster::AppCluster;
+use herd_core::kinds::operation::Handover;
 use herd_core::kinds::{
     AppClusterSpec, AppSpec, ClusterConfigSpec, Command, CommandSpec, Member, MemberSpec, Node, NodeSpec,
+    OperationAction, OperationPhase, OperationSpec,
 };
 use tokio::time::Instant;
 
@@ -62,6 +64,8 @@ pub struct AppClusterController {
     nodes: Reflector<NodeSpec>,
     commands: Reflector<CommandSpec>,
     config: Reflector<ClusterConfigSpec>,
+    /// Switchovers ask their handovers of the clusters' leader roles.
+    operations: Reflector<OperationSpec>,
     /// Its Commands for Ready nodes are created issued.
     issuer: Issuer,
     events: EventRecorder,
@@ -78,6 +82,7 @@ pub struct Caches {
     pub nodes: Reflector<NodeSpec>,
     pub commands: Reflector<CommandSpec>,
     pub config: Reflector<ClusterConfigSpec>,
+    pub operations: Reflector<OperationSpec>,
 }
 
 impl AppClusterController {
@@ -88,7 +93,7 @@ impl AppClusterController {
         events: EventRecorder,
         role_leases: Arc<RoleLeases>,
     ) -> Self {
-        let Caches { apps, clusters, members, nodes, commands, config } = caches;
+        let Caches { apps, clusters, members, nodes, commands, config, operations } = caches;
         AppClusterController {
             objects,
             readiness: Mutex::default(),
@@ -100,6 +105,7 @@ impl AppClusterController {
             nodes,
             commands,
             config,
+            operations,
             issuer,
             events,
             role_leases,
@@ -109,7 +115,8 @@ impl AppClusterController {
     /// What wakes a cluster: a change of itself, of its App, of one of its
     /// members or their Commands, of a node one of its members is on (or
     /// moving to, or reported by), or of any node while it has a member
-    /// to place; every cluster on a settings change.
+    /// to place, or of a switchover of its; every cluster on a settings
+    /// change.
     pub fn watches(&self) -> Watches {
         let clusters = self.clusters.clone();
         let members = self.members.clone();
@@ -124,6 +131,17 @@ impl AppClusterController {
             .watches(&self.members, |old, new| {
                 let clusters: BTreeSet<String> = old.into_iter().chain(new).map(|m| m.spec.cluster.clone()).collect();
                 clusters.into_iter().collect()
+            })
+            .watches(&self.operations, |old, new| {
+                let clusters: BTreeSet<&str> = old
+                    .into_iter()
+                    .chain(new)
+                    .filter_map(|o| match &o.spec.action {
+                        OperationAction::Switchover { cluster, .. } => Some(cluster.as_str()),
+                        _ => None,
+                    })
+                    .collect();
+                clusters.into_iter().map(str::to_string).collect()
             })
             .watches(&self.commands, |old, new| {
                 let clusters: BTreeSet<&str> = old.into_iter().chain(new).filter_map(cluster_of).collect();
@@ -176,6 +194,7 @@ impl KeyedController for AppClusterController {
         self.nodes.synced().await;
         self.commands.synced().await;
         self.config.synced().await;
+        self.operations.synced().await;
     }
 
     fn keys(&self) -> Vec<String> {
@@ -211,6 +230,7 @@ impl KeyedController for AppClusterController {
             .filter_map(|node| Some((node.to_string(), self.role_leases.silent_for(node, at)?)))
             .collect();
         let settings = cluster_config(&self.config).app_clusters;
+        let handovers = self.handovers(name);
         let plan = {
             let snapshot = Snapshot {
                 cluster: &cluster,
@@ -222,6 +242,7 @@ impl KeyedController for AppClusterController {
                 not_ready: &not_ready,
                 leases: &leases,
                 heard: &heard,
+                handovers: &handovers,
                 now: now(),
             };
             let mut placing = Placing::new(&self.ledger, &self.nodes, &self.members, &nodes.list);
@@ -230,6 +251,21 @@ impl KeyedController for AppClusterController {
         };
         let in_flight = self.apply(&cluster, plan).await?;
         Ok(Next::Requeue(if in_flight { BUSY_REQUEUE } else { QUIET_REQUEUE }))
+    }
+}
+
+impl AppClusterController {
+    /// The handovers the running switchovers of cluster `name` ask, by role.
+    fn handovers(&self, name: &str) -> Vec<(String, Handover)> {
+        let asked = |o: &herd_core::kinds::Operation| match (&o.spec.action, &o.status.handover) {
+            (OperationAction::Switchover { cluster, role, .. }, Some(handover))
+                if cluster == name && o.status.phase == OperationPhase::Running =>
+            {
+                Some((role.clone(), handover.clone()))
+            }
+            _ => None,
+        };
+        self.operations.map(asked).into_iter().flatten().collect()
     }
 }
 
