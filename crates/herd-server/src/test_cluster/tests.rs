@@ -312,3 +312,23 @@ async fn a_switchover_the_budget_does_not_allow_asks_nothing_of_the_leader_and_f
     assert_eq!(op.status.handover, None);
     assert_eq!(leader(&cluster.objects).await.map(|(m, _, t)| (m, t)), Some((first, 1)), "the leader stays");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_cluster_deleted_and_created_again_under_its_name_gets_new_members_once_the_old_are_removed() {
+    let cluster = TestCluster::start(&["n1", "n2", "n3"]).await;
+    three_members_and_a_budget(&cluster, true).await;
+    cluster.until("every member configured and ready", 60 * SECOND, all_configured_and_ready).await;
+    let old = cluster.objects.require::<AppClusterSpec>("c").await.unwrap();
+    cluster.objects.delete_if_present::<AppClusterSpec>("c").await.unwrap();
+    let again = Object::new("c", old.spec.clone());
+    let again = cluster.objects.create(again, false, false).await.unwrap();
+    let uid = again.metadata.uid.clone();
+    assert_ne!(uid, old.metadata.uid);
+    cluster
+        .until("three members of the new cluster, configured and ready", 60 * SECOND, async |o| {
+            let members = members(o).await;
+            all_configured_and_ready(o).await
+                && members.iter().all(|m| m.metadata.owner_references.iter().all(|r| Some(&r.uid) == uid.as_ref()))
+        })
+        .await;
+}

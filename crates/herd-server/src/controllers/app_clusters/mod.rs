@@ -206,16 +206,23 @@ impl KeyedController for AppClusterController {
     async fn reconcile(&self, name: &str) -> Result<Next, ObjectsError> {
         let Some(cluster) = self.clusters.get_shared(name) else { return Ok(Next::AwaitChange) };
         let nodes = self.nodes_index();
-        let members: Vec<Member> = self
+        let (members, orphans): (Vec<Arc<Member>>, Vec<Arc<Member>>) = self
             .members
             .list_shared()
             .into_iter()
-            .filter(|m| owned_by(m, &cluster))
-            .map(|m| Member::clone(&m))
-            .collect();
+            .filter(|m| m.spec.cluster == name)
+            .partition(|m| owned_by(m, &cluster));
+        let members: Vec<Member> = members.into_iter().map(Arc::unwrap_or_clone).collect();
         let not_ready = self.not_ready_for(members.iter().filter_map(|m| m.spec.node.as_deref()), &nodes);
-        let commands: Vec<Arc<Command>> =
-            self.commands.list_shared().into_iter().filter(|c| cluster_of(c) == Some(name)).collect();
+        // The Commands of members of a former cluster of this name are the
+        // janitor's (it removes those members): not read here.
+        let orphans: BTreeSet<&str> = orphans.iter().map(|m| m.metadata.name.as_str()).collect();
+        let commands: Vec<Arc<Command>> = self
+            .commands
+            .list_shared()
+            .into_iter()
+            .filter(|c| cluster_of(c) == Some(name) && !c.spec.origin_member().is_some_and(|m| orphans.contains(m)))
+            .collect();
         let app = self.apps.get(&cluster.spec.app_ref);
         let at = Instant::now();
         let leases: BTreeMap<String, Duration> = cluster
