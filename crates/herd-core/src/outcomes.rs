@@ -71,12 +71,13 @@ pub fn record_outcome(command: &Command, status: &mut MemberStatus, now: Timesta
                 failed(status, "stopping it for its restart", why);
             }
         }
-        (Purpose::Promote { term }, _) => {
-            if let Err(why) = result {
+        (Purpose::Promote { term }, _) => match result {
+            Ok(()) => status.promoted_in = Some(*term),
+            Err(why) => {
                 failed(status, &format!("promoting it (term {term})"), why);
                 status.promote_failed = Some(*term);
             }
-        }
+        },
         // A demote that failed leaves the lease unrenewed: it expires, and
         // the holder's agent fences it first.
         (Purpose::Demote { term }, _) => match result {

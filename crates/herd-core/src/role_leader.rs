@@ -188,7 +188,8 @@ pub fn not_eligible(contender: &Contender, last_holder: Option<&str>, synchronou
 /// | 4 | otherwise | the next term to the member a switchover asks for if it may lead, else to the most advanced member that may lead (the last holder, then the lowest name, on a tie) |
 ///
 /// An expired lease is never renewed: its holder has fenced itself, and
-/// comes back only with a new term. A holder that stood down (its agent
+/// comes back only with a new term. With `synchronous`, the first term
+/// may go to any member (nothing was acknowledged before it). A holder that stood down (its agent
 /// says so: fenced, or demoted for a handover) ends its lease at once. With `synchronous`, a new term goes
 /// only to a member in sync or to the last holder: a replica that is
 /// behind is never promoted.
@@ -226,15 +227,17 @@ pub fn decide(view: &RoleView<'_>) -> Decision {
         return Decision::Wait { remaining, why };
     }
     let last = holder.map(|h| h.member.as_str());
+    // Before the first term nothing was acknowledged: any member may lead.
+    let synchronous = view.synchronous && view.lease.term > 0;
     let (eligible, refused): (Vec<&Contender>, Vec<&Contender>) =
-        view.contenders.iter().partition(|c| not_eligible(c, last, view.synchronous).is_none());
+        view.contenders.iter().partition(|c| not_eligible(c, last, synchronous).is_none());
     let preferred = eligible.iter().find(|c| Some(c.member.as_str()) == view.preferred).copied();
     let advanced =
         eligible.into_iter().min_by_key(|c| (Reverse(c.position), Some(c.member.as_str()) != last, &c.member));
     let Some(chosen) = preferred.or(advanced) else {
         let reasons: Vec<String> = refused
             .iter()
-            .map(|c| format!("{} {}", c.member, not_eligible(c, last, view.synchronous).unwrap_or("")))
+            .map(|c| format!("{} {}", c.member, not_eligible(c, last, synchronous).unwrap_or("")))
             .collect();
         let why = match reasons.is_empty() {
             true => "the role has no members".to_string(),
@@ -380,6 +383,15 @@ mod tests {
     }
 
     #[test]
+    fn row4_synchronous_may_grant_the_first_term_to_any_member() {
+        let none = RoleLease::default();
+        let members = [contender("a", 5), contender("b", 9)];
+        let v = RoleView { synchronous: true, ..view(&none, 0, &members) };
+        let Decision::Grant { holder, term, .. } = decide(&v) else { panic!("nothing acknowledged yet: grants") };
+        assert_eq!((holder.member.as_str(), term), ("b", 1));
+    }
+
+    #[test]
     fn row4_the_next_term_goes_to_the_most_advanced_member_that_may_lead() {
         let lease = held_by("a", 3);
         let mut members = [contender("a", 5), contender("b", 7), contender("c", 9)];
@@ -483,6 +495,7 @@ mod tests {
             let mut v = view(&lease, since, &members);
             v.synchronous = synchronous;
             v.preferred = preferred.as_deref();
+            let synchronous = synchronous && term > 0;
             let last = lease.holder.as_ref().map(|h| h.member.as_str());
             let holding = last.and_then(|h| members.iter().find(|c| c.member == h));
             let stood_down = holding.is_some_and(|c| c.demoted);

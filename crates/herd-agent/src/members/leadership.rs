@@ -16,9 +16,15 @@
 //! goes with the group, or when the agent removes the file (the member
 //! leads no more).
 //!
+//! The demote hook of a fence or a handover runs while the guard is still
+//! on watch, and is given no longer than the lease: a hook that hangs
+//! never lets a leader go on past its lease.
+//!
 //! The term file, `leader.json` in the member's herd volume, says the
 //! term the member last led in and whether it leads now; it is written
-//! atomically when a term begins and when the member is fenced.
+//! atomically when a term begins, and once a member stood down (after its
+//! demote hook, and its processes' end when fenced): the server takes a
+//! member that says it stood down in its lease's term as leading no more.
 
 use std::collections::HashMap;
 use std::os::unix::process::CommandExt;
@@ -138,17 +144,33 @@ impl Members {
         };
         for (member, lead) in due {
             tracing::warn!(member, term = lead.term, "its leader lease was not renewed in time: fencing it");
-            // The guard stands down: the demote hook goes first.
-            let _ = std::fs::remove_file(self.member_dir(&member).join(DEADLINE_FILE));
             let Some(record) = self.record(&member) else { continue };
-            if let Some(demote) = &record.run.demote {
-                let _ = self.hook(&record, demote, "demote", &[("HERD_LEADER_TERM", lead.term.to_string())]).await;
-            }
+            let _ = self.demote_within(&record, lead.term, lead.guard_deadline).await;
             self.end_leader(&record);
+            self.stand_guard_down(&member);
             // Said only now: the server takes a demoted leader's lease as
             // ended, and grants the next term at once.
             self.write_term(&member, lead.term, false);
         }
+    }
+
+    /// Runs the member's demote hook (for `term`), given no longer than
+    /// until `deadline`: its guard, still on watch, ends the member then
+    /// whatever the hook does, so a hook that hangs never lets a leader
+    /// go on past its lease.
+    async fn demote_within(&self, record: &MemberRecord, term: u64, deadline: Instant) -> Result<(), String> {
+        let Some(demote) = &record.run.demote else { return Ok(()) };
+        let left = deadline.saturating_duration_since(Instant::now());
+        let bounded = herd_core::kinds::command::DrainHook {
+            script: demote.script.clone(),
+            timeout: herd_core::time::HumanDuration(demote.timeout.get().min(left)),
+        };
+        self.hook(record, &bounded, "demote", &[("HERD_LEADER_TERM", term.to_string())]).await
+    }
+
+    /// The member leads no more: its guard stands down.
+    fn stand_guard_down(&self, member: &str) {
+        let _ = std::fs::remove_file(self.member_dir(member).join(DEADLINE_FILE));
     }
 
     /// Ends a leader's processes: only the run it knows (a pid whose
@@ -163,31 +185,31 @@ impl Members {
 
     /// Stands `member` down as its role's leader of `term`, for a
     /// handover: its lease is given up here (no renewal of that term or
-    /// an older one is taken up again), its guard stands down, and its
-    /// demote hook runs; when that fails, its processes end as at a
-    /// fence. Only then does its term file say it leads no more. What its
-    /// position command prints afterwards is where it stood down.
+    /// an older one is taken up again) and its demote hook runs, given no
+    /// longer than the lease's renew deadline (its guard stays on watch
+    /// meanwhile); when that fails, its processes end as at a fence. Only
+    /// then does its term file say it leads no more. What its position
+    /// command prints afterwards is where it stood down.
     pub async fn stand_down(&self, member: &str, term: u64) -> Result<StoodDown, String> {
         let record = self.record(member).ok_or_else(|| format!("member {member} is not known on this node"))?;
-        {
+        let lead = {
             let mut stood_down = self.stood_down.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             let highest = stood_down.entry(member.to_string()).or_insert(term);
             *highest = term.max(*highest);
             let mut leads = self.leads();
-            if leads.get(member).is_some_and(|l| l.term <= term) {
-                leads.remove(member);
+            match leads.get(member) {
+                Some(lead) if lead.term <= term => leads.remove(member),
+                _ => None,
             }
-        }
-        tracing::info!(member, term, "standing down as its role's leader for a handover");
-        let _ = std::fs::remove_file(self.member_dir(member).join(DEADLINE_FILE));
-        let hook = match &record.run.demote {
-            Some(demote) => self.hook(&record, demote, "demote", &[("HERD_LEADER_TERM", term.to_string())]).await,
-            None => Ok(()),
         };
-        let fenced = hook.err();
+        tracing::info!(member, term, "standing down as its role's leader for a handover");
+        // Not renewed any more: the hook has until the lease's own end here.
+        let deadline = lead.map_or_else(|| Instant::now() + Duration::from_secs(3600), |l| l.deadline);
+        let fenced = self.demote_within(&record, term, deadline).await.err();
         if fenced.is_some() {
             self.end_leader(&record);
         }
+        self.stand_guard_down(member);
         self.write_term(member, term, false);
         let position = self.position_now(&record).await.map(|p| p.position).filter(|p| !p.is_empty());
         Ok(StoodDown { position, fenced })
@@ -317,9 +339,8 @@ impl Members {
     pub async fn demote_if_leading(&self, record: &MemberRecord) {
         let Some(TermFile { term, leading: true }) = self.term_file(record) else { return };
         tracing::warn!(member = %record.name, term, "it led when it went down: demoting it before it starts again");
-        if let Some(demote) = &record.run.demote {
-            let _ = self.hook(record, demote, "demote", &[("HERD_LEADER_TERM", term.to_string())]).await;
-        }
+        // It does not run: nothing to race, the hook gets its own timeout.
+        let _ = self.demote_within(record, term, Instant::now() + Duration::from_secs(24 * 3600)).await;
         self.write_term(&record.name, term, false);
     }
 

@@ -14,6 +14,7 @@
 
 use super::sync::issue;
 use super::{Work, report};
+use crate::kinds::app::LeaderHook;
 use crate::kinds::app_cluster::{KEPT_TRANSITIONS, LeaderTransition, RoleLeader};
 use crate::kinds::operation::Handover;
 use crate::kinds::{Action, AppSpec, EventReason, EventType, MemberState, Purpose};
@@ -90,13 +91,25 @@ pub(super) fn lead_roles(work: &mut Work<'_, '_>, app: &AppSpec) -> Vec<RoleLead
             }
         }
         let decision = role_leader::decide(&view);
-        if let (Some(handover), Decision::Renew { .. }) = (handover, &decision)
-            && !leader.revoked
-        {
+        if let (Some(handover), Decision::Renew { .. }) = (handover, &decision) {
             ask_to_stand_down(work, &mut leader, handover, &view);
         }
         match decision {
             Decision::Renew { instance } => {
+                // Promoted in its term, or promoted again: the Command that
+                // did it may never have been created (a pass whose writes
+                // went stale), or been lost.
+                if let Some(i) = leader.member.as_deref().and_then(|name| work.index(name)) {
+                    let status = &work.members[i].status;
+                    let term = leader.term;
+                    if status.promoted_in != Some(term)
+                        && status.promote_failed != Some(term)
+                        && !work.busy.contains(&work.members[i].metadata.name)
+                    {
+                        let catch_up_to = stood_down_before(work, &leader);
+                        promote(work, i, &spec.promote, term, instance.clone(), catch_up_to);
+                    }
+                }
                 // The leader's own word on who is in sync.
                 let holder = leader.member.as_deref().and_then(|name| work.index(name)).map(|i| &work.members[i]);
                 let said = holder.and_then(|m| report(snap.nodes, m)).and_then(|r| r.position.as_ref());
@@ -131,17 +144,7 @@ pub(super) fn lead_roles(work: &mut Work<'_, '_>, app: &AppSpec) -> Vec<RoleLead
                 if let Some(i) = work.index(&holder.member) {
                     let message = format!("leader of role {} in term {term}: {why}", role.name);
                     work.note(i, EventType::Normal, EventReason::RoleLeaderGranted, message);
-                    let action = Action::Promote {
-                        member: holder.member.clone(),
-                        script: promote_script(&spec.promote.script, term),
-                        expected_instance: holder.instance.clone(),
-                        catch_up_to: stood_down,
-                    };
-                    issue(work, i, Purpose::Promote { term }, action);
-                    // For as long as its hook may take.
-                    if let Some(planned) = work.programs[i].commands.last_mut() {
-                        planned.command.spec.timeout = Some(spec.promote.timeout);
-                    }
+                    promote(work, i, &spec.promote, term, holder.instance.clone(), stood_down);
                 }
                 let leads = [(role.name.clone(), holder.member.clone())];
                 queue_notifies(app, &mut work.members, Change::Leader { term }, &leads, snap.now);
@@ -167,9 +170,44 @@ pub(super) fn lead_roles(work: &mut Work<'_, '_>, app: &AppSpec) -> Vec<RoleLead
     leaders
 }
 
+/// Member `i` promoted to lead in `term` as run `instance` (its promote
+/// hook, once it caught up to `catch_up_to`), given the hook's time.
+fn promote(
+    work: &mut Work<'_, '_>,
+    i: usize,
+    hook: &LeaderHook,
+    term: u64,
+    instance: String,
+    catch_up_to: Option<String>,
+) {
+    let action = Action::Promote {
+        member: work.members[i].metadata.name.clone(),
+        script: promote_script(&hook.script, term),
+        expected_instance: instance,
+        catch_up_to,
+    };
+    let before = work.programs[i].commands.len();
+    issue(work, i, Purpose::Promote { term }, action);
+    if work.programs[i].commands.len() > before
+        && let Some(planned) = work.programs[i].commands.last_mut()
+    {
+        planned.command.spec.timeout = Some(hook.timeout);
+    }
+}
+
+/// Where the leader before `leader`'s term stood down for a handover, if
+/// it did: its successor's promote catches up to there first.
+fn stood_down_before(work: &Work<'_, '_>, leader: &RoleLeader) -> Option<String> {
+    let before = leader.transitions.iter().rev().find(|t| t.term < leader.term)?;
+    let stood = work.members[work.index(&before.member)?].status.stood_down.as_ref()?;
+    (stood.term == before.term).then(|| stood.position.clone())?
+}
+
 /// Asks the leader to stand down for `handover`, once the member it asks
 /// for (or, with none named, some other member) may lead and the leader
-/// has no other Command under way: its lease is renewed no more.
+/// has no other Command under way: its lease is renewed no more. Asked
+/// again while it has not stood down and nothing is under way (the
+/// Command asked for may never have been created).
 fn ask_to_stand_down(work: &mut Work<'_, '_>, leader: &mut RoleLeader, handover: &Handover, view: &RoleView<'_>) {
     let last = Some(handover.from.as_str());
     let may_lead = |c: &&Contender| {
@@ -177,15 +215,19 @@ fn ask_to_stand_down(work: &mut Work<'_, '_>, leader: &mut RoleLeader, handover:
             && handover.to.as_ref().is_none_or(|to| *to == c.member)
             && role_leader::not_eligible(c, last, view.synchronous).is_none()
     };
-    let Some(next) = view.contenders.iter().find(may_lead) else { return };
+    let next = view.contenders.iter().find(may_lead);
+    if next.is_none() && !leader.revoked {
+        return;
+    }
     let Some(i) = work.index(&handover.from).filter(|_| !work.busy.contains(&handover.from)) else { return };
     let term = leader.term;
     let action = Action::Demote { member: handover.from.clone(), term };
     issue(work, i, Purpose::Demote { term }, action);
-    if work.programs[i].commands.is_empty() {
+    if work.programs[i].commands.is_empty() || leader.revoked {
         return;
     }
     leader.revoked = true;
+    let Some(next) = next else { return };
     let to = handover
         .to
         .as_deref()

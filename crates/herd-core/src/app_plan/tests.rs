@@ -771,3 +771,26 @@ fn rule_a_handover_waits_while_the_member_asked_for_may_not_lead() {
     let leader = leader_of(&waiting);
     assert_eq!((leader.member.as_deref(), leader.term, leader.revoked), (Some("db-a-0"), 1, false));
 }
+
+#[test]
+fn rule_a_leader_whose_promote_was_never_carried_out_is_asked_again_until_it_is_promoted() {
+    let mut world = led_world([true; 3]);
+    // The pass that grants term 1: its Commands are never created (its
+    // writes went stale).
+    let mut granted = loop {
+        let after = world.after(&world.plan());
+        if after.cluster.status.leaders.iter().any(|l| l.term == 1) {
+            break after;
+        }
+        world = carried_out(world, 1).0;
+    };
+    granted.commands.retain(|c| !matches!(c.spec.action, Action::Promote { .. }));
+    let (promoted, _, planned) = carried_out(granted, 3);
+    let promotes: Vec<&Command> = planned.iter().filter(|c| matches!(c.spec.action, Action::Promote { .. })).collect();
+    assert_eq!(promotes.len(), 1, "asked again, once: {planned:?}");
+    let member = promoted.members.iter().find(|m| m.metadata.name == "db-a-0").unwrap();
+    assert_eq!(member.status.promoted_in, Some(1));
+    let (steady, _, planned) = carried_out(promoted, 2);
+    assert!(planned.iter().all(|c| !matches!(c.spec.action, Action::Promote { .. })), "promoted: not again");
+    assert_eq!(leader_of(&steady).term, 1);
+}

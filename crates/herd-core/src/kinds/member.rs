@@ -215,6 +215,9 @@ pub struct MemberStatus {
     /// The term it leads in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leader_term: Option<u64>,
+    /// The term it was last promoted in (its promote hook succeeded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub promoted_in: Option<u64>,
     /// The term whose promote hook failed on it: it is not that term's
     /// leader (its lease goes unrenewed), and another is chosen.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -110,7 +110,7 @@ fn leader_lines(leader: &RoleLeader, out: &mut String) {
     let _ = match (&leader.member, &leader.waiting) {
         (Some(member), None) => writeln!(
             out,
-            "Leader of role {}: {member}, term {}, since {}{times}",
+            "Leader of role {}: {member}, term {}, {}{times}",
             leader.role,
             leader.term,
             ago(leader.since)

@@ -29,6 +29,7 @@ mod metrics;
 mod node_lifecycle;
 mod node_roles;
 mod peer_grants;
+mod postgres;
 mod readme;
 mod role_leaders;
 mod shared_sqlite;

@@ -47,7 +47,10 @@ impl AppClusterController {
         in_flight |= stale;
         // The cluster's status with its members' (a reader that sees the
         // last member configured sees the cluster configured soon after).
-        if let Some(status) = status {
+        // Not when a program went stale: the status may record what its
+        // Commands and notifies carry out (a leader granted, its promote),
+        // and the pass that decides it again writes both.
+        if let Some(status) = status.filter(|_| !stale) {
             self.objects
                 .modify_from::<AppClusterSpec, ObjectsError>(cluster.clone(), Part::Status, |c| {
                     if c.metadata.generation != cluster.metadata.generation || c.status == status {
