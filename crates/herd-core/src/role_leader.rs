@@ -155,6 +155,8 @@ pub enum Decision {
     Leaderless { why: String },
 }
 
+const BUSY: &str = "busy with a Command";
+
 /// Why a contender may not be granted a new term (None: it may). With
 /// `synchronous`, a member must be in sync, or be the last holder (who
 /// had every acknowledged write).
@@ -163,14 +165,12 @@ pub fn not_eligible(contender: &Contender, last_holder: Option<&str>, synchronou
         Some("in config error")
     } else if contender.promote_failed {
         Some("its promote hook failed")
-    } else if contender.demoted && last_holder == Some(contender.member.as_str()) {
-        Some("demoted by its agent")
     } else if contender.instance.is_none() {
         Some("not running, or its node is not heard from")
     } else if !contender.ready {
         Some("not ready")
     } else if contender.busy {
-        Some("busy with a Command")
+        Some(BUSY)
     } else if synchronous && !contender.in_sync && last_holder != Some(contender.member.as_str()) {
         Some("not a synchronous replica")
     } else {
@@ -232,8 +232,21 @@ pub fn decide(view: &RoleView<'_>) -> Decision {
     let (eligible, refused): (Vec<&Contender>, Vec<&Contender>) =
         view.contenders.iter().partition(|c| not_eligible(c, last, synchronous).is_none());
     let preferred = eligible.iter().find(|c| Some(c.member.as_str()) == view.preferred).copied();
-    let advanced =
-        eligible.into_iter().min_by_key(|c| (Reverse(c.position), Some(c.member.as_str()) != last, &c.member));
+    // The member a switchover asks for, busy a moment (its configmeta
+    // being written): waited for, not passed over.
+    let asked_busy = refused
+        .iter()
+        .find(|c| Some(c.member.as_str()) == view.preferred && not_eligible(c, last, synchronous) == Some(BUSY));
+    if let Some(asked) = asked_busy {
+        let why = format!("waiting for {}, asked for by a switchover: {BUSY}", asked.member);
+        return Decision::Leaderless { why };
+    }
+    // A last holder that stood down leads again only when no other may
+    // (with `synchronous`, it may be the only one with every write).
+    let stood_down_again = |c: &Contender| c.demoted && Some(c.member.as_str()) == last;
+    let advanced = eligible
+        .into_iter()
+        .min_by_key(|c| (stood_down_again(c), Reverse(c.position), Some(c.member.as_str()) != last, &c.member));
     let Some(chosen) = preferred.or(advanced) else {
         let reasons: Vec<String> = refused
             .iter()
@@ -428,6 +441,12 @@ mod tests {
         let Decision::Grant { holder, why, .. } = decide(&v) else { panic!("grants at once") };
         assert_eq!(holder.member, "b");
         assert_eq!(why, "a stood down (term 3); b was asked for by a switchover and may lead at 0/7");
+        // One asked for that is busy a moment: waited for.
+        members[1].busy = true;
+        let v = RoleView { preferred: Some("b"), ..view(&lease, 1, &members) };
+        let Decision::Leaderless { why } = decide(&v) else { panic!("waits for b") };
+        assert_eq!(why, "waiting for b, asked for by a switchover: busy with a Command");
+        members[1].busy = false;
         // One asked for that may not lead: the most advanced instead.
         members[1].ready = false;
         let v = RoleView { preferred: Some("b"), ..view(&lease, 1, &members) };
@@ -517,7 +536,11 @@ mod tests {
                         lease.holder.is_none() || stood_down || Duration::from_secs(since) >= TIMES.lease_duration.get(),
                         "no grant while a holder that did not stand down holds its lease"
                     );
-                    prop_assert!(!stood_down || Some(granted.member.as_str()) != last, "one that stood down is not granted again");
+                    let others = members.iter().any(|c| Some(c.member.as_str()) != last && not_eligible(c, last, synchronous).is_none());
+                    prop_assert!(
+                        !stood_down || Some(granted.member.as_str()) != last || !others,
+                        "one that stood down is granted again only when no other may lead"
+                    );
                     let chosen = members.iter().find(|c| c.member == granted.member).expect("a member");
                     prop_assert_eq!(not_eligible(chosen, last, synchronous), None);
                     prop_assert!(!synchronous || chosen.in_sync || Some(chosen.member.as_str()) == last, "no stale replica promoted");
@@ -526,13 +549,21 @@ mod tests {
                     match asked {
                         Some(asked) => prop_assert_eq!(&asked.member, &chosen.member, "the member asked for, when it may lead"),
                         None => {
-                            let best = members.iter().filter(eligible).map(|c| c.position).max();
+                            let again = |c: &&Contender| c.demoted && Some(c.member.as_str()) == last;
+                            let fresh: Vec<&Contender> = members.iter().filter(eligible).filter(|c| !again(c)).collect();
+                            let best = match fresh.is_empty() {
+                                true => Some(chosen.position),
+                                false => fresh.iter().map(|c| c.position).max(),
+                            };
                             prop_assert_eq!(Some(chosen.position), best);
                         }
                     }
                 }
                 Decision::Leaderless { .. } => {
-                    prop_assert!(members.iter().all(|c| not_eligible(c, last, synchronous).is_some()));
+                    let asked_busy = members.iter().any(|c| {
+                        Some(c.member.as_str()) == preferred.as_deref() && not_eligible(c, last, synchronous) == Some(BUSY)
+                    });
+                    prop_assert!(asked_busy || members.iter().all(|c| not_eligible(c, last, synchronous).is_some()));
                 }
             }
         }

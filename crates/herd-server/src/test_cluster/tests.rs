@@ -202,13 +202,20 @@ async fn leader(objects: &Objects) -> Option<(String, String, u64)> {
     Some((leader.member?, leader.instance?, leader.term))
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_roles_leader_is_renewed_by_its_heartbeats_and_replaced_only_once_its_lease_expired() {
+/// Three members of a leading role `db` on n1..n3, configured and ready,
+/// one leading in term 1.
+async fn led_cluster() -> TestCluster {
     let cluster = TestCluster::start(&["n1", "n2", "n3"]).await;
     three_members_and_a_budget(&cluster, true).await;
     lead_role_db(&cluster).await;
     cluster.until("every member configured and ready", 60 * SECOND, all_configured_and_ready).await;
     cluster.until("a leader in term 1", 10 * SECOND, async |o| leader(o).await.is_some_and(|(_, _, t)| t == 1)).await;
+    cluster
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_roles_leader_is_renewed_by_its_heartbeats_and_replaced_only_once_its_lease_expired() {
+    let cluster = led_cluster().await;
     let (first, run, _) = leader(&cluster.objects).await.unwrap();
     let node = cluster.objects.require::<MemberSpec>(&first).await.unwrap().spec.node.unwrap();
     cluster.until("a renewal", 5 * SECOND, async |_| !cluster.renewed(&node).is_empty()).await;
@@ -255,11 +262,7 @@ async fn switch_over(objects: &Objects, to: &str, deadline_s: u64) {
 
 #[tokio::test(start_paused = true)]
 async fn a_switchover_demotes_the_leader_and_promotes_the_member_asked_for_without_waiting_for_the_lease() {
-    let cluster = TestCluster::start(&["n1", "n2", "n3"]).await;
-    three_members_and_a_budget(&cluster, true).await;
-    lead_role_db(&cluster).await;
-    cluster.until("every member configured and ready", 60 * SECOND, all_configured_and_ready).await;
-    cluster.until("a leader in term 1", 10 * SECOND, async |o| leader(o).await.is_some_and(|(_, _, t)| t == 1)).await;
+    let cluster = led_cluster().await;
     let (first, _, _) = leader(&cluster.objects).await.unwrap();
     let node = cluster.objects.require::<MemberSpec>(&first).await.unwrap().spec.node.unwrap();
     let to = members(&cluster.objects).await.into_iter().map(|m| m.metadata.name).find(|m| *m != first).unwrap();
@@ -285,11 +288,7 @@ async fn a_switchover_demotes_the_leader_and_promotes_the_member_asked_for_witho
 
 #[tokio::test(start_paused = true)]
 async fn a_switchover_the_budget_does_not_allow_asks_nothing_of_the_leader_and_fails_at_its_deadline() {
-    let cluster = TestCluster::start(&["n1", "n2", "n3"]).await;
-    three_members_and_a_budget(&cluster, true).await;
-    lead_role_db(&cluster).await;
-    cluster.until("every member configured and ready", 60 * SECOND, all_configured_and_ready).await;
-    cluster.until("a leader in term 1", 10 * SECOND, async |o| leader(o).await.is_some_and(|(_, _, t)| t == 1)).await;
+    let cluster = led_cluster().await;
     let (first, _, _) = leader(&cluster.objects).await.unwrap();
     let strict = |budget: &mut Object<DisruptionBudgetSpec>| {
         budget.spec.min_available = Some(Amount::Count(3));

@@ -17,11 +17,16 @@ use herd_core::kinds::{AppClusterSpec, Member, MemberSpec, NodeSpec};
 
 const CLUSTER: &str = "postgres";
 
-/// `psql` against one member: what it printed, or why it failed.
+/// `psql` against one member on loopback: what it printed, or why it failed.
 fn psql(member: &Member, sql: &str) -> Result<String, String> {
+    psql_at("127.0.0.1", member, sql)
+}
+
+/// `psql` against one member at `host`.
+fn psql_at(host: &str, member: &Member, sql: &str) -> Result<String, String> {
     let port = member.spec.ports["pg"].to_string();
     let out = Command::new("psql")
-        .args(["-X", "-q", "-h", "127.0.0.1", "-p", &port, "-U", "postgres", "-d", "postgres", "-tA"])
+        .args(["-X", "-q", "-h", host, "-p", &port, "-U", "postgres", "-d", "postgres", "-tA"])
         .args(["-v", "ON_ERROR_STOP=1", "-c", sql])
         .env("PGCONNECT_TIMEOUT", "2")
         .output()
@@ -45,6 +50,16 @@ async fn member(nodes: &Nodes, name: &str) -> Member {
 
 /// Waits for a leader in a term after `after` that takes writes; returns it.
 async fn writable_leader(nodes: &Nodes, after: u64, within: Duration) -> (Member, u64) {
+    writable_leader_at(nodes, after, within, &|_| "127.0.0.1".into()).await
+}
+
+/// As [`writable_leader`], each member reached at the address `host` says.
+async fn writable_leader_at(
+    nodes: &Nodes,
+    after: u64,
+    within: Duration,
+    host: &dyn Fn(&Member) -> String,
+) -> (Member, u64) {
     let start = Instant::now();
     let (name, term) = loop {
         if let Some(found) = leader(nodes).await.filter(|(_, t)| *t > after) {
@@ -57,10 +72,12 @@ async fn writable_leader(nodes: &Nodes, after: u64, within: Duration) -> (Member
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     let primary = member(nodes, &name).await;
-    eventually(Duration::from_secs(30), &format!("{name} takes writes"), || async {
-        psql(&primary, "create table if not exists t (id int primary key, term int)").ok()
-    })
-    .await;
+    let start = Instant::now();
+    let create = "create table if not exists t (id int primary key, term int)";
+    while let Err(why) = psql_at(&host(&primary), &primary, create) {
+        assert!(start.elapsed() < Duration::from_secs(30), "{name} takes no writes at {}: {why}", host(&primary));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     (primary, term)
 }
 
@@ -89,7 +106,8 @@ async fn within(nodes: &Nodes, member: &Member, limit: Duration, what: &str, don
             let log = nodes.dir_of(member).join(format!("members/{}/stderr.log", member.metadata.name));
             let text = std::fs::read_to_string(&log).unwrap_or_default();
             // What its script said (PostgreSQL's own lines start with the date), then its last lines.
-            let said: Vec<&str> = text.lines().filter(|l| !l.starts_with("20")).collect();
+            let said: Vec<&str> =
+                text.lines().filter(|l| !l.starts_with("20") && !l.starts_with(char::is_whitespace)).collect();
             let tail: Vec<&str> = text.lines().rev().take(15).collect();
             let tail: Vec<&str> = tail.into_iter().rev().collect();
             let object = nodes.server.cli(&["get", "member", &member.metadata.name, "-o", "yaml"]);
@@ -190,4 +208,265 @@ async fn the_postgres_example_fails_over_keeps_every_commit_and_its_old_primary_
     .await;
     let node = nodes.server.admin().get::<NodeSpec>("n1").await.unwrap();
     assert!(node.status.ready);
+}
+
+/// Applies the example's App with `change` made to it, then its cluster
+/// of `members`.
+async fn apply_example(nodes: &Nodes, members: u32, change: impl FnOnce(&mut serde_json::Value)) {
+    let admin = nodes.server.admin();
+    let text = std::fs::read_to_string(example("postgres").join("app.yaml")).unwrap();
+    let mut app: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
+    change(&mut app);
+    admin.create_value("apps", &app, Default::default()).await.unwrap();
+    let cluster = serde_json::json!({
+        "metadata": {"name": CLUSTER},
+        "spec": {"appRef": "postgres", "roles": [{"name": "db", "members": members}]}
+    });
+    admin.create_value("appclusters", &cluster, Default::default()).await.unwrap();
+}
+
+/// Shorter lease times, for many failovers in a test.
+fn quick_leases(app: &mut serde_json::Value) {
+    let leader = &mut app["spec"]["roles"][0]["leader"];
+    leader["leaseDuration"] = "3s".into();
+    leader["renewDeadline"] = "2s".into();
+    leader["retryPeriod"] = "500ms".into();
+}
+
+/// A connection to `member`, or None.
+async fn connect(host: &str, port: u16) -> Option<tokio_postgres::Client> {
+    let config = format!("host={host} port={port} user=postgres dbname=postgres connect_timeout=1");
+    let (client, connection) =
+        tokio::time::timeout(Duration::from_secs(2), tokio_postgres::connect(&config, tokio_postgres::NoTls))
+            .await
+            .ok()?
+            .ok()?;
+    tokio::spawn(connection);
+    Some(client)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn in_synchronous_mode_every_acknowledged_commit_survives_20_failovers() {
+    require(&["psql", "pg_isready", "/usr/lib/postgresql/15/bin/postgres"]);
+    let mut nodes = nodes(3).await;
+    apply_example(&nodes, 3, quick_leases).await;
+    configured(&nodes.server, CLUSTER, 3, Duration::from_secs(120)).await;
+    let (mut primary, mut term) = writable_leader(&nodes, 0, Duration::from_secs(60)).await;
+    let ports: Vec<u16> = list_members(&nodes.server, CLUSTER).await.iter().map(|m| m.spec.ports["pg"]).collect();
+
+    // A writer inserts into whichever member takes writes, all along;
+    // each id it saw acknowledged is kept.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut acknowledged = Vec::new();
+            let mut clients: Vec<Option<tokio_postgres::Client>> = ports.iter().map(|_| None).collect();
+            let mut id = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let mut wrote = false;
+                for (i, port) in ports.iter().enumerate() {
+                    if clients[i].as_ref().is_none_or(|c| c.is_closed()) {
+                        clients[i] = connect("127.0.0.1", *port).await;
+                    }
+                    let Some(client) = &clients[i] else { continue };
+                    let value = id as i32;
+                    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&value];
+                    let insert = client.execute("insert into t values ($1, 0)", &params);
+                    match tokio::time::timeout(Duration::from_secs(2), insert).await {
+                        Ok(Ok(_)) => {
+                            acknowledged.push(id);
+                            id += 1;
+                            wrote = true;
+                            break;
+                        }
+                        // Read-only (a standby), gone, or waiting for its standbys.
+                        Ok(Err(_)) => {}
+                        Err(_) => clients[i] = None,
+                    }
+                }
+                if !wrote {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+            acknowledged
+        })
+    };
+
+    for round in 1..=20 {
+        // One standby in sync is enough to fail over to; the member lost
+        // in the round before may still be on its way back.
+        in_sync(&nodes, 1).await;
+        let name = primary.metadata.name.clone();
+        let node = nodes.dirs.iter().position(|d| d == nodes.dir_of(&primary)).unwrap();
+        let pid = pid_of(&nodes.server, &primary).await;
+        nodes.agents[node].kill9();
+        let killed = Command::new("kill").args(["-KILL", "--", &format!("-{pid}")]).status().unwrap();
+        assert!(killed.success());
+        let lost = Instant::now();
+        let (next, next_term) = writable_leader(&nodes, term, Duration::from_secs(30)).await;
+        eprintln!(
+            "round {round}: {name} lost; {} writable in term {next_term} after {:?}",
+            next.metadata.name,
+            lost.elapsed()
+        );
+        nodes.agents[node] = common::start_agent(&nodes.server.url, &nodes.dirs[node], &format!("n{}", node + 1));
+        (primary, term) = (next, next_term);
+    }
+    // Every member back, a standby in sync.
+    in_sync(&nodes, 2).await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let acknowledged = writer.await.unwrap();
+    assert!(acknowledged.len() > 100, "the writer wrote all along: {}", acknowledged.len());
+    let ids = psql(&primary, "select string_agg(id::text, ',') from t").unwrap();
+    let stored: std::collections::BTreeSet<u32> = ids.split(',').filter_map(|id| id.parse().ok()).collect();
+    let lost: Vec<&u32> = acknowledged.iter().filter(|id| !stored.contains(id)).collect();
+    assert!(lost.is_empty(), "acknowledged commits lost: {lost:?}");
+    eprintln!("20 failovers: {} commits acknowledged, none lost", acknowledged.len());
+}
+
+/// Waits until the primary reports `count` standbys in sync or more; on time-out
+/// the panic shows the cluster and what the primary says of its standbys.
+async fn in_sync(nodes: &Nodes, count: usize) {
+    let start = Instant::now();
+    loop {
+        let cluster = nodes.server.admin().get::<AppClusterSpec>(CLUSTER).await.unwrap();
+        let leader = cluster.status.leaders.into_iter().find(|l| l.role == "db").unwrap_or_default();
+        if leader.in_sync.len() >= count && leader.waiting.is_none() {
+            return;
+        }
+        if start.elapsed() > Duration::from_secs(60) {
+            let described = nodes.server.cli(&["describe", "appcluster", CLUSTER]);
+            let primary = member(nodes, leader.member.as_deref().unwrap_or_default()).await;
+            let standbys = psql(&primary, "select application_name, state, sync_state from pg_stat_replication");
+            let members = list_members(&nodes.server, CLUSTER).await;
+            let logs: Vec<String> = members
+                .iter()
+                .map(|m| {
+                    let log = nodes.dir_of(m).join(format!("members/{}/stderr.log", m.metadata.name));
+                    let text = std::fs::read_to_string(log).unwrap_or_default();
+                    let said: Vec<&str> =
+                        text.lines().filter(|l| !l.starts_with("20") && !l.starts_with(char::is_whitespace)).collect();
+                    let last: Vec<&str> = text.lines().rev().take(8).collect();
+                    format!("{}:\n{}\n...\n{}", m.metadata.name, said.join("\n"), last.join("\n"))
+                })
+                .collect();
+            panic!(
+                "not {count} standbys in sync within 60s:\n{}\nthe primary's standbys: {standbys:?}\n{}",
+                String::from_utf8_lossy(&described.stdout),
+                logs.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Writes to `host:port` every 10 ms from a thread of its own, inside
+/// network namespace `netns` when given (a socket belongs to the namespace
+/// its thread was in when it was made), until `stop`; the times (ns since
+/// the epoch) at which each acknowledged write came back.
+fn probe(
+    netns: Option<String>,
+    host: String,
+    port: u16,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<Vec<u128>> {
+    std::thread::spawn(move || {
+        if let Some(netns) = netns {
+            use std::os::fd::AsRawFd;
+            let file = std::fs::File::open(format!("/var/run/netns/{netns}")).unwrap();
+            // SAFETY: setns on this thread only, with an open namespace fd.
+            assert_eq!(unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) }, 0, "setns");
+        }
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async move {
+            let mut acknowledged = Vec::new();
+            let mut client = None;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                if client.as_ref().is_none_or(|c: &tokio_postgres::Client| c.is_closed()) {
+                    client = connect(&host, port).await;
+                }
+                if let Some(c) = &client {
+                    let insert = c.execute("insert into probe default values", &[]);
+                    match tokio::time::timeout(Duration::from_millis(500), insert).await {
+                        Ok(Ok(_)) => acknowledged.push(now_ns()),
+                        Ok(Err(_)) => {}
+                        Err(_) => client = None,
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            acknowledged
+        })
+    })
+}
+
+fn now_ns() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cut_off_primary_stops_taking_writes_before_another_takes_any() {
+    require(&["psql", "pg_isready", "/usr/lib/postgresql/15/bin/postgres"]);
+    let nodes = common::apps::nodes_with_n1_apart(3).await;
+    let server = &nodes.server;
+    // Asynchronous: the cut-off primary could acknowledge writes alone,
+    // until it is fenced. Its first member leads, on n1 (the others
+    // cordoned until it does).
+    for node in ["n2", "n3"] {
+        common::apps::cordon(server, node, true).await;
+    }
+    apply_example(&nodes, 1, |app| {
+        app["spec"]["roles"][0]["leader"]["synchronous"] = false.into();
+        app["spec"]["roles"][0]["run"]["env"]["SYNCHRONOUS"] = "off".into();
+    })
+    .await;
+    configured(server, CLUSTER, 1, Duration::from_secs(60)).await;
+    let netns = nodes.netns.as_ref().expect("n1 apart");
+    let host_of = |m: &Member| if m.spec.node.as_deref() == Some("n1") { netns.inside() } else { "127.0.0.1".into() };
+    let (primary, _) = writable_leader_at(&nodes, 0, Duration::from_secs(60), &host_of).await;
+    assert_eq!(primary.spec.node.as_deref(), Some("n1"));
+    psql_at(&netns.inside(), &primary, "create table probe (id serial primary key)").unwrap();
+    for node in ["n2", "n3"] {
+        common::apps::cordon(server, node, false).await;
+    }
+    let mut cluster = server.admin().get::<AppClusterSpec>(CLUSTER).await.unwrap();
+    cluster.spec.roles[0].members = 3;
+    server.admin().update(&cluster).await.unwrap();
+    let members = configured(server, CLUSTER, 3, Duration::from_secs(120)).await;
+
+    // A write every 10 ms on each side: to n1's member from inside its
+    // namespace, to the two others from here.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let probes: Vec<(String, std::thread::JoinHandle<Vec<u128>>)> = members
+        .iter()
+        .map(|m| {
+            let inside = (m.spec.node.as_deref() == Some("n1")).then(|| netns.name.clone());
+            (m.metadata.name.clone(), probe(inside, host_of(m), m.spec.ports["pg"], stop.clone()))
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    netns.cut();
+    let cut = now_ns();
+    let (second, term) = writable_leader_at(&nodes, 1, Duration::from_secs(40), &host_of).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut written = std::collections::BTreeMap::new();
+    for (name, handle) in probes {
+        written.insert(name, handle.join().unwrap());
+    }
+    let old = &written[&primary.metadata.name];
+    let new = &written[&second.metadata.name];
+    let last_old = *old.iter().max().expect("the old primary took writes");
+    let first_new = *new.iter().filter(|at| **at > cut).min().expect("the new primary takes writes");
+    let ms = |ns: u128| ns.saturating_sub(cut) / 1_000_000;
+    eprintln!(
+        "cut off: the old primary's last acknowledged write {} ms after the cut, the new one's ({} in term {term}) first {} ms",
+        ms(last_old),
+        second.metadata.name,
+        ms(first_new)
+    );
+    assert!(last_old < first_new, "never two primaries taking writes at once");
+    assert!(ms(last_old) < 7_500, "fenced by its renew deadline: {} ms", ms(last_old));
+    netns.heal();
 }

@@ -24,16 +24,24 @@ const MEMBER: &str = r#"while :; do
   sleep 0.01
 done"#;
 
+/// The promote hook: marks the member primary in its term.
+const PROMOTE: &str = "echo \"$HERD_LEADER_TERM\" >\"$HERD_VOLUME_DATA/primary\"";
+
 fn app() -> serde_json::Value {
+    app_with(serde_json::json!({
+        "promote": {"script": PROMOTE},
+        "demote": {"script": "rm -f \"$HERD_VOLUME_DATA/primary\""}
+    }))
+}
+
+/// The App with role `db` leading as `leader` says.
+fn app_with(leader: serde_json::Value) -> serde_json::Value {
     serde_json::json!({
         "metadata": {"name": "lead"},
         "spec": {"roles": [{
             "name": "db",
             "run": {"command": ["sh", "-c", MEMBER], "volumes": [{"name": "data", "persistent": true}]},
-            "leader": {
-                "promote": {"script": "echo \"$HERD_LEADER_TERM\" >\"$HERD_VOLUME_DATA/primary\""},
-                "demote": {"script": "rm -f \"$HERD_VOLUME_DATA/primary\""}
-            }
+            "leader": leader
         }]}
     })
 }
@@ -59,11 +67,16 @@ async fn leader(server: &common::TestServer) -> Option<(String, u64)> {
 /// on n1 (alone there while n2 and n3 were cordoned, the two others
 /// joining after), promoted and writing; returns where the writes go.
 async fn led_cluster(nodes: &Nodes) -> PathBuf {
+    led_cluster_of(nodes, app()).await
+}
+
+/// As [`led_cluster`], of `app`.
+async fn led_cluster_of(nodes: &Nodes, app: serde_json::Value) -> PathBuf {
     let server = &nodes.server;
     let admin = server.admin();
     let dir = nodes.dir.path().join("writes");
     std::fs::create_dir_all(&dir).unwrap();
-    admin.create_value("apps", &app(), Default::default()).await.unwrap();
+    admin.create_value("apps", &app, Default::default()).await.unwrap();
     // Read and written again while a heartbeat's status write races it.
     let cordon = async |node: &str, cordoned: bool| {
         for _ in 0..20 {
@@ -299,4 +312,87 @@ async fn a_switchover_demotes_the_leader_first_and_the_next_writes_within_a_seco
     assert_eq!(writes(&dir, "c-db-0").len(), old, "the old leader writes no more");
     assert_eq!(leader(server).await, Some(("c-db-2".to_string(), 2)));
     assert!(writes(&dir, "c-db-1").is_empty(), "c-db-1 never led");
+}
+
+/// Loses n1 (its agent and c-db-0's processes at once).
+async fn lose_n1(nodes: &mut Nodes) {
+    let member = nodes.server.admin().get::<herd_core::kinds::MemberSpec>("c-db-0").await.unwrap();
+    let pid = common::apps::pid_of(&nodes.server, &member).await;
+    nodes.agents[0].kill9();
+    let killed = std::process::Command::new("kill").args(["-KILL", "--", &format!("-{pid}")]).status().unwrap();
+    assert!(killed.success(), "the member's group was there to kill");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_promote_passes_the_lease_on_and_an_event_names_the_hooks_stderr() {
+    let mut nodes = nodes(3).await;
+    let refuses = format!(
+        "if [ \"$HERD_MEMBER\" = c-db-1 ]; then echo 'c-db-1: no disk for a primary' >&2; exit 3; fi; {PROMOTE}"
+    );
+    let spec = serde_json::json!({
+        "promote": {"script": refuses},
+        "demote": {"script": "rm -f \"$HERD_VOLUME_DATA/primary\""}
+    });
+    let dir = led_cluster_of(&nodes, app_with(spec)).await;
+    lose_n1(&mut nodes).await;
+    let server = &nodes.server;
+    // Term 2 goes to c-db-1 (no positions: by name), whose promote fails;
+    // its lease goes unrenewed, and term 3 to c-db-2 once it expired.
+    let (third, _) =
+        eventually(Duration::from_secs(60), "term 3", || async { leader(server).await.filter(|(_, t)| *t == 3) }).await;
+    assert_eq!(third, "c-db-2");
+    eventually(Duration::from_secs(20), "c-db-2 writing in term 3", || async {
+        writes(&dir, "c-db-2").iter().any(|(_, t)| *t == 3).then_some(())
+    })
+    .await;
+    assert!(writes(&dir, "c-db-1").is_empty(), "c-db-1 never wrote");
+    let events = String::from_utf8_lossy(&server.cli(&["get", "events"]).stdout).to_string();
+    let said = events.lines().find(|l| l.contains("member/c-db-1") && l.contains("no disk for a primary"));
+    assert!(said.is_some(), "an Event on c-db-1 names its hook's stderr:\n{events}");
+    let described = String::from_utf8_lossy(&server.cli(&["describe", "appcluster", "c"]).stdout).to_string();
+    assert!(described.contains("term 3 to c-db-2"), "{described}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_synchronous_role_with_no_replica_in_sync_promotes_nothing_says_why_and_waits_for_its_leader() {
+    let mut nodes = nodes(3).await;
+    // Every member says it is at 1 and the leader that none is in sync.
+    let spec = serde_json::json!({
+        "synchronous": true,
+        "position": {"script": "echo 1; echo sync"},
+        "promote": {"script": PROMOTE},
+        "demote": {"script": "rm -f \"$HERD_VOLUME_DATA/primary\""}
+    });
+    let dir = led_cluster_of(&nodes, app_with(spec)).await;
+    lose_n1(&mut nodes).await;
+    let server = &nodes.server;
+    let why = eventually(Duration::from_secs(30), "the role leaderless, saying why", || async {
+        let cluster = server.admin().get::<AppClusterSpec>("c").await.ok()?;
+        let leader = cluster.status.leaders.into_iter().find(|l| l.role == "db")?;
+        leader.waiting.filter(|w| w.starts_with("no member may lead"))
+    })
+    .await;
+    assert!(
+        why.contains("c-db-1 not a synchronous replica") && why.contains("c-db-2 not a synchronous replica"),
+        "{why}"
+    );
+    // Past a whole lease more: no one promoted.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(leader(server).await, Some(("c-db-0".to_string(), 1)));
+    for other in ["c-db-1", "c-db-2"] {
+        assert!(writes(&dir, other).is_empty(), "{other} never led");
+    }
+    // Its host comes back: the last leader, who had every write, leads again.
+    nodes.agents[0] = common::start_agent(&nodes.server.url, &nodes.dirs[0], "n1");
+    let server = &nodes.server;
+    eventually(Duration::from_secs(40), "c-db-0 leading in term 2", || async {
+        let cluster = server.admin().get::<AppClusterSpec>("c").await.ok()?;
+        let leader = cluster.status.leaders.into_iter().find(|l| l.role == "db")?;
+        (leader.member.as_deref() == Some("c-db-0") && leader.term == 2 && leader.waiting.is_none()).then_some(())
+    })
+    .await;
+    eventually(Duration::from_secs(20), "c-db-0 writing in term 2", || async {
+        writes(&dir, "c-db-0").iter().any(|(_, t)| *t == 2).then_some(())
+    })
+    .await;
 }

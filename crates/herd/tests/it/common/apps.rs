@@ -27,6 +27,9 @@ pub struct Nodes {
     pub dir: tempfile::TempDir,
 }
 
+/// How many network namespaces this test binary made (each its own number).
+static NETNS_TAKEN: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
 /// How many servers of this test binary took a block of member ports.
 static PORT_BLOCKS: AtomicU16 = AtomicU16::new(0);
 /// The blocks lie in 10000-19999: apart from the default range
@@ -62,7 +65,7 @@ pub async fn nodes_with_n1_apart(n: usize) -> Nodes {
 
 async fn nodes_on(n: usize, n1_apart: bool) -> Nodes {
     let dir = tempfile::tempdir().unwrap();
-    let netns = n1_apart.then(|| NetNs::create((PORT_BLOCKS.load(Ordering::SeqCst) % 200) as u8));
+    let netns = n1_apart.then(|| NetNs::create(NETNS_TAKEN.fetch_add(1, Ordering::SeqCst) % 200));
     // Reached from the namespace at its outside address, from here on loopback.
     let listen = if n1_apart { "0.0.0.0:0" } else { "127.0.0.1:0" };
     let mut server = TestServer::start_at(&dir.path().join("server"), listen);
@@ -78,7 +81,9 @@ async fn nodes_on(n: usize, n1_apart: bool) -> Nodes {
             (Some(ns), 0) => {
                 let url = server.url.replace("127.0.0.1", &ns.outside);
                 let mut command = ns.command(std::path::Path::new(env!("CARGO_BIN_EXE_herd")));
-                command.args(["agent", "--server", &url, "--name", "n1"]).arg("--data-dir").arg(d);
+                // Its endpoint, and its members' hosts, at its address inside.
+                let listen = format!("{}:0", ns.inside());
+                command.args(["agent", "--server", &url, "--name", "n1", "--listen", &listen]).arg("--data-dir").arg(d);
                 command.env("HERD_JOIN_TOKEN", super::JOIN_TOKEN);
                 if let Some(hash) = &server.ca_hash {
                     command.args(["--ca-hash", hash]);

@@ -10,6 +10,8 @@ pub struct NetNs {
     host_link: String,
     /// This side's address, as processes inside reach it.
     pub outside: String,
+    /// The address inside, as this side reaches it.
+    inside: String,
 }
 
 fn ip(args: &[&str]) {
@@ -24,7 +26,12 @@ impl NetNs {
         let (name, host_link, inner_link) = (format!("herd-{tag}"), format!("vh{tag}"), format!("vn{tag}"));
         let (outside, inside) = (format!("10.213.{index}.1"), format!("10.213.{index}.2"));
         ip(&["netns", "add", &name]);
-        let ns = NetNs { name: name.clone(), host_link: host_link.clone(), outside: outside.clone() };
+        let ns = NetNs {
+            name: name.clone(),
+            host_link: host_link.clone(),
+            outside: outside.clone(),
+            inside: inside.clone(),
+        };
         ip(&["link", "add", &host_link, "type", "veth", "peer", "name", &inner_link]);
         ip(&["link", "set", &inner_link, "netns", &name]);
         ip(&["addr", "add", &format!("{outside}/30"), "dev", &host_link]);
@@ -33,6 +40,11 @@ impl NetNs {
         ip(&["netns", "exec", &name, "ip", "link", "set", &inner_link, "up"]);
         ip(&["netns", "exec", &name, "ip", "link", "set", "lo", "up"]);
         ns
+    }
+
+    /// The address inside, as this side reaches it.
+    pub fn inside(&self) -> String {
+        self.inside.clone()
     }
 
     /// `program` to be run inside the namespace.
