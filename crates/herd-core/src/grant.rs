@@ -185,9 +185,29 @@ pub fn ended_attempts(command: &Command, serving: &str, now: Timestamp) -> Vec<E
 /// The ended attempts a serving agent knows of, each kept until its grants
 /// would have expired: merged from every heartbeat answer, so that a
 /// Command deleted after its attempt was named keeps its grants ended.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(transparent)]
+///
+/// Kept on disk as a list of ended attempts (a JSON object's keys must be
+/// strings, and an attempt is two fields).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Revocations(BTreeMap<GrantedAttempt, Timestamp>);
+
+impl Serialize for Revocations {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let ended: Vec<EndedAttempt> = self
+            .0
+            .iter()
+            .map(|(attempt, until)| EndedAttempt { attempt: attempt.clone(), grants_expire: *until })
+            .collect();
+        ended.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Revocations {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let ended = Vec::<EndedAttempt>::deserialize(deserializer)?;
+        Ok(Revocations(ended.into_iter().map(|e| (e.attempt, e.grants_expire)).collect()))
+    }
+}
 
 impl Revocations {
     /// Adds `ended` and forgets what has expired by `now`; whether that
@@ -281,6 +301,20 @@ mod tests {
             purpose: "copy-1 attempt 1".into(),
             attempt: Some(GrantedAttempt { command: "copy-1".into(), attempt: 1 }),
         }
+    }
+
+    #[test]
+    fn revocations_are_kept_on_disk_and_read_back() {
+        let mut kept = Revocations::default();
+        let ended = |command: &str, attempt: u32| EndedAttempt {
+            attempt: GrantedAttempt { command: command.into(), attempt },
+            grants_expire: at(90),
+        };
+        assert!(kept.merge(&[ended("c1", 1), ended("c1", 2), ended("c2", 1)], at(0)));
+        let json = serde_json::to_vec(&kept).expect("an attempt is no map key: kept as a list");
+        let read: Revocations = serde_json::from_slice(&json).unwrap();
+        assert_eq!(read, kept);
+        assert!(read.contains(&GrantedAttempt { command: "c1".into(), attempt: 2 }));
     }
 
     #[test]

@@ -345,17 +345,22 @@ fn redis_cli(member: &Member, args: &[&str]) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_redis_example_has_replicas_that_follow_the_primary() {
+async fn the_redis_example_has_replicas_that_follow_the_primary_herd_elects() {
     require(&["redis-server", "redis-cli"]);
     let nodes = nodes(3).await;
     let server = &nodes.server;
     apply(&nodes, &example("redis"));
-    let members = configured(server, "redis", 3, Duration::from_secs(60)).await;
-    let primary = members.iter().find(|m| m.spec.role == "primary").unwrap();
-    let replicas: Vec<&Member> = members.iter().filter(|m| m.spec.role == "replica").collect();
-    assert_eq!(replicas.len(), 2);
-    // Configured means its setup wrote redis.conf; the server it then
-    // starts may take a moment to listen.
+    configured(server, "redis", 3, Duration::from_secs(60)).await;
+    let leader = || async {
+        let cluster = server.admin().get::<herd_core::kinds::AppClusterSpec>("redis").await.ok()?;
+        let leader = cluster.status.leaders.into_iter().find(|l| l.role == "redis" && l.waiting.is_none())?;
+        Some((leader.member?, leader.term))
+    };
+    let (name, term) = eventually(Duration::from_secs(30), "a primary in term 1", leader).await;
+    assert_eq!(term, 1);
+    let members = list_members(server, "redis").await;
+    let primary = members.iter().find(|m| m.metadata.name == name).unwrap();
+    let replicas: Vec<&Member> = members.iter().filter(|m| m.metadata.name != name).collect();
     eventually(Duration::from_secs(20), "the primary takes a write", || async {
         redis_cli(primary, &["set", "greeting", "hello from herd"]).contains("OK").then_some(())
     })
@@ -367,28 +372,44 @@ async fn the_redis_example_has_replicas_that_follow_the_primary() {
         .await;
         let info = redis_cli(replica, &["info", "replication"]);
         assert!(info.contains("role:slave") && info.contains("master_link_status:up"), "{info}");
+        assert!(redis_cli(replica, &["set", "x", "1"]).contains("READONLY"), "a replica takes no write");
     }
     eventually(Duration::from_secs(20), "the primary counts two replicas", || async {
         redis_cli(primary, &["info", "replication"]).contains("connected_slaves:2").then_some(())
     })
     .await;
     // kill -9 of the primary: it comes back as a new instance with its data
-    // (append-only file on its persistent volume), and the replicas follow it again.
+    // (append-only file on its persistent volume), still the primary in
+    // its term, and the replicas follow it again.
     kill9(pid_of(server, primary).await);
-    let members = eventually(Duration::from_secs(60), "the primary configured as a new instance", || async {
+    eventually(Duration::from_secs(60), "the primary configured as a new instance", || async {
         let members = configured(server, "redis", 3, Duration::from_secs(60)).await;
         let back = members.iter().find(|m| m.metadata.name == primary.metadata.name)?;
-        (instance(back) != instance(primary)).then_some(members)
+        (instance(back) != instance(primary)).then_some(())
     })
     .await;
-    let primary = members.iter().find(|m| m.spec.role == "primary").unwrap();
     eventually(Duration::from_secs(20), "the new primary instance serves the key", || async {
         (redis_cli(primary, &["get", "greeting"]).trim() == "hello from herd").then_some(())
     })
     .await;
+    assert_eq!(leader().await, Some((name.clone(), 1)), "restarted in place within its lease: no failover");
     eventually(Duration::from_secs(30), "both replicas linked again", || async {
         redis_cli(primary, &["info", "replication"]).contains("connected_slaves:2").then_some(())
     })
     .await;
+    // A switchover: the old primary a replica of the new one.
+    let to = replicas[0];
+    let out =
+        server.cli_blocking(&["appcluster", "switchover", "redis", "--role", "redis", "--to", &to.metadata.name]).await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    eventually(Duration::from_secs(20), "the new primary takes a write", || async {
+        redis_cli(to, &["set", "after", "switchover"]).contains("OK").then_some(())
+    })
+    .await;
+    eventually(Duration::from_secs(30), "the old primary follows the new one", || async {
+        (redis_cli(primary, &["get", "after"]).trim() == "switchover").then_some(())
+    })
+    .await;
+    assert!(redis_cli(primary, &["set", "x", "1"]).contains("READONLY"), "the old primary takes no write");
     assert!(list_members(server, "redis").await.iter().all(|m| m.status.state == MemberState::Configured));
 }
