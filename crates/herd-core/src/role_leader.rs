@@ -117,7 +117,8 @@ pub struct Contender {
     /// granted none now (its promote would run beside that Command).
     pub busy: bool,
     /// Its promote hook failed in the lease's term: its lease is not
-    /// renewed, and it is not granted the next.
+    /// renewed, and the next term goes to another member if one may lead
+    /// (to it again only when none may).
     pub promote_failed: bool,
     /// It stood down in the lease's term (its agent fenced it, or it
     /// was demoted for a handover): it does not lead now, and a lease of
@@ -163,8 +164,6 @@ const BUSY: &str = "busy with a Command";
 pub fn not_eligible(contender: &Contender, last_holder: Option<&str>, synchronous: bool) -> Option<&'static str> {
     if contender.config_error {
         Some("in config error")
-    } else if contender.promote_failed {
-        Some("its promote hook failed")
     } else if contender.instance.is_none() {
         Some("not running, or its node is not heard from")
     } else if !contender.ready {
@@ -241,9 +240,10 @@ pub fn decide(view: &RoleView<'_>) -> Decision {
         let why = format!("waiting for {}, asked for by a switchover: {BUSY}", asked.member);
         return Decision::Leaderless { why };
     }
-    // A last holder that stood down leads again only when no other may
-    // (with `synchronous`, it may be the only one with every write).
-    let stood_down_again = |c: &Contender| c.demoted && Some(c.member.as_str()) == last;
+    // A last holder that stood down, or whose promote failed, leads again
+    // only when no other may (with `synchronous`, it may be the only one
+    // with every write): a failed promote is tried again a lease later.
+    let stood_down_again = |c: &Contender| (c.demoted || c.promote_failed) && Some(c.member.as_str()) == last;
     let advanced = eligible
         .into_iter()
         .min_by_key(|c| (stood_down_again(c), Reverse(c.position), Some(c.member.as_str()) != last, &c.member));
@@ -393,6 +393,20 @@ mod tests {
         members[0].instance = Some("a-second-run".into());
         let Decision::Grant { holder, term, .. } = synchronous(&members) else { panic!("grants") };
         assert_eq!((holder.member.as_str(), holder.instance.as_str(), term), ("a", "a-second-run", 4));
+    }
+
+    #[test]
+    fn row4_a_holder_whose_promote_failed_is_tried_again_a_lease_later_only_when_no_other_may_lead() {
+        let lease = held_by("a", 3);
+        let mut members = [contender("a", 9), contender("b", 7)];
+        members[0].promote_failed = true;
+        assert!(matches!(decide(&view(&lease, 4, &members)), Decision::Wait { .. }), "not renewed; waits");
+        let Decision::Grant { holder, .. } = decide(&view(&lease, 10, &members)) else { panic!("grants") };
+        assert_eq!(holder.member, "b", "another member first");
+        // Synchronous, b not in sync: a (the last holder, every write on it) again.
+        let v = RoleView { synchronous: true, ..view(&lease, 10, &members) };
+        let Decision::Grant { holder, term, .. } = decide(&v) else { panic!("grants") };
+        assert_eq!((holder.member.as_str(), term), ("a", 4));
     }
 
     #[test]
@@ -549,7 +563,8 @@ mod tests {
                     match asked {
                         Some(asked) => prop_assert_eq!(&asked.member, &chosen.member, "the member asked for, when it may lead"),
                         None => {
-                            let again = |c: &&Contender| c.demoted && Some(c.member.as_str()) == last;
+                            let again =
+                                |c: &&Contender| (c.demoted || c.promote_failed) && Some(c.member.as_str()) == last;
                             let fresh: Vec<&Contender> = members.iter().filter(eligible).filter(|c| !again(c)).collect();
                             let best = match fresh.is_empty() {
                                 true => Some(chosen.position),
