@@ -247,6 +247,17 @@ pub fn decide(view: &RoleView<'_>) -> Decision {
     let advanced = eligible
         .into_iter()
         .min_by_key(|c| (stood_down_again(c), Reverse(c.position), Some(c.member.as_str()) != last, &c.member));
+    // Back to a last holder that stood down (or failed its promote) only
+    // when no other member may lead for a lasting reason: one busy a
+    // moment is waited for.
+    if preferred.is_none()
+        && advanced.is_some_and(|c| stood_down_again(c))
+        && let Some(busy) =
+            refused.iter().find(|c| Some(c.member.as_str()) != last && not_eligible(c, last, synchronous) == Some(BUSY))
+    {
+        let why = format!("waiting for {}: {BUSY}", busy.member);
+        return Decision::Leaderless { why };
+    }
     let Some(chosen) = preferred.or(advanced) else {
         let reasons: Vec<String> = refused
             .iter()
@@ -403,6 +414,11 @@ mod tests {
         assert!(matches!(decide(&view(&lease, 4, &members)), Decision::Wait { .. }), "not renewed; waits");
         let Decision::Grant { holder, .. } = decide(&view(&lease, 10, &members)) else { panic!("grants") };
         assert_eq!(holder.member, "b", "another member first");
+        // b busy a moment: waited for, not a again.
+        members[1].busy = true;
+        let Decision::Leaderless { why } = decide(&view(&lease, 10, &members)) else { panic!("waits for b") };
+        assert_eq!(why, "waiting for b: busy with a Command");
+        members[1].busy = false;
         // Synchronous, b not in sync: a (the last holder, every write on it) again.
         let v = RoleView { synchronous: true, ..view(&lease, 10, &members) };
         let Decision::Grant { holder, term, .. } = decide(&v) else { panic!("grants") };
@@ -578,7 +594,12 @@ mod tests {
                     let asked_busy = members.iter().any(|c| {
                         Some(c.member.as_str()) == preferred.as_deref() && not_eligible(c, last, synchronous) == Some(BUSY)
                     });
-                    prop_assert!(asked_busy || members.iter().all(|c| not_eligible(c, last, synchronous).is_some()));
+                    let again = |c: &Contender| (c.demoted || c.promote_failed) && Some(c.member.as_str()) == last;
+                    let fresh_eligible = members.iter().filter(|c| !again(c)).any(|c| not_eligible(c, last, synchronous).is_none());
+                    let other_busy = members.iter().any(|c| Some(c.member.as_str()) != last && not_eligible(c, last, synchronous) == Some(BUSY));
+                    prop_assert!(
+                        asked_busy || (other_busy && !fresh_eligible) || members.iter().all(|c| not_eligible(c, last, synchronous).is_some())
+                    );
                 }
             }
         }

@@ -14,15 +14,6 @@ use serde_json::{Value, json};
 const CHROMIUM: &str = "/usr/bin/chromium";
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 
-/// The browser tests take turns: each loads the machine (Chromium, and a
-/// thousand simulated nodes for one), and side by side under a busy test
-/// run they starved each other's pages past their waits. Hold the guard
-/// for the whole test.
-pub async fn take_turn() -> tokio::sync::MutexGuard<'static, ()> {
-    static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-    TURN.lock().await
-}
-
 /// Whether Chromium and chromedriver are installed; in CI (`CI` set) their
 /// absence fails the test, elsewhere it is said loudly and the test skips.
 pub fn available() -> bool {
