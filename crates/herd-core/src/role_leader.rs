@@ -251,7 +251,7 @@ pub fn decide(view: &RoleView<'_>) -> Decision {
     // when no other member may lead for a lasting reason: one busy a
     // moment is waited for.
     if preferred.is_none()
-        && advanced.is_some_and(|c| stood_down_again(c))
+        && advanced.is_some_and(stood_down_again)
         && let Some(busy) =
             refused.iter().find(|c| Some(c.member.as_str()) != last && not_eligible(c, last, synchronous) == Some(BUSY))
     {
