@@ -168,11 +168,7 @@ async fn the_postgres_example_fails_over_keeps_every_commit_and_its_old_primary_
     .await;
 
     // Its host is lost: agent and members at once.
-    let node_index = nodes.dirs.iter().position(|d| d == nodes.dir_of(&first)).unwrap();
-    let pid = pid_of(server, &first).await;
-    nodes.agents[node_index].kill9();
-    let killed = Command::new("kill").args(["-KILL", "--", &format!("-{pid}")]).status().unwrap();
-    assert!(killed.success());
+    let node_index = common::apps::lose_host(&mut nodes, &first).await;
     let lost = Instant::now();
     let (second, term) = writable_leader(&nodes, first_term, Duration::from_secs(60)).await;
     eprintln!("host lost: {} writable in term {term} after {:?}", second.metadata.name, lost.elapsed());
@@ -303,11 +299,7 @@ async fn in_synchronous_mode_every_acknowledged_commit_survives_20_failovers() {
         // in the round before may still be on its way back.
         in_sync(&nodes, 1).await;
         let name = primary.metadata.name.clone();
-        let node = nodes.dirs.iter().position(|d| d == nodes.dir_of(&primary)).unwrap();
-        let pid = pid_of(&nodes.server, &primary).await;
-        nodes.agents[node].kill9();
-        let killed = Command::new("kill").args(["-KILL", "--", &format!("-{pid}")]).status().unwrap();
-        assert!(killed.success());
+        let node = common::apps::lose_host(&mut nodes, &primary).await;
         let lost = Instant::now();
         let (next, next_term) = writable_leader(&nodes, term, Duration::from_secs(30)).await;
         eprintln!(

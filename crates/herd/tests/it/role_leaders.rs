@@ -253,12 +253,7 @@ async fn a_lost_leaders_role_fails_over_and_the_old_leader_comes_back_a_follower
     let mut nodes = nodes(3).await;
     let dir = led_cluster(&nodes).await;
     // n1 is lost: its agent and its members die at once.
-    let member = nodes.server.admin().get::<herd_core::kinds::MemberSpec>("c-db-0").await.unwrap();
-    let pid = common::apps::pid_of(&nodes.server, &member).await;
-    nodes.agents[0].kill9();
-    // The member's whole process group, its leader with it.
-    let killed = std::process::Command::new("kill").args(["-KILL", "--", &format!("-{pid}")]).status().unwrap();
-    assert!(killed.success(), "the member's group was there to kill");
+    lose_n1(&mut nodes).await;
     let (second, lost, promoted) = failed_over(&nodes, &dir, now_ns()).await;
     eprintln!("host lost: the old leader's last write {lost} ms after, the new leader's first {promoted} ms");
 
@@ -317,10 +312,7 @@ async fn a_switchover_demotes_the_leader_first_and_the_next_writes_within_a_seco
 /// Loses n1 (its agent and c-db-0's processes at once).
 async fn lose_n1(nodes: &mut Nodes) {
     let member = nodes.server.admin().get::<herd_core::kinds::MemberSpec>("c-db-0").await.unwrap();
-    let pid = common::apps::pid_of(&nodes.server, &member).await;
-    nodes.agents[0].kill9();
-    let killed = std::process::Command::new("kill").args(["-KILL", "--", &format!("-{pid}")]).status().unwrap();
-    assert!(killed.success(), "the member's group was there to kill");
+    common::apps::lose_host(nodes, &member).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -151,6 +151,17 @@ pub fn kill9(pid: u32) {
     let _ = std::process::Command::new("kill").args(["-9", &pid.to_string()]).status();
 }
 
+/// Loses `member`'s host: its node's agent and the member's whole process
+/// group die at once. Returns the node's index in `nodes.agents`.
+pub async fn lose_host(nodes: &mut Nodes, member: &Member) -> usize {
+    let node = nodes.dirs.iter().position(|d| d == nodes.dir_of(member)).unwrap();
+    let pid = pid_of(&nodes.server, member).await;
+    nodes.agents[node].kill9();
+    let killed = std::process::Command::new("kill").args(["-KILL", "--", &format!("-{pid}")]).status().unwrap();
+    assert!(killed.success(), "the member's group was there to kill");
+    node
+}
+
 /// The pid the member's node reports for it.
 pub async fn pid_of(server: &TestServer, member: &Member) -> u32 {
     let node = server.admin().get::<NodeSpec>(member.spec.node.as_deref().unwrap()).await.unwrap();
