@@ -42,7 +42,20 @@ pub fn herd_binary() -> anyhow::Result<PathBuf> {
 /// Starts `herd ARGS --data-dir DIR` (logs at warn, or `BENCH_HERD_LOG` on
 /// stderr); for a server, also the URL it printed.
 pub fn start(herd: &Path, args: &[&str], data_dir: &Path) -> anyhow::Result<(Child, String)> {
-    let mut child = Command::new(herd)
+    start_in(None, herd, args, data_dir)
+}
+
+/// As [`start`], inside network namespace `netns` when given.
+pub fn start_in(netns: Option<&str>, herd: &Path, args: &[&str], data_dir: &Path) -> anyhow::Result<(Child, String)> {
+    let mut command = match netns {
+        Some(netns) => {
+            let mut command = Command::new("ip");
+            command.args(["netns", "exec", netns]).arg(herd);
+            command
+        }
+        None => Command::new(herd),
+    };
+    let mut child = command
         .args(args)
         .arg("--data-dir")
         .arg(data_dir)

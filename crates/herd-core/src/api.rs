@@ -421,6 +421,13 @@ pub struct LeaseRenewal {
     /// The lease's duration: no new term is granted before it has passed
     /// unrenewed on the herd leader's clock.
     pub lease_duration: HumanDuration,
+    /// The members the herd leader has on record as in sync with this
+    /// leader: only these may be promoted after it. A synchronous app
+    /// lets a replica stop holding up its commits only once it is not
+    /// here any more (a leader cut off from the herd leader hears nothing,
+    /// so it never acknowledges a commit alone that its successor lacks).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub in_sync: Vec<String>,
 }
 
 pub const CLUSTER_STATUS_PATH: &str = "/api/v1/cluster/status";

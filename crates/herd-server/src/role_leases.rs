@@ -132,6 +132,7 @@ impl Renewals {
                 term: leader.term,
                 renew_deadline,
                 lease_duration: lease,
+                in_sync: leader.in_sync.clone(),
             })
         });
         renewed.collect()

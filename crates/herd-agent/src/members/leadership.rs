@@ -25,6 +25,10 @@
 //! atomically when a term begins, and once a member stood down (after its
 //! demote hook, and its processes' end when fenced): the server takes a
 //! member that says it stood down in its lease's term as leading no more.
+//! While it leads, the file also names the members the herd leader has on
+//! record as in sync with it (`inSync`, rewritten when a renewal brings
+//! another set): a synchronous app keeps every other replica holding up
+//! its commits until it is no longer named there.
 
 use std::collections::HashMap;
 use std::os::unix::process::CommandExt;
@@ -66,6 +70,8 @@ pub struct Lead {
     pub guard_deadline: Instant,
     /// The process its guard watches over.
     guarded: Option<u32>,
+    /// Who the herd leader has on record as in sync with it.
+    in_sync: Vec<String>,
 }
 
 /// The guard: `$1` the deadline file, `$2` the process group (its leader's
@@ -93,15 +99,18 @@ fn uptime_centis() -> Option<u64> {
 
 /// What `leader.json` says.
 #[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct TermFile {
     term: u64,
     leading: bool,
+    #[serde(default)]
+    in_sync: Vec<String>,
 }
 
 impl Members {
     /// The leases a heartbeat sent at `sent` renewed: each holds until its
-    /// renew deadline after `sent`. A new term is written to the
-    /// member's term file.
+    /// renew deadline after `sent`. A new term, or another set of members
+    /// in sync, is written to the member's term file.
     pub fn leases_renewed(&self, sent: Instant, renewals: &[LeaseRenewal]) {
         for renewal in renewals {
             // A term it stood down from is never taken up again here (a
@@ -111,19 +120,23 @@ impl Members {
             }
             let deadline = sent + renewal.renew_deadline.get();
             let guard_deadline = sent + (renewal.renew_deadline.get() + renewal.lease_duration.get()) / 2;
-            let (began, lead) = {
+            let (changed, began, lead) = {
                 let mut leads = self.leads();
-                let fresh = Lead { term: 0, deadline, guard_deadline, guarded: None };
+                let fresh = Lead { term: 0, deadline, guard_deadline, guarded: None, in_sync: Vec::new() };
                 let lead = leads.entry(renewal.member.clone()).or_insert(fresh);
                 let began = lead.term != renewal.term;
+                let in_sync_changed = lead.in_sync != renewal.in_sync;
                 lead.term = renewal.term;
                 lead.deadline = deadline.max(lead.deadline);
                 lead.guard_deadline = guard_deadline.max(lead.guard_deadline);
-                (began, lead.clone())
+                lead.in_sync.clone_from(&renewal.in_sync);
+                (began || in_sync_changed, began, lead.clone())
             };
             if began {
                 tracing::info!(member = %renewal.member, term = renewal.term, "leads its role");
-                self.write_term(&renewal.member, renewal.term, true);
+            }
+            if changed {
+                self.write_term(&renewal.member, renewal.term, true, &renewal.in_sync);
             }
             self.guard(&renewal.member, &lead);
         }
@@ -150,7 +163,7 @@ impl Members {
             self.stand_guard_down(&member);
             // Said only now: the server takes a demoted leader's lease as
             // ended, and grants the next term at once.
-            self.write_term(&member, lead.term, false);
+            self.write_term(&member, lead.term, false, &[]);
         }
     }
 
@@ -210,7 +223,7 @@ impl Members {
             self.end_leader(&record);
         }
         self.stand_guard_down(member);
-        self.write_term(member, term, false);
+        self.write_term(member, term, false, &[]);
         let position = self.position_now(&record).await.map(|p| p.position).filter(|p| !p.is_empty());
         Ok(StoodDown { position, fenced })
     }
@@ -337,11 +350,11 @@ impl Members {
     /// started again by an agent that holds no lease of its: its demote
     /// hook runs first, and it is reported demoted in that term.
     pub async fn demote_if_leading(&self, record: &MemberRecord) {
-        let Some(TermFile { term, leading: true }) = self.term_file(record) else { return };
+        let Some(TermFile { term, leading: true, .. }) = self.term_file(record) else { return };
         tracing::warn!(member = %record.name, term, "it led when it went down: demoting it before it starts again");
         // It does not run: nothing to race, the hook gets its own timeout.
         let _ = self.demote_within(record, term, Instant::now() + Duration::from_secs(24 * 3600)).await;
-        self.write_term(&record.name, term, false);
+        self.write_term(&record.name, term, false, &[]);
     }
 
     /// The term in which the member was demoted (fenced, or brought back
@@ -357,10 +370,10 @@ impl Members {
         serde_json::from_slice(&std::fs::read(dir.join("leader.json")).ok()?).ok()
     }
 
-    fn write_term(&self, member: &str, term: u64, leading: bool) {
+    fn write_term(&self, member: &str, term: u64, leading: bool, in_sync: &[String]) {
         let Some(record) = self.record(member) else { return };
         let Some(dir) = crate::setup::herd_volume(self, &record) else { return };
-        let text = serde_json::to_vec(&TermFile { term, leading }).unwrap_or_default();
+        let text = serde_json::to_vec(&TermFile { term, leading, in_sync: in_sync.to_vec() }).unwrap_or_default();
         if let Err(error) =
             std::fs::create_dir_all(&dir).and_then(|()| write_atomic(&dir.join("leader.json"), &text, 0o644))
         {

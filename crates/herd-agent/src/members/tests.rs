@@ -153,17 +153,20 @@ async fn a_leader_not_renewed_by_its_deadline_is_demoted_then_ended_and_starts_a
         term,
         renew_deadline: HumanDuration(Duration::from_millis(300)),
         lease_duration: HumanDuration(Duration::from_secs(1)),
+        in_sync: Vec::new(),
     };
     let herd = members.volume_dir("m1", "herd");
     let term_file = || std::fs::read_to_string(herd.join("leader.json")).unwrap_or_default();
 
     members.leases_renewed(tokio::time::Instant::now(), &[renewal(4)]);
-    assert_eq!(term_file(), r#"{"term":4,"leading":true}"#);
+    assert_eq!(term_file(), r#"{"term":4,"leading":true,"inSync":[]}"#);
     members.fence_due().await;
     assert!(members.lead("m1").is_some() && members.is_running("m1"), "not due yet");
-    // Renewed: the deadline moves on.
+    // Renewed: the deadline moves on, and the term file names who herd
+    // has on record as in sync.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    members.leases_renewed(tokio::time::Instant::now(), &[renewal(4)]);
+    members.leases_renewed(tokio::time::Instant::now(), &[LeaseRenewal { in_sync: vec!["m2".into()], ..renewal(4) }]);
+    assert_eq!(term_file(), r#"{"term":4,"leading":true,"inSync":["m2"]}"#);
     tokio::time::sleep(Duration::from_millis(200)).await;
     members.fence_due().await;
     assert!(members.lead("m1").is_some(), "renewed 200 ms ago, its deadline 300 ms after");
@@ -172,7 +175,7 @@ async fn a_leader_not_renewed_by_its_deadline_is_demoted_then_ended_and_starts_a
     members.fence_due().await;
     assert!(members.lead("m1").is_none(), "fenced");
     assert_eq!(std::fs::read_to_string(herd.join("demoted")).unwrap(), "demoted in 4\n");
-    assert_eq!(term_file(), r#"{"term":4,"leading":false}"#);
+    assert_eq!(term_file(), r#"{"term":4,"leading":false,"inSync":[]}"#, "a leader no more: no one on record");
     eventually("the member started again, a follower", || {
         members.report().first().is_some_and(|r| r.running && r.instance_id.as_deref() != Some(first.as_str()))
     })
@@ -196,6 +199,7 @@ async fn a_leaders_guard_ends_it_at_its_deadline_when_its_agent_does_not() {
         term: 1,
         renew_deadline: HumanDuration(Duration::from_millis(300)),
         lease_duration: HumanDuration(Duration::from_secs(1)),
+        in_sync: Vec::new(),
     };
     let sent = tokio::time::Instant::now();
     members.leases_renewed(sent, std::slice::from_ref(&renewal));

@@ -84,7 +84,11 @@ pub struct LeaderSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub position: Option<LeaderHook>,
     /// Only a member the leader reports in sync (every acknowledged write
-    /// is on it) is made the next leader; with none, the role waits.
+    /// is on it) is made the next leader; with none, the role waits. The
+    /// lease's renewals bring the leader the members herd has on record as
+    /// in sync (`inSync` in its term file): the app keeps a replica holding
+    /// up its commits until it is off that record, so a leader cut off
+    /// from herd acknowledges nothing its successor lacks.
     #[serde(default)]
     pub synchronous: bool,
 }

@@ -8,6 +8,9 @@
 
 use crate::common;
 
+#[path = "../../../../bench/src/app_failover/probe.rs"]
+mod probe;
+
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -233,93 +236,118 @@ fn quick_leases(app: &mut serde_json::Value) {
     leader["retryPeriod"] = "1s".into();
 }
 
-/// A connection to `member`, or None.
-async fn connect(host: &str, port: u16) -> Option<tokio_postgres::Client> {
-    let config = format!("host={host} port={port} user=postgres dbname=postgres connect_timeout=1");
-    let (client, connection) =
-        tokio::time::timeout(Duration::from_secs(2), tokio_postgres::connect(&config, tokio_postgres::NoTls))
-            .await
-            .ok()?
-            .ok()?;
-    tokio::spawn(connection);
-    Some(client)
+/// Where each member is reached, in the order given: n1's from inside its
+/// network namespace (where a cut-off primary is still heard).
+async fn targets(nodes: &Nodes, members: &[Member]) -> Vec<probe::Target> {
+    let mut targets = Vec::new();
+    for member in members {
+        let netns = nodes.netns.as_ref().filter(|_| member.spec.node.as_deref() == Some("n1"));
+        let (host, port) = (nodes.host_of(member).await, member.spec.ports["pg"]);
+        targets.push(probe::Target { host, port, netns: netns.map(|ns| ns.name.clone()) });
+    }
+    targets
+}
+
+/// Every value the probes saw acknowledged that `primary` does not have,
+/// once they stopped: each as (value, member index, when acknowledged).
+async fn lost_writes(nodes: &Nodes, primary: &Member, timelines: &[Vec<probe::Ack>]) -> Vec<(i64, usize, u128)> {
+    let host = nodes.host_of(primary).await;
+    let client = probe::connect(&host, primary.spec.ports["pg"]).await.expect("the primary takes connections");
+    let rows = client.query("select v from probe", &[]).await.unwrap();
+    let stored: std::collections::BTreeSet<i64> = rows.iter().map(|r| r.get(0)).collect();
+    let acked = |value: i64| {
+        let found = timelines.iter().enumerate().find_map(|(i, t)| t.iter().find(|a| a.value == value).map(|a| (i, a.at)));
+        found.unwrap_or_default()
+    };
+    probe::lost(timelines, &stored).into_iter().map(|v| (v, acked(v).0, acked(v).1)).collect()
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn in_synchronous_mode_every_acknowledged_commit_survives_20_failovers() {
     require(&["psql", "pg_isready", "/usr/lib/postgresql/15/bin/postgres"]);
     let _turn = common::take_turn().await;
-    let mut nodes = nodes(3).await;
+    let mut nodes = common::apps::nodes_with_n1_apart(3).await;
     apply_example(&nodes, 3, quick_leases).await;
-    configured(&nodes.server, CLUSTER, 3, Duration::from_secs(120)).await;
-    let (mut primary, mut term) = writable_leader(&nodes, 0, Duration::from_secs(60)).await;
-    let ports: Vec<u16> = list_members(&nodes.server, CLUSTER).await.iter().map(|m| m.spec.ports["pg"]).collect();
+    let members = configured(&nodes.server, CLUSTER, 3, Duration::from_secs(120)).await;
+    let netns_of = |m: &Member| m.spec.node.as_deref() == Some("n1");
+    let n1 = members.iter().find(|m| netns_of(m)).unwrap().metadata.name.clone();
+    let mut hosts = std::collections::BTreeMap::new();
+    for member in &members {
+        hosts.insert(member.metadata.name.clone(), nodes.host_of(member).await);
+    }
+    let host_of = |m: &Member| hosts[&m.metadata.name].clone();
+    let (mut primary, mut term) = writable_leader_at(&nodes, 0, Duration::from_secs(60), &host_of).await;
+    psql_at(&host_of(&primary), &primary, "create table probe (v bigint primary key)").unwrap();
+    // A write every 10 ms to each member, n1's from inside its namespace:
+    // a cut-off primary that acknowledged a commit alone is heard there.
+    let mut probes = probe::Probes::start(&targets(&nodes, &members).await, Default::default());
 
-    // A writer inserts into whichever member takes writes, all along;
-    // each id it saw acknowledged is kept.
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let writer = {
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            let mut acknowledged = Vec::new();
-            let mut clients: Vec<Option<tokio_postgres::Client>> = ports.iter().map(|_| None).collect();
-            let mut id = 0u32;
-            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-                let mut wrote = false;
-                for (i, port) in ports.iter().enumerate() {
-                    if clients[i].as_ref().is_none_or(|c| c.is_closed()) {
-                        clients[i] = connect("127.0.0.1", *port).await;
-                    }
-                    let Some(client) = &clients[i] else { continue };
-                    let value = id as i32;
-                    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&value];
-                    let insert = client.execute("insert into t values ($1, 0)", &params);
-                    match tokio::time::timeout(Duration::from_secs(2), insert).await {
-                        Ok(Ok(_)) => {
-                            acknowledged.push(id);
-                            id += 1;
-                            wrote = true;
-                            break;
-                        }
-                        // Read-only (a standby), gone, or waiting for its standbys.
-                        Ok(Err(_)) => {}
-                        Err(_) => clients[i] = None,
-                    }
-                }
-                if !wrote {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-            }
-            acknowledged
-        })
-    };
-
+    let mut faults = Vec::new();
     for round in 1..=20 {
-        // One standby in sync is enough to fail over to; the member lost
-        // in the round before may still be on its way back.
+        // Odd rounds cut n1 off while its member leads (switched over to it
+        // first); even rounds lose the primary's host.
+        let cut = round % 2 == 1;
+        if cut && primary.metadata.name != n1 {
+            in_sync_member(&nodes, &n1).await;
+            let out = nodes.server.cli_blocking(&["appcluster", "switchover", CLUSTER, "--role", "db", "--to", &n1]).await;
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            (primary, term) = writable_leader_at(&nodes, term, Duration::from_secs(30), &host_of).await;
+            assert_eq!(primary.metadata.name, n1);
+        }
+        // One standby in sync is enough to fail over to.
         in_sync(&nodes, 1).await;
         let name = primary.metadata.name.clone();
-        let node = common::apps::lose_host(&mut nodes, &primary).await;
-        let lost = Instant::now();
-        let (next, next_term) = writable_leader(&nodes, term, Duration::from_secs(30)).await;
+        let faulted = probe::now_ns();
+        faults.push((round, faulted));
+        let old = members.iter().position(|m| m.metadata.name == name).unwrap();
+        let lost_node = match cut {
+            true => {
+                nodes.netns.as_ref().unwrap().cut();
+                None
+            }
+            false => Some(common::apps::lose_host(&mut nodes, &primary).await),
+        };
+        let (next, next_term) = writable_leader_at(&nodes, term, Duration::from_secs(30), &host_of).await;
+        // What a client saw: from its last write acknowledged before (none
+        // of the cut-off primary's after the cut) to its first on another.
+        let since = faulted - 5_000_000_000;
+        let outage = eventually(Duration::from_secs(60), "a write acknowledged by the next primary", || async {
+            probe::outage(&probes.timelines_since(since), faulted, |i| i != old, |i| !cut || i != old)
+        })
+        .await;
         eprintln!(
-            "round {round}: {name} lost; {} writable in term {next_term} after {:?}",
+            "round {round}: {name} {}; {} writable in term {next_term}; no write acknowledged for {} ms",
+            if cut { "cut off" } else { "lost" },
             next.metadata.name,
-            lost.elapsed()
+            outage.unwritable / 1_000_000
         );
-        nodes.agents[node] = common::start_agent(&nodes.server.url, &nodes.dirs[node], &format!("n{}", node + 1));
+        match lost_node {
+            Some(node) => nodes.restart_agent(node),
+            None => nodes.netns.as_ref().unwrap().heal(),
+        }
         (primary, term) = (next, next_term);
     }
-    // Every member back, a standby in sync.
+    // Every member back, each standby in sync.
     in_sync(&nodes, 2).await;
-    stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    let acknowledged = writer.await.unwrap();
-    assert!(acknowledged.len() > 100, "the writer wrote all along: {}", acknowledged.len());
-    let ids = psql(&primary, "select string_agg(id::text, ',') from t").unwrap();
-    let stored: std::collections::BTreeSet<u32> = ids.split(',').filter_map(|id| id.parse().ok()).collect();
-    let lost: Vec<&u32> = acknowledged.iter().filter(|id| !stored.contains(id)).collect();
-    assert!(lost.is_empty(), "acknowledged commits lost: {lost:?}");
-    eprintln!("20 failovers: {} commits acknowledged, none lost", acknowledged.len());
+    let timelines = probes.finish();
+    let acknowledged: usize = timelines.iter().map(Vec::len).sum();
+    assert!(acknowledged > 1000, "the probes wrote all along: {acknowledged}");
+    let lost = lost_writes(&nodes, &primary, &timelines).await;
+    let faults: Vec<String> = faults.iter().map(|(round, at)| format!("round {round} at {at}")).collect();
+    assert!(lost.is_empty(), "acknowledged commits lost (value, member, at): {lost:?}; faults: {faults:?}");
+    let two = probe::two_writable(&timelines);
+    assert!(two.is_empty(), "two members took writes at once: {two:?}");
+    eprintln!("20 failovers (10 cut off, 10 lost): {acknowledged} commits acknowledged, none lost");
+}
+
+/// Waits until the primary reports `member` in sync.
+async fn in_sync_member(nodes: &Nodes, member: &str) {
+    eventually(Duration::from_secs(60), &format!("{member} in sync"), || async {
+        let cluster = nodes.server.admin().get::<AppClusterSpec>(CLUSTER).await.ok()?;
+        let leader = cluster.status.leaders.into_iter().find(|l| l.role == "db")?;
+        leader.in_sync.iter().any(|m| m == member).then_some(())
+    })
+    .await;
 }
 
 /// Waits until the primary reports `count` standbys in sync or more; on time-out
@@ -358,50 +386,6 @@ async fn in_sync(nodes: &Nodes, count: usize) {
     }
 }
 
-/// Writes to `host:port` every 10 ms from a thread of its own, inside
-/// network namespace `netns` when given (a socket belongs to the namespace
-/// its thread was in when it was made), until `stop`; the times (ns since
-/// the epoch) at which each acknowledged write came back.
-fn probe(
-    netns: Option<String>,
-    host: String,
-    port: u16,
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-) -> std::thread::JoinHandle<Vec<u128>> {
-    std::thread::spawn(move || {
-        if let Some(netns) = netns {
-            use std::os::fd::AsRawFd;
-            let file = std::fs::File::open(format!("/var/run/netns/{netns}")).unwrap();
-            // SAFETY: setns on this thread only, with an open namespace fd.
-            assert_eq!(unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) }, 0, "setns");
-        }
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        runtime.block_on(async move {
-            let mut acknowledged = Vec::new();
-            let mut client = None;
-            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-                if client.as_ref().is_none_or(|c: &tokio_postgres::Client| c.is_closed()) {
-                    client = connect(&host, port).await;
-                }
-                if let Some(c) = &client {
-                    let insert = c.execute("insert into probe default values", &[]);
-                    match tokio::time::timeout(Duration::from_millis(500), insert).await {
-                        Ok(Ok(_)) => acknowledged.push(now_ns()),
-                        Ok(Err(_)) => {}
-                        Err(_) => client = None,
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            acknowledged
-        })
-    })
-}
-
-fn now_ns() -> u128 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cut_off_primary_stops_taking_writes_before_another_takes_any() {
     require(&["psql", "pg_isready", "/usr/lib/postgresql/15/bin/postgres"]);
@@ -421,10 +405,11 @@ async fn a_cut_off_primary_stops_taking_writes_before_another_takes_any() {
     .await;
     configured(server, CLUSTER, 1, Duration::from_secs(60)).await;
     let netns = nodes.netns.as_ref().expect("n1 apart");
-    let host_of = |m: &Member| if m.spec.node.as_deref() == Some("n1") { netns.inside() } else { "127.0.0.1".into() };
+    // n1's members at its address inside, the others' at the outside one.
+    let host_of = |m: &Member| if m.spec.node.as_deref() == Some("n1") { netns.inside() } else { netns.outside.clone() };
     let (primary, _) = writable_leader_at(&nodes, 0, Duration::from_secs(60), &host_of).await;
     assert_eq!(primary.spec.node.as_deref(), Some("n1"));
-    psql_at(&netns.inside(), &primary, "create table probe (id serial primary key)").unwrap();
+    psql_at(&netns.inside(), &primary, "create table probe (v bigint primary key)").unwrap();
     for node in ["n2", "n3"] {
         common::apps::cordon(server, node, false).await;
     }
@@ -435,28 +420,18 @@ async fn a_cut_off_primary_stops_taking_writes_before_another_takes_any() {
 
     // A write every 10 ms on each side: to n1's member from inside its
     // namespace, to the two others from here.
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let probes: Vec<(String, std::thread::JoinHandle<Vec<u128>>)> = members
-        .iter()
-        .map(|m| {
-            let inside = (m.spec.node.as_deref() == Some("n1")).then(|| netns.name.clone());
-            (m.metadata.name.clone(), probe(inside, host_of(m), m.spec.ports["pg"], stop.clone()))
-        })
-        .collect();
+    let probes = probe::Probes::start(&targets(&nodes, &members).await, Default::default());
     tokio::time::sleep(Duration::from_secs(1)).await;
     netns.cut();
-    let cut = now_ns();
+    let cut = probe::now_ns();
     let (second, term) = writable_leader_at(&nodes, 1, Duration::from_secs(40), &host_of).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    let mut written = std::collections::BTreeMap::new();
-    for (name, handle) in probes {
-        written.insert(name, handle.join().unwrap());
-    }
-    let old = &written[&primary.metadata.name];
-    let new = &written[&second.metadata.name];
-    let last_old = *old.iter().max().expect("the old primary took writes");
-    let first_new = *new.iter().filter(|at| **at > cut).min().expect("the new primary takes writes");
+    let timelines = probes.timelines();
+    let index = |name: &str| members.iter().position(|m| m.metadata.name == name).unwrap();
+    let old = &timelines[index(&primary.metadata.name)];
+    let new = &timelines[index(&second.metadata.name)];
+    let last_old = old.iter().map(|a| a.at).max().expect("the old primary took writes");
+    let first_new = new.iter().map(|a| a.at).filter(|at| *at > cut).min().expect("the new primary takes writes");
     let ms = |ns: u128| ns.saturating_sub(cut) / 1_000_000;
     eprintln!(
         "cut off: the old primary's last acknowledged write {} ms after the cut, the new one's ({} in term {term}) first {} ms",
@@ -465,6 +440,7 @@ async fn a_cut_off_primary_stops_taking_writes_before_another_takes_any() {
         ms(first_new)
     );
     assert!(last_old < first_new, "never two primaries taking writes at once");
+    assert_eq!(probe::two_writable(&timelines), [], "never two primaries taking writes at once");
     // Its agent fences it at the renew deadline (7 s after the report the
     // last renewal answered); its guard, at the latest, halfway to the
     // lease's end (8.5 s), when a loaded machine makes the demote slow.

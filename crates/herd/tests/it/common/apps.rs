@@ -74,25 +74,7 @@ async fn nodes_on(n: usize, n1_apart: bool) -> Nodes {
     own_member_ports(&server).await;
     let dirs: Vec<PathBuf> = (1..=n).map(|i| dir.path().join(format!("n{i}"))).collect();
     let reapers = dirs.iter().map(|d| MemberReaper(d.clone())).collect();
-    let agents = dirs
-        .iter()
-        .enumerate()
-        .map(|(i, d)| match (&netns, i) {
-            (Some(ns), 0) => {
-                let url = server.url.replace("127.0.0.1", &ns.outside);
-                let mut command = ns.command(std::path::Path::new(env!("CARGO_BIN_EXE_herd")));
-                // Its endpoint, and its members' hosts, at its address inside.
-                let listen = format!("{}:0", ns.inside());
-                command.args(["agent", "--server", &url, "--name", "n1", "--listen", &listen]).arg("--data-dir").arg(d);
-                command.env("HERD_JOIN_TOKEN", super::JOIN_TOKEN);
-                if let Some(hash) = &server.ca_hash {
-                    command.args(["--ca-hash", hash]);
-                }
-                Proc::spawn(command)
-            }
-            _ => start_agent(&server.url, d, &format!("n{}", i + 1)),
-        })
-        .collect();
+    let agents = dirs.iter().enumerate().map(|(i, d)| start_node_agent(&server, netns.as_ref(), d, i)).collect();
     for i in 1..=n {
         eventually(Duration::from_secs(15), "every node Ready", || async {
             server.admin().get::<NodeSpec>(&format!("n{i}")).await.ok().filter(|n| n.status.ready)
@@ -102,7 +84,42 @@ async fn nodes_on(n: usize, n1_apart: bool) -> Nodes {
     Nodes { server, dirs, agents, _reapers: reapers, netns, dir }
 }
 
+/// Starts the agent of node `n<index + 1>`: with a namespace, n1's inside
+/// it, listening (and so its members) at its address inside, and the
+/// others at the namespace's address outside, which both sides reach (n1's
+/// members can follow theirs).
+fn start_node_agent(server: &TestServer, netns: Option<&NetNs>, dir: &std::path::Path, index: usize) -> Proc {
+    let name = format!("n{}", index + 1);
+    match (netns, index) {
+        (Some(ns), 0) => {
+            let url = server.url.replace("127.0.0.1", &ns.outside);
+            let mut command = ns.command(std::path::Path::new(env!("CARGO_BIN_EXE_herd")));
+            let listen = format!("{}:0", ns.inside());
+            command.args(["agent", "--server", &url, "--name", &name, "--listen", &listen]).arg("--data-dir").arg(dir);
+            command.env("HERD_JOIN_TOKEN", super::JOIN_TOKEN);
+            if let Some(hash) = &server.ca_hash {
+                command.args(["--ca-hash", hash]);
+            }
+            Proc::spawn(command)
+        }
+        (Some(ns), _) => super::start_agent_with(&server.url, dir, &name, &["--listen", &format!("{}:0", ns.outside)]),
+        (None, _) => start_agent(&server.url, dir, &name),
+    }
+}
+
 impl Nodes {
+    /// Starts node `n<index + 1>`'s agent again, where it ran before.
+    pub fn restart_agent(&mut self, index: usize) {
+        self.agents[index] = start_node_agent(&self.server, self.netns.as_ref(), &self.dirs[index], index);
+    }
+
+    /// The address `member` is reached at from here: its node's.
+    pub async fn host_of(&self, member: &Member) -> String {
+        let node = self.server.admin().get::<NodeSpec>(member.spec.node.as_deref().unwrap()).await.unwrap();
+        let address = node.status.address.unwrap();
+        address.rsplit_once(':').unwrap().0.to_string()
+    }
+
     /// The data dir of the node a member is bound to.
     pub fn dir_of(&self, member: &Member) -> &PathBuf {
         let node = member.spec.node.as_deref().unwrap();

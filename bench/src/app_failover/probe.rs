@@ -1,0 +1,213 @@
+//! The write probe: one thread per PostgreSQL instance inserts a value
+//! unique across the run every 10 ms (from inside the instance's network
+//! namespace when it has one, so a cut-off primary is still sampled), and
+//! records when each acknowledged write came back. The rest of this
+//! module reads those timelines: how long no client could write, which
+//! acknowledged values are missing, and when two instances took writes at
+//! the same instant.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+/// How often each probe writes.
+const EVERY: Duration = Duration::from_millis(10);
+/// A write not acknowledged within this is given up (its connection too).
+const WRITE_TIMEOUT: Duration = Duration::from_millis(500);
+/// Acknowledged writes of one instance this close together belong to one
+/// stretch in which it took writes.
+const SAME_STRETCH: u128 = 100_000_000;
+
+pub fn now_ns() -> u128 {
+    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_nanos()
+}
+
+/// One acknowledged write: when its answer came back, and its value.
+#[derive(Clone, Copy, Debug)]
+pub struct Ack {
+    pub at: u128,
+    pub value: i64,
+}
+
+/// Where one instance is reached.
+#[derive(Clone, Debug)]
+pub struct Target {
+    pub host: String,
+    pub port: u16,
+    /// The network namespace to connect from (`/var/run/netns/NAME`).
+    pub netns: Option<String>,
+}
+
+/// The probes of one system's instances, running until dropped.
+pub struct Probes {
+    timelines: Vec<Arc<Mutex<Vec<Ack>>>>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Probes {
+    /// Starts a probe per target; values come from `next_value`, shared
+    /// by every probe of the run.
+    pub fn start(targets: &[Target], next_value: Arc<AtomicI64>) -> Probes {
+        let stop = Arc::new(AtomicBool::new(false));
+        let timelines: Vec<Arc<Mutex<Vec<Ack>>>> = targets.iter().map(|_| Arc::default()).collect();
+        let threads = targets
+            .iter()
+            .zip(&timelines)
+            .map(|(target, timeline)| {
+                let (target, timeline, stop, next) = (target.clone(), timeline.clone(), stop.clone(), next_value.clone());
+                std::thread::spawn(move || probe(target, timeline, stop, next))
+            })
+            .collect();
+        Probes { timelines, stop, threads }
+    }
+
+    /// Stops the probes (a write in flight is waited for) and gives every
+    /// instance's acknowledged writes: what is read back afterwards was
+    /// written before it is read.
+    pub fn finish(&mut self) -> Vec<Vec<Ack>> {
+        self.stop.store(true, Ordering::SeqCst);
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+        self.timelines()
+    }
+
+    /// Every instance's acknowledged writes so far, in order.
+    pub fn timelines(&self) -> Vec<Vec<Ack>> {
+        self.timelines.iter().map(|t| t.lock().unwrap_or_else(|p| p.into_inner()).clone()).collect()
+    }
+
+    /// Every instance's acknowledged writes after `at`.
+    pub fn timelines_since(&self, at: u128) -> Vec<Vec<Ack>> {
+        let since = |acks: &Vec<Ack>| acks[acks.partition_point(|a| a.at <= at)..].to_vec();
+        self.timelines.iter().map(|t| since(&t.lock().unwrap_or_else(|p| p.into_inner()))).collect()
+    }
+
+}
+
+impl Drop for Probes {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+fn probe(target: Target, timeline: Arc<Mutex<Vec<Ack>>>, stop: Arc<AtomicBool>, next_value: Arc<AtomicI64>) {
+    if let Some(netns) = &target.netns {
+        use std::os::fd::AsRawFd;
+        let Ok(file) = std::fs::File::open(format!("/var/run/netns/{netns}")) else {
+            eprintln!("probe: network namespace {netns} is gone");
+            return;
+        };
+        // SAFETY: setns on this thread only, with an open namespace fd; a
+        // socket belongs to the namespace its thread was in when it was made.
+        if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+            eprintln!("probe: setns into {netns} failed");
+            return;
+        }
+    }
+    let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+    runtime.block_on(async move {
+        let mut client = None;
+        while !stop.load(Ordering::SeqCst) {
+            if client.as_ref().is_none_or(|c: &tokio_postgres::Client| c.is_closed()) {
+                client = connect(&target.host, target.port).await;
+            }
+            if let Some(c) = &client {
+                let value = next_value.fetch_add(1, Ordering::SeqCst);
+                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&value];
+                let insert = c.execute("insert into probe (v) values ($1)", &params);
+                match tokio::time::timeout(WRITE_TIMEOUT, insert).await {
+                    Ok(Ok(_)) => timeline.lock().unwrap_or_else(|p| p.into_inner()).push(Ack { at: now_ns(), value }),
+                    // A standby (read-only), a server shutting down, no table yet.
+                    Ok(Err(_)) => {}
+                    Err(_) => client = None,
+                }
+            }
+            tokio::time::sleep(EVERY).await;
+        }
+    });
+}
+
+/// A connection as `postgres` (trusted), or None within about a second.
+pub async fn connect(host: &str, port: u16) -> Option<tokio_postgres::Client> {
+    let config = format!("host={host} port={port} user=postgres dbname=postgres connect_timeout=1");
+    let connecting = tokio_postgres::connect(&config, tokio_postgres::NoTls);
+    let (client, connection) = tokio::time::timeout(Duration::from_secs(2), connecting).await.ok()?.ok()?;
+    tokio::spawn(connection);
+    Some(client)
+}
+
+/// What a client saw of one fault.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Outage {
+    /// From the last acknowledged write before it to the first after.
+    pub unwritable: u128,
+}
+
+/// The outage around a fault injected at `fault`: it ends with the first
+/// write after `fault` acknowledged by an instance `recovers` allows;
+/// it began with the last write before that which a client could see
+/// (any before the fault; after it, only of instances `visible` allows:
+/// not a cut-off one's). None while it has not ended.
+pub fn outage(
+    timelines: &[Vec<Ack>],
+    fault: u128,
+    recovers: impl Fn(usize) -> bool,
+    visible: impl Fn(usize) -> bool,
+) -> Option<Outage> {
+    let ended = timelines
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| recovers(*i))
+        .filter_map(|(_, acks)| acks.iter().map(|a| a.at).find(|at| *at > fault))
+        .min()?;
+    let began = timelines
+        .iter()
+        .enumerate()
+        .flat_map(|(i, acks)| {
+            let seen_after = visible(i);
+            acks.iter().map(|a| a.at).filter(move |at| *at < ended && (*at <= fault || seen_after))
+        })
+        .max()
+        .unwrap_or(fault);
+    Some(Outage { unwritable: ended - began })
+}
+
+/// The acknowledged values missing from `stored`.
+pub fn lost(timelines: &[Vec<Ack>], stored: &BTreeSet<i64>) -> Vec<i64> {
+    timelines.iter().flatten().map(|a| a.value).filter(|v| !stored.contains(v)).collect()
+}
+
+/// The stretches (first and last acknowledged write) in which each
+/// instance took writes.
+fn stretches(acks: &[Ack]) -> Vec<(u128, u128)> {
+    let mut out: Vec<(u128, u128)> = Vec::new();
+    for ack in acks {
+        match out.last_mut() {
+            Some(last) if ack.at - last.1 <= SAME_STRETCH => last.1 = ack.at,
+            _ => out.push((ack.at, ack.at)),
+        }
+    }
+    out
+}
+
+/// The instants at which two instances both took writes: each pair of
+/// overlapping stretches of two instances, as (instance, instance, from).
+pub fn two_writable(timelines: &[Vec<Ack>]) -> Vec<(usize, usize, u128)> {
+    let stretched: Vec<Vec<(u128, u128)>> = timelines.iter().map(|t| stretches(t)).collect();
+    let mut found = Vec::new();
+    for (a, ours) in stretched.iter().enumerate() {
+        for (b, theirs) in stretched.iter().enumerate().skip(a + 1) {
+            for (from, to) in ours {
+                for (their_from, their_to) in theirs {
+                    if from.max(their_from) <= to.min(their_to) {
+                        found.push((a, b, *from.max(their_from)));
+                    }
+                }
+            }
+        }
+    }
+    found
+}
