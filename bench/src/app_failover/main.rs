@@ -208,15 +208,18 @@ impl System {
             self.side.switchover(leader, 0).await?.await??;
             leader = self.steady(Some(0)).await?;
         }
-        let at = now_ns();
-        self.injected.push((fault, at));
+        // From when the primary is gone (a write it acknowledged while it
+        // was being killed is no recovery), or the switchover asked.
         let mut asked = None;
+        let asked_at = now_ns();
         match fault {
             Fault::Crash => self.side.crash(leader).await?,
             Fault::HostLoss => self.side.lose_host(leader).await?,
             Fault::CutOff => self.side.netns().cut(),
             Fault::Switchover => asked = Some(self.side.switchover(leader, (leader + 1) % 3).await?),
         }
+        let at = if asked.is_some() { asked_at } else { now_ns() };
+        self.injected.push((fault, at));
         // A crashed or lost primary's comeback ends the outage as well as
         // another's; a cut-off or switched-over one's does not, and a
         // cut-off one's writes after the cut reach no client outside.

@@ -273,16 +273,28 @@ impl PatroniSide {
     }
 
     /// Asks the leader's Patroni for a switchover to host `to`
-    /// (its REST API, as `patronictl switchover` does).
+    /// (its REST API, as `patronictl switchover` does); it answers once the
+    /// switchover is done. Asked again while Patroni finds the candidate
+    /// not good yet (412: a standby just back may not have reported its
+    /// position), for up to a minute: the primary takes writes meanwhile,
+    /// so the outage measured does not grow.
     pub fn switchover(&self, from: usize, to: usize) -> impl Future<Output = anyhow::Result<()>> + Send + 'static {
         let body = serde_json::json!({"leader": name(from), "candidate": name(to)});
-        let request = self.http.post(format!("{}/switchover", self.api(from))).json(&body).timeout(Duration::from_secs(60));
+        let (http, url) = (self.http.clone(), format!("{}/switchover", self.api(from)));
         async move {
-            let answer = request.send().await?;
-            if !answer.status().is_success() {
-                bail!("Patroni refused the switchover: {} {}", answer.status(), answer.text().await.unwrap_or_default());
+            let asked = std::time::Instant::now();
+            loop {
+                let answer = http.post(&url).json(&body).timeout(Duration::from_secs(60)).send().await?;
+                let status = answer.status();
+                if status.is_success() {
+                    return Ok(());
+                }
+                let text = answer.text().await.unwrap_or_default();
+                if status != reqwest::StatusCode::PRECONDITION_FAILED || asked.elapsed() > Duration::from_secs(60) {
+                    bail!("Patroni refused the switchover: {status} {text}");
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
             }
-            Ok(())
         }
     }
 }

@@ -119,16 +119,11 @@ pub(super) fn lead_roles(work: &mut Work<'_, '_>, app: &AppSpec) -> Vec<RoleLead
                 leader.instance = Some(instance);
                 leader.waiting = None;
             }
-            // The last holder stays named: it is renewed if it comes back
-            // before anyone else may lead.
-            Decision::Wait { why, .. } | Decision::Leaderless { why } => {
-                if leader.waiting.as_ref() != Some(&why)
-                    && let Some(i) = leader.member.as_ref().and_then(|m| work.index(m))
-                {
-                    work.note(i, EventType::Warning, EventReason::RoleLeaderWaiting, why.clone());
-                }
-                leader.waiting = Some(why);
+            Decision::Wait { why, remaining } => {
+                work.look_again_in = Some(work.look_again_in.map_or(remaining, |soonest| soonest.min(remaining)));
+                wait(work, &mut leader, why);
             }
+            Decision::Leaderless { why } => wait(work, &mut leader, why),
             Decision::Grant { holder, term, why } => {
                 let transition =
                     LeaderTransition { term, member: holder.member.clone(), at: snap.now, reason: why.clone() };
@@ -168,6 +163,18 @@ pub(super) fn lead_roles(work: &mut Work<'_, '_>, app: &AppSpec) -> Vec<RoleLead
         leaders.push(leader);
     }
     leaders
+}
+
+/// The role waits, saying `why`: told once, on the last holder. The last
+/// holder stays named: it is renewed if it comes back before anyone else
+/// may lead.
+fn wait(work: &mut Work<'_, '_>, leader: &mut RoleLeader, why: String) {
+    if leader.waiting.as_ref() != Some(&why)
+        && let Some(i) = leader.member.as_ref().and_then(|m| work.index(m))
+    {
+        work.note(i, EventType::Warning, EventReason::RoleLeaderWaiting, why.clone());
+    }
+    leader.waiting = Some(why);
 }
 
 /// Member `i` promoted to lead in `term` as run `instance` (its promote

@@ -176,6 +176,9 @@ pub struct Plan {
     pub status: Option<AppClusterStatus>,
     /// Something is under way: look again soon.
     pub in_flight: bool,
+    /// When time alone changes a decision (a role leader's lease runs
+    /// out): look again then, however quiet the cluster is.
+    pub look_again_in: Option<std::time::Duration>,
 }
 
 /// One pass's working state: for each member it works on, the member as
@@ -196,6 +199,8 @@ struct Work<'s, 'p> {
     notifying: BTreeSet<String>,
     /// Members whose removal succeeded.
     removed: BTreeSet<String>,
+    /// When the soonest lease this pass waited for runs out.
+    look_again_in: Option<std::time::Duration>,
 }
 
 impl Work<'_, '_> {
@@ -264,6 +269,7 @@ pub fn plan(snap: &Snapshot<'_>, placer: &mut dyn Placer, ids: &mut dyn FnMut() 
         busy: BTreeSet::new(),
         notifying: BTreeSet::new(),
         removed: BTreeSet::new(),
+        look_again_in: None,
     };
     check::read_commands(&mut work);
     if let Some(app) = snap.app {
@@ -280,7 +286,9 @@ pub fn plan(snap: &Snapshot<'_>, placer: &mut dyn Placer, ids: &mut dyn FnMut() 
         None => snap.cluster.status.leaders.clone(),
     };
     // A leader role that waits (for an expiry, or for a member that may
-    // lead) is looked at again soon: time alone can change its decision.
+    // lead) is looked at again soon, and at its lease's end: time alone
+    // can change its decision.
+    let look_again_in = work.look_again_in;
     let in_flight = !work.busy.is_empty()
         || leaders.iter().any(|l| l.waiting.is_some())
         || work.members.iter().any(|m| {
@@ -306,5 +314,5 @@ pub fn plan(snap: &Snapshot<'_>, placer: &mut dyn Placer, ids: &mut dyn FnMut() 
         programs.push(program);
     }
     programs.retain(|p| !p.is_empty());
-    Plan { programs, status: (status != cluster.status).then_some(status), in_flight }
+    Plan { programs, status: (status != cluster.status).then_some(status), in_flight, look_again_in }
 }

@@ -592,6 +592,7 @@ fn rule_a_leader_role_is_granted_a_term_kept_while_its_leader_runs_and_moved_onc
     // Its node goes NotReady: the lease holds until it expires.
     let mut lost = steady.clone_with_nodes([false, true, true]);
     lost.leases.insert("a".into(), Duration::from_secs(4));
+    assert_eq!(lost.plan().look_again_in, Some(Duration::from_secs(6)), "looked at again when the lease ends");
     let (waiting, _, _) = carried_out(lost, 1);
     let leader = leader_of(&waiting);
     assert_eq!((leader.member.as_deref(), leader.term), (Some("db-a-0"), 1));

@@ -34,7 +34,7 @@ struct Landed {
 impl AppClusterController {
     /// Carries out `plan` for `cluster`; whether something is in flight.
     pub(super) async fn apply(&self, cluster: &AppCluster, plan: Plan) -> Result<bool, ObjectsError> {
-        let Plan { programs, status, mut in_flight } = plan;
+        let Plan { programs, status, mut in_flight, .. } = plan;
         let runs = join_all(programs.into_iter().map(|program| self.write_program(program))).await;
         let mut landed = Vec::new();
         let mut stale = false;

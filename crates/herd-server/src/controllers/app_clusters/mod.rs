@@ -9,7 +9,7 @@
 //! It runs on the keyed runtime, one cluster at a time: a change of the
 //! cluster, its App, its members, their Commands or their nodes wakes it
 //! (`AppClusterController::watches`), and a busy cluster requeues only
-//! itself. Members whose AppCluster is gone, and members a node runs that
+//! itself (a role waiting out its leader's lease, for the lease's end). Members whose AppCluster is gone, and members a node runs that
 //! no Member binds there, are the [`janitor`]'s.
 
 mod apply;
@@ -256,8 +256,12 @@ impl KeyedController for AppClusterController {
             let mut ids = || uuid::Uuid::now_v7().simple().to_string();
             plan(&snapshot, &mut placing, &mut ids)
         };
+        let look_again_in = plan.look_again_in;
         let in_flight = self.apply(&cluster, plan).await?;
-        Ok(Next::Requeue(if in_flight { BUSY_REQUEUE } else { QUIET_REQUEUE }))
+        let requeue = if in_flight { BUSY_REQUEUE } else { QUIET_REQUEUE };
+        // A moment past the lease's end, so that the pass then sees it ended.
+        let at_lease_end = look_again_in.map(|remaining| remaining + Duration::from_millis(5));
+        Ok(Next::Requeue(at_lease_end.map_or(requeue, |at| requeue.min(at))))
     }
 }
 
