@@ -45,7 +45,16 @@ impl HerdSide {
         let (server, url) = start(&herd, &["server", "--listen", &listen, "--insecure-http"], &dir.join("server"))?;
         let admin = Client::new(vec![url.clone()], Some(ADMIN.into()));
         let agent_dirs: Vec<PathBuf> = (0..3).map(|i| dir.join(node_name(i))).collect();
-        let mut side = HerdSide { herd, url, admin, _server: Killed(vec![server]), agents: Vec::new(), agent_dirs, members: Vec::new(), netns };
+        let mut side = HerdSide {
+            herd,
+            url,
+            admin,
+            _server: Killed(vec![server]),
+            agents: Vec::new(),
+            agent_dirs,
+            members: Vec::new(),
+            netns,
+        };
         for host in 0..3 {
             let agent = side.start_agent(host)?;
             side.agents.push(Some(agent));
@@ -169,7 +178,6 @@ impl HerdSide {
         self.admin.create_value("operations", &operation, Default::default()).await?;
         Ok(())
     }
-
 }
 
 impl Drop for HerdSide {

@@ -19,7 +19,9 @@
 //! BENCH_ROUNDS (default 2: each fault twice per system), BENCH_FAULTS
 //! (default `crash,host-loss,cut-off,switchover`), BENCH_LEASE (seconds,
 //! default 20: Patroni's ttl cannot be shorter), BENCH_HERD_LEASE (herd's
-//! lease, default BENCH_LEASE), BENCH_RETRY (seconds, default 2), HERD_BIN.
+//! lease, default BENCH_LEASE), BENCH_RETRY (seconds, default 2),
+//! BENCH_SYSTEMS (default `patroni,herd`; one alone for a long run of
+//! faults without the baseline), HERD_BIN.
 //! The renew deadline (Patroni's retry_timeout) is (lease - retry) / 2,
 //! the longest Patroni accepts.
 
@@ -267,8 +269,14 @@ impl System {
 
 /// Creates the probe's table on the system's first primary, then starts
 /// the probes.
-async fn probed(label: String, side: Side, targets: Vec<probe::Target>, values: Arc<AtomicI64>) -> anyhow::Result<System> {
-    let host = wait_for(&format!("{label}: a primary"), STEADY_WITHIN, async || side.leader().await.map(|(h, _)| h)).await?;
+async fn probed(
+    label: String,
+    side: Side,
+    targets: Vec<probe::Target>,
+    values: Arc<AtomicI64>,
+) -> anyhow::Result<System> {
+    let host =
+        wait_for(&format!("{label}: a primary"), STEADY_WITHIN, async || side.leader().await.map(|(h, _)| h)).await?;
     let target = &targets[host];
     wait_for(&format!("{label}: the probe's table"), Duration::from_secs(60), async || {
         let client = probe::connect(&target.host, target.port).await?;
@@ -305,9 +313,15 @@ async fn main() -> anyhow::Result<()> {
         .split(',')
         .map(Fault::parse)
         .collect::<Result<_, _>>()?;
+    let wanted = std::env::var("BENCH_SYSTEMS").unwrap_or("patroni,herd".into());
+    let wanted: Vec<&str> = wanted.split(',').map(str::trim).collect();
+    let (run_patroni, run_herd) = (wanted.contains(&"patroni"), wanted.contains(&"herd"));
+    if let Some(other) = wanted.iter().find(|w| !["patroni", "herd"].contains(w)) {
+        bail!("BENCH_SYSTEMS: unknown system {other:?} (patroni, herd)");
+    }
     let retry = env_u64("BENCH_RETRY", 2);
     let lease = env_u64("BENCH_LEASE", 20);
-    if lease < 20 {
+    if lease < 20 && run_patroni {
         bail!("BENCH_LEASE={lease}: Patroni's ttl cannot be below 20 s (set BENCH_HERD_LEASE for herd alone)");
     }
     let patroni_lease = LeaseSettings::new(lease, retry);
@@ -324,14 +338,18 @@ async fn main() -> anyhow::Result<()> {
 
     let mut systems = Vec::new();
     let outcome = async {
-        let patroni = PatroniSide::start(dir.path(), NetNs::create(250), &patroni_lease).await?;
-        let targets = patroni.targets();
-        let version = Command::new(patroni_side::patroni_binary()?).arg("--version").output()?;
-        let label = String::from_utf8_lossy(&version.stdout).trim().replace("patroni", "Patroni");
-        systems.push((probed(label, Side::Patroni(patroni), targets.clone(), values.clone()).await?, targets));
-        let herd = HerdSide::start(&dir.path().join("herd"), NetNs::create(251), &herd_lease).await?;
-        let targets = herd.targets().await?;
-        systems.push((probed("herd".into(), Side::Herd(herd), targets.clone(), values.clone()).await?, targets));
+        if run_patroni {
+            let patroni = PatroniSide::start(dir.path(), NetNs::create(250), &patroni_lease).await?;
+            let targets = patroni.targets();
+            let version = Command::new(patroni_side::patroni_binary()?).arg("--version").output()?;
+            let label = String::from_utf8_lossy(&version.stdout).trim().replace("patroni", "Patroni");
+            systems.push((probed(label, Side::Patroni(patroni), targets.clone(), values.clone()).await?, targets));
+        }
+        if run_herd {
+            let herd = HerdSide::start(&dir.path().join("herd"), NetNs::create(251), &herd_lease).await?;
+            let targets = herd.targets().await?;
+            systems.push((probed("herd".into(), Side::Herd(herd), targets.clone(), values.clone()).await?, targets));
+        }
         measure(&mut systems, rounds, &faults).await
     }
     .await;
@@ -355,41 +373,40 @@ async fn measure(systems: &mut [(System, Vec<probe::Target>)], rounds: u64, faul
         lost.push(system.lost(targets).await?);
         doubled.push(probe::two_writable(&system.probes.timelines()));
     }
-    let (baseline, herd) = (&systems[0].0, &systems[1].0);
+    // One column per system; with both, herd's figure over Patroni's.
+    let row = |what: &str, cells: Vec<String>, ratio: String| {
+        let cells: String = cells.iter().map(|c| format!(" {c:<26}")).collect();
+        println!("{what:<44}{cells} {ratio}");
+    };
+    let labels = systems.iter().map(|(s, _)| s.label.clone()).collect();
+    let both = systems.len() == 2;
     println!();
-    println!("{:<44} {:<26} {:<26} herd / Patroni", "no writes for: median (min-max)", baseline.label, herd.label);
+    row("no writes for: median (min-max)", labels, if both { "herd / Patroni".into() } else { String::new() });
     for fault in faults {
-        let (theirs, ours) = (&baseline.outages[fault], &herd.outages[fault]);
-        let ratio = match (median(theirs), median(ours)) {
-            (Some(t), Some(o)) => format!("{:.2}x", o.as_secs_f64() / t.as_secs_f64()),
-            _ => "-".into(),
+        let outages: Vec<&[Duration]> =
+            systems.iter().map(|(s, _)| s.outages.get(fault).map_or(&[][..], Vec::as_slice)).collect();
+        let ratio = match (outages.first().and_then(|o| median(o)), outages.get(1).and_then(|o| median(o))) {
+            (Some(theirs), Some(ours)) => format!("{:.2}x", ours.as_secs_f64() / theirs.as_secs_f64()),
+            _ => String::new(),
         };
-        println!("{:<44} {:<26} {:<26} {ratio}", fault.label(), summary(theirs), summary(ours));
+        row(fault.label(), outages.iter().map(|o| summary(o)).collect(), ratio);
     }
-    let acknowledged: Vec<usize> =
-        systems.iter().map(|(s, _)| s.probes.timelines().iter().map(Vec::len).sum()).collect();
-    println!(
-        "{:<44} {:<26} {:<26}",
-        "acknowledged writes lost",
-        format!("{} of {}", lost[0].len(), acknowledged[0]),
-        format!("{} of {}", lost[1].len(), acknowledged[1])
-    );
+    let acknowledged = systems.iter().map(|(s, _)| s.probes.timelines().iter().map(Vec::len).sum::<usize>());
+    let lost_of: Vec<String> = lost.iter().zip(acknowledged).map(|(l, a)| format!("{} of {a}", l.len())).collect();
+    row("acknowledged writes lost", lost_of, String::new());
     let faults_each = rounds as usize * faults.len();
-    println!(
-        "{:<44} {:<26} {:<26}",
-        format!("instants two took writes ({faults_each} faults)"),
-        doubled[0].len(),
-        doubled[1].len()
-    );
+    let what = format!("instants two took writes ({faults_each} faults)");
+    row(&what, doubled.iter().map(|d| d.len().to_string()).collect(), String::new());
     for (((system, _), doubled), lost) in systems.iter().zip(&doubled).zip(&lost) {
         for (a, b, at) in doubled.iter().take(5) {
             println!("  {}: hosts {a} and {b} both took writes {}", system.label, system.when(*at));
         }
         let timelines = system.probes.timelines();
         for value in lost.iter().take(5) {
-            let acked = timelines.iter().enumerate().find_map(|(host, acks)| {
-                acks.iter().find(|a| a.value == *value).map(|a| (host, a.at))
-            });
+            let acked = timelines
+                .iter()
+                .enumerate()
+                .find_map(|(host, acks)| acks.iter().find(|a| a.value == *value).map(|a| (host, a.at)));
             if let Some((host, at)) = acked {
                 println!("  {}: value {value}, acknowledged by host {host} {}, is lost", system.label, system.when(at));
             }

@@ -195,7 +195,8 @@ impl PatroniSide {
             0 => self.netns.command(setpriv),
             _ => Command::new(setpriv),
         };
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join(format!("{}.log", name(host))))?;
+        let log =
+            std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join(format!("{}.log", name(host))))?;
         command
             .args(["--reuid=postgres", "--regid=postgres", "--init-groups", "--"])
             .arg(&self.patroni)

@@ -56,7 +56,8 @@ impl Probes {
             .iter()
             .zip(&timelines)
             .map(|(target, timeline)| {
-                let (target, timeline, stop, next) = (target.clone(), timeline.clone(), stop.clone(), next_value.clone());
+                let (target, timeline, stop, next) =
+                    (target.clone(), timeline.clone(), stop.clone(), next_value.clone());
                 std::thread::spawn(move || probe(target, timeline, stop, next))
             })
             .collect();
@@ -84,7 +85,6 @@ impl Probes {
         let since = |acks: &Vec<Ack>| acks[acks.partition_point(|a| a.at <= at)..].to_vec();
         self.timelines.iter().map(|t| since(&t.lock().unwrap_or_else(|p| p.into_inner()))).collect()
     }
-
 }
 
 impl Drop for Probes {

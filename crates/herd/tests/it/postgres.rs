@@ -256,7 +256,8 @@ async fn lost_writes(nodes: &Nodes, primary: &Member, timelines: &[Vec<probe::Ac
     let rows = client.query("select v from probe", &[]).await.unwrap();
     let stored: std::collections::BTreeSet<i64> = rows.iter().map(|r| r.get(0)).collect();
     let acked = |value: i64| {
-        let found = timelines.iter().enumerate().find_map(|(i, t)| t.iter().find(|a| a.value == value).map(|a| (i, a.at)));
+        let found =
+            timelines.iter().enumerate().find_map(|(i, t)| t.iter().find(|a| a.value == value).map(|a| (i, a.at)));
         found.unwrap_or_default()
     };
     probe::lost(timelines, &stored).into_iter().map(|v| (v, acked(v).0, acked(v).1)).collect()
@@ -289,7 +290,8 @@ async fn in_synchronous_mode_every_acknowledged_commit_survives_20_failovers() {
         let cut = round % 2 == 1;
         if cut && primary.metadata.name != n1 {
             in_sync_member(&nodes, &n1).await;
-            let out = nodes.server.cli_blocking(&["appcluster", "switchover", CLUSTER, "--role", "db", "--to", &n1]).await;
+            let out =
+                nodes.server.cli_blocking(&["appcluster", "switchover", CLUSTER, "--role", "db", "--to", &n1]).await;
             assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
             (primary, term) = writable_leader_at(&nodes, term, Duration::from_secs(30), &host_of).await;
             assert_eq!(primary.metadata.name, n1);
@@ -406,7 +408,8 @@ async fn a_cut_off_primary_stops_taking_writes_before_another_takes_any() {
     configured(server, CLUSTER, 1, Duration::from_secs(60)).await;
     let netns = nodes.netns.as_ref().expect("n1 apart");
     // n1's members at its address inside, the others' at the outside one.
-    let host_of = |m: &Member| if m.spec.node.as_deref() == Some("n1") { netns.inside() } else { netns.outside.clone() };
+    let host_of =
+        |m: &Member| if m.spec.node.as_deref() == Some("n1") { netns.inside() } else { netns.outside.clone() };
     let (primary, _) = writable_leader_at(&nodes, 0, Duration::from_secs(60), &host_of).await;
     assert_eq!(primary.spec.node.as_deref(), Some("n1"));
     psql_at(&netns.inside(), &primary, "create table probe (v bigint primary key)").unwrap();
