@@ -216,12 +216,15 @@ pub fn decide(view: &RoleView<'_>) -> Decision {
             None => "is no member of the role any more".to_string(),
             Some(contender) => not_eligible(contender, None, false).unwrap_or("not renewing").to_string(),
         };
+        // The reason names no countdown: it is kept in the cluster's
+        // status and told in an Event when it changes, so it must not
+        // change while nothing but time passes.
         let remaining = lease_duration - view.since_renewed;
         let why = format!(
-            "leader {} (term {}) {state}; its lease runs {} more",
+            "leader {} (term {}) {state}; waiting for its lease to run out ({} unrenewed)",
             holder.member,
             view.lease.term,
-            HumanDuration(Duration::from_millis(u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX)))
+            HumanDuration(lease_duration)
         );
         return Decision::Wait { remaining, why };
     }
@@ -363,7 +366,12 @@ mod tests {
         members[0].instance = None;
         let Decision::Wait { remaining, why } = decide(&view(&lease, 4, &members)) else { panic!("waits") };
         assert_eq!(remaining, Duration::from_secs(6));
-        assert_eq!(why, "leader a (term 3) not running, or its node is not heard from; its lease runs 6s more");
+        assert_eq!(
+            why,
+            "leader a (term 3) not running, or its node is not heard from; waiting for its lease to run out (10s unrenewed)"
+        );
+        let Decision::Wait { why: later, .. } = decide(&view(&lease, 5, &members)) else { panic!("waits") };
+        assert_eq!(later, why, "the same reason while only time passes");
         members[0].instance = Some("a-run".into());
         members[0].ready = false;
         assert!(matches!(decide(&view(&lease, 9, &members)), Decision::Wait { .. }), "not ready: no renewal");

@@ -119,6 +119,11 @@ impl Members {
                 continue;
             }
             let deadline = sent + renewal.renew_deadline.get();
+            // An answer that comes after its own deadline (the agent was
+            // stopped, or the answer slow) renews nothing: the fence is due.
+            if deadline <= Instant::now() {
+                continue;
+            }
             let guard_deadline = sent + (renewal.renew_deadline.get() + renewal.lease_duration.get()) / 2;
             let (changed, began, lead) = {
                 let mut leads = self.leads();
