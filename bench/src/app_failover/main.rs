@@ -326,10 +326,16 @@ async fn main() -> anyhow::Result<()> {
     }
     let patroni_lease = LeaseSettings::new(lease, retry);
     let herd_lease = LeaseSettings::new(env_u64("BENCH_HERD_LEASE", lease), retry);
+    let mut running = Vec::new();
+    if run_patroni {
+        running.push(format!("Patroni ({})", patroni_lease.describe()));
+    }
+    if run_herd {
+        running.push(format!("herd ({})", herd_lease.describe()));
+    }
     println!(
-        "app-failover: 3 PostgreSQL 15 instances each, synchronous; Patroni ({}) beside herd ({}); {rounds} rounds of {faults:?}",
-        patroni_lease.describe(),
-        herd_lease.describe()
+        "app-failover: 3 PostgreSQL 15 instances each, synchronous; {}; {rounds} rounds of {faults:?}",
+        running.join(" beside ")
     );
     let dir = tempfile::tempdir()?;
     // Patroni runs as postgres, and the example's members too.

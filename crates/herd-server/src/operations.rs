@@ -94,3 +94,69 @@ pub async fn admit(objects: &Objects, operation: &Operation) -> Result<(), ApiEr
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use herd_core::Object;
+    use herd_core::kinds::{App, AppCluster, Member};
+    use herd_store::Store;
+
+    use super::*;
+
+    /// An App with a leader role `db` and a role `web` without, a
+    /// cluster `c` of it, and a member of each role.
+    async fn two_roles() -> (tempfile::TempDir, Objects) {
+        let dir = tempfile::tempdir().unwrap();
+        let objects = Objects::new(Store::open(dir.path().join("s.db").to_str().unwrap()).await.unwrap());
+        let run = serde_json::json!({"command": ["sleep", "60"]});
+        let hook = serde_json::json!({"script": "true"});
+        let app = App::from_json_value(serde_json::json!({
+            "metadata": {"name": "a"},
+            "spec": {"roles": [
+                {"name": "db", "run": run, "leader": {"promote": hook, "demote": hook}},
+                {"name": "web", "run": run}
+            ]}
+        }))
+        .unwrap();
+        objects.create(app, false, false).await.unwrap();
+        let cluster = AppCluster::from_json_value(serde_json::json!({
+            "metadata": {"name": "c"},
+            "spec": {"appRef": "a", "roles": [{"name": "db", "members": 1}, {"name": "web", "members": 1}]}
+        }))
+        .unwrap();
+        objects.create(cluster, false, false).await.unwrap();
+        for role in ["db", "web"] {
+            let member = Member::from_json_value(serde_json::json!({
+                "metadata": {"name": format!("c-{role}-0")},
+                "spec": {"cluster": "c", "role": role, "index": 0}
+            }))
+            .unwrap();
+            objects.create(member, false, false).await.unwrap();
+        }
+        (dir, objects)
+    }
+
+    async fn switchover(objects: &Objects, role: &str, to: Option<&str>) -> Result<(), ApiError> {
+        let action = OperationAction::Switchover { cluster: "c".into(), role: role.into(), to: to.map(String::from) };
+        let spec =
+            OperationSpec { action, deadline: None, on_deadline: Default::default(), max_parallel: 1, cancel: false };
+        admit(objects, &Object::new("s", spec)).await
+    }
+
+    #[tokio::test]
+    async fn a_switchover_is_refused_naming_the_field_for_a_role_without_a_leader_or_a_member_of_another_role() {
+        let (_dir, objects) = two_roles().await;
+        switchover(&objects, "db", Some("c-db-0")).await.unwrap();
+        switchover(&objects, "db", None).await.unwrap();
+        let said = |result: Result<(), ApiError>| result.unwrap_err().to_string();
+        let other_role = said(switchover(&objects, "db", Some("c-web-0")).await);
+        assert!(
+            other_role.contains("spec.action.to") && other_role.contains("c-web-0 is of role web, not db"),
+            "{other_role}"
+        );
+        let no_leader = said(switchover(&objects, "web", None).await);
+        assert!(no_leader.contains("spec.action.role") && no_leader.contains("its leader roles: db"), "{no_leader}");
+        let missing = said(switchover(&objects, "db", Some("c-db-9")).await);
+        assert!(missing.contains("spec.action.to") && missing.contains("no member named \"c-db-9\""), "{missing}");
+    }
+}
