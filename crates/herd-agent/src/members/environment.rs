@@ -114,8 +114,11 @@ impl Members {
 
     /// What herd adds to a member's environment (for its process, its
     /// scripts and its checks): `HERD_MEMBER`, `HERD_VOLUME_<NAME>` to the
-    /// path of each of its volumes, and `HERD_CONFIGMETA` when it is an
-    /// app-cluster member (and `HERD_CONFIGMETA_SH`, the same as shell variables).
+    /// path of each of its volumes, `HERD_CONFIGMETA` when it is an
+    /// app-cluster member (and `HERD_CONFIGMETA_SH`, the same as shell
+    /// variables), and `HERD_LEADER_TERM` while it leads its role (a
+    /// process started, or started again, within its lease; `leader.json`
+    /// says it at every moment).
     pub fn member_env(&self, record: &MemberRecord) -> Vec<(String, std::ffi::OsString)> {
         let mut env = vec![("HERD_MEMBER".to_string(), record.name.clone().into())];
         for volume in &record.run.volumes {
@@ -124,6 +127,9 @@ impl Members {
         if let Some(dir) = crate::setup::herd_volume(self, record) {
             env.push(("HERD_CONFIGMETA".into(), dir.join(crate::setup::CONFIGMETA).into()));
             env.push(("HERD_CONFIGMETA_SH".into(), dir.join(crate::setup::CONFIGMETA_SH).into()));
+        }
+        if let Some(lead) = self.lead(&record.name).filter(|l| l.deadline > tokio::time::Instant::now()) {
+            env.push(("HERD_LEADER_TERM".into(), lead.term.to_string().into()));
         }
         env
     }

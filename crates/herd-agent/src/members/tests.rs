@@ -160,6 +160,11 @@ async fn a_leader_not_renewed_by_its_deadline_is_demoted_then_ended_and_starts_a
 
     members.leases_renewed(tokio::time::Instant::now(), &[renewal(4)]);
     assert_eq!(term_file(), r#"{"term":4,"leading":true,"inSync":[]}"#);
+    let leader_term = || {
+        let env = members.member_env(&members.record("m1").unwrap());
+        env.into_iter().find(|(k, _)| k == "HERD_LEADER_TERM").map(|(_, v)| v)
+    };
+    assert_eq!(leader_term(), Some("4".into()), "a process started now has the term in its environment");
     members.fence_due().await;
     assert!(members.lead("m1").is_some() && members.is_running("m1"), "not due yet");
     // Renewed: the deadline moves on, and the term file names who herd
@@ -174,6 +179,7 @@ async fn a_leader_not_renewed_by_its_deadline_is_demoted_then_ended_and_starts_a
     tokio::time::sleep(Duration::from_millis(150)).await;
     members.fence_due().await;
     assert!(members.lead("m1").is_none(), "fenced");
+    assert_eq!(leader_term(), None, "a leader no more");
     assert_eq!(std::fs::read_to_string(herd.join("demoted")).unwrap(), "demoted in 4\n");
     assert_eq!(term_file(), r#"{"term":4,"leading":false,"inSync":[]}"#, "a leader no more: no one on record");
     eventually("the member started again, a follower", || {
