@@ -222,15 +222,12 @@ impl System {
         }
         let at = if asked.is_some() { asked_at } else { now_ns() };
         self.injected.push((fault, at));
-        // A crashed or lost primary's comeback ends the outage as well as
-        // another's; a cut-off or switched-over one's does not, and a
-        // cut-off one's writes after the cut reach no client outside.
-        let recovers = |host: usize| matches!(fault, Fault::Crash | Fault::HostLoss) || host != leader;
+        // A cut-off primary's writes after the cut reach no client outside.
         let visible = |host: usize| fault != Fault::CutOff || host != leader;
         let window = at.saturating_sub(5_000_000_000);
         let what = format!("{}: a primary taking writes after {}", self.label, fault.label());
         let outage = wait_for(&what, RECOVER_WITHIN, async || {
-            probe::outage(&self.probes.timelines_since(window), at, recovers, visible)
+            probe::outage(&self.probes.timelines_since(window), at, visible, now_ns())
         })
         .await;
         match fault {

@@ -146,33 +146,34 @@ pub struct Outage {
     pub unwritable: u128,
 }
 
-/// The outage around a fault injected at `fault`: it ends with the first
-/// write after `fault` acknowledged by an instance `recovers` allows;
-/// it began with the last write before that which a client could see
-/// (any before the fault; after it, only of instances `visible` allows:
-/// not a cut-off one's). None while it has not ended.
-pub fn outage(
-    timelines: &[Vec<Ack>],
-    fault: u128,
-    recovers: impl Fn(usize) -> bool,
-    visible: impl Fn(usize) -> bool,
-) -> Option<Outage> {
-    let ended = timelines
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| recovers(*i))
-        .filter_map(|(_, acks)| acks.iter().map(|a| a.at).find(|at| *at > fault))
-        .min()?;
-    let began = timelines
+/// Writes have flowed again for this long after the longest gap: the
+/// outage is over.
+const FLOWING_AGAIN: u128 = 1_000_000_000;
+
+/// The outage around a fault injected at `fault`: the longest time
+/// between two writes a client could see acknowledged (any before the
+/// fault; after it, only of instances `visible` allows: not a cut-off
+/// one's), from the last before the fault on, once it has ended after the
+/// fault and writes have flowed again for a second, up to `now`. A write a
+/// dying primary still acknowledged just after the fault does not end it.
+/// None while it has not ended.
+pub fn outage(timelines: &[Vec<Ack>], fault: u128, visible: impl Fn(usize) -> bool, now: u128) -> Option<Outage> {
+    let mut seen: Vec<u128> = timelines
         .iter()
         .enumerate()
         .flat_map(|(i, acks)| {
             let seen_after = visible(i);
-            acks.iter().map(|a| a.at).filter(move |at| *at < ended && (*at <= fault || seen_after))
+            acks.iter().map(|a| a.at).filter(move |at| *at <= fault || seen_after)
         })
-        .max()
-        .unwrap_or(fault);
-    Some(Outage { unwritable: ended - began })
+        .collect();
+    seen.sort_unstable();
+    let from = seen.partition_point(|at| *at <= fault).saturating_sub(1);
+    let seen = &seen[from..];
+    let (began, ended) =
+        seen.windows(2).map(|w| (w[0], w[1])).max_by_key(|(began, ended)| ended - began).filter(|(_, e)| *e > fault)?;
+    let last = *seen.last()?;
+    let flowing = last + 100_000_000 >= now && last - ended >= FLOWING_AGAIN;
+    flowing.then_some(Outage { unwritable: ended - began })
 }
 
 /// The acknowledged values missing from `stored`.

@@ -310,11 +310,11 @@ async fn in_synchronous_mode_every_acknowledged_commit_survives_20_failovers() {
             false => Some(common::apps::lose_host(&mut nodes, &primary).await),
         };
         let (next, next_term) = writable_leader_at(&nodes, term, Duration::from_secs(30), &host_of).await;
-        // What a client saw: from its last write acknowledged before (none
-        // of the cut-off primary's after the cut) to its first on another.
+        // What a client saw: the longest time with no write acknowledged
+        // (none of the cut-off primary's after the cut).
         let since = faulted - 5_000_000_000;
-        let outage = eventually(Duration::from_secs(60), "a write acknowledged by the next primary", || async {
-            probe::outage(&probes.timelines_since(since), faulted, |i| i != old, |i| !cut || i != old)
+        let outage = eventually(Duration::from_secs(60), "writes flowing again on the next primary", || async {
+            probe::outage(&probes.timelines_since(since), faulted, |i| !cut || i != old, probe::now_ns())
         })
         .await;
         eprintln!(
