@@ -192,9 +192,11 @@ async fn a_drain_goes_on_under_the_next_leader_and_evicts_no_member_twice_on_pos
     let _agents: Vec<_> =
         node_dirs.iter().enumerate().map(|(i, d)| common::start_agent(&servers, d, &format!("n{}", i + 1))).collect();
     let admin = replicas[0].admin();
+    // Ready, and master candidates (the pool takes each in once it is
+    // Ready; a node drained before that would leave the pool short).
     for node in ["n1", "n2", "n3"] {
-        eventually(Duration::from_secs(20), "every node Ready", || async {
-            admin.get::<NodeSpec>(node).await.ok().filter(|n| n.status.ready)
+        eventually(Duration::from_secs(20), "every node Ready and a master candidate", || async {
+            admin.get::<NodeSpec>(node).await.ok().filter(|n| n.status.ready && n.spec.role == NodeRole::Candidate)
         })
         .await;
     }
