@@ -238,7 +238,7 @@ impl System {
         if let Some(asked) = asked {
             asked.await??;
         }
-        let unwritable = Duration::from_nanos(outage?.unwritable as u64);
+        let unwritable = outage?;
         self.outages.entry(fault).or_default().push(unwritable);
         Ok(unwritable)
     }
@@ -253,7 +253,7 @@ impl System {
 
     /// Every value acknowledged that the primary does not have; the
     /// probes end first.
-    async fn lost(&mut self, targets: &[probe::Target]) -> anyhow::Result<Vec<i64>> {
+    async fn lost(&mut self, targets: &[probe::Target]) -> anyhow::Result<Vec<probe::Lost>> {
         let leader = self.steady(None).await?;
         let timelines = self.probes.finish();
         let target = &targets[leader];
@@ -404,15 +404,9 @@ async fn measure(systems: &mut [(System, Vec<probe::Target>)], rounds: u64, faul
         for (a, b, at) in doubled.iter().take(5) {
             println!("  {}: hosts {a} and {b} both took writes {}", system.label, system.when(*at));
         }
-        let timelines = system.probes.timelines();
-        for value in lost.iter().take(5) {
-            let acked = timelines
-                .iter()
-                .enumerate()
-                .find_map(|(host, acks)| acks.iter().find(|a| a.value == *value).map(|a| (host, a.at)));
-            if let Some((host, at)) = acked {
-                println!("  {}: value {value}, acknowledged by host {host} {}, is lost", system.label, system.when(at));
-            }
+        for lost in lost.iter().take(5) {
+            let (value, host, when) = (lost.value, lost.instance, system.when(lost.at));
+            println!("  {}: value {value}, acknowledged by host {host} {when}, is lost", system.label);
         }
     }
     Ok(())

@@ -139,13 +139,6 @@ pub async fn connect(host: &str, port: u16) -> Option<tokio_postgres::Client> {
     Some(client)
 }
 
-/// What a client saw of one fault.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Outage {
-    /// From the last acknowledged write before it to the first after.
-    pub unwritable: u128,
-}
-
 /// Writes have flowed again for this long after the longest gap: the
 /// outage is over.
 const FLOWING_AGAIN: u128 = 1_000_000_000;
@@ -157,7 +150,7 @@ const FLOWING_AGAIN: u128 = 1_000_000_000;
 /// fault and writes have flowed again for a second, up to `now`. A write a
 /// dying primary still acknowledged just after the fault does not end it.
 /// None while it has not ended.
-pub fn outage(timelines: &[Vec<Ack>], fault: u128, visible: impl Fn(usize) -> bool, now: u128) -> Option<Outage> {
+pub fn outage(timelines: &[Vec<Ack>], fault: u128, visible: impl Fn(usize) -> bool, now: u128) -> Option<Duration> {
     let mut seen: Vec<u128> = timelines
         .iter()
         .enumerate()
@@ -173,12 +166,25 @@ pub fn outage(timelines: &[Vec<Ack>], fault: u128, visible: impl Fn(usize) -> bo
         seen.windows(2).map(|w| (w[0], w[1])).max_by_key(|(began, ended)| ended - began).filter(|(_, e)| *e > fault)?;
     let last = *seen.last()?;
     let flowing = last + 100_000_000 >= now && last - ended >= FLOWING_AGAIN;
-    flowing.then_some(Outage { unwritable: ended - began })
+    flowing.then(|| Duration::from_nanos(u64::try_from(ended - began).unwrap_or(u64::MAX)))
 }
 
-/// The acknowledged values missing from `stored`.
-pub fn lost(timelines: &[Vec<Ack>], stored: &BTreeSet<i64>) -> Vec<i64> {
-    timelines.iter().flatten().map(|a| a.value).filter(|v| !stored.contains(v)).collect()
+/// An acknowledged write missing at the end: its value, the instance
+/// that acknowledged it, and when.
+#[derive(Clone, Copy, Debug)]
+pub struct Lost {
+    pub value: i64,
+    pub instance: usize,
+    pub at: u128,
+}
+
+/// The acknowledged writes whose values are missing from `stored`.
+pub fn lost(timelines: &[Vec<Ack>], stored: &BTreeSet<i64>) -> Vec<Lost> {
+    let acked = timelines.iter().enumerate().flat_map(|(instance, acks)| acks.iter().map(move |a| (instance, a)));
+    acked
+        .filter(|(_, a)| !stored.contains(&a.value))
+        .map(|(instance, a)| Lost { value: a.value, instance, at: a.at })
+        .collect()
 }
 
 /// The stretches (first and last acknowledged write) in which each

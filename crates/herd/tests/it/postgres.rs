@@ -248,19 +248,14 @@ async fn targets(nodes: &Nodes, members: &[Member]) -> Vec<probe::Target> {
     targets
 }
 
-/// Every value the probes saw acknowledged that `primary` does not have,
-/// once they stopped: each as (value, member index, when acknowledged).
-async fn lost_writes(nodes: &Nodes, primary: &Member, timelines: &[Vec<probe::Ack>]) -> Vec<(i64, usize, u128)> {
+/// Every write the probes saw acknowledged that `primary` does not have,
+/// once they stopped.
+async fn lost_writes(nodes: &Nodes, primary: &Member, timelines: &[Vec<probe::Ack>]) -> Vec<probe::Lost> {
     let host = nodes.host_of(primary).await;
     let client = probe::connect(&host, primary.spec.ports["pg"]).await.expect("the primary takes connections");
     let rows = client.query("select v from probe", &[]).await.unwrap();
     let stored: std::collections::BTreeSet<i64> = rows.iter().map(|r| r.get(0)).collect();
-    let acked = |value: i64| {
-        let found =
-            timelines.iter().enumerate().find_map(|(i, t)| t.iter().find(|a| a.value == value).map(|a| (i, a.at)));
-        found.unwrap_or_default()
-    };
-    probe::lost(timelines, &stored).into_iter().map(|v| (v, acked(v).0, acked(v).1)).collect()
+    probe::lost(timelines, &stored)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -321,7 +316,7 @@ async fn in_synchronous_mode_every_acknowledged_commit_survives_20_failovers() {
             "round {round}: {name} {}; {} writable in term {next_term}; no write acknowledged for {} ms",
             if cut { "cut off" } else { "lost" },
             next.metadata.name,
-            outage.unwritable / 1_000_000
+            outage.as_millis()
         );
         match lost_node {
             Some(node) => nodes.restart_agent(node),
@@ -336,7 +331,9 @@ async fn in_synchronous_mode_every_acknowledged_commit_survives_20_failovers() {
     assert!(acknowledged > 1000, "the probes wrote all along: {acknowledged}");
     let lost = lost_writes(&nodes, &primary, &timelines).await;
     let faults: Vec<String> = faults.iter().map(|(round, at)| format!("round {round} at {at}")).collect();
-    assert!(lost.is_empty(), "acknowledged commits lost (value, member, at): {lost:?}; faults: {faults:?}");
+    let lost: Vec<String> =
+        lost.iter().map(|l| format!("{} by {} at {}", l.value, members[l.instance].metadata.name, l.at)).collect();
+    assert!(lost.is_empty(), "acknowledged commits lost: {lost:?}; faults: {faults:?}");
     let two = probe::two_writable(&timelines);
     assert!(two.is_empty(), "two members took writes at once: {two:?}");
     eprintln!("20 failovers (10 cut off, 10 lost): {acknowledged} commits acknowledged, none lost");
