@@ -39,8 +39,9 @@ pub fn herd_binary() -> anyhow::Result<PathBuf> {
     Ok(herd)
 }
 
-/// Starts `herd ARGS --data-dir DIR` (logs at warn, or `BENCH_HERD_LOG` on
-/// stderr); for a server, also the URL it printed.
+/// Starts `herd ARGS --data-dir DIR`, its log (at warn, or at the level
+/// `BENCH_HERD_LOG` names) appended to `DIR.log`; for a server, also the
+/// URL it printed.
 pub fn start(herd: &Path, args: &[&str], data_dir: &Path) -> anyhow::Result<(Child, String)> {
     start_in(None, herd, args, data_dir)
 }
@@ -55,6 +56,14 @@ pub fn start_in(netns: Option<&str>, herd: &Path, args: &[&str], data_dir: &Path
         }
         None => Command::new(herd),
     };
+    if let Some(parent) = data_dir.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(data_dir.with_extension("log"))
+        .with_context(|| format!("opening {}.log", data_dir.display()))?;
     let mut child = command
         .args(args)
         .arg("--data-dir")
@@ -64,7 +73,7 @@ pub fn start_in(netns: Option<&str>, herd: &Path, args: &[&str], data_dir: &Path
         .env("HERD_LOG", std::env::var("BENCH_HERD_LOG").unwrap_or("warn".into()))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(if std::env::var_os("BENCH_HERD_LOG").is_some() { Stdio::inherit() } else { Stdio::null() })
+        .stderr(log)
         .spawn()
         .with_context(|| format!("starting {}", herd.display()))?;
     let mut line = String::new();

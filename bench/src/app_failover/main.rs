@@ -21,7 +21,9 @@
 //! default 20: Patroni's ttl cannot be shorter), BENCH_HERD_LEASE (herd's
 //! lease, default BENCH_LEASE), BENCH_RETRY (seconds, default 2),
 //! BENCH_SYSTEMS (default `patroni,herd`; one alone for a long run of
-//! faults without the baseline), HERD_BIN.
+//! faults without the baseline), BENCH_HERD_LOG (herd's log level, default
+//! warn), HERD_BIN. A run that fails keeps its directory: every process's
+//! log, and each member's data and output under its agent's.
 //! The renew deadline (Patroni's retry_timeout) is (lease - retry) / 2,
 //! the longest Patroni accepts.
 
@@ -358,6 +360,10 @@ async fn main() -> anyhow::Result<()> {
     .await;
     // The probes end first, then each system's processes (on drop).
     drop(systems);
+    if outcome.is_err() {
+        // Every process's log, and each member's data, for a look.
+        eprintln!("app-failover: kept {} (logs: *.log, each member's under its agent)", dir.keep().display());
+    }
     outcome
 }
 

@@ -27,9 +27,6 @@ pub struct Nodes {
     pub dir: tempfile::TempDir,
 }
 
-/// How many network namespaces this test binary made (each its own number).
-static NETNS_TAKEN: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
-
 /// How many servers of this test binary took a block of member ports.
 static PORT_BLOCKS: AtomicU16 = AtomicU16::new(0);
 /// The blocks lie in 10000-19999: apart from the default range
@@ -65,7 +62,7 @@ pub async fn nodes_with_n1_apart(n: usize) -> Nodes {
 
 async fn nodes_on(n: usize, n1_apart: bool) -> Nodes {
     let dir = tempfile::tempdir().unwrap();
-    let netns = n1_apart.then(|| NetNs::create(NETNS_TAKEN.fetch_add(1, Ordering::SeqCst) % 200));
+    let netns = n1_apart.then(|| NetNs::create(0));
     // Reached from the namespace at its outside address, from here on loopback.
     let listen = if n1_apart { "0.0.0.0:0" } else { "127.0.0.1:0" };
     let mut server = TestServer::start_at(&dir.path().join("server"), listen);

@@ -1,7 +1,11 @@
 //! A network namespace a test creates for one "host", joined to this one
-//! by a veth pair (10.213.N.1 here, 10.213.N.2 inside), whose link the
-//! test can cut and heal. Processes started in it reach this side only
-//! through the pair. Needs root (CI runs as root). Removed on drop.
+//! by a veth pair (10.213.N.1 here, 10.213.N.2 inside, N the first number
+//! from the one asked for whose addresses no interface has), whose link
+//! the test can cut and heal. Processes started in it reach this side only
+//! through the pair. Needs root (CI runs as root). Removed on drop; one a
+//! killed test process left (named for a process that is gone) is removed
+//! by the next one made, and its addresses are never taken again while it
+//! stays.
 
 use std::process::Command;
 
@@ -19,10 +23,40 @@ fn ip(args: &[&str]) {
     assert!(status.success(), "ip {args:?} failed: this test creates a network namespace and needs root");
 }
 
+fn ip_output(args: &[&str]) -> String {
+    let out = Command::new("ip").args(args).output().expect("running ip");
+    assert!(out.status.success(), "ip {args:?} failed: this test creates a network namespace and needs root");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Removes the namespaces (and their links) that test processes which are
+/// gone left behind: `herd-PID-N`, PID no longer running.
+fn remove_orphans() {
+    for line in ip_output(&["netns", "list"]).lines() {
+        let Some(name) = line.split_whitespace().next() else { continue };
+        let Some((pid, index)) = name.strip_prefix("herd-").and_then(|tag| tag.split_once('-')) else { continue };
+        if pid.parse::<u32>().is_err() || std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let _ = Command::new("ip").args(["link", "del", &format!("vh{pid}-{index}")]).status();
+        let _ = Command::new("ip").args(["netns", "del", name]).status();
+    }
+}
+
 impl NetNs {
-    /// A namespace numbered `index` (0-250) for this test process.
+    /// A namespace numbered `index` (0-253), or the next number whose
+    /// addresses are free.
     pub fn create(index: u8) -> NetNs {
-        let tag = format!("{}{index}", std::process::id() % 100_000);
+        // Test processes (and threads) side by side pick numbers in turn.
+        let lock = std::fs::File::create(std::env::temp_dir().join("herd-netns.lock")).expect("the netns lock file");
+        lock.lock().expect("locking the netns lock file");
+        remove_orphans();
+        let taken = ip_output(&["-o", "addr", "show"]);
+        let index = (0..254u16)
+            .map(|i| ((u16::from(index) + i) % 254) as u8)
+            .find(|i| !taken.contains(&format!(" 10.213.{i}.1/")))
+            .expect("a free 10.213.N.0/30 for a test's namespace");
+        let tag = format!("{}-{index}", std::process::id());
         let (name, host_link, inner_link) = (format!("herd-{tag}"), format!("vh{tag}"), format!("vn{tag}"));
         let (outside, inside) = (format!("10.213.{index}.1"), format!("10.213.{index}.2"));
         ip(&["netns", "add", &name]);
