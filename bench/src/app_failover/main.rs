@@ -22,8 +22,9 @@
 //! lease, default BENCH_LEASE), BENCH_RETRY (seconds, default 2),
 //! BENCH_SYSTEMS (default `patroni,herd`; one alone for a long run of
 //! faults without the baseline), BENCH_HERD_LOG (herd's log level, default
-//! warn), HERD_BIN. A run that fails keeps its directory: every process's
-//! log, and each member's data and output under its agent's.
+//! warn), HERD_BIN. A run that fails (or any, with BENCH_KEEP set) keeps
+//! its directory: every process's log, each member's data and output
+//! under its agent's.
 //! The renew deadline (Patroni's retry_timeout) is (lease - retry) / 2,
 //! the longest Patroni accepts.
 
@@ -204,14 +205,21 @@ impl System {
         .await
     }
 
-    /// Injects `fault` into the primary; the time no client could write.
-    async fn inject(&mut self, fault: Fault) -> anyhow::Result<Duration> {
+    /// Injects `fault` into the primary at a moment picked at random
+    /// within `phase` of the system being steady; the time no client
+    /// could write.
+    async fn inject(&mut self, fault: Fault, phase: Duration) -> anyhow::Result<Duration> {
         let mut leader = self.steady(None).await?;
         if fault == Fault::CutOff && leader != 0 {
             // Only host 0 can be cut off: its instance leads first.
             self.side.switchover(leader, 0).await?.await??;
             leader = self.steady(Some(0)).await?;
         }
+        // Not in step with what `steady` watches (a status that a renewal
+        // brings, say): a fault right after a renewal is the worst case
+        // for a lease, one just before it the best.
+        let nanos = u64::try_from(probe::now_ns() % phase.as_nanos().max(1)).unwrap_or_default();
+        tokio::time::sleep(Duration::from_nanos(nanos)).await;
         // From when the primary is gone (a write it acknowledged while it
         // was being killed is no recovery), or the switchover asked.
         let mut asked = None;
@@ -355,23 +363,30 @@ async fn main() -> anyhow::Result<()> {
             let targets = herd.targets().await?;
             systems.push((probed("herd".into(), Side::Herd(herd), targets.clone(), values.clone()).await?, targets));
         }
-        measure(&mut systems, rounds, &faults).await
+        measure(&mut systems, rounds, &faults, Duration::from_secs(retry)).await
     }
     .await;
     // The probes end first, then each system's processes (on drop).
     drop(systems);
-    if outcome.is_err() {
+    if outcome.is_err() || std::env::var_os("BENCH_KEEP").is_some() {
         // Every process's log, and each member's data, for a look.
         eprintln!("app-failover: kept {} (logs: *.log, each member's under its agent)", dir.keep().display());
     }
     outcome
 }
 
-async fn measure(systems: &mut [(System, Vec<probe::Target>)], rounds: u64, faults: &[Fault]) -> anyhow::Result<()> {
+/// Each round injects every fault into each system in turn, at a moment
+/// picked at random within `phase` (the retry period: a renewal's cycle).
+async fn measure(
+    systems: &mut [(System, Vec<probe::Target>)],
+    rounds: u64,
+    faults: &[Fault],
+    phase: Duration,
+) -> anyhow::Result<()> {
     for round in 1..=rounds {
         for fault in faults {
             for (system, _) in systems.iter_mut() {
-                let took = system.inject(*fault).await?;
+                let took = system.inject(*fault, phase).await?;
                 println!("round {round}: {:<16} {:<24} no writes for {}", system.label, fault.label(), seconds(took));
             }
         }

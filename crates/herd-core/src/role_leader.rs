@@ -145,8 +145,9 @@ pub struct RoleView<'a> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Decision {
     /// The holder runs and is ready: renew its lease (for the run it is
-    /// now: a member restarted in place within its lease keeps it).
-    Renew { instance: String },
+    /// now: a member restarted in place within its lease keeps it). Its
+    /// lease runs for `remaining` yet unless a renewal comes first.
+    Renew { instance: String, remaining: Duration },
     /// The holder does not renew; its lease runs for `remaining` yet, and
     /// no one else may lead before.
     Wait { remaining: Duration, why: String },
@@ -199,6 +200,7 @@ pub fn decide(view: &RoleView<'_>) -> Decision {
     let holding = holder.and_then(|h| view.contenders.iter().find(|c| c.member == h.member));
     let stood_down = holding.is_some_and(|c| c.demoted);
     let live = live && !stood_down;
+    let remaining = lease_duration.saturating_sub(view.since_renewed);
     if live
         && let Some(contender) = holding
         && let Some(instance) = &contender.instance
@@ -207,7 +209,7 @@ pub fn decide(view: &RoleView<'_>) -> Decision {
         && !contender.promote_failed
         && !contender.demoted
     {
-        return Decision::Renew { instance: instance.clone() };
+        return Decision::Renew { instance: instance.clone(), remaining };
     }
     if let Some(holder) = holder
         && live
@@ -219,7 +221,6 @@ pub fn decide(view: &RoleView<'_>) -> Decision {
         // The reason names no countdown: it is kept in the cluster's
         // status and told in an Event when it changes, so it must not
         // change while nothing but time passes.
-        let remaining = lease_duration - view.since_renewed;
         let why = format!(
             "leader {} (term {}) {state}; waiting for its lease to run out ({} unrenewed)",
             holder.member,
@@ -349,10 +350,16 @@ mod tests {
     fn row1_a_running_ready_holder_is_renewed_for_its_current_run() {
         let lease = held_by("a", 3);
         let mut members = [contender("a", 5), contender("b", 9)];
-        assert_eq!(decide(&view(&lease, 4, &members)), Decision::Renew { instance: "a-run".into() });
+        assert_eq!(
+            decide(&view(&lease, 4, &members)),
+            Decision::Renew { instance: "a-run".into(), remaining: Duration::from_secs(6) }
+        );
         // Restarted in place, back within its lease: it keeps it.
         members[0].instance = Some("a-second-run".into());
-        assert_eq!(decide(&view(&lease, 9, &members)), Decision::Renew { instance: "a-second-run".into() });
+        assert_eq!(
+            decide(&view(&lease, 9, &members)),
+            Decision::Renew { instance: "a-second-run".into(), remaining: Duration::from_secs(1) }
+        );
         // Back after its lease expired: not renewed (it has fenced itself);
         // the next term, to the most advanced.
         let Decision::Grant { holder, term, .. } = decide(&view(&lease, 10, &members)) else { panic!("grants") };
@@ -557,8 +564,9 @@ mod tests {
             let holding = last.and_then(|h| members.iter().find(|c| c.member == h));
             let stood_down = holding.is_some_and(|c| c.demoted);
             match decide(&v) {
-                Decision::Renew { instance } => {
+                Decision::Renew { instance, remaining } => {
                     prop_assert!(Duration::from_secs(since) < TIMES.lease_duration.get(), "an expired lease is never renewed");
+                    prop_assert_eq!(remaining + Duration::from_secs(since), TIMES.lease_duration.get());
                     let held = lease.holder.as_ref().expect("only a holder is renewed");
                     let member = members.iter().find(|c| c.member == held.member).expect("a member");
                     prop_assert_eq!(member.instance.as_deref(), Some(instance.as_str()));

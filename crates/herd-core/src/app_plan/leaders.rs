@@ -94,8 +94,14 @@ pub(super) fn lead_roles(work: &mut Work<'_, '_>, app: &AppSpec) -> Vec<RoleLead
         if let (Some(handover), Decision::Renew { .. }) = (handover, &decision) {
             ask_to_stand_down(work, &mut leader, handover, &view);
         }
+        // Time alone changes the decision at the lease's end, unless a
+        // heartbeat renews it first: looked at again then, however quiet
+        // the cluster (its holder's node silent, not NotReady yet).
+        if let Decision::Renew { remaining, .. } | Decision::Wait { remaining, .. } = decision {
+            work.look_again_in = Some(work.look_again_in.map_or(remaining, |soonest| soonest.min(remaining)));
+        }
         match decision {
-            Decision::Renew { instance } => {
+            Decision::Renew { instance, .. } => {
                 // Promoted in its term, or promoted again: the Command that
                 // did it may never have been created (a pass whose writes
                 // went stale), or been lost.
@@ -119,10 +125,7 @@ pub(super) fn lead_roles(work: &mut Work<'_, '_>, app: &AppSpec) -> Vec<RoleLead
                 leader.instance = Some(instance);
                 leader.waiting = None;
             }
-            Decision::Wait { why, remaining } => {
-                work.look_again_in = Some(work.look_again_in.map_or(remaining, |soonest| soonest.min(remaining)));
-                wait(work, &mut leader, why);
-            }
+            Decision::Wait { why, .. } => wait(work, &mut leader, why),
             Decision::Leaderless { why } => wait(work, &mut leader, why),
             Decision::Grant { holder, term, why } => {
                 let transition =

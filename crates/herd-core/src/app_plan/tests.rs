@@ -585,9 +585,13 @@ fn rule_a_leader_role_is_granted_a_term_kept_while_its_leader_runs_and_moved_onc
     assert_eq!(leader.transitions.len(), 1);
     assert!(notes.iter().any(|n| n.reason == EventReason::RoleLeaderGranted), "{notes:?}");
 
-    // Renewed: nothing changes.
+    // Renewed: nothing changes. Its lease's end is looked at (no renewal
+    // may come before it, and nothing else may make a pass then).
     let (steady, _, _) = carried_out(granted, 2);
     assert_eq!(leader_of(&steady), &leader);
+    let mut renewed = steady.clone_with_nodes([true; 3]);
+    renewed.leases.insert("a".into(), Duration::from_secs(3));
+    assert_eq!(renewed.plan().look_again_in, Some(Duration::from_secs(7)), "looked at again when the lease would end");
 
     // Its node goes NotReady: the lease holds until it expires.
     let mut lost = steady.clone_with_nodes([false, true, true]);
