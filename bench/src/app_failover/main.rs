@@ -224,14 +224,23 @@ impl System {
         // was being killed is no recovery), or the switchover asked.
         let mut asked = None;
         let asked_at = now_ns();
+        let to = (leader + 1) % 3;
         match fault {
             Fault::Crash => self.side.crash(leader).await?,
             Fault::HostLoss => self.side.lose_host(leader).await?,
             Fault::CutOff => self.side.netns().cut(),
-            Fault::Switchover => asked = Some(self.side.switchover(leader, (leader + 1) % 3).await?),
+            Fault::Switchover => asked = Some(self.side.switchover(leader, to).await?),
         }
         let at = if asked.is_some() { asked_at } else { now_ns() };
         self.injected.push((fault, at));
+        if fault == Fault::Switchover {
+            // Done once the standby asked for takes writes: a switchover
+            // refused at first and asked again (Patroni's 412) has not
+            // begun to cost anything before.
+            let what = format!("{}: host {to} taking writes after the switchover", self.label);
+            wait_for(&what, RECOVER_WITHIN, async || (!self.probes.timelines_since(at)[to].is_empty()).then_some(()))
+                .await?;
+        }
         // A cut-off primary's writes after the cut reach no client outside.
         let visible = |host: usize| fault != Fault::CutOff || host != leader;
         let window = at.saturating_sub(5_000_000_000);

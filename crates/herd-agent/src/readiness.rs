@@ -228,6 +228,6 @@ mod tests {
         let reported = reported.expect("a position within 4 s");
         assert_eq!(reported.instance_id, instance);
         assert_eq!(reported.position, "0/2A");
-        assert_eq!(reported.in_sync, ["c-db-1", "c-db-2"]);
+        assert_eq!(reported.in_sync, Some(vec!["c-db-1".to_string(), "c-db-2".to_string()]));
     }
 }

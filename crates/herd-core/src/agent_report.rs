@@ -45,10 +45,11 @@ pub fn check(report: &AgentReport) -> Result<(), ValidationErrors> {
         if let Some(position) = &member.position {
             let path = path.child("position");
             check_text(&path.child("position"), &position.position, MAX_WORD_LENGTH, &mut errors);
-            if position.in_sync.len() > MAX_IN_SYNC {
+            let in_sync = position.in_sync.as_deref().unwrap_or_default();
+            if in_sync.len() > MAX_IN_SYNC {
                 errors.add(&path.child("inSync"), format!("must name at most {MAX_IN_SYNC} members"));
             }
-            for (j, name) in position.in_sync.iter().enumerate() {
+            for (j, name) in in_sync.iter().enumerate() {
                 check_name(&path.child("inSync").key(&j.to_string()), name, &mut errors);
             }
         }

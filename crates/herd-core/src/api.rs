@@ -274,15 +274,17 @@ pub struct MemberReport {
 /// What a member's position command printed: its first line is how far
 /// the member has come (a number, or an LSN such as `16/B374D848`); a
 /// leader's may add a line `sync <member> ...` naming the members that
-/// have every write it acknowledged.
+/// have every write it acknowledged (`sync` alone: none has).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PositionReport {
     /// The instance it was run against.
     pub instance_id: String,
     pub position: String,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub in_sync: Vec<String>,
+    /// The members the `sync` line names; None without one (a command
+    /// that failed, or a leader shutting down, says nothing of them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_sync: Option<Vec<String>>,
 }
 
 impl PositionReport {
@@ -291,9 +293,8 @@ impl PositionReport {
         let mut lines = output.lines().map(str::trim).filter(|l| !l.is_empty());
         let position = lines.next().unwrap_or_default().chars().take(64).collect();
         let in_sync = lines
-            .find_map(|l| l.strip_prefix("sync "))
-            .map(|names| names.split_whitespace().take(64).map(str::to_string).collect())
-            .unwrap_or_default();
+            .find_map(|l| if l == "sync" { Some("") } else { l.strip_prefix("sync ") })
+            .map(|names| names.split_whitespace().take(64).map(str::to_string).collect());
         PositionReport { instance_id: instance_id.to_string(), position, in_sync }
     }
 }
@@ -805,9 +806,11 @@ mod tests {
     fn a_position_report_is_its_first_line_and_the_members_a_sync_line_names() {
         let said = PositionReport::parse("run-1", "\n 16/B374D848 \nsomething else\nsync c-db-1 c-db-2\n");
         assert_eq!(said.position, "16/B374D848");
-        assert_eq!(said.in_sync, ["c-db-1", "c-db-2"]);
+        assert_eq!(said.in_sync, Some(vec!["c-db-1".to_string(), "c-db-2".to_string()]));
         assert_eq!(said.instance_id, "run-1");
+        let none_in_sync = PositionReport::parse("run-1", "0/3000060\nsync \n");
+        assert_eq!(none_in_sync.in_sync, Some(Vec::new()), "`sync` alone: no member is in sync");
         let nothing = PositionReport::parse("run-1", "");
-        assert_eq!((nothing.position.as_str(), nothing.in_sync.len()), ("", 0));
+        assert_eq!((nothing.position.as_str(), nothing.in_sync), ("", None), "no sync line: nothing said of them");
     }
 }

@@ -116,11 +116,14 @@ pub(super) fn lead_roles(work: &mut Work<'_, '_>, app: &AppSpec) -> Vec<RoleLead
                         promote(work, i, &spec.promote, term, instance.clone(), catch_up_to);
                     }
                 }
-                // The leader's own word on who is in sync.
+                // The leader's own word on who is in sync, when it gave one:
+                // a look that failed (its server shutting down for a
+                // handover, say) keeps the record, or no member would be
+                // left to take over.
                 let holder = leader.member.as_deref().and_then(|name| work.index(name)).map(|i| &work.members[i]);
                 let said = holder.and_then(|m| report(snap.nodes, m)).and_then(|r| r.position.as_ref());
-                if let Some(said) = said.filter(|p| p.instance_id == instance) {
-                    leader.in_sync = said.in_sync.clone();
+                if let Some(in_sync) = said.filter(|p| p.instance_id == instance).and_then(|p| p.in_sync.as_ref()) {
+                    leader.in_sync.clone_from(in_sync);
                 }
                 leader.instance = Some(instance);
                 leader.waiting = None;

@@ -653,6 +653,22 @@ fn rule_the_most_advanced_member_leads_and_with_synchronous_only_one_in_sync_may
     assert_eq!((leader.member.as_deref(), leader.term), (Some("db-a-0"), 1), "the most advanced");
     assert_eq!(leader.in_sync, ["db-a-1"], "as the leader said");
 
+    // A look that says nothing of who is in sync (its command failed: the
+    // leader's server shutting down) keeps the record; `sync` alone
+    // clears it.
+    let mut silent = led.clone_with_nodes([true; 3]);
+    let mut node = Node::clone(&silent.nodes[0]);
+    for report in &mut node.status.members {
+        let instance = report.instance_id.clone().unwrap_or_default();
+        report.position = Some(crate::api::PositionReport { instance_id: instance, ..Default::default() });
+    }
+    silent.nodes[0] = Arc::new(node);
+    let (kept, _, _) = carried_out(silent, 2);
+    assert_eq!(leader_of(&kept).in_sync, ["db-a-1"], "kept: nothing was said of it");
+    let none = with_positions(&led, ["0/30", "0/10", "0/20"], &[]);
+    let (cleared, _, _) = carried_out(none, 2);
+    assert!(leader_of(&cleared).in_sync.is_empty(), "the leader said none is in sync");
+
     // The leader is lost: the next is the most advanced of the others...
     let mut lost = led.clone_with_nodes([false, true, true]);
     lost.leases.insert("a".into(), Duration::from_secs(10));
