@@ -19,10 +19,10 @@ pub struct NetNs {
 }
 
 fn ip(args: &[&str]) {
-    let status = Command::new("ip").args(args).status().expect("running ip");
-    assert!(status.success(), "ip {args:?} failed: this test creates a network namespace and needs root");
+    ip_output(args);
 }
 
+/// What `ip ARGS` printed; it must succeed.
 fn ip_output(args: &[&str]) -> String {
     let out = Command::new("ip").args(args).output().expect("running ip");
     assert!(out.status.success(), "ip {args:?} failed: this test creates a network namespace and needs root");
