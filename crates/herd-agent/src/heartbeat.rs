@@ -79,6 +79,8 @@ pub struct Heartbeat {
     pub copies: ConfigCopies,
     /// The servers the agent was started with (tried after the masters).
     pub servers: Vec<String>,
+    /// What the host has for members, and what is kept back.
+    pub resources: crate::host_resources::ResourceFlags,
 }
 
 /// What the loop does after a step.
@@ -166,12 +168,13 @@ impl Session {
     }
 
     /// Before each attempt: the servers in the order of the newest masters,
-    /// and a certificate request when the node's is due.
+    /// a certificate request when the node's is due, and what the host has.
     fn prepare(&mut self) -> Result<(), AgentError> {
         if let Some(masters) = self.agent.copies.take_new_masters() {
             self.agent.client.set_servers(crate::servers_in_order(masters, &self.agent.servers));
         }
         self.report.csr = self.certificate.request_if_due(SystemTime::now())?;
+        self.report.resources = Some(self.agent.resources.report(&self.agent.data_dir));
         Ok(())
     }
 

@@ -23,6 +23,7 @@ pub mod endpoint;
 pub mod executor;
 pub mod fsutil;
 pub mod heartbeat;
+pub mod host_resources;
 pub mod journal;
 pub mod members;
 pub mod node_cert;
@@ -71,6 +72,8 @@ pub struct AgentConfig {
     pub ca_hashes: Vec<herd_tls::CaHash>,
     /// Bytes per second a volume copy may pull at most (None: no limit).
     pub copy_bandwidth: Option<u64>,
+    /// The host's capacity where not measured, and what is kept back.
+    pub resources: host_resources::ResourceFlags,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -239,6 +242,7 @@ pub async fn run(config: AgentConfig, stop: CancellationToken) -> Result<(), Age
         disconnect_grace: config.disconnect_grace,
         copies,
         servers: config.servers.clone(),
+        resources: config.resources.clone(),
     };
     let beating = heartbeat.run(stop.clone()).await;
     stop.cancel();

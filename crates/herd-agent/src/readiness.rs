@@ -162,6 +162,7 @@ mod tests {
                 drain: None,
                 demote: None,
                 position: None,
+                ..Default::default()
             },
             wanted: true,
             process: None,

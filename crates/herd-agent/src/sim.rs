@@ -17,8 +17,16 @@ use herd_client::{Client, ClientError};
 use herd_core::api::{AgentReport, CommandAck, CommandReport, JoinRequest, MemberReport, WatchEventType};
 use herd_core::configuration::SerialOnly;
 use herd_core::kinds::{Action, AgentState, Answer, AnswerDetails, Command, ManagementState};
+use herd_core::quantity::{Bytes, Millicores};
+use herd_core::resources::Amounts;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+
+/// What each simulated node says it has: a small server's worth.
+const SIMULATED_HOST: herd_core::api::NodeResources = herd_core::api::NodeResources {
+    capacity: Amounts { cpu: Millicores(8000), memory: Bytes(32 << 30), disk: Bytes(1 << 40) },
+    reserved: Amounts { cpu: Millicores(100), memory: Bytes(256 << 20), disk: Bytes(1 << 30) },
+};
 
 /// How long a failed call waits before it is tried again.
 const RETRY: Duration = Duration::from_secs(1);
@@ -88,6 +96,7 @@ impl SimulatedNode {
             agent_version: Some(format!("{} (simulated)", env!("CARGO_PKG_VERSION"))),
             members: self.members.values().cloned().collect(),
             commands: self.journal.values().cloned().collect(),
+            resources: Some(SIMULATED_HOST),
             ..AgentReport::default()
         }
     }

@@ -160,6 +160,18 @@ pub struct AgentReport {
     /// (each becomes an Event on the node).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub peer_refusals: Vec<PeerRefusal>,
+    /// What the host has and what the agent keeps back from members.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<NodeResources>,
+}
+
+/// A host's CPU, memory and data-dir disk, and the part of each the agent
+/// keeps back for itself and the system (its `--reserve-*` flags).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NodeResources {
+    pub capacity: crate::resources::Amounts,
+    pub reserved: crate::resources::Amounts,
 }
 
 /// A request to an agent's endpoint that it refused: who asked (as its

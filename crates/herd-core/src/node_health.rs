@@ -49,6 +49,10 @@ pub fn apply_heartbeat(status: &mut NodeStatus, report: &AgentReport, now: Times
     if report.agent_version.is_some() {
         status.agent_version = report.agent_version.clone();
     }
+    if let Some(resources) = report.resources {
+        status.capacity = Some(resources.capacity);
+        status.allocatable = Some(resources.capacity.minus(&resources.reserved));
+    }
     status.members = report.members.clone();
     status.config_serial = report.config_serial.unwrap_or(0);
     status.set_condition(READY, ConditionStatus::True, "AgentHeartbeat", "the agent is sending heartbeats", now);

@@ -6,7 +6,9 @@
 //! (the node with the fewest members of the role, then the fewest members
 //! at all, then by name) or required (never two on one node). A node's
 //! members are the more of those it reports and those bound to it (a
-//! burst's bindings show in reports only later). A member
+//! burst's bindings show in reports only later). A node never has more
+//! requested of it than it has allocatable: a member whose requests do
+//! not fit what is left is not placed there. A member
 //! that cannot be placed gets the reason, naming each node and why not.
 //! A member replaced or evicted from a node is never placed back on it.
 
@@ -17,6 +19,55 @@ use std::ops::RangeInclusive;
 use crate::kinds::app::{NamedPort, Spread};
 use crate::kinds::member::Member;
 use crate::kinds::node::{Node, NodeRole};
+use crate::resources::Amounts;
+
+/// What is bound to a node: how many members, and what they request.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NodeLoad {
+    pub members: usize,
+    pub requested: Amounts,
+}
+
+impl NodeLoad {
+    pub fn add(&mut self, requests: &Amounts) {
+        self.members += 1;
+        self.requested = self.requested.plus(requests);
+    }
+}
+
+/// Each node's load from `members`: a member counts on the node it is
+/// bound to and, while it moves, on the node it moves to as well (its
+/// data is on the way there, and it holds both until it has arrived).
+pub fn loads<'a>(members: impl IntoIterator<Item = &'a Member>) -> HashMap<String, NodeLoad> {
+    let mut loads: HashMap<String, NodeLoad> = HashMap::new();
+    for member in members {
+        for node in nodes_held(member) {
+            loads.entry(node.to_string()).or_default().add(&member.spec.resources);
+        }
+    }
+    loads
+}
+
+/// The nodes `member` holds a place on: the one it is bound to, and the
+/// one it moves to.
+fn nodes_held(member: &Member) -> impl Iterator<Item = &str> {
+    let bound = member.spec.node.as_deref();
+    let moving_to = member.status.migration.as_ref().map(|m| m.to.as_str()).filter(|to| Some(*to) != bound);
+    bound.into_iter().chain(moving_to)
+}
+
+/// Why `node`, with `load` bound to it, has no room for `requests` (None:
+/// it has).
+pub fn no_room_because(node: &Node, load: &NodeLoad, requests: &Amounts) -> Option<String> {
+    if requests.is_zero() {
+        return None;
+    }
+    let name = &node.metadata.name;
+    let Some(allocatable) = &node.status.allocatable else {
+        return Some(format!("{name} has not reported its capacity"));
+    };
+    Amounts::shortfall(allocatable, &load.requested, requests).map(|short| format!("{name}: {short}"))
+}
 
 /// Where a member goes, or why it goes nowhere.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -48,19 +99,23 @@ pub fn unschedulable_because(node: &Node, selector: &BTreeMap<String, String>) -
 }
 
 /// The node for `member`, given the other members of its role (`peers`,
-/// bound or not) and every node.
+/// bound or not), every node and what is bound to each (`bound`, which
+/// does not count `member` itself).
 pub fn place(
     member: &Member,
     selector: &BTreeMap<String, String>,
     spread: Spread,
     nodes: &[impl Borrow<Node>],
     peers: &[impl Borrow<Member>],
-    bound: &dyn Fn(&str) -> usize,
+    bound: &dyn Fn(&str) -> NodeLoad,
 ) -> Placement {
     let mut refusals = Vec::new();
     let mut eligible = Vec::new();
+    let requests = &member.spec.resources;
     for node in nodes.iter().map(Borrow::borrow) {
-        match unschedulable_because(node, selector) {
+        let why = unschedulable_because(node, selector)
+            .or_else(|| no_room_because(node, &bound(&node.metadata.name), requests));
+        match why {
             Some(why) => refusals.push(why),
             None => eligible.push(node),
         }
@@ -80,9 +135,7 @@ pub fn place(
     // once: a walk of the peers for each of a thousand nodes adds up.
     let mut peers_by_node: HashMap<&str, Vec<&str>> = HashMap::new();
     for peer in peers.iter().map(Borrow::borrow).filter(|p| p.metadata.name != member.metadata.name) {
-        let bound_to = peer.spec.node.as_deref();
-        let moving_to = peer.status.migration.as_ref().map(|m| m.to.as_str()).filter(|to| Some(*to) != bound_to);
-        for node in bound_to.into_iter().chain(moving_to) {
+        for node in nodes_held(peer) {
             peers_by_node.entry(node).or_default().push(peer.metadata.name.as_str());
         }
     }
@@ -117,7 +170,7 @@ pub fn place(
         if best.is_some_and(|((fewest, _), _)| peers > fewest) {
             continue;
         }
-        let key = (peers, node.status.members.len().max(bound(name)));
+        let key = (peers, node.status.members.len().max(bound(name).members));
         if best.is_none_or(|(best_key, best_node)| (key, name) < (best_key, &best_node.metadata.name)) {
             best = Some((key, node));
         }
@@ -167,6 +220,7 @@ mod tests {
     const NO_PEERS: &[Member] = &[];
     use crate::kinds::member::MemberSpec;
     use crate::kinds::node::NodeSpec;
+    use crate::quantity::{Bytes, Millicores};
     use proptest::prelude::*;
 
     fn node(name: &str, ready: bool) -> Node {
@@ -188,6 +242,10 @@ mod tests {
         )
     }
 
+    fn members(members: usize) -> NodeLoad {
+        NodeLoad { members, ..Default::default() }
+    }
+
     fn no_selector() -> BTreeMap<String, String> {
         BTreeMap::new()
     }
@@ -198,11 +256,11 @@ mod tests {
         let mut moving = member(0, None);
         moving.status.moved_from = Some("n1".into());
         assert_eq!(
-            place(&moving, &no_selector(), Spread::Preferred, &nodes, NO_PEERS, &|n| usize::from(n == "n2")),
+            place(&moving, &no_selector(), Spread::Preferred, &nodes, NO_PEERS, &|n| members(usize::from(n == "n2"))),
             Placement::Bound("n2".into())
         );
         assert_eq!(
-            place(&moving, &no_selector(), Spread::Preferred, &nodes[..1], NO_PEERS, &|_| 0),
+            place(&moving, &no_selector(), Spread::Preferred, &nodes[..1], NO_PEERS, &|_| NodeLoad::default()),
             Placement::Unplaceable("no node can take db-member-0: n1 is the node it is moving away from".into())
         );
     }
@@ -215,7 +273,7 @@ mod tests {
         cordoned.spec.unschedulable = true;
         let nodes = [node("n1", false), drained, cordoned, node("n4", true)];
         let selector = BTreeMap::from([("zone".to_string(), "a".to_string())]);
-        let placed = place(&member(0, None), &selector, Spread::Preferred, &nodes, NO_PEERS, &|_| 0);
+        let placed = place(&member(0, None), &selector, Spread::Preferred, &nodes, NO_PEERS, &|_| NodeLoad::default());
         assert_eq!(
             placed,
             Placement::Unplaceable(
@@ -227,7 +285,7 @@ mod tests {
         labelled.metadata.labels.insert("zone".into(), "a".into());
         let nodes = [node("n1", false), labelled];
         assert_eq!(
-            place(&member(0, None), &selector, Spread::Preferred, &nodes, NO_PEERS, &|_| 0),
+            place(&member(0, None), &selector, Spread::Preferred, &nodes, NO_PEERS, &|_| NodeLoad::default()),
             Placement::Bound("n4".into())
         );
     }
@@ -235,7 +293,7 @@ mod tests {
     #[test]
     fn rule_members_bound_but_not_yet_reported_count_as_a_nodes_load() {
         let nodes = [node("n1", true), node("n2", true)];
-        let bound = |name: &str| if name == "n1" { 5 } else { 0 };
+        let bound = |name: &str| members(if name == "n1" { 5 } else { 0 });
         assert_eq!(
             place(&member(0, None), &no_selector(), Spread::Preferred, &nodes, NO_PEERS, &bound),
             Placement::Bound("n2".into())
@@ -247,12 +305,12 @@ mod tests {
         let nodes = [node("n1", true), node("n2", true), node("n3", true)];
         let peers = [member(0, Some("n1")), member(1, Some("n2"))];
         assert_eq!(
-            place(&member(2, None), &no_selector(), Spread::Preferred, &nodes, &peers, &|_| 0),
+            place(&member(2, None), &no_selector(), Spread::Preferred, &nodes, &peers, &|_| NodeLoad::default()),
             Placement::Bound("n3".into())
         );
         let crowded = [member(0, Some("n1")), member(1, Some("n2")), member(2, Some("n3"))];
         assert_eq!(
-            place(&member(3, None), &no_selector(), Spread::Preferred, &nodes, &crowded, &|_| 0),
+            place(&member(3, None), &no_selector(), Spread::Preferred, &nodes, &crowded, &|_| NodeLoad::default()),
             Placement::Bound("n1".into()),
             "doubled up on the first by name"
         );
@@ -262,7 +320,8 @@ mod tests {
     fn rule_required_spread_never_doubles_up_and_says_why() {
         let nodes = [node("n1", true), node("n2", true)];
         let peers = [member(0, Some("n1")), member(1, Some("n2"))];
-        let placed = place(&member(2, None), &no_selector(), Spread::Required, &nodes, &peers, &|_| 0);
+        let placed =
+            place(&member(2, None), &no_selector(), Spread::Required, &nodes, &peers, &|_| NodeLoad::default());
         assert_eq!(
             placed,
             Placement::Unplaceable(
@@ -271,7 +330,7 @@ mod tests {
         );
         let with_down = [node("n1", true), node("n2", true), node("n3", false)];
         let Placement::Unplaceable(why) =
-            place(&member(2, None), &no_selector(), Spread::Required, &with_down, &peers, &|_| 0)
+            place(&member(2, None), &no_selector(), Spread::Required, &with_down, &peers, &|_| NodeLoad::default())
         else {
             panic!("placed")
         };
@@ -288,10 +347,67 @@ mod tests {
         second.status.moved_from = second.spec.node.take();
         let peers = [first, member(1, Some("n2"))];
         assert_eq!(
-            place(&second, &no_selector(), Spread::Required, &nodes, &peers, &|_| 0),
+            place(&second, &no_selector(), Spread::Required, &nodes, &peers, &|_| NodeLoad::default()),
             Placement::Bound("n4".into()),
             "n3 is taken by the first move, n1 still by its source"
         );
+    }
+
+    const GI: u64 = 1 << 30;
+
+    fn with_room(name: &str, cpu: u64, memory: u64) -> Node {
+        let mut node = node(name, true);
+        node.status.allocatable = Some(Amounts { cpu: Millicores(cpu), memory: Bytes(memory), disk: Bytes(0) });
+        node
+    }
+
+    fn asking(index: u32, cpu: u64, memory: u64) -> Member {
+        let mut member = member(index, None);
+        member.spec.resources = Amounts { cpu: Millicores(cpu), memory: Bytes(memory), disk: Bytes(0) };
+        member
+    }
+
+    #[test]
+    fn rule_a_node_never_takes_more_than_it_has_allocatable_and_a_refusal_says_which_resource() {
+        let nodes = [with_room("node-1", 4000, 8 * GI), with_room("node-2", 4000, 8 * GI), node("node-3", true)];
+        let taken = |name: &str| match name {
+            "node-1" => NodeLoad { members: 1, requested: Amounts { cpu: Millicores(3500), ..Default::default() } },
+            "node-2" => NodeLoad {
+                members: 1,
+                requested: Amounts { memory: Bytes(8 * GI - GI * 12 / 10), ..Default::default() },
+            },
+            _ => NodeLoad::default(),
+        };
+        let placed = place(&asking(0, 1000, GI * 7 / 2), &no_selector(), Spread::Preferred, &nodes, NO_PEERS, &taken);
+        assert_eq!(
+            placed,
+            Placement::Unplaceable(
+                "no node can take db-member-0: node-1: cpu 1 requested, 500m of 4 allocatable left; node-2: memory 3.5Gi requested, 1.2Gi of 8Gi allocatable left; node-3 has not reported its capacity"
+                    .into()
+            )
+        );
+        assert_eq!(
+            place(&asking(0, 500, GI), &no_selector(), Spread::Preferred, &nodes, NO_PEERS, &taken),
+            Placement::Bound("node-1".into()),
+            "what is left fits exactly"
+        );
+        assert_eq!(
+            place(&member(0, None), &no_selector(), Spread::Preferred, &nodes, NO_PEERS, &taken),
+            Placement::Bound("node-3".into()),
+            "a member that requests nothing goes anywhere, a node that has said nothing too"
+        );
+    }
+
+    #[test]
+    fn rule_a_moving_member_holds_room_on_both_nodes() {
+        let mut moving = asking(0, 1000, GI);
+        moving.spec.node = Some("n1".into());
+        moving.status.migration =
+            Some(crate::kinds::Migration { from: "n1".into(), to: "n2".into(), ..Default::default() });
+        let loads = loads([&moving, &asking(1, 500, 0)]);
+        assert_eq!(loads["n1"].requested.cpu, Millicores(1000));
+        assert_eq!(loads["n2"], NodeLoad { members: 1, requested: moving.spec.resources });
+        assert_eq!(loads.len(), 2, "an unbound member takes nothing");
     }
 
     #[test]
@@ -326,13 +442,13 @@ mod tests {
             }
             let count = nodes.len();
             nodes.rotate_left(rotate % count);
-            let bound = |name: &str| loads[name[1..].parse::<usize>().unwrap()].2;
+            let bound = |name: &str| members(loads[name[1..].parse::<usize>().unwrap()].2);
             let expected = nodes
                 .iter()
                 .min_by_key(|n| {
                     let name = &n.metadata.name;
                     let on = peers.iter().filter(|p| p.spec.node.as_deref() == Some(name)).count();
-                    (on, n.status.members.len().max(bound(name)), name.clone())
+                    (on, n.status.members.len().max(bound(name).members), name.clone())
                 })
                 .map(|n| n.metadata.name.clone())
                 .unwrap();
@@ -349,7 +465,7 @@ mod tests {
             let spread = if required { Spread::Required } else { Spread::Preferred };
             let mut placed: Vec<Member> = Vec::new();
             for index in 0..members {
-                match place(&member(index, None), &no_selector(), spread, &nodes, &placed, &|_| 0) {
+                match place(&member(index, None), &no_selector(), spread, &nodes, &placed, &|_| NodeLoad::default()) {
                     Placement::Bound(node) => placed.push(member(index, Some(&node))),
                     Placement::Unplaceable(_) => prop_assert!(required && placed.len() == nodes.len()),
                 }
@@ -361,6 +477,55 @@ mod tests {
             let most = per_node.values().max().copied().unwrap_or(0);
             let least = if per_node.len() < nodes.len() { 0 } else { per_node.values().min().copied().unwrap_or(0) };
             if required { prop_assert!(most <= 1); } else { prop_assert!(most - least <= 1); }
+        }
+
+        /// Members placed one after another, of random requests on random
+        /// nodes (some that never reported their capacity), never leave a
+        /// node with more requested than allocatable; a member refused
+        /// fits on no node that can take members.
+        #[test]
+        fn placement_never_overcommits_a_node(
+            nodes in proptest::collection::vec(proptest::option::weighted(0.9, (0u64..8000, 0u64..16 * GI)), 1..8),
+            members in proptest::collection::vec((0u64..3000, 0u64..6 * GI, any::<bool>()), 1..30),
+            required: bool,
+        ) {
+            let nodes: Vec<Node> = nodes
+                .iter()
+                .enumerate()
+                .map(|(i, room)| match room {
+                    Some((cpu, memory)) => with_room(&format!("n{i}"), *cpu, *memory),
+                    None => node(&format!("n{i}"), true),
+                })
+                .collect();
+            let spread = if required { Spread::Required } else { Spread::Preferred };
+            let mut placed: Vec<Member> = Vec::new();
+            for (index, &(cpu, memory, asks)) in members.iter().enumerate() {
+                let candidate = if asks { asking(index as u32, cpu, memory) } else { member(index as u32, None) };
+                let taken = loads(&placed);
+                let load = |name: &str| taken.get(name).copied().unwrap_or_default();
+                match place(&candidate, &no_selector(), spread, &nodes, &placed, &load) {
+                    Placement::Bound(node) => {
+                        let mut bound = candidate;
+                        bound.spec.node = Some(node);
+                        placed.push(bound);
+                    }
+                    Placement::Unplaceable(why) => {
+                        let roomy = nodes.iter().filter(|n| no_room_because(n, &load(&n.metadata.name), &candidate.spec.resources).is_none());
+                        let without_peer = |n: &&Node| !placed.iter().any(|p| p.spec.node.as_ref() == Some(&n.metadata.name));
+                        let could = if required { roomy.filter(without_peer).count() } else { roomy.count() };
+                        prop_assert_eq!(could, 0, "refused though a node had room: {}", why);
+                    }
+                }
+            }
+            for (name, load) in loads(&placed) {
+                let node = nodes.iter().find(|n| n.metadata.name == name).unwrap();
+                match node.status.allocatable {
+                    Some(allocatable) => for kind in crate::resources::Kind::ALL {
+                        prop_assert!(load.requested.get(kind) <= allocatable.get(kind), "{} over on {}", kind.name(), name);
+                    },
+                    None => prop_assert!(load.requested.is_zero(), "{} never said what it has", name),
+                }
+            }
         }
 
         /// Allocated ports are distinct, in the range, and never taken.

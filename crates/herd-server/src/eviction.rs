@@ -174,5 +174,8 @@ async fn target(
     leaving.status.moved_from = leaving.spec.node.take();
     let no_selector = Default::default();
     let selector = cluster.spec.role(&member.spec.role).map_or(&no_selector, |r| &r.node_selector);
-    Ok(placement::place(&leaving, selector, role.placement.spread, &nodes, &peers, &|_| 0))
+    leaving.spec.resources = role.run.resources.requests();
+    let loads = placement::loads(members.iter().filter(|m| m.metadata.name != member.metadata.name));
+    let load = |node: &str| loads.get(node).copied().unwrap_or_default();
+    Ok(placement::place(&leaving, selector, role.placement.spread, &nodes, &peers, &load))
 }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use herd_core::HumanDuration;
 use herd_core::kinds::LeaderElectionOverrides;
+use herd_core::quantity::{Bytes, Millicores};
 
 #[derive(Parser, Debug)]
 #[command(name = "herd", version, about = "herd: a self-healing cluster manager for stateful application clusters")]
@@ -693,6 +694,24 @@ pub struct AgentArgs {
     /// Limit each volume copy to this many MiB/s [default: no limit].
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub copy_mib_per_sec: Option<u64>,
+    /// The host's CPU for members, instead of its cores (`4`, `3500m`).
+    #[arg(long)]
+    pub capacity_cpu: Option<Millicores>,
+    /// The host's memory, instead of what /proc/meminfo says (`8Gi`).
+    #[arg(long)]
+    pub capacity_memory: Option<Bytes>,
+    /// The disk for members' volumes, instead of the data dir's file system size.
+    #[arg(long)]
+    pub capacity_disk: Option<Bytes>,
+    /// CPU kept back for the agent and the system, never requested by members.
+    #[arg(long, default_value = "100m")]
+    pub reserve_cpu: Millicores,
+    /// Memory kept back for the agent and the system.
+    #[arg(long, default_value = "256Mi")]
+    pub reserve_memory: Bytes,
+    /// Disk kept back on the data dir's file system.
+    #[arg(long, default_value = "1Gi")]
+    pub reserve_disk: Bytes,
 }
 
 #[derive(Args, Debug, Clone)]

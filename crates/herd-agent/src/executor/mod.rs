@@ -546,6 +546,7 @@ mod tests {
             drain: None,
             demote: None,
             position: None,
+            ..Default::default()
         };
         executor.accept(command("start", 1, Action::StartMember { member: "m".into(), run }));
         settled(&executor, "start").await;

@@ -12,6 +12,7 @@ fn run(script: &str, volumes: Vec<VolumeSpec>) -> MemberRun {
         drain: None,
         demote: None,
         position: None,
+        ..Default::default()
     }
 }
 

@@ -39,7 +39,8 @@ use crate::kinds::operation::Handover;
 use crate::kinds::{
     AppClusterStatus, AppSpec, Command, EventReason, EventType, Member, MemberState, MemberStatus, Node,
 };
-use crate::placement::Placement;
+use crate::placement::{NodeLoad, Placement};
+use crate::resources::Amounts;
 use crate::time::Timestamp;
 
 pub use self::sync::{command_for, concerns, member_run};
@@ -69,18 +70,21 @@ pub enum Refused {
     NoPorts(String),
 }
 
-/// Picks a node for a member, given how many members each node has
-/// bound (`crate::placement::place` with the member's role and peers).
-pub type PlaceOne<'a> = dyn Fn(&dyn Fn(&str) -> usize) -> Placement + 'a;
+/// Picks a node for a member, given what each node has bound
+/// (`crate::placement::place` with the member's role and peers).
+pub type PlaceOne<'a> = dyn Fn(&dyn Fn(&str) -> NodeLoad) -> Placement + 'a;
 
 /// Where members go: shared by the passes of every cluster running side
-/// by side, so that a port is never given twice on one host.
+/// by side, so that a port is never given twice on one host, nor a
+/// node's allocatable twice.
 pub trait Placer {
-    /// Places member `member` with `place` (given each node's bound
-    /// members) and allocates its ports there, booking both.
+    /// Places member `member`, which requests `requests`, with `place`
+    /// (given what each node has bound) and allocates its ports there,
+    /// booking all three.
     fn book(
         &mut self,
         member: &str,
+        requests: &Amounts,
         place: &PlaceOne<'_>,
         wanted: &[NamedPort],
         range: RangeInclusive<u16>,

@@ -19,7 +19,7 @@ use crate::member_check::{Seen, check_member};
 use crate::member_sync::{MemberFacts, Step, command_due, member_sync};
 use crate::meta::OwnerReference;
 use crate::notifies::{Change, notify_script, queue_notifies, to_send};
-use crate::placement::place;
+use crate::placement::{NodeLoad, place};
 use crate::role_sync::{MemberChange, role_sync};
 use crate::time::HumanDuration;
 
@@ -99,8 +99,9 @@ fn book_node(
     let peers: Vec<&Member> = work.members.iter().filter(|m| m.spec.role == member.spec.role).collect();
     let spread = app_role.placement.spread;
     let nodes = work.snap.nodes.all();
-    let place = |bound: &dyn Fn(&str) -> usize| place(member, selector, spread, nodes, &peers, bound);
-    work.placer.book(&member.metadata.name, &place, &app_role.ports, work.snap.settings.member_ports())
+    let place = |bound: &dyn Fn(&str) -> NodeLoad| place(member, selector, spread, nodes, &peers, bound);
+    let (requests, range) = (&member.spec.resources, work.snap.settings.member_ports());
+    work.placer.book(&member.metadata.name, requests, &place, &app_role.ports, range)
 }
 
 /// Where bound member `i` would move with its data: another node that
@@ -112,6 +113,7 @@ pub(super) fn move_target(
 ) -> Result<(String, BTreeMap<String, u16>), String> {
     let mut moving = work.members[i].clone();
     moving.status.moved_from = moving.spec.node.take();
+    moving.spec.resources = app_role.run.resources.requests();
     book_node(work, &moving, app_role).map_err(|refused| match refused {
         Refused::Unplaceable(why) | Refused::NoPorts(why) => why,
     })
@@ -120,7 +122,8 @@ pub(super) fn move_target(
 /// Member `i` bound to a node with its ports, or None (the reason in its
 /// status, and an Event when no node can take it) when none can now.
 fn binding(work: &mut Work<'_, '_>, i: usize, app_role: &AppRole) -> Option<Member> {
-    let member = work.members[i].clone();
+    let mut member = work.members[i].clone();
+    member.spec.resources = app_role.run.resources.requests();
     match book_node(work, &member, app_role) {
         Ok((node, ports)) => {
             let mut bound = member;

@@ -16,7 +16,8 @@ use crate::kinds::app_cluster::{AppClusterSpec, ClusterRole};
 use crate::kinds::command::{MemberRun, VolumeSpec};
 use crate::kinds::member::member_name;
 use crate::kinds::{Action, Answer, CommandOrigin, CommandSpec, ManagementState, NodeSpec, Purpose};
-use crate::placement::allocate_ports;
+use crate::placement::{NodeLoad, allocate_ports};
+use crate::resources::Amounts;
 
 struct Nodes(Vec<Arc<Node>>);
 
@@ -32,10 +33,10 @@ impl NodeIndex for Nodes {
     }
 }
 
-/// Places on the node `place` picks, ports counted per node.
+/// Places on the node `place` picks, ports and loads counted per node.
 #[derive(Default)]
 struct Ledger {
-    members: HashMap<String, usize>,
+    members: HashMap<String, NodeLoad>,
     ports: HashMap<String, BTreeSet<u16>>,
 }
 
@@ -43,18 +44,19 @@ impl Placer for Ledger {
     fn book(
         &mut self,
         _member: &str,
+        requests: &Amounts,
         place: &PlaceOne<'_>,
         wanted: &[NamedPort],
         range: RangeInclusive<u16>,
     ) -> Result<(String, BTreeMap<String, u16>), Refused> {
-        let node = match place(&|node: &str| self.members.get(node).copied().unwrap_or(0)) {
+        let node = match place(&|node: &str| self.members.get(node).copied().unwrap_or_default()) {
             Placement::Bound(node) => node,
             Placement::Unplaceable(why) => return Err(Refused::Unplaceable(why)),
         };
         let taken = self.ports.entry(node.clone()).or_default();
         let ports = allocate_ports(wanted, taken, range).map_err(Refused::NoPorts)?;
         taken.extend(ports.values());
-        *self.members.entry(node.clone()).or_default() += 1;
+        self.members.entry(node.clone()).or_default().add(requests);
         Ok((node, ports))
     }
 }

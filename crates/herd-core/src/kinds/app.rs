@@ -289,6 +289,18 @@ impl AppRole {
         if let Some(leader) = &self.leader {
             leader.validate(&path.child("leader"), errors);
         }
+        // The role's own fields fill these in for each member: set under
+        // `run` they would be replaced without a word.
+        let run_only = [
+            ("readiness", self.run.readiness.is_some(), "the role's readiness"),
+            ("demote", self.run.demote.is_some(), "the role's leader.demote"),
+            ("position", self.run.position.is_some(), "the role's leader.position"),
+        ];
+        for (field, set, instead) in run_only {
+            if set {
+                errors.add(&path.child("run").child(field), format!("is set by herd from {instead}: set that instead"));
+            }
+        }
         if self.run.volumes.iter().any(|v| v.name == HERD_VOLUME) {
             errors.add(&path.child("run").child("volumes"), format!("{HERD_VOLUME:?} is herd's own volume name"));
         }
@@ -393,6 +405,28 @@ mod tests {
                 "spec.roles[2].notifies",
             ]
         );
+    }
+
+    #[test]
+    fn bad_resources_and_fields_herd_fills_in_are_named_by_their_field() {
+        let role = |run: serde_json::Value| serde_json::json!({"roles": [{"name": "db", "run": run}]});
+        let app =
+            parse(role(serde_json::json!({"command": ["redis-server"], "resources": {"cpu": 2, "memory": "1Gi"}})))
+                .unwrap();
+        assert_eq!(app.spec.roles[0].run.resources.requests().memory, crate::quantity::Bytes(1 << 30));
+        for (resources, field, reason) in [
+            (serde_json::json!({"cpu": -1}), "spec.roles[0].run.resources.cpu", "negative"),
+            (serde_json::json!({"memory": "12XB"}), "spec.roles[0].run.resources.memory", "\"12XB\" is not a number"),
+        ] {
+            let error = parse(role(serde_json::json!({"command": ["x"], "resources": resources}))).unwrap_err();
+            assert_eq!(error.errors[0].field, field);
+            assert!(error.errors[0].reason.contains(reason), "{error}");
+        }
+        let error =
+            parse(role(serde_json::json!({"command": ["x"], "resources": {"memory": "1Gi", "memoryMax": "64Mi"},
+            "readiness": {"tcpPort": "client"}})))
+            .unwrap_err();
+        assert_eq!(fields(error), ["spec.roles[0].run.resources.memoryMax", "spec.roles[0].run.readiness"]);
     }
 
     #[test]

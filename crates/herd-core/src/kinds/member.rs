@@ -39,6 +39,10 @@ pub struct MemberSpec {
     /// out (and clears once done).
     #[serde(default, skip_serializing_if = "MemberRequests::is_empty")]
     pub requests: MemberRequests,
+    /// What it takes of its node: its role's requests when it was bound,
+    /// counted against the node's allocatable.
+    #[serde(default, skip_serializing_if = "crate::resources::Amounts::is_zero")]
+    pub resources: crate::resources::Amounts,
 }
 
 /// Disruptions asked of a member, each with when it was asked: an

@@ -1,5 +1,5 @@
 //! `MemberRun`: how a member runs (its process, environment, volumes,
-//! readiness check and drain hook), as a StartMember or MigrateMember
+//! readiness check, drain hook and resources), as a StartMember or MigrateMember
 //! Command carries it and an App's role declares it.
 
 use std::collections::BTreeMap;
@@ -8,6 +8,7 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::resources::Resources;
 use crate::time::HumanDuration;
 use crate::validation::{FieldPath, ValidationErrors, check_duration, check_env, check_unique_names};
 
@@ -44,6 +45,9 @@ pub struct MemberRun {
     /// prints is reported with the member (`crate::api::PositionReport`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub position: Option<DrainHook>,
+    /// What the member requests of its node and may use at most.
+    #[serde(default, skip_serializing_if = "Resources::is_empty")]
+    pub resources: Resources,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -90,5 +94,6 @@ impl MemberRun {
         if let Some(drain) = &self.drain {
             check_duration(&path.child("drain").child("timeout"), drain.timeout, SCRIPT_TIMEOUT_RANGE, errors);
         }
+        self.resources.validate(&path.child("resources"), errors);
     }
 }

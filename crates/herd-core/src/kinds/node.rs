@@ -99,6 +99,14 @@ pub struct NodeStatus {
     /// leader; only a failover moves it).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub master: bool,
+    /// What the host has, as its agent reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<crate::resources::Amounts>,
+    /// What members may request of it: its capacity less what its agent
+    /// keeps back. None until its agent reports it: members that request
+    /// anything are not placed here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocatable: Option<crate::resources::Amounts>,
     /// The members the agent runs, as of its last heartbeat.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub members: Vec<crate::api::MemberReport>,
@@ -144,6 +152,8 @@ impl Resource for NodeSpec {
         Column::wide("LAST-HEARTBEAT", Cell::Age { path: "/status/lastHeartbeat" }),
         Column::wide("AGENT-BOOT-ID", Cell::Text { path: "/status/agentBootId" }),
         Column::wide("VERSION", Cell::Text { path: "/status/agentVersion" }),
+        Column::wide("CPU-ALLOCATABLE", Cell::Text { path: "/status/allocatable/cpu" }),
+        Column::wide("MEMORY-ALLOCATABLE", Cell::Text { path: "/status/allocatable/memory" }),
         Column::LABELS,
     ];
     type Status = NodeStatus;

@@ -1,7 +1,8 @@
-//! What `herd describe appcluster|member|budget|operation` says before the object
-//! itself: why a cluster is not configured (which members, in which state,
+//! What `herd describe appcluster|member|node|budget|operation` says before
+//! the object itself: why a cluster is not configured (which members, in which state,
 //! with which notifies pending since when, and why they wait), a member's
-//! state, instance, setup outcome and notifies, and a budget's counts,
+//! state, instance, setup outcome and notifies, a node's resources and
+//! what its members request of them, a budget's counts,
 //! who is not healthy and why, and its recent evictions; an Operation's
 //! progress, blocker, steps and history.
 
@@ -14,8 +15,10 @@ use herd_core::kinds::app_cluster::RoleLeader;
 use herd_core::kinds::member::PendingNotify;
 use herd_core::kinds::{
     AppCluster, AppClusterSpec, DisruptionBudget, DisruptionBudgetSpec, Event, EventReason, EventSpec, Member,
-    MemberSpec, Operation, OperationSpec,
+    MemberSpec, Node, NodeSpec, Operation, OperationSpec,
 };
+use herd_core::placement;
+use herd_core::resources::Kind;
 use herd_core::{Resource, Timestamp};
 
 use crate::output::short_duration;
@@ -138,6 +141,30 @@ pub fn member_summary(member: &Member) -> String {
     out
 }
 
+/// A node's resources: what it has, what members may request of it, and
+/// what its members request (each resource's share of the allocatable).
+pub fn node_summary(node: &Node, members: &[Member]) -> String {
+    let mut out = format!("Node {}:\n", node.metadata.name);
+    let (Some(capacity), Some(allocatable)) = (node.status.capacity, node.status.allocatable) else {
+        out.push_str("  resources: not reported yet (members that request any are not placed here)\n");
+        return out;
+    };
+    let load = placement::loads(members).remove(&node.metadata.name).unwrap_or_default();
+    let _ = writeln!(out, "  capacity:    {capacity}");
+    let _ = writeln!(out, "  allocatable: {allocatable}");
+    let shares: Vec<String> = Kind::ALL
+        .iter()
+        .map(|&kind| {
+            let (requested, of) = (load.requested.get(kind), allocatable.get(kind));
+            let share = (u128::from(requested) * 100).checked_div(u128::from(of));
+            let share = share.map(|percent| format!(" ({percent}%)")).unwrap_or_default();
+            format!("{} {}{share}", kind.name(), kind.show(requested))
+        })
+        .collect();
+    let _ = writeln!(out, "  requested by {} members: {}", load.members, shares.join(", "));
+    out
+}
+
 /// How many of a budget's members' MemberEvicted events are shown.
 const RECENT_EVICTIONS: usize = 10;
 
@@ -236,6 +263,10 @@ pub async fn summary(client: &Client, kind: &str, name: &str) -> anyhow::Result<
             Some(cluster_summary(&cluster, &members))
         }
         MemberSpec::KIND => Some(member_summary(&client.get::<MemberSpec>(name).await?)),
+        NodeSpec::KIND => {
+            let node = client.get::<NodeSpec>(name).await?;
+            Some(node_summary(&node, &client.list::<MemberSpec>("").await?))
+        }
         DisruptionBudgetSpec::KIND => {
             let budget = client.get::<DisruptionBudgetSpec>(name).await?;
             let members = client.list::<MemberSpec>("").await?;
@@ -256,4 +287,29 @@ pub async fn summary(client: &Client, kind: &str, name: &str) -> anyhow::Result<
         OperationSpec::KIND => Some(operation_summary(&client.get::<OperationSpec>(name).await?)),
         _ => None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use herd_core::quantity::{Bytes, Millicores};
+    use herd_core::resources::Amounts;
+
+    #[test]
+    fn a_node_says_what_its_members_request_of_what_it_has() {
+        let mut node = Node::new("node-2", Default::default());
+        assert!(node_summary(&node, &[]).contains("not reported yet"));
+        let has = Amounts { cpu: Millicores(2000), memory: Bytes(8 << 30), disk: Bytes(100 << 30) };
+        node.status.capacity = Some(has);
+        node.status.allocatable = Some(has.minus(&Amounts { cpu: Millicores(100), ..Default::default() }));
+        let member = |name: &str, on: &str, cpu: u64| {
+            let resources = Amounts { cpu: Millicores(cpu), memory: Bytes(2 << 30), ..Default::default() };
+            Member::new(name, MemberSpec { node: Some(on.into()), resources, ..Default::default() })
+        };
+        let members = [member("a", "node-2", 950), member("b", "node-2", 0), member("c", "node-1", 500)];
+        assert_eq!(
+            node_summary(&node, &members),
+            "Node node-2:\n  capacity:    cpu 2, memory 8Gi, disk 100Gi\n  allocatable: cpu 1900m, memory 8Gi, disk 100Gi\n  requested by 2 members: cpu 950m (50%), memory 4Gi (50%), disk 0 (0%)\n"
+        );
+    }
 }

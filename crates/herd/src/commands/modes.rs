@@ -2,7 +2,9 @@
 
 use anyhow::Context;
 use herd_agent::AgentConfig;
+use herd_agent::host_resources::ResourceFlags;
 use herd_core::HumanDuration;
+use herd_core::resources::Amounts;
 use herd_server::{Server, ServerConfig};
 use tokio_util::sync::CancellationToken;
 
@@ -106,6 +108,12 @@ pub async fn agent(args: AgentArgs, conn: crate::cli::Connection) -> anyhow::Res
         worker_program: std::env::current_exe().context("finding the herd binary, to run copy workers")?,
         copy_bandwidth: args.copy_mib_per_sec.map(|mib| mib.saturating_mul(1 << 20)),
         ca_hashes: crate::context::ca_hashes(&conn.ca_hash)?,
+        resources: ResourceFlags {
+            cpu: args.capacity_cpu,
+            memory: args.capacity_memory,
+            disk: args.capacity_disk,
+            reserved: Amounts { cpu: args.reserve_cpu, memory: args.reserve_memory, disk: args.reserve_disk },
+        },
     };
     let stop = CancellationToken::new();
     let on_signal = stop.clone();

@@ -104,6 +104,7 @@ async fn copies_survive_agent_kills_at_random_moments() {
         drain: None,
         demote: None,
         position: None,
+        ..Default::default()
     };
     for i in (0..copies).filter(|i| migrates(*i)) {
         let start = Action::StartMember { member: format!("m{i}"), run: run.clone() };

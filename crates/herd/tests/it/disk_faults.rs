@@ -87,6 +87,7 @@ async fn copies_and_migrations_onto_a_disk_that_fills_at_random_moments_settle_t
         drain: None,
         demote: None,
         position: None,
+        ..Default::default()
     };
     let command = |name: String, node: &str, action| {
         let spec = CommandSpec {

@@ -31,6 +31,7 @@ mod node_roles;
 mod peer_grants;
 mod postgres;
 mod readme;
+mod resources;
 mod role_leaders;
 mod shared_sqlite;
 mod sim_nodes;

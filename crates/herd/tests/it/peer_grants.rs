@@ -71,6 +71,7 @@ async fn a_node_reads_and_stops_nothing_on_another_without_a_grant_for_exactly_t
         drain: None,
         demote: None,
         position: None,
+        ..Default::default()
     };
     let start = Action::StartMember { member: "m1".into(), run };
     admin

@@ -1,6 +1,7 @@
 //! [`Ledger`]: what app-cluster members take of the nodes (the ports on
-//! each host, the members bound to each node), shared by every cluster's
-//! reconcile. It is counted from the caches, with the bindings decided
+//! each host, the members bound to each node and what they request),
+//! shared by every cluster's reconcile. It is counted from the caches,
+//! with the bindings decided
 //! since that the members cache does not show yet: reconciles of several
 //! clusters run side by side, and a port must not be given twice on one
 //! host, nor a burst pile onto the nodes whose counts do not show it yet.
@@ -14,7 +15,8 @@ use std::time::Duration;
 use herd_core::app_plan::{PlaceOne, Placer, Refused};
 use herd_core::kinds::app::NamedPort;
 use herd_core::kinds::{Member, MemberSpec, Node, NodeSpec};
-use herd_core::placement::{Placement, allocate_ports, node_host};
+use herd_core::placement::{NodeLoad, Placement, allocate_ports, node_host};
+use herd_core::resources::Amounts;
 use herd_store::Revision;
 use tokio::time::Instant;
 
@@ -36,6 +38,7 @@ enum HostKey {
 struct Pending {
     node: String,
     ports: BTreeMap<String, u16>,
+    requests: Amounts,
     at: Instant,
 }
 
@@ -45,7 +48,7 @@ struct Counts {
     built: Option<(Option<Revision>, Option<Revision>)>,
     hosts: HashMap<String, HostKey>,
     ports: HashMap<HostKey, BTreeSet<u16>>,
-    members: HashMap<String, usize>,
+    loads: HashMap<String, NodeLoad>,
     pending: HashMap<String, Pending>,
 }
 
@@ -54,10 +57,10 @@ impl Counts {
         self.hosts.get(node).cloned().unwrap_or_else(|| HostKey::Node(node.to_string()))
     }
 
-    fn take(&mut self, node: &str, ports: impl IntoIterator<Item = u16>) {
+    fn take(&mut self, node: &str, ports: impl IntoIterator<Item = u16>, requests: &Amounts) {
         let host = self.host(node);
         self.ports.entry(host).or_default().extend(ports);
-        *self.members.entry(node.to_string()).or_default() += 1;
+        self.loads.entry(node.to_string()).or_default().add(requests);
     }
 }
 
@@ -97,35 +100,37 @@ impl Ledger {
         let mut shown = HashMap::new();
         for member in members {
             if let Some(node) = &member.spec.node {
-                counts.take(node, member.spec.ports.values().copied());
+                counts.take(node, member.spec.ports.values().copied(), &member.spec.resources);
                 shown.insert(member.metadata.name.as_str(), node.as_str());
             }
             // A member on its way holds its ports on its target too.
             if let Some(migration) = &member.status.migration {
-                counts.take(&migration.to, migration.ports.values().copied());
+                counts.take(&migration.to, migration.ports.values().copied(), &member.spec.resources);
                 shown.insert(member.metadata.name.as_str(), migration.to.as_str());
             }
         }
         for (member, booked) in pending {
             let seen = shown.get(member.as_str()).is_some_and(|node| *node == booked.node);
             if !seen && booked.at.elapsed() < PENDING_KEPT {
-                counts.take(&booked.node, booked.ports.values().copied());
+                counts.take(&booked.node, booked.ports.values().copied(), &booked.requests);
                 counts.pending.insert(member, booked);
             }
         }
     }
 
-    /// Places `member` with `place` (given each node's bound members) and
-    /// allocates its ports there, booking both, in one step.
+    /// Places `member`, which requests `requests`, with `place` (given
+    /// what each node has bound) and allocates its ports there, booking
+    /// all three, in one step.
     pub(super) fn book(
         &self,
         member: &str,
-        place: impl FnOnce(&dyn Fn(&str) -> usize) -> Placement,
+        requests: &Amounts,
+        place: impl FnOnce(&dyn Fn(&str) -> NodeLoad) -> Placement,
         wanted: &[NamedPort],
         range: RangeInclusive<u16>,
     ) -> Result<(String, BTreeMap<String, u16>), Refused> {
         let mut counts = self.counts();
-        let node = match place(&|node: &str| counts.members.get(node).copied().unwrap_or(0)) {
+        let node = match place(&|node: &str| counts.loads.get(node).copied().unwrap_or_default()) {
             Placement::Bound(node) => node,
             Placement::Unplaceable(why) => return Err(Refused::Unplaceable(why)),
         };
@@ -133,8 +138,8 @@ impl Ledger {
         let on_host = counts.ports.entry(host).or_default();
         let ports =
             allocate_ports(wanted, on_host, range).map_err(|why| Refused::NoPorts(format!("on {node}: {why}")))?;
-        counts.take(&node, ports.values().copied());
-        let booked = Pending { node: node.clone(), ports: ports.clone(), at: Instant::now() };
+        counts.take(&node, ports.values().copied(), requests);
+        let booked = Pending { node: node.clone(), ports: ports.clone(), requests: *requests, at: Instant::now() };
         counts.pending.insert(member.to_string(), booked);
         Ok((node, ports))
     }
@@ -175,6 +180,7 @@ impl Placer for Placing<'_> {
     fn book(
         &mut self,
         member: &str,
+        requests: &Amounts,
         place: &PlaceOne<'_>,
         wanted: &[NamedPort],
         range: RangeInclusive<u16>,
@@ -184,7 +190,7 @@ impl Placer for Placing<'_> {
             self.ledger.refresh(revisions, self.list, &self.members.list_shared());
             self.counted = true;
         }
-        self.ledger.book(member, |bound| place(bound), wanted, range)
+        self.ledger.book(member, requests, |bound| place(bound), wanted, range)
     }
 }
 
@@ -204,7 +210,7 @@ mod tests {
         vec![NamedPort { name: "client".into() }]
     }
 
-    fn on(node: &'static str) -> impl FnOnce(&dyn Fn(&str) -> usize) -> Placement {
+    fn on(node: &'static str) -> impl FnOnce(&dyn Fn(&str) -> NodeLoad) -> Placement {
         move |_| Placement::Bound(node.into())
     }
 
@@ -214,12 +220,12 @@ mod tests {
         // Two nodes on one host share its ports.
         let nodes = vec![node("n1", "127.0.0.1:7000"), node("n2", "127.0.0.1:7001")];
         ledger.refresh((Some(1), Some(1)), &nodes, &[]);
-        let (_, first) = ledger.book("a-r-0", on("n1"), &port(), 20000..=20010).ok().unwrap();
-        let (_, second) = ledger.book("b-r-0", on("n2"), &port(), 20000..=20010).ok().unwrap();
+        let (_, first) = ledger.book("a-r-0", &Amounts::default(), on("n1"), &port(), 20000..=20010).ok().unwrap();
+        let (_, second) = ledger.book("b-r-0", &Amounts::default(), on("n2"), &port(), 20000..=20010).ok().unwrap();
         assert_ne!(first, second, "one host, two members: two ports");
         // The members cache moved on without showing them yet: still counted.
         ledger.refresh((Some(1), Some(2)), &nodes, &[]);
-        let (_, third) = ledger.book("c-r-0", on("n1"), &port(), 20000..=20010).ok().unwrap();
+        let (_, third) = ledger.book("c-r-0", &Amounts::default(), on("n1"), &port(), 20000..=20010).ok().unwrap();
         assert!(third != first && third != second, "{third:?}");
         // Shown by the cache: counted once, from the cache.
         let shown = |name: &str, node: &str, ports: &BTreeMap<String, u16>| {
@@ -229,10 +235,10 @@ mod tests {
         let members = vec![shown("a-r-0", "n1", &first), shown("b-r-0", "n2", &second)];
         ledger.refresh((Some(1), Some(3)), &nodes, &members);
         assert_eq!(ledger.counts().pending.len(), 1, "c-r-0 is still pending");
-        assert_eq!(ledger.counts().members.get("n1"), Some(&2));
+        assert_eq!(ledger.counts().loads.get("n1").map(|l| l.members), Some(2));
         // One whose write failed is released.
         ledger.release("c-r-0");
         ledger.refresh((Some(1), Some(3)), &nodes, &members);
-        assert_eq!(ledger.counts().members.get("n1"), Some(&1));
+        assert_eq!(ledger.counts().loads.get("n1").map(|l| l.members), Some(1));
     }
 }

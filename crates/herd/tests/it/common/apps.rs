@@ -11,7 +11,7 @@ use herd_core::kinds::{AppClusterSpec, ClusterConfigSpec, Member, MemberSpec, Me
 
 use super::cluster::quick_heartbeats;
 use super::netns::NetNs;
-use super::{MemberReaper, Proc, TestServer, eventually, start_agent};
+use super::{MemberReaper, Proc, TestServer, eventually};
 
 /// A server and `n` agents (n1.., data dirs `dirs[i]`), all Ready; their
 /// members are killed on drop.
@@ -24,6 +24,8 @@ pub struct Nodes {
     _reapers: Vec<MemberReaper>,
     /// n1's network namespace, for [`nodes_with_n1_apart`].
     pub netns: Option<NetNs>,
+    /// What every agent is started with besides the usual.
+    agent_flags: Vec<String>,
     pub dir: tempfile::TempDir,
 }
 
@@ -51,16 +53,21 @@ pub async fn own_member_ports(server: &TestServer) {
 }
 
 pub async fn nodes(n: usize) -> Nodes {
-    nodes_on(n, false).await
+    nodes_on(n, false, &[]).await
+}
+
+/// As [`nodes`], every agent started with `flags` too.
+pub async fn nodes_with(n: usize, flags: &[&str]) -> Nodes {
+    nodes_on(n, false, flags).await
 }
 
 /// As [`nodes`], with n1's agent (and so its members) in a network
 /// namespace of its own, whose link to the server the test can cut.
 pub async fn nodes_with_n1_apart(n: usize) -> Nodes {
-    nodes_on(n, true).await
+    nodes_on(n, true, &[]).await
 }
 
-async fn nodes_on(n: usize, n1_apart: bool) -> Nodes {
+async fn nodes_on(n: usize, n1_apart: bool, flags: &[&str]) -> Nodes {
     let dir = tempfile::tempdir().unwrap();
     let netns = n1_apart.then(|| NetNs::create(0));
     // Reached from the namespace at its outside address, from here on loopback.
@@ -71,43 +78,56 @@ async fn nodes_on(n: usize, n1_apart: bool) -> Nodes {
     own_member_ports(&server).await;
     let dirs: Vec<PathBuf> = (1..=n).map(|i| dir.path().join(format!("n{i}"))).collect();
     let reapers = dirs.iter().map(|d| MemberReaper(d.clone())).collect();
-    let agents = dirs.iter().enumerate().map(|(i, d)| start_node_agent(&server, netns.as_ref(), d, i)).collect();
+    let agent_flags: Vec<String> = flags.iter().map(|f| f.to_string()).collect();
+    let agents =
+        dirs.iter().enumerate().map(|(i, d)| start_node_agent(&server, netns.as_ref(), d, i, &agent_flags)).collect();
     for i in 1..=n {
         eventually(Duration::from_secs(15), "every node Ready", || async {
             server.admin().get::<NodeSpec>(&format!("n{i}")).await.ok().filter(|n| n.status.ready)
         })
         .await;
     }
-    Nodes { server, dirs, agents, _reapers: reapers, netns, dir }
+    Nodes { server, dirs, agents, _reapers: reapers, netns, agent_flags, dir }
 }
 
 /// Starts the agent of node `n<index + 1>`: with a namespace, n1's inside
 /// it, listening (and so its members) at its address inside, and the
 /// others at the namespace's address outside, which both sides reach (n1's
-/// members can follow theirs).
-fn start_node_agent(server: &TestServer, netns: Option<&NetNs>, dir: &std::path::Path, index: usize) -> Proc {
+/// members can follow theirs). Every agent is given `flags` too.
+fn start_node_agent(
+    server: &TestServer,
+    netns: Option<&NetNs>,
+    dir: &std::path::Path,
+    index: usize,
+    flags: &[String],
+) -> Proc {
     let name = format!("n{}", index + 1);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     match (netns, index) {
         (Some(ns), 0) => {
             let url = server.url.replace("127.0.0.1", &ns.outside);
             let mut command = ns.command(std::path::Path::new(env!("CARGO_BIN_EXE_herd")));
             let listen = format!("{}:0", ns.inside());
             command.args(["agent", "--server", &url, "--name", &name, "--listen", &listen]).arg("--data-dir").arg(dir);
-            command.env("HERD_JOIN_TOKEN", super::JOIN_TOKEN);
+            command.args(&flags).env("HERD_JOIN_TOKEN", super::JOIN_TOKEN);
             if let Some(hash) = &server.ca_hash {
                 command.args(["--ca-hash", hash]);
             }
             Proc::spawn(command)
         }
-        (Some(ns), _) => super::start_agent_with(&server.url, dir, &name, &["--listen", &format!("{}:0", ns.outside)]),
-        (None, _) => start_agent(&server.url, dir, &name),
+        (Some(ns), _) => {
+            let listen = format!("{}:0", ns.outside);
+            super::start_agent_with(&server.url, dir, &name, &[&["--listen", &listen][..], &flags].concat())
+        }
+        (None, _) => super::start_agent_with(&server.url, dir, &name, &flags),
     }
 }
 
 impl Nodes {
     /// Starts node `n<index + 1>`'s agent again, where it ran before.
     pub fn restart_agent(&mut self, index: usize) {
-        self.agents[index] = start_node_agent(&self.server, self.netns.as_ref(), &self.dirs[index], index);
+        self.agents[index] =
+            start_node_agent(&self.server, self.netns.as_ref(), &self.dirs[index], index, &self.agent_flags);
     }
 
     /// The address `member` is reached at from here: its node's.

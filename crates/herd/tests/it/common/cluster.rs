@@ -35,6 +35,7 @@ pub fn member_run() -> MemberRun {
         drain: None,
         demote: None,
         position: None,
+        ..Default::default()
     }
 }
 
