@@ -144,6 +144,7 @@ impl Session {
             host_boot_id: identity.host_boot_id.clone(),
             address: Some(agent.endpoint.to_string()),
             agent_version: Some(env!("CARGO_PKG_VERSION").to_string()),
+            isolation: Some(agent.members.isolation()),
             ..AgentReport::default()
         };
         let name = identity.node_name.clone();

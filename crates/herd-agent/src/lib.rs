@@ -16,6 +16,7 @@
 //! carries them out ([`script`] runs scripts; [`worker`] is the detached
 //! copy worker).
 
+pub mod cgroups;
 pub mod command_watch;
 pub mod configuration;
 pub mod credentials;
@@ -189,7 +190,8 @@ pub async fn run(config: AgentConfig, stop: CancellationToken) -> Result<(), Age
         agent_boot_id: uuid::Uuid::now_v7().to_string(),
         host_boot_id: host_boot_id(),
     };
-    let members = members::Members::open(&data_dir, stop.clone()).await?;
+    let cgroups = cgroups::Cgroups::detect(&config.node_name, &data_dir);
+    let members = members::Members::open(&data_dir, cgroups.clone(), stop.clone()).await?;
     // Workers killed with the host left their staging locks behind.
     let stale = worker::remove_stale_locks(&members.incoming_dir());
     if stale > 0 {

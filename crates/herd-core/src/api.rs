@@ -163,6 +163,53 @@ pub struct AgentReport {
     /// What the host has and what the agent keeps back from members.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<NodeResources>,
+    /// How the agent keeps members to their limits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<IsolationReport>,
+}
+
+/// The host's cgroup layout members run in, or why they run unlimited.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct IsolationReport {
+    pub layout: CgroupLayout,
+    /// Where members' cgroups are, or why there are none.
+    pub detail: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum CgroupLayout {
+    /// The v1 hierarchies (memory, cpu, cpuacct, pids).
+    V1,
+    /// The unified v2 hierarchy.
+    V2,
+    /// None usable: members run without limits.
+    None,
+}
+
+/// A member's process killed by the kernel for want of memory.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OomKill {
+    /// The instance whose run it ended.
+    pub instance_id: String,
+    pub at: crate::time::Timestamp,
+    /// Its memory cap then (None: none; the host ran out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<crate::quantity::Bytes>,
+    /// The most memory its run used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak: Option<crate::quantity::Bytes>,
+}
+
+impl std::fmt::Display for OomKill {
+    /// `killed for want of memory (limit 64Mi, peak 64Mi)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let limit =
+            self.limit.map_or("no limit: the host ran out".to_string(), |l| format!("limit {}", l.approximate()));
+        let peak = self.peak.map(|p| format!(", peak {}", p.approximate())).unwrap_or_default();
+        write!(f, "killed for want of memory ({limit}{peak})")
+    }
 }
 
 /// A host's CPU, memory and data-dir disk, and the part of each the agent
@@ -281,6 +328,24 @@ pub struct MemberReport {
     /// started on empty ones.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lost_volumes: Vec<String>,
+    /// The last time the kernel killed one of its processes for want of
+    /// memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oom_kill: Option<OomKill>,
+    /// What it uses now, as its cgroup counts it (None: no cgroup).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<MemberUsage>,
+}
+
+/// What a member uses: CPU since the report before (None until there
+/// were two), and its memory working set.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MemberUsage {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<crate::quantity::Millicores>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<crate::quantity::Bytes>,
 }
 
 /// What a member's position command printed: its first line is how far

@@ -7,7 +7,7 @@
 //! members' state is unknown and none of them is ready (what it last said
 //! is not taken as true now). Pure.
 
-use crate::api::{CrashLoop, MemberReport};
+use crate::api::{CrashLoop, MemberReport, OomKill};
 use crate::kinds::member::{LastKnownState, MemberState, MemberStatus};
 use crate::time::Timestamp;
 
@@ -102,6 +102,10 @@ pub fn check_member(status: &mut MemberStatus, seen: Seen<'_>, persistent: bool,
     let current = seen.report.filter(|_| seen.node == NodeSeen::Ready);
     status.state_detail.crash_loop = current.and_then(|r| r.crash_loop.clone());
     status.state_detail.lost_volumes = current.map(|r| r.lost_volumes.clone()).unwrap_or_default();
+    // Kept when a node says nothing of one (a member moved keeps its past).
+    if let Some(kill) = current.and_then(|r| r.oom_kill.clone()) {
+        status.state_detail.last_oom_kill = Some(kill);
+    }
     let now_running = current.filter(|r| r.running).and_then(|r| r.instance_id.as_deref());
     let restarted = match (configured_instance(status), now_running) {
         (Some(before), Some(now)) => before != now,
@@ -196,6 +200,13 @@ pub fn lost_news(before: &[String], after: &[String]) -> Option<String> {
     after.iter().any(|v| !before.contains(v)).then(|| lost_message(after))
 }
 
+/// The Event a pass records when the member's node reports an OOM kill
+/// other than the one in the status it read (`before`).
+pub fn oom_news(before: Option<&OomKill>, after: Option<&OomKill>) -> Option<String> {
+    let after = after.filter(|after| before != Some(*after))?;
+    Some(format!("its process was {after}, in instance {}; its restart policy applies", after.instance_id))
+}
+
 /// What a crash loop is, in words: its runs, how the last ended, the next try.
 pub fn crash_message(crash: &CrashLoop) -> String {
     let next = crash.next_start.map(|t| format!("; the agent starts it again at {t}")).unwrap_or_default();
@@ -266,6 +277,28 @@ mod tests {
             ready: true,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn an_oom_kill_is_kept_and_news_once() {
+        let kill = OomKill {
+            instance_id: "i1".into(),
+            at: t(3),
+            limit: Some(crate::quantity::Bytes(64 << 20)),
+            peak: Some(crate::quantity::Bytes(64 << 20)),
+        };
+        let mut status = MemberStatus::default();
+        let killed = MemberReport { oom_kill: Some(kill.clone()), ..report("i2", true) };
+        check_member(&mut status, Seen::from_report(Some(&killed), false), false, t(4));
+        assert_eq!(status.state_detail.last_oom_kill.as_ref(), Some(&kill));
+        let news = oom_news(None, Some(&kill)).unwrap();
+        assert_eq!(
+            news,
+            "its process was killed for want of memory (limit 64Mi, peak 64Mi), in instance i1; its restart policy applies"
+        );
+        assert_eq!(oom_news(Some(&kill), Some(&kill)), None, "told once");
+        check_member(&mut status, Seen::from_report(Some(&report("i2", true)), false), false, t(5));
+        assert!(status.state_detail.last_oom_kill.is_some(), "kept when the node says nothing of one");
     }
 
     #[test]

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use crate::api::{AgentReport, DiskReport};
+use crate::api::{AgentReport, CgroupLayout, DiskReport, IsolationReport};
 use crate::kinds::{ConditionStatus, Node, NodeStatus};
 use crate::time::Timestamp;
 use crate::units::human_bytes;
@@ -60,7 +60,25 @@ pub fn apply_heartbeat(status: &mut NodeStatus, report: &AgentReport, now: Times
         let (state, reason, message) = disk_pressure(disk);
         status.set_condition(DISK_PRESSURE, state, reason, &message, now);
     }
+    if let Some(isolation) = &report.isolation {
+        let (state, reason, message) = isolation_condition(isolation);
+        status.set_condition(RESOURCE_ISOLATION, state, reason, &message, now);
+    }
     effects
+}
+
+/// The condition that says whether members are kept to their limits.
+pub const RESOURCE_ISOLATION: &str = "ResourceIsolation";
+
+/// True with the cgroup layout, False (members run unlimited) and why.
+pub fn isolation_condition(report: &IsolationReport) -> (ConditionStatus, &'static str, String) {
+    match report.layout {
+        CgroupLayout::V1 => (ConditionStatus::True, "CgroupV1", report.detail.clone()),
+        CgroupLayout::V2 => (ConditionStatus::True, "CgroupV2", report.detail.clone()),
+        CgroupLayout::None => {
+            (ConditionStatus::False, "NoCgroups", format!("members run without limits: {}", report.detail))
+        }
+    }
 }
 
 /// Whether a heartbeat's effect on a node's status is worth a store write:
@@ -71,14 +89,24 @@ pub fn apply_heartbeat(status: &mut NodeStatus, report: &AgentReport, now: Times
 /// seconds (Kubernetes' node leases answer the same cost).
 pub fn worth_writing(before: &NodeStatus, after: &NodeStatus, now: Timestamp, refresh: std::time::Duration) -> bool {
     let stale = before.last_heartbeat.is_none_or(|at| at.age(now) >= refresh);
-    stale || NodeStatus { last_heartbeat: before.last_heartbeat, ..after.clone() } != *before
+    stale || NodeStatus { last_heartbeat: before.last_heartbeat, ..without_usage(after) } != without_usage(before)
+}
+
+/// The status without its members' usage, which moves at every heartbeat
+/// and is written only with the rest or when the status is due anyway.
+fn without_usage(status: &NodeStatus) -> NodeStatus {
+    let mut status = status.clone();
+    for member in &mut status.members {
+        member.usage = None;
+    }
+    status
 }
 
 /// Whether a node changed in more than what its heartbeats keep moving
-/// (the time and the configuration serial): what a controller acting on
-/// members, readiness and addresses needs to wake for.
+/// (the time, the configuration serial, its members' usage): what a
+/// controller acting on members, readiness and addresses needs to wake for.
 pub fn changed_beyond_heartbeat(before: &Node, after: &Node) -> bool {
-    let beats = |status: &NodeStatus| NodeStatus { last_heartbeat: None, config_serial: 0, ..status.clone() };
+    let beats = |status: &NodeStatus| NodeStatus { last_heartbeat: None, config_serial: 0, ..without_usage(status) };
     before.spec != after.spec
         || before.metadata.labels != after.metadata.labels
         || before.metadata.annotations != after.metadata.annotations
@@ -193,21 +221,31 @@ mod tests {
         let mut before = NodeStatus::default();
         apply_heartbeat(&mut before, &report, at(0));
         let refresh = std::time::Duration::from_secs(5);
-        let mut after = before.clone();
-        apply_heartbeat(&mut after, &report, at(2));
-        assert!(!worth_writing(&before, &after, at(2), refresh), "only the time moved");
-        assert!(worth_writing(&before, &after, at(5), refresh), "the time written last is stale");
-        let moved = AgentReport { config_serial: Some(3), ..report };
-        let mut changed = before.clone();
-        apply_heartbeat(&mut changed, &moved, at(2));
-        assert!(worth_writing(&before, &changed, at(2), refresh), "the serial changed");
-        assert!(worth_writing(&NodeStatus::default(), &before, at(0), refresh), "a first heartbeat");
-
         let node = |status: &NodeStatus| {
             let mut node = Node::new("n1", crate::kinds::NodeSpec::default());
             node.status = status.clone();
             node
         };
+        let mut after = before.clone();
+        apply_heartbeat(&mut after, &report, at(2));
+        assert!(!worth_writing(&before, &after, at(2), refresh), "only the time moved");
+        assert!(worth_writing(&before, &after, at(5), refresh), "the time written last is stale");
+        let moved = AgentReport { config_serial: Some(3), ..report.clone() };
+        let mut changed = before.clone();
+        apply_heartbeat(&mut changed, &moved, at(2));
+        assert!(worth_writing(&before, &changed, at(2), refresh), "the serial changed");
+        assert!(worth_writing(&NodeStatus::default(), &before, at(0), refresh), "a first heartbeat");
+        let member = |cpu: u64| crate::api::MemberReport {
+            name: "m".into(),
+            usage: Some(crate::api::MemberUsage { cpu: Some(crate::quantity::Millicores(cpu)), memory: None }),
+            ..Default::default()
+        };
+        let (mut using, mut using_more) = (before.clone(), before.clone());
+        apply_heartbeat(&mut using, &AgentReport { members: vec![member(100)], ..report.clone() }, at(1));
+        apply_heartbeat(&mut using_more, &AgentReport { members: vec![member(900)], ..report.clone() }, at(2));
+        assert!(!worth_writing(&using, &using_more, at(2), refresh), "usage alone waits for the refresh");
+        assert!(!changed_beyond_heartbeat(&node(&using), &node(&using_more)), "nor wakes a controller");
+
         let (first, beat, moved) = (node(&before), node(&after), node(&changed));
         assert!(!changed_beyond_heartbeat(&first, &beat), "a beat moves only the time");
         assert!(!changed_beyond_heartbeat(&first, &moved), "nor does a serial");

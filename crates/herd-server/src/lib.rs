@@ -173,7 +173,16 @@ impl Server {
             let names = tls::serving_names(addr, config.advertise_url.as_deref());
             Some(herd_tls::server_config(&tls::serving_identity(&ca, &config.identity, &names)?)?)
         };
-        let metrics = Arc::new(Metrics::new(&store));
+        // Shared with the controllers (one decode of each Node write, not
+        // two); they are woken only by the changes that matter.
+        let nodes = Reflector::start_with(
+            objects.store().clone(),
+            shutdown.clone(),
+            herd_core::node_health::changed_beyond_heartbeat,
+        );
+        let mut metrics = Metrics::new(&store);
+        metrics.collect_usage(nodes.clone());
+        let metrics = Arc::new(metrics);
         let peers = Arc::new(peers::PeerAuthority::new(&ca, &config.admin_token, metrics.clone())?);
         let node_certificates =
             Arc::new(tls::NodeCertificates { ca, lifetime: config.agent_cert_lifetime, grant_key: peers.grant_key() });
@@ -188,13 +197,6 @@ impl Server {
         };
 
         let leases = Reflector::start(objects.store().clone(), shutdown.clone());
-        // Shared with the controllers (one decode of each Node write, not
-        // two); they are woken only by the changes that matter.
-        let nodes = Reflector::start_with(
-            objects.store().clone(),
-            shutdown.clone(),
-            herd_core::node_health::changed_beyond_heartbeat,
-        );
         // Each SQLite master has a store of its own: one a failover replaced must know.
         let supersession = (objects.store().backend_name() == "sqlite").then(|| {
             let check = supersession::Check {

@@ -7,6 +7,8 @@
 
 use std::time::Duration;
 
+use herd_core::kinds::NodeSpec;
+use herd_core::quantity::Millicores;
 use herd_store::Store;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
@@ -16,6 +18,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
+
+use crate::reflector::Reflector;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
@@ -240,6 +244,12 @@ impl Metrics {
         self.nodes.get_or_create(&ReadyLabels { ready: "false" }).set(count(not_ready));
     }
 
+    /// Exports what each node has for members and what they use, read
+    /// from `nodes` at each scrape.
+    pub fn collect_usage(&mut self, nodes: Reflector<NodeSpec>) {
+        self.registry.register_collector(Box::new(UsageCollector(nodes)));
+    }
+
     /// Everything, in the Prometheus text format (version 0.0.4).
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -286,5 +296,82 @@ impl Collector for StoreCollector {
             MetricType::Gauge,
         )?;
         ConstGauge::new(head).encode(metric)
+    }
+}
+
+/// What nodes have for members and what their members use (as the
+/// members' cgroups count it, in the nodes' last reports), read at each
+/// scrape.
+struct UsageCollector(Reflector<NodeSpec>);
+
+impl std::fmt::Debug for UsageCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("UsageCollector")
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NodeLabels {
+    node: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MemberLabels {
+    node: String,
+    member: String,
+}
+
+/// One gauge family: each value with its labels.
+fn gauges<L: EncodeLabelSet>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    values: impl Iterator<Item = (L, f64)>,
+) -> Result<(), std::fmt::Error> {
+    let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, value) in values {
+        ConstGauge::new(value).encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+impl Collector for UsageCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let nodes = self.0.list_shared();
+        let cores = |millicores: Millicores| millicores.0 as f64 / 1000.0;
+        let allocatable =
+            || nodes.iter().filter_map(|n| Some((NodeLabels { node: n.metadata.name.clone() }, n.status.allocatable?)));
+        gauges(
+            &mut encoder,
+            "herd_node_allocatable_cpu_cores",
+            "CPU members may request of the node: its capacity less what its agent keeps back.",
+            allocatable().map(|(labels, a)| (labels, cores(a.cpu))),
+        )?;
+        gauges(
+            &mut encoder,
+            "herd_node_allocatable_memory_bytes",
+            "Memory members may request of the node.",
+            allocatable().map(|(labels, a)| (labels, a.memory.0 as f64)),
+        )?;
+        // Members of Ready nodes only: a NotReady node's report is not current.
+        let usage = || {
+            nodes.iter().filter(|n| n.status.ready).flat_map(|n| {
+                n.status.members.iter().filter(|r| r.running).filter_map(|r| {
+                    Some((MemberLabels { node: n.metadata.name.clone(), member: r.name.clone() }, r.usage?))
+                })
+            })
+        };
+        gauges(
+            &mut encoder,
+            "herd_member_cpu_cores",
+            "CPU the member uses, as its cgroup counts it (between its node's last two reads).",
+            usage().filter_map(|(labels, u)| Some((labels, cores(u.cpu?)))),
+        )?;
+        gauges(
+            &mut encoder,
+            "herd_member_memory_working_set_bytes",
+            "Memory the member uses less the page cache the kernel can drop at once.",
+            usage().filter_map(|(labels, u)| Some((labels, u.memory?.0 as f64))),
+        )
     }
 }

@@ -73,6 +73,49 @@ function nodeRole(node) {
   return roles;
 }
 
+/// CPU as the API writes it (`2`, `1500m`), in millicores.
+function millicores(text) {
+  if (text === undefined || text === null) return 0;
+  const t = String(text);
+  return t.endsWith("m") ? Number(t.slice(0, -1)) : Number(t) * 1000;
+}
+
+const BINARY = { Ki: 2 ** 10, Mi: 2 ** 20, Gi: 2 ** 30, Ti: 2 ** 40, Pi: 2 ** 50, Ei: 2 ** 60 };
+
+/// Bytes as the API writes them (`512Mi`, `1048576`).
+function bytes(text) {
+  if (text === undefined || text === null) return 0;
+  const t = String(text);
+  const unit = BINARY[t.slice(-2)];
+  return unit ? Number(t.slice(0, -2)) * unit : Number(t);
+}
+
+/// Bytes for people, in the largest binary unit reached (`1.5Gi`).
+function showBytes(n) {
+  const units = Object.entries(BINARY).reverse();
+  const [unit, size] = units.find(([, size]) => n >= size) || ["", 1];
+  const value = n / size;
+  return `${Number.isInteger(value) ? value : value.toFixed(1)}${unit}`;
+}
+
+/// What a node's running members use (as its agent last said), against
+/// what it has for members: `650m of 1900m`, `1.2Gi of 7.5Gi`.
+function nodeUsage(node) {
+  const status = node.status || {};
+  let cpu = 0;
+  let memory = 0;
+  for (const report of status.members || []) {
+    if (!report.running || !report.usage) continue;
+    cpu += millicores(report.usage.cpu);
+    memory += bytes(report.usage.memory);
+  }
+  const of = status.allocatable;
+  return {
+    cpu: `${cpu}m${of ? ` of ${millicores(of.cpu)}m` : ""}`,
+    memory: `${showBytes(memory)}${of ? ` of ${showBytes(bytes(of.memory))}` : ""}`,
+  };
+}
+
 /// The most node rows the overview shows: past it, the filter narrows.
 const NODE_ROWS = 50;
 
@@ -176,6 +219,7 @@ function overview() {
     const capable = node.spec.masterCapable === false ? ' <span class="muted">(not master capable)</span>' : "";
     // The master's node is not drained: a failover moves the master first.
     const master = node.status && node.status.master;
+    const usage = nodeUsage(node);
     const buttons =
       node.spec.role === "drained"
         ? action("undrain", name, "Undrain")
@@ -188,6 +232,8 @@ function overview() {
       roleText + capable,
       `${age((node.status || {}).lastHeartbeat)} ago`,
       `<span class="node-members">${(perNode.get(name) || new Set()).size}</span>`,
+      `<span class="node-cpu">${esc(usage.cpu)}</span>`,
+      `<span class="node-memory">${esc(usage.memory)}</span>`,
       `<span class="mono">${esc((node.status || {}).address || "-")}</span>`,
       `${esc((node.status || {}).configSerial ?? "-")}`,
       buttons,
@@ -219,7 +265,7 @@ function overview() {
     <section><h2>Nodes</h2>
       <p class="filters"><input id="node-filter" type="search" placeholder="name, address or role" autocomplete="off">
         <select id="node-show">${shows}</select> <span class="muted" id="node-count">${esc(counted)}</span></p>
-      ${table("nodes", ["Name", "Status", "Role", "Heartbeat", "Members", "Address", "Config serial", ""], nodeRows, empty)}
+      ${table("nodes", ["Name", "Status", "Role", "Heartbeat", "Members", "CPU", "Memory", "Address", "Config serial", ""], nodeRows, empty)}
     </section>`;
 }
 
@@ -227,6 +273,15 @@ function memberInstance(member, reports) {
   const report = reports.get(member.metadata.name);
   const detail = (member.status || {}).stateDetail || {};
   return (report && report.instanceId) || detail.lastConfiguredInstance || detail.configuringInstance || "-";
+}
+
+/// What a member uses, as its node last said: `250m / 64Mi`.
+function memberUsage(report) {
+  const usage = report && report.running && report.usage;
+  if (!usage) return "-";
+  const cpu = usage.cpu === undefined ? "-" : `${millicores(usage.cpu)}m`;
+  const memory = usage.memory === undefined ? "-" : showBytes(bytes(usage.memory));
+  return `${cpu} / ${memory}`;
 }
 
 function clusters() {
@@ -261,6 +316,7 @@ function clusters() {
         `<span class="member-ready" data-member="${esc(m)}">${s.ready ? pill("ready", "ok") : pill("not ready", "warn")}</span>`,
         esc(node || "unplaced"),
         `<span class="mono">${esc(memberInstance(member, reports))}</span>`,
+        `<span class="member-usage" data-member="${esc(m)}">${esc(memberUsage(reports.get(m)))}</span>`,
         `<span class="last-known" data-member="${esc(m)}">${esc(detail.lastKnownState || "-")}</span>`,
         notifies ? `${notifies} pending` : "-",
         `<span class="bad member-why" data-member="${esc(m)}">${esc(detail.configErrorDetail || (!s.ready && s.notReadyReason) || s.reason || "")}</span>`,
@@ -270,7 +326,7 @@ function clusters() {
     return `<section class="cluster" data-cluster="${esc(name)}"><h2>${esc(name)} <span class="muted">app ${esc(cluster.spec.appRef)}</span></h2>
       <p>State <span class="cluster-state" data-cluster="${esc(name)}">${pill(status.state || "creating", stateTone(status.state))}</span>
         ${current ? "" : '<span class="muted">(the latest spec is not yet observed)</span>'} ${rollup.join("")}</p>
-      ${table(`members-${esc(name)}`, ["Member", "Role", "State", "Ready", "Node", "Instance", "Last known", "Notifies", "Why", "Logs"], rows, "no members yet")}
+      ${table(`members-${esc(name)}`, ["Member", "Role", "State", "Ready", "Node", "Instance", "CPU / memory", "Last known", "Notifies", "Why", "Logs"], rows, "no members yet")}
     </section>`;
   });
   return `${sections.join("") || '<p class="muted">No app clusters: apply one with `herd apply -f examples/apps/etcd/`.</p>'}`;

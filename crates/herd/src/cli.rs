@@ -83,6 +83,15 @@ impl std::str::FromStr for OutputFormat {
     }
 }
 
+/// What `herd top` shows.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TopWhat {
+    /// Each node: its members' use and requests against its allocatable.
+    Nodes,
+    /// Each member its node runs: its use and requests.
+    Members,
+}
+
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// List objects of a kind, or show one; with no kind, the kinds.
@@ -144,6 +153,12 @@ pub enum Command {
         /// After the events so far, each new one as it comes (until Ctrl-C).
         #[arg(long, short = 'w')]
         watch: bool,
+    },
+    /// What nodes or members use now (CPU, memory), against what they
+    /// request and what the nodes have.
+    Top {
+        #[arg(value_enum)]
+        what: TopWhat,
     },
     /// Print the end of a member's log (kept by its node's agent); -f
     /// follows it.

@@ -122,13 +122,19 @@ pub fn table(kind: &str, items: &[Value], wide_output: bool) -> String {
 
 fn render(kind: &str, items: &[Value], wide_output: bool, header: bool) -> String {
     let columns: Vec<&Column> = columns(kind).iter().filter(|c| wide_output || !c.wide).collect();
+    let header = header.then(|| columns.iter().map(|c| c.header).collect());
+    plain_table(header, items.iter().map(|item| columns.iter().map(|c| cell(&c.cell, item)).collect()))
+}
+
+/// Rows in aligned columns with no borders, as every table herd prints.
+pub fn plain_table(header: Option<Vec<&str>>, rows: impl Iterator<Item = Vec<String>>) -> String {
     let mut table = Table::new();
     table.load_preset(presets::NOTHING);
-    if header {
-        table.set_header(columns.iter().map(|c| c.header));
+    if let Some(header) = header {
+        table.set_header(header);
     }
-    for item in items {
-        table.add_row(columns.iter().map(|c| cell(&c.cell, item)));
+    for row in rows {
+        table.add_row(row);
     }
     table.lines().map(|l| l.strip_prefix(' ').unwrap_or(&l).trim_end().to_string()).collect::<Vec<_>>().join("\n")
 }

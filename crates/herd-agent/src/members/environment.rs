@@ -1,7 +1,7 @@
 //! What a member's processes are given: one environment of herd's making
 //! for all of them (its own, its setup, scripts, checks, drain hook), with
-//! nothing of the agent's but PATH, HOME and LANG, and a process group of
-//! their own.
+//! nothing of the agent's but PATH, HOME and LANG, a process group of
+//! their own, and the member's cgroup.
 
 use std::process::Stdio;
 
@@ -19,7 +19,8 @@ impl Members {
     /// that no herd credential (a join or admin token, the server, the
     /// CA) reaches a member, its setup, scripts or checks. In a process
     /// group of its own: signals reach all its processes, and none reach
-    /// it from the agent's terminal. Standard input is empty.
+    /// it from the agent's terminal. In the member's cgroup, when it has
+    /// one. Standard input is empty.
     pub fn command(
         &self,
         record: &MemberRecord,
@@ -41,6 +42,9 @@ impl Members {
             command.env("HERD_INSTANCE_ID", instance);
         }
         command.current_dir(self.member_dir(&record.name)).stdin(Stdio::null()).process_group(0);
+        if let Some(cgroup) = &record.cgroup {
+            cgroup.join_on_exec(&mut command);
+        }
         command
     }
 

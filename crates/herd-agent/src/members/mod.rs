@@ -19,13 +19,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use herd_core::Timestamp;
-use herd_core::api::{MemberReport, ReadinessReport};
+use herd_core::api::{MemberReport, OomKill, ReadinessReport};
 use herd_core::kinds::command::MemberRun;
+use herd_core::quantity::Bytes;
 use herd_core::restarts;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use self::volumes::PrepareError;
+use crate::cgroups::{Cgroups, MemberCgroup, UsageMeter};
 use crate::fsutil::write_atomic;
 use crate::procs;
 
@@ -47,6 +49,8 @@ pub enum MemberError {
     Unknown(String),
     #[error("member {member} is running; stop it first ({what})")]
     Running { member: String, what: String },
+    #[error("member {member} was not started: {why}")]
+    NotStarted { member: String, why: String },
     #[error(
         "persistent volume {volume} of member {member} was lost on this node (its directory is gone): it is not \
          started on an empty one; `herd member replace {member}` recreates it with empty volumes"
@@ -82,6 +86,14 @@ pub struct MemberRecord {
     /// When it is started again, while it waits out the restart backoff.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_start: Option<Timestamp>,
+    /// Its cgroup (None: none on this host), made at its first start and
+    /// removed when it is forgotten.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<MemberCgroup>,
+    /// The last time the kernel killed one of its processes for want of
+    /// memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oom_kill: Option<OomKill>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -91,6 +103,10 @@ pub struct Running {
     pub pid: u32,
     pub start_ticks: u64,
     pub started_at: Timestamp,
+    /// Its cgroup's OOM kills when the run started: more at its end, and
+    /// the kernel ended it for want of memory.
+    #[serde(default)]
+    pub oom_kills_before: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -123,6 +139,8 @@ pub struct Members {
     positions: Arc<Mutex<BTreeMap<String, herd_core::api::PositionReport>>>,
     /// The highest term each member stood down from for a handover.
     stood_down: Arc<Mutex<std::collections::HashMap<String, u64>>>,
+    cgroups: Cgroups,
+    usage: UsageMeter,
     stop: CancellationToken,
 }
 
@@ -141,8 +159,10 @@ impl Drop for SupervisedSetup {
 impl Members {
     /// Loads what this node runs: members that still run are adopted,
     /// wanted members that are gone are started again.
-    pub async fn open(data_dir: &Path, stop: CancellationToken) -> Result<Members, MemberError> {
+    pub async fn open(data_dir: &Path, cgroups: Cgroups, stop: CancellationToken) -> Result<Members, MemberError> {
         let members = Members {
+            cgroups,
+            usage: UsageMeter::default(),
             data_dir: data_dir.to_path_buf(),
             slots: Arc::default(),
             readiness: Arc::default(),
@@ -169,7 +189,7 @@ impl Members {
             };
             let name = record.name.clone();
             let launched = record.launching.take();
-            if let Some(process) = launched.as_ref().and_then(find_launched) {
+            if let Some(process) = launched.as_ref().and_then(|l| find_launched(l, record.cgroup.as_ref())) {
                 tracing::info!(member = %name, instance = %process.instance_id, pid = process.pid, "found a member started just before the agent stopped");
                 if record.process.is_some() {
                     record.restarts += 1;
@@ -203,6 +223,11 @@ impl Members {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Slot>> {
         self.slots.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// How members are kept to their limits here.
+    pub fn isolation(&self) -> herd_core::api::IsolationReport {
+        self.cgroups.report()
     }
 
     /// The agent's data dir (absolute).
@@ -256,6 +281,8 @@ impl Members {
                 last_exit: None,
                 short_runs: 0,
                 next_start: None,
+                cgroup: slots.get(member).and_then(|s| s.record.cgroup.clone()),
+                oom_kill: slots.get(member).and_then(|s| s.record.oom_kill.clone()),
             };
             let generation = slots.get(member).map_or(0, |s| s.generation);
             slots.insert(member.into(), Slot { record, generation });
@@ -287,15 +314,22 @@ impl Members {
                 Err(PrepareError::Io(error)) => return Err(io(format!("preparing volume {}", volume.name))(error)),
                 Err(PrepareError::Lost) => {
                     let lost = MemberError::VolumeLost { member: member.into(), volume: volume.name.clone() };
-                    if let Some(slot) = self.lock().get_mut(member) {
-                        slot.record.last_exit = Some(format!("not started: {lost}"));
-                        slot.record.launching = None;
-                    }
-                    self.persist(member)?;
-                    self.tell_changed();
+                    self.not_started(member, &lost.to_string())?;
                     return Err(lost);
                 }
             }
+        }
+        let cgroup = match self.cgroups.member(member, &run.resources) {
+            Ok(cgroup) => cgroup,
+            Err(error) => {
+                let why = error.to_string();
+                self.not_started(member, &why)?;
+                return Err(MemberError::NotStarted { member: member.into(), why });
+            }
+        };
+        let oom_kills_before = cgroup.as_ref().and_then(MemberCgroup::oom_kills).unwrap_or(0);
+        if let Some(slot) = self.lock().get_mut(member) {
+            slot.record.cgroup = cgroup;
         }
         let record = self.record(member).ok_or(MemberError::Unknown(member.into()))?;
         let mut command = self.command(&record, &run.command[0], Some(&instance_id));
@@ -315,6 +349,7 @@ impl Members {
             pid,
             start_ticks: procs::start_ticks(pid).unwrap_or_default(),
             started_at,
+            oom_kills_before,
         };
         let generation = {
             let mut slots = self.lock();
@@ -344,6 +379,18 @@ impl Members {
         Ok(instance_id)
     }
 
+    /// Records a run that could not be started, and why: its last exit
+    /// says so.
+    fn not_started(&self, member: &str, why: &str) -> Result<(), MemberError> {
+        if let Some(slot) = self.lock().get_mut(member) {
+            slot.record.last_exit = Some(format!("not started: {why}"));
+            slot.record.launching = None;
+        }
+        self.persist(member)?;
+        self.tell_changed();
+        Ok(())
+    }
+
     /// Watches a member started by an earlier agent run.
     fn watch_adopted(&self, member: String, generation: u64, process: Running) {
         let members = self.clone();
@@ -364,10 +411,18 @@ impl Members {
     /// A run ended: record it, and start the member again (with backoff)
     /// if it is still wanted.
     async fn exited(&self, member: &str, generation: u64, exit: String) {
+        let oom_kill = self.record(member).and_then(|record| oom_kill_of(&record));
+        let exit = match &oom_kill {
+            Some(kill) => format!("OOMKilled: {kill} ({exit})"),
+            None => exit,
+        };
         let (ended, delay) = {
             let mut slots = self.lock();
             let Some(slot) = slots.get_mut(member).filter(|s| s.generation == generation) else { return };
             slot.record.last_exit = Some(exit.clone());
+            if oom_kill.is_some() {
+                slot.record.oom_kill = oom_kill;
+            }
             let ended = slot.record.process.as_ref().map(|p| p.instance_id.clone());
             let delay = slot.record.wanted.then(|| {
                 let ran = slot.record.process.as_ref().map(|p| p.started_at.age(crate::now())).unwrap_or_default();
@@ -441,8 +496,11 @@ impl Members {
     /// Forgets a member: stopped, its volumes, directory and record
     /// removed. Unknown members are not an error: forgetting is repeatable.
     pub async fn forget(&self, member: &str) -> Result<(), MemberError> {
-        if self.record(member).is_some() {
+        if let Some(record) = self.record(member) {
             self.stop(member).await?;
+            if let Some(cgroup) = &record.cgroup {
+                cgroup.remove().await;
+            }
         }
         self.lock().remove(member);
         self.readiness.lock().unwrap_or_else(|p| p.into_inner()).remove(member);
@@ -473,6 +531,7 @@ impl Members {
     pub fn report(&self) -> Vec<MemberReport> {
         let records: Vec<MemberRecord> = self.lock().values().map(|slot| slot.record.clone()).collect();
         let readiness = self.readiness.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        self.usage.keep_only(&records.iter().map(|r| r.name.as_str()).collect());
         records
             .iter()
             .map(|record| {
@@ -501,6 +560,8 @@ impl Members {
                         running_for: live.and(record.process.as_ref()).map(|p| p.started_at.age(crate::now())),
                     }),
                     lost_volumes: self.lost_volumes(record),
+                    oom_kill: record.oom_kill.clone(),
+                    usage: record.cgroup.as_ref().filter(|_| live.is_some()).map(|c| self.usage.read(&record.name, c)),
                 }
             })
             .collect()
@@ -560,15 +621,29 @@ impl Members {
     }
 }
 
+/// The OOM kill that ended `record`'s current run, if its cgroup counted
+/// one since the run started.
+fn oom_kill_of(record: &MemberRecord) -> Option<OomKill> {
+    let (cgroup, process) = (record.cgroup.as_ref()?, record.process.as_ref()?);
+    (cgroup.oom_kills()? > process.oom_kills_before).then(|| OomKill {
+        instance_id: process.instance_id.clone(),
+        at: crate::now(),
+        limit: cgroup.memory_limit().map(Bytes),
+        peak: cgroup.memory_peak().map(Bytes),
+    })
+}
+
 /// The process of a run that was being started, if it runs: it leads its
-/// own group and carries the run's instance id.
-fn find_launched(launching: &Launching) -> Option<Running> {
+/// own group and carries the run's instance id. Its cgroup's OOM kills
+/// are counted from now (`cgroup`: the member's).
+fn find_launched(launching: &Launching, cgroup: Option<&MemberCgroup>) -> Option<Running> {
     let pid = procs::find_group_leader_by_env("HERD_INSTANCE_ID", &launching.instance_id)?;
     Some(Running {
         instance_id: launching.instance_id.clone(),
         pid,
         start_ticks: procs::start_ticks(pid)?,
         started_at: launching.started_at,
+        oom_kills_before: cgroup.and_then(MemberCgroup::oom_kills).unwrap_or(0),
     })
 }
 
@@ -583,7 +658,10 @@ pub async fn stop_processes(data_dir: &Path) -> usize {
         .flatten()
         .filter_map(|dir| std::fs::read(dir.path().join("member.json")).ok())
         .filter_map(|text| serde_json::from_slice::<MemberRecord>(&text).ok())
-        .flat_map(|record| [record.process, record.launching.as_ref().and_then(find_launched)])
+        .flat_map(|record| {
+            let launched = record.launching.as_ref().and_then(|l| find_launched(l, record.cgroup.as_ref()));
+            [record.process, launched]
+        })
         .flatten()
         .filter(|p| procs::is_alive(p.pid, p.start_ticks))
         .collect();

@@ -4,7 +4,7 @@
 //! against its node's report (a changed instance is a restart).
 
 use crate::kinds::{AppSpec, EventReason, EventType, Member, Purpose};
-use crate::member_check::{NodeSeen, Restart, Seen, check_member, crash_news, lost_news};
+use crate::member_check::{NodeSeen, Restart, Seen, check_member, crash_news, lost_news, oom_news};
 use crate::node_health::READY;
 use crate::outcomes::{Recorded, record_outcome};
 use crate::time::Timestamp;
@@ -88,6 +88,7 @@ pub(super) fn check_members(work: &mut Work<'_, '_>, app: &AppSpec) {
         let stored = work.stored[i].as_ref().map(|s| &s.state_detail);
         let crash_before = stored.and_then(|d| d.crash_loop.clone());
         let lost_before = stored.map(|d| d.lost_volumes.clone()).unwrap_or_default();
+        let oom_before = stored.and_then(|d| d.last_oom_kill.clone());
         let Some(restart) = check(work, i, app, now) else { continue };
         if let Some(restart) = restart {
             let how = match restart {
@@ -100,6 +101,10 @@ pub(super) fn check_members(work: &mut Work<'_, '_>, app: &AppSpec) {
         let detail = &work.members[i].status.state_detail;
         let crash = crash_news(crash_before.as_ref(), detail.crash_loop.as_ref(), now);
         let lost = lost_news(&lost_before, &detail.lost_volumes);
+        let oom = oom_news(oom_before.as_ref(), detail.last_oom_kill.as_ref());
+        if let Some(news) = oom {
+            work.note(i, EventType::Warning, EventReason::MemberOOMKilled, news);
+        }
         if let Some(news) = crash {
             work.note(i, EventType::Warning, EventReason::MemberCrashLooping, news);
         }

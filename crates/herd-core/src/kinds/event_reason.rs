@@ -95,6 +95,8 @@ reasons! {
     MemberRestarted,
     /// The member's process keeps exiting.
     MemberCrashLooping,
+    /// The kernel killed the member's process for want of memory.
+    MemberOOMKilled,
     /// Persistent volumes of the member were lost on its node.
     MemberVolumesLost,
     /// The member keeps data on a lost node: an operator must replace it.

@@ -162,6 +162,10 @@ pub struct StateDetail {
     /// when the agent starts it again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub crash_loop: Option<crate::api::CrashLoop>,
+    /// The last time the kernel killed its process for want of memory,
+    /// as its node reported it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_oom_kill: Option<crate::api::OomKill>,
     /// Its persistent volumes that its node had and lost (its node's
     /// word): it is not started on empty ones.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -17,9 +17,9 @@ use herd_core::kinds::{
     AppCluster, AppClusterSpec, DisruptionBudget, DisruptionBudgetSpec, Event, EventReason, EventSpec, Member,
     MemberSpec, Node, NodeSpec, Operation, OperationSpec,
 };
-use herd_core::placement;
 use herd_core::resources::Kind;
 use herd_core::{Resource, Timestamp};
+use herd_core::{placement, usage};
 
 use crate::output::short_duration;
 
@@ -156,8 +156,7 @@ pub fn node_summary(node: &Node, members: &[Member]) -> String {
         .iter()
         .map(|&kind| {
             let (requested, of) = (load.requested.get(kind), allocatable.get(kind));
-            let share = (u128::from(requested) * 100).checked_div(u128::from(of));
-            let share = share.map(|percent| format!(" ({percent}%)")).unwrap_or_default();
+            let share = usage::percent(requested, of).map(|percent| format!(" ({percent}%)")).unwrap_or_default();
             format!("{} {}{share}", kind.name(), kind.show(requested))
         })
         .collect();

@@ -13,6 +13,7 @@ pub mod modes;
 mod node;
 mod operation;
 mod token;
+mod top;
 
 use anyhow::Context;
 use clap::CommandFactory;
@@ -50,6 +51,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Describe { kind, name } => get::describe(&context::client(&conn)?, &kind, &name).await,
+        Command::Top { what } => top::top(&context::client(&conn)?, what).await,
         Command::Events { for_object, output, watch } => {
             get::events(&context::client(&conn)?, for_object.as_deref(), output, watch).await
         }

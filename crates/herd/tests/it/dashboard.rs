@@ -111,6 +111,15 @@ async fn the_dashboard_shows_the_cluster_live_and_acts_for_the_operator() {
         let css = format!(".member-state[data-member={}]", member.metadata.name);
         browser.wait_text(&css, WAIT, |t| t == "configured").await;
     }
+    // What each uses, as its cgroup counts it (where the host has cgroups).
+    let name = &members[0].metadata.name;
+    let node = admin.get::<herd_core::kinds::NodeSpec>(members[0].spec.node.as_deref().unwrap()).await.unwrap();
+    if node.status.condition(herd_core::node_health::RESOURCE_ISOLATION).is_some_and(|c| c.reason != "NoCgroups") {
+        let css = format!(".member-usage[data-member={name}]");
+        let shown =
+            |t: &str| t.split_once(" / ").is_some_and(|(cpu, memory)| cpu.ends_with('m') && memory.ends_with('i'));
+        browser.wait_text(&css, WAIT, shown).await;
+    }
     browser.screenshot("app-clusters").await;
     browser.click("a[data-page=overview]").await;
     browser.wait_text("#nodes", WAIT, |t| t.contains("Drain")).await;
@@ -118,6 +127,8 @@ async fn the_dashboard_shows_the_cluster_live_and_acts_for_the_operator() {
     for node in ["n1", "n2", "n3"] {
         let members = format!("#nodes tbody tr:nth-child({}) .node-members", &node[1..]);
         browser.wait_text(&members, WAIT, |t| t == "1").await;
+        let memory = format!("#nodes tbody tr:nth-child({}) .node-memory", &node[1..]);
+        browser.wait_text(&memory, WAIT, |t| t.contains(" of ")).await;
     }
     browser.screenshot("overview").await;
     // A member started by a Command, not by an app cluster, counts on its node too.

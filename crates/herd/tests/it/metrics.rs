@@ -65,4 +65,21 @@ async fn promtool_passes_metrics_of_a_server_that_ran_app_clusters() {
     assert!(sum > 0.0 && sum < 600.0, "{sum}");
     assert!(count("herd_store_commits_total{backend=\"sqlite\"}") >= 10.0);
     assert_eq!(count("herd_nodes{ready=\"true\"}"), 2.0);
+    assert!(count("herd_node_allocatable_memory_bytes{node=\"n1\"}") > 0.0);
+    assert!(count("herd_node_allocatable_cpu_cores{node=\"n2\"}") > 0.0);
+
+    // What members use, where the host gives the agents cgroups.
+    let n1 = server.admin().get::<herd_core::kinds::NodeSpec>("n1").await.unwrap();
+    let isolation = n1.status.condition(herd_core::node_health::RESOURCE_ISOLATION).cloned().unwrap();
+    if isolation.reason == "NoCgroups" {
+        assert!(std::env::var_os("CI").is_none(), "CI's host must give the agent cgroups: {}", isolation.message);
+        eprintln!("!!! SKIPPED: no cgroups here ({}); members' usage was not checked", isolation.message);
+        return;
+    }
+    common::eventually(Duration::from_secs(30), "members' usage in /metrics", || async {
+        let metrics = server.admin().get_text("/metrics").await.ok()?;
+        let used = |name: &str| metrics.lines().filter(|l| l.starts_with(name)).count();
+        (used("herd_member_memory_working_set_bytes{") == 3 && used("herd_member_cpu_cores{") == 3).then_some(())
+    })
+    .await;
 }

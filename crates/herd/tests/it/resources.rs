@@ -2,16 +2,20 @@
 //! `--capacity-*` and `--reserve-*` flags), placement never puts more
 //! requested than allocatable on a node and says which resource is short
 //! on which node, evictions place by the same rule, and bad requests are
-//! refused naming the field.
+//! refused naming the field. Members run in cgroups of their own (the
+//! host's real ones): a member over its memory cap is OOM-killed, told
+//! of and restarted while its neighbour runs on, CPU is shared by the
+//! requests, and a member's cgroup goes with it.
 
 use crate::common;
 
 use std::time::Duration;
 
-use common::apps::{list_members, nodes_with};
-use common::eventually;
+use common::apps::{Nodes, list_members, nodes, nodes_with};
+use common::{TestServer, event_where, eventually};
 use herd_client::ClientError;
-use herd_core::kinds::NodeSpec;
+use herd_core::kinds::{EventReason, MemberSpec, NodeSpec};
+use herd_core::node_health::RESOURCE_ISOLATION;
 use herd_core::quantity::Bytes;
 
 /// Each node has 1 CPU and 1 GiB, 256 MiB of it kept back.
@@ -90,4 +94,162 @@ async fn bad_requests_are_refused_naming_the_field_and_change_nothing() {
         assert!(status.causes[0].reason.contains(reason), "{resources}: {}", status.causes[0].reason);
     }
     assert!(admin.list_values("apps", "").await.unwrap().items.is_empty(), "nothing stored");
+}
+
+/// One node whose members run in cgroups, or None (said loudly) where
+/// the host gives this test none; CI's hosts must.
+async fn node_with_cgroups() -> Option<Nodes> {
+    let nodes = nodes(1).await;
+    let node = nodes.server.admin().get::<NodeSpec>("n1").await.unwrap();
+    let condition = node.status.condition(RESOURCE_ISOLATION).cloned().expect("the agent says how it isolates");
+    if condition.status != herd_core::kinds::ConditionStatus::True {
+        assert!(std::env::var_os("CI").is_none(), "CI's host must give the agent cgroups: {}", condition.message);
+        eprintln!("!!! SKIPPED: no cgroups for the agent here ({}); this test did not run", condition.message);
+        return None;
+    }
+    Some(nodes)
+}
+
+/// Applies App `name` with `roles` and a cluster of one member per role.
+async fn apply(server: &TestServer, name: &str, roles: serde_json::Value) {
+    let admin = server.admin();
+    let app = serde_json::json!({"metadata": {"name": name}, "spec": {"roles": roles}});
+    admin.create_value("apps", &app, Default::default()).await.unwrap();
+    let members: Vec<serde_json::Value> = app["spec"]["roles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|role| serde_json::json!({"name": role["name"], "members": 1}))
+        .collect();
+    let cluster = serde_json::json!({"metadata": {"name": name}, "spec": {"appRef": name, "roles": members}});
+    admin.create_value("appclusters", &cluster, Default::default()).await.unwrap();
+}
+
+/// The pid of `member`'s process, once its node reports it running.
+async fn running_pid(server: &TestServer, member: &str) -> u32 {
+    eventually(Duration::from_secs(30), &format!("{member} running"), || async {
+        let node = server.admin().get::<NodeSpec>("n1").await.ok()?;
+        node.status.members.iter().find(|r| r.name == member && r.running)?.pid
+    })
+    .await
+}
+
+/// The directory of `pid`'s cgroup in the v1 hierarchy of `controller`
+/// (or v2's), as /proc says it is.
+fn cgroup_dir(pid: u32, controller: &str) -> std::path::PathBuf {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next().unwrap(), parts.next().unwrap(), parts.next().unwrap());
+        if controllers.split(',').any(|c| c == controller) {
+            return std::path::Path::new("/sys/fs/cgroup").join(controller).join(path.trim_start_matches('/'));
+        }
+    }
+    let unified = text.lines().find_map(|l| l.strip_prefix("0::")).unwrap();
+    std::path::Path::new("/sys/fs/cgroup").join(unified.trim_start_matches('/'))
+}
+
+fn read_number(path: &std::path::Path) -> u64 {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())).trim().parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_member_over_its_memory_cap_is_oom_killed_told_of_and_restarted_and_its_neighbour_runs_on() {
+    let Some(nodes) = node_with_cgroups().await else { return };
+    let server = &nodes.server;
+    let hog = "x = bytearray(256 << 20)\nimport time\ntime.sleep(600)";
+    apply(
+        server,
+        "oom",
+        serde_json::json!([
+            {"name": "hog", "run": {"command": ["python3", "-c", hog], "resources": {"memory": "32Mi", "memoryMax": "64Mi"}}},
+            {"name": "calm", "run": {"command": ["sleep", "600"], "resources": {"memory": "16Mi"}}}
+        ]),
+    )
+    .await;
+    let calm_pid = running_pid(server, "oom-calm-0").await;
+    let calm_memory = cgroup_dir(calm_pid, "memory");
+    assert!(calm_memory.ends_with("oom-calm-0"), "the member is in a cgroup of its own: {}", calm_memory.display());
+    assert_eq!(read_number(&calm_memory.join("memory.soft_limit_in_bytes")), 16 << 20, "its request protected");
+
+    let event = event_where(&server.admin(), "MemberOOMKilled", |e| {
+        e.spec.reason_is(EventReason::MemberOOMKilled) && e.spec.involved_object.name == "oom-hog-0"
+    })
+    .await;
+    assert!(event.spec.message.contains("killed for want of memory (limit 64Mi, peak"), "{}", event.spec.message);
+    let hog_member = eventually(Duration::from_secs(30), "the hog's status says so", || async {
+        let member = server.admin().get::<MemberSpec>("oom-hog-0").await.ok()?;
+        member.status.state_detail.last_oom_kill.is_some().then_some(member)
+    })
+    .await;
+    let kill = hog_member.status.state_detail.last_oom_kill.clone().unwrap();
+    assert_eq!(kill.limit, Some(Bytes(64 << 20)));
+    assert!(kill.peak.is_some_and(|peak| peak.0 > 60 << 20), "{kill:?}");
+    // Its restart policy applies: the agent starts it again (and the
+    // kernel kills it again), and says how the last run ended.
+    eventually(Duration::from_secs(30), "the hog started again", || async {
+        let node = server.admin().get::<NodeSpec>("n1").await.ok()?;
+        let report = node.status.members.iter().find(|r| r.name == "oom-hog-0")?;
+        (report.restarts >= 1 && report.last_exit.as_deref().is_some_and(|e| e.starts_with("OOMKilled"))).then_some(())
+    })
+    .await;
+    assert!(std::fs::read_to_string(format!("/proc/{calm_pid}/cgroup")).is_ok(), "the neighbour runs on");
+    let node = server.admin().get::<NodeSpec>("n1").await.unwrap();
+    let calm = node.status.members.iter().find(|r| r.name == "oom-calm-0").unwrap();
+    assert_eq!((calm.restarts, calm.pid), (0, Some(calm_pid)), "{calm:?}");
+
+    // The members' cgroups go with them.
+    server.admin().delete_value("appclusters", "oom", Default::default()).await.unwrap();
+    eventually(Duration::from_secs(30), "the members' cgroups removed", || async {
+        (!calm_memory.exists()).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cpu_is_shared_in_proportion_to_the_requests() {
+    let Some(nodes) = node_with_cgroups().await else { return };
+    let server = &nodes.server;
+    let busy = |threads: u32| {
+        let loops = (0..threads).map(|_| "(while :; do :; done) &").collect::<Vec<_>>().join(" ");
+        serde_json::json!(["sh", "-c", format!("{loops} wait")])
+    };
+    apply(
+        server,
+        "cpu",
+        serde_json::json!([
+            {"name": "hog", "run": {"command": busy(4), "resources": {"cpu": "100m"}}},
+            {"name": "worker", "run": {"command": busy(2), "resources": {"cpu": "1"}}}
+        ]),
+    )
+    .await;
+    let usage = |pid: u32| cgroup_dir(pid, "cpuacct").join("cpuacct.usage");
+    let (hog, worker) =
+        (usage(running_pid(server, "cpu-hog-0").await), usage(running_pid(server, "cpu-worker-0").await));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (hog_before, worker_before) = (read_number(&hog), read_number(&worker));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (hog_used, worker_used) = (read_number(&hog) - hog_before, read_number(&worker) - worker_before);
+    let share = worker_used as f64 / (worker_used + hog_used) as f64;
+    // Its weight is 1024 of 1126: it gets at least 80% of that share.
+    let owed = 1024.0 / (1024.0 + 102.0);
+    assert!(share >= 0.8 * owed, "the worker got {share:.2} of the CPU the two used, owed {owed:.2}");
+    eprintln!("cpu share: worker {share:.2} (owed {owed:.2}); {hog_used} ns against {worker_used} ns");
+
+    // `herd top` shows what each uses and requests.
+    let row = eventually(Duration::from_secs(30), "herd top members shows the worker's use", || async {
+        let out = server.cli_blocking(&["top", "members"]).await;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let row: Vec<String> =
+            text.lines().find(|l| l.starts_with("cpu-worker-0"))?.split_whitespace().map(String::from).collect();
+        (row[2] != "-").then_some(row)
+    })
+    .await;
+    assert_eq!((row[1].as_str(), row[4].as_str(), row[5].as_str()), ("n1", "1", "0"), "{row:?}");
+    let used: herd_core::quantity::Millicores = row[2].parse().unwrap();
+    assert!(used.0 >= 300, "two busy loops use more than {used}: {row:?}");
+    let out = server.cli_blocking(&["top", "nodes"]).await;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let n1 = text.lines().find(|l| l.starts_with("n1")).unwrap_or_else(|| panic!("{text}"));
+    assert!(n1.contains("Ready") && n1.contains("1100m ("), "the requests of both, against what n1 has: {text}");
 }
