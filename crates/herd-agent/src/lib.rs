@@ -252,6 +252,7 @@ pub async fn run(config: AgentConfig, stop: CancellationToken) -> Result<(), Age
     let _ = checks.await;
     let _ = fences.await;
     executor.run_disconnect_hooks("the agent is stopping").await;
+    cgroups.remove_empty_groups();
     beating?;
     drop(lock);
     Ok(())

@@ -25,6 +25,10 @@ use serde::{Deserialize, Serialize};
 
 pub use layout::Layout;
 
+/// In the data dir: the agent's group's directories (a JSON list), for
+/// whoever cleans up after the agent.
+pub const GROUPS_FILE: &str = "cgroups.json";
+
 /// The controllers a v2 member cgroup needs enabled above it.
 const UNIFIED_CONTROLLERS: &str = "+memory +cpu +pids";
 
@@ -68,6 +72,14 @@ impl Cgroups {
             Ok(layout) => Cgroups::under(layout, &group_name(node, data_dir)),
             Err(why) => Cgroups::unavailable(why),
         };
+        if let State::Available { group, .. } = &*cgroups.0 {
+            let dirs: Vec<&Path> = group.iter().map(|(_, dir)| dir.as_path()).collect();
+            let path = data_dir.join(GROUPS_FILE);
+            let text = serde_json::to_vec_pretty(&dirs).unwrap_or_default();
+            if let Err(error) = crate::fsutil::write_atomic(&path, &text, 0o644) {
+                tracing::warn!(path = %path.display(), %error, "could not record where the agent's cgroups are");
+            }
+        }
         match &*cgroups.0 {
             State::Available { .. } => tracing::info!(cgroups = %cgroups.report().detail, "members run in cgroups"),
             State::Unavailable(why) => tracing::warn!(%why, "no cgroups: members run without limits"),
@@ -84,11 +96,14 @@ impl Cgroups {
     fn under(layout: Layout, name: &str) -> Cgroups {
         let made = match &layout {
             Layout::Unified(own) => unified_group(own, name).map(|dir| vec![("unified", dir)]),
+            // Made to see that it can be, and made again with the first
+            // member's: an agent that runs none leaves no trace.
             Layout::Legacy(hierarchies) => hierarchies
                 .iter()
                 .map(|(controller, own)| {
                     let dir = own.join(name);
                     std::fs::create_dir_all(&dir).map_err(failed(&dir, "making the agent's group"))?;
+                    let _ = std::fs::remove_dir(&dir);
                     Ok((*controller, dir))
                 })
                 .collect(),
@@ -96,6 +111,16 @@ impl Cgroups {
         match made {
             Ok(group) => Cgroups(Arc::new(State::Available { layout, group })),
             Err(error) => Cgroups::unavailable(error.to_string()),
+        }
+    }
+
+    /// Removes the agent's group where no member's cgroup is left in it
+    /// (the agent stops; its members' stay until they are forgotten).
+    pub fn remove_empty_groups(&self) {
+        if let State::Available { layout: Layout::Legacy(_), group } = &*self.0 {
+            for (_, dir) in group {
+                let _ = std::fs::remove_dir(dir);
+            }
         }
     }
 
