@@ -29,7 +29,6 @@ use herd_core::validation::{FieldPath, check_name};
 use herd_tls::listener::TlsListener;
 use serde::Deserialize;
 use serde_json::json;
-use tokio::io::AsyncSeekExt;
 use tokio_util::sync::CancellationToken;
 
 use crate::configuration::ConfigCopies;
@@ -227,7 +226,7 @@ async fn member_log(
         return match output {
             Some(text) => {
                 let text = text.into_bytes();
-                let (start, end) = log_window(text.len() as u64, query.offset, most);
+                let (start, end) = log_window(0, text.len() as u64, query.offset, most);
                 Ok(answer(start, text[start as usize..end as usize].to_vec()))
             }
             None => Err(Refusal(
@@ -240,19 +239,14 @@ async fn member_log(
         };
     }
     let path = state.members.member_dir(&member).join(format!("{stream}.log"));
-    let Ok(mut file) = tokio::fs::File::open(&path).await else {
-        return Err(Refusal(
+    let read = tokio::task::spawn_blocking(move || crate::member_logs::read_window(&path, query.offset, most));
+    match read.await.map_err(Refusal::internal)?.map_err(Refusal::internal)? {
+        Some((start, text)) => Ok(answer(start, text)),
+        None => Err(Refusal(
             StatusCode::NOT_FOUND,
             format!("member {member} has no {stream} log on {}", state.identity.node_name),
-        ));
-    };
-    let length = file.metadata().await.map(|m| m.len()).unwrap_or(0);
-    let (start, end) = log_window(length, query.offset, most);
-    file.seek(std::io::SeekFrom::Start(start)).await.map_err(Refusal::internal)?;
-    let mut text = Vec::new();
-    let mut window = tokio::io::AsyncReadExt::take(file, end - start);
-    tokio::io::AsyncReadExt::read_to_end(&mut window, &mut text).await.map_err(Refusal::internal)?;
-    Ok(answer(start, text))
+        )),
+    }
 }
 
 /// Forgets a member that moved away (a migration's last step).

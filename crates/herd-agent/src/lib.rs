@@ -26,6 +26,7 @@ pub mod fsutil;
 pub mod heartbeat;
 pub mod host_resources;
 pub mod journal;
+pub mod member_logs;
 pub mod members;
 pub mod node_cert;
 pub mod peer_access;
@@ -191,7 +192,8 @@ pub async fn run(config: AgentConfig, stop: CancellationToken) -> Result<(), Age
         host_boot_id: host_boot_id(),
     };
     let cgroups = cgroups::Cgroups::detect(&config.node_name, &data_dir);
-    let members = members::Members::open(&data_dir, cgroups.clone(), stop.clone()).await?;
+    let host = members::MemberHost { cgroups: cgroups.clone(), log_writer: Some(config.worker_program.clone()) };
+    let members = members::Members::open(&data_dir, host, stop.clone()).await?;
     // Workers killed with the host left their staging locks behind.
     let stale = worker::remove_stale_locks(&members.incoming_dir());
     if stale > 0 {

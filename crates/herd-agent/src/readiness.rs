@@ -148,7 +148,7 @@ async fn probe(members: &Members, record: &MemberRecord, check: &ReadinessCheck)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cgroups::Cgroups;
+    use crate::members::MemberHost;
     use herd_core::HumanDuration;
     use herd_core::kinds::command::MemberRun;
 
@@ -188,9 +188,8 @@ mod tests {
     #[tokio::test]
     async fn a_check_passes_or_says_why_not() {
         let dir = tempfile::tempdir().unwrap();
-        let members = Members::open(dir.path(), Cgroups::unavailable("not in this test"), CancellationToken::new())
-            .await
-            .unwrap();
+        let members =
+            Members::open(dir.path(), MemberHost::bare("not in this test"), CancellationToken::new()).await.unwrap();
         std::fs::create_dir_all(members.member_dir("m")).unwrap();
         let command = |script: &str| check(Probe::Command(vec!["sh".into(), "-c".into(), script.into()]));
         let plain = record(&[]);
@@ -217,7 +216,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let stop = CancellationToken::new();
         let _stop = stop.clone().drop_guard();
-        let members = Members::open(dir.path(), Cgroups::unavailable("not in this test"), stop.clone()).await.unwrap();
+        let members = Members::open(dir.path(), MemberHost::bare("not in this test"), stop.clone()).await.unwrap();
         let mut run = record(&[]).run;
         let said = "echo 0/2A; echo sync c-db-1 c-db-2";
         run.position = Some(DrainHook { script: said.into(), timeout: HumanDuration::from_secs(5) });

@@ -564,17 +564,18 @@ impl LogChunk {
     }
 }
 
-/// Which part of a log of `length` bytes to send: from `offset` (a log
-/// shorter than that was started again: from its start) or else the last
-/// `most` bytes; at most `most` bytes either way. Returns (start, end).
-pub fn log_window(length: u64, offset: Option<u64>, most: u64) -> (u64, u64) {
-    match offset {
-        Some(offset) => {
-            let start = if offset <= length { offset } else { 0 };
-            (start, length.min(start.saturating_add(most)))
-        }
-        None => (length.saturating_sub(most), length),
-    }
+/// Which part of a log to send, of the bytes `first..end` kept of it
+/// (rotation took those before `first`): from `offset` (from `first` when
+/// rotation took the bytes before it, or when the log is shorter than
+/// that: it was started again), or else the last `most` bytes; at most
+/// `most` bytes either way. Returns (start, end).
+pub fn log_window(first: u64, end: u64, offset: Option<u64>, most: u64) -> (u64, u64) {
+    let start = match offset {
+        Some(offset) if offset > end => first,
+        Some(offset) => offset.max(first),
+        None => end.saturating_sub(most).max(first),
+    };
+    (start, end.min(start.saturating_add(most)))
 }
 
 /// `herd cluster verify`'s findings (`herd_core::verify::Report`).
@@ -855,6 +856,16 @@ pub struct NodeRoleChanged {
 mod tests {
     use super::*;
     use crate::time::Timestamp;
+
+    #[test]
+    fn a_log_window_starts_where_asked_within_what_is_kept() {
+        assert_eq!(log_window(0, 100, None, 30), (70, 100), "the last bytes");
+        assert_eq!(log_window(80, 100, None, 30), (80, 100), "no further back than what is kept");
+        assert_eq!(log_window(0, 100, Some(40), 30), (40, 70));
+        assert_eq!(log_window(50, 100, Some(40), 30), (50, 80), "rotation took 40..50");
+        assert_eq!(log_window(0, 100, Some(100), 30), (100, 100), "nothing new");
+        assert_eq!(log_window(0, 10, Some(40), 30), (0, 10), "a log started again");
+    }
 
     #[test]
     fn a_readiness_check_that_comes_out_the_same_keeps_its_since() {

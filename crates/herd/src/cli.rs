@@ -157,6 +157,7 @@ pub enum Command {
     /// What nodes or members use now (CPU, memory), against what they
     /// request and what the nodes have.
     Top {
+        /// nodes or members.
         #[arg(value_enum)]
         what: TopWhat,
     },
@@ -240,6 +241,20 @@ pub enum Command {
     AgentWorker {
         /// The copy job file the agent wrote.
         job: PathBuf,
+    },
+    /// Internal: writes what comes on standard input to a member's log
+    /// file, rotating it by size; started by the agent with the member.
+    #[command(hide = true)]
+    LogWriter {
+        /// The log file (`<member dir>/stdout.log`).
+        #[arg(long)]
+        path: PathBuf,
+        /// The size it is rotated at.
+        #[arg(long)]
+        max_size: Bytes,
+        /// How many rotated files are kept besides it.
+        #[arg(long)]
+        keep: u32,
     },
 }
 

@@ -82,6 +82,9 @@ const SERVER_BLOCKING_THREADS: usize = 16;
 
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
+    if let cli::Command::LogWriter { path, max_size, keep } = &args.command {
+        return log_writer(path, herd_core::kinds::member_run::LogRotation { max_size: *max_size, keep: *keep });
+    }
     let long_running = matches!(
         args.command,
         cli::Command::Server(_)
@@ -118,6 +121,25 @@ fn main() -> ExitCode {
         Err(error) => {
             eprintln!("error: {error:#}");
             ExitCode::from(exit_code(&error))
+        }
+    }
+}
+
+/// `herd log-writer`: no runtime, one thread. It outlives the member's
+/// stop signals (ignored: it ends when the last writer of its pipe has,
+/// with everything said written), and a gone agent.
+fn log_writer(path: &std::path::Path, rotation: herd_core::kinds::member_run::LogRotation) -> ExitCode {
+    // SAFETY: setting signal dispositions before any thread starts.
+    unsafe {
+        for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+            libc::signal(signal, libc::SIG_IGN);
+        }
+    }
+    match herd_agent::member_logs::write_rotated(path, &rotation, std::io::stdin().lock()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: writing {}: {error}", path.display());
+            ExitCode::from(1)
         }
     }
 }

@@ -500,7 +500,7 @@ impl Executor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cgroups::Cgroups;
+    use crate::members::MemberHost;
     use herd_core::kinds::command::Issue;
     use herd_core::kinds::{CommandSpec, CommandStatus};
 
@@ -536,7 +536,7 @@ mod tests {
 
     /// An executor whose node runs member `m` (started by a command).
     async fn with_member_m(dir: &Path, stop: &CancellationToken) -> (Members, Arc<Executor>) {
-        let members = Members::open(dir, Cgroups::unavailable("not in this test"), stop.clone()).await.unwrap();
+        let members = Members::open(dir, MemberHost::bare("not in this test"), stop.clone()).await.unwrap();
         let executor = Executor::open(dir, members.clone(), no_workers(), stop.clone()).unwrap();
         let command_line = vec!["sleep".into(), "60".into()];
         let run = herd_core::kinds::command::MemberRun {
@@ -558,7 +558,7 @@ mod tests {
     async fn a_command_from_an_older_term_is_refused_and_answered() {
         let dir = tempfile::tempdir().unwrap();
         let stop = CancellationToken::new();
-        let members = Members::open(dir.path(), Cgroups::unavailable("not in this test"), stop.clone()).await.unwrap();
+        let members = Members::open(dir.path(), MemberHost::bare("not in this test"), stop.clone()).await.unwrap();
         let executor = Executor::open(dir.path(), members, no_workers(), stop.clone()).unwrap();
         executor.accept(command("new", 5, Action::StopMember { member: "m".into() }));
         executor.accept(command("old", 4, Action::StopMember { member: "m".into() }));
@@ -569,7 +569,7 @@ mod tests {
         // The newest term survives a restart of the agent.
         stop.cancel();
         let stop = CancellationToken::new();
-        let members = Members::open(dir.path(), Cgroups::unavailable("not in this test"), stop.clone()).await.unwrap();
+        let members = Members::open(dir.path(), MemberHost::bare("not in this test"), stop.clone()).await.unwrap();
         let executor = Executor::open(dir.path(), members, no_workers(), stop.clone()).unwrap();
         executor.accept(command("older", 3, Action::StopMember { member: "m".into() }));
         assert_eq!(settled(&executor, "older").await.state, AgentState::Failed);
@@ -599,7 +599,7 @@ mod tests {
         let hooks = executor.run_disconnect_hooks("shutting down").await;
         assert_eq!(hooks, 1);
         let stop = CancellationToken::new();
-        let members = Members::open(dir.path(), Cgroups::unavailable("not in this test"), stop.clone()).await.unwrap();
+        let members = Members::open(dir.path(), MemberHost::bare("not in this test"), stop.clone()).await.unwrap();
         let executor = Executor::open(dir.path(), members.clone(), no_workers(), stop.clone()).unwrap();
         let script = executor.reports().into_iter().find(|r| r.name == "script").unwrap();
         assert_eq!(script.state, AgentState::Interrupted);

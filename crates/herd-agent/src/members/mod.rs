@@ -15,12 +15,14 @@ mod volumes;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use herd_core::Timestamp;
 use herd_core::api::{MemberReport, OomKill, ReadinessReport};
 use herd_core::kinds::command::MemberRun;
+use herd_core::kinds::member_run::LogRotation;
 use herd_core::quantity::Bytes;
 use herd_core::restarts;
 use serde::{Deserialize, Serialize};
@@ -122,6 +124,23 @@ struct Slot {
     generation: u64,
 }
 
+/// What this host gives every member besides its run: cgroups, and the
+/// program its output goes through to its rotated log files.
+#[derive(Clone, Debug)]
+pub struct MemberHost {
+    pub cgroups: Cgroups,
+    /// `herd` (run as `herd log-writer`); None: output goes straight to
+    /// the log files, unrotated.
+    pub log_writer: Option<PathBuf>,
+}
+
+impl MemberHost {
+    /// Neither cgroups nor log rotation, because of `why`.
+    pub fn bare(why: &str) -> MemberHost {
+        MemberHost { cgroups: Cgroups::unavailable(why), log_writer: None }
+    }
+}
+
 /// The members of this node.
 #[derive(Clone)]
 pub struct Members {
@@ -139,7 +158,7 @@ pub struct Members {
     positions: Arc<Mutex<BTreeMap<String, herd_core::api::PositionReport>>>,
     /// The highest term each member stood down from for a handover.
     stood_down: Arc<Mutex<std::collections::HashMap<String, u64>>>,
-    cgroups: Cgroups,
+    host: MemberHost,
     usage: UsageMeter,
     stop: CancellationToken,
 }
@@ -159,9 +178,9 @@ impl Drop for SupervisedSetup {
 impl Members {
     /// Loads what this node runs: members that still run are adopted,
     /// wanted members that are gone are started again.
-    pub async fn open(data_dir: &Path, cgroups: Cgroups, stop: CancellationToken) -> Result<Members, MemberError> {
+    pub async fn open(data_dir: &Path, host: MemberHost, stop: CancellationToken) -> Result<Members, MemberError> {
         let members = Members {
-            cgroups,
+            host,
             usage: UsageMeter::default(),
             data_dir: data_dir.to_path_buf(),
             slots: Arc::default(),
@@ -227,7 +246,7 @@ impl Members {
 
     /// How members are kept to their limits here.
     pub fn isolation(&self) -> herd_core::api::IsolationReport {
-        self.cgroups.report()
+        self.host.cgroups.report()
     }
 
     /// The agent's data dir (absolute).
@@ -319,7 +338,7 @@ impl Members {
                 }
             }
         }
-        let cgroup = match self.cgroups.member(member, &run.resources) {
+        let cgroup = match self.host.cgroups.member(member, &run.resources) {
             Ok(cgroup) => cgroup,
             Err(error) => {
                 let why = error.to_string();
@@ -334,13 +353,8 @@ impl Members {
         let record = self.record(member).ok_or(MemberError::Unknown(member.into()))?;
         let mut command = self.command(&record, &run.command[0], Some(&instance_id));
         command.args(&run.command[1..]);
-        let log = |name: &str| {
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(dir.join(name))
-                .map_err(io(format!("opening {name}")))
-        };
+        let rotation = run.logs.unwrap_or_default();
+        let log = |name: &str| self.log_output(&dir.join(name), &rotation).map_err(io(format!("opening {name}")));
         command.stdout(log("stdout.log")?).stderr(log("stderr.log")?).kill_on_drop(false);
         let child = command.spawn().map_err(io(format!("starting {:?}", run.command[0])))?;
         let pid = child.id().unwrap_or_default();
@@ -377,6 +391,23 @@ impl Members {
             members.exited(&name, generation, exit).await;
         });
         Ok(instance_id)
+    }
+
+    /// Where a stream of a member (its own, its setup's) goes: a pipe to
+    /// a `herd log-writer` that keeps `path` rotated (it ends once the
+    /// last process that holds the pipe has), or the file itself.
+    pub(crate) fn log_output(&self, path: &Path, rotation: &LogRotation) -> std::io::Result<Stdio> {
+        let Some(program) = &self.host.log_writer else {
+            return Ok(std::fs::OpenOptions::new().create(true).append(true).open(path)?.into());
+        };
+        let (reader, writer) = std::io::pipe()?;
+        let mut command = tokio::process::Command::new(program);
+        command.arg("log-writer").arg("--path").arg(path);
+        command.arg("--max-size").arg(rotation.max_size.to_string()).arg("--keep").arg(rotation.keep.to_string());
+        command.env_clear().stdin(reader).stdout(Stdio::null()).stderr(Stdio::null()).process_group(0);
+        // Not waited for: tokio reaps it once it ends.
+        command.kill_on_drop(false).spawn()?;
+        Ok(writer.into())
     }
 
     /// Records a run that could not be started, and why: its last exit

@@ -30,7 +30,7 @@ async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
 async fn a_restarted_agent_adopts_running_members_and_a_reboot_starts_them_afresh() {
     let dir = tempfile::tempdir().unwrap();
     let stop = CancellationToken::new();
-    let members = Members::open(dir.path(), Cgroups::unavailable("not in this test"), stop.clone()).await.unwrap();
+    let members = Members::open(dir.path(), MemberHost::bare("not in this test"), stop.clone()).await.unwrap();
     let volumes = vec![
         VolumeSpec { name: "data".into(), persistent: true },
         VolumeSpec { name: "scratch".into(), persistent: false },
@@ -47,7 +47,7 @@ async fn a_restarted_agent_adopts_running_members_and_a_reboot_starts_them_afres
     // The agent stops (members keep running) and starts again: adopted.
     stop.cancel();
     let stop = CancellationToken::new();
-    let members = Members::open(dir.path(), Cgroups::unavailable("not in this test"), stop.clone()).await.unwrap();
+    let members = Members::open(dir.path(), MemberHost::bare("not in this test"), stop.clone()).await.unwrap();
     let report = members.report();
     assert_eq!(report[0].instance_id.as_deref(), Some(first.as_str()));
     assert!(report[0].running);
@@ -60,7 +60,7 @@ async fn a_restarted_agent_adopts_running_members_and_a_reboot_starts_them_afres
     procs::signal_group(pid, libc::SIGKILL).unwrap();
     eventually("the member died", || procs::start_ticks(pid).is_none()).await;
     let stop = CancellationToken::new();
-    let members = Members::open(dir.path(), Cgroups::unavailable("not in this test"), stop.clone()).await.unwrap();
+    let members = Members::open(dir.path(), MemberHost::bare("not in this test"), stop.clone()).await.unwrap();
     let second = members.report()[0].instance_id.clone().unwrap();
     assert_ne!(second, first);
     eventually("both runs' output in one log", || log() == "out\nout\n").await;
@@ -76,7 +76,7 @@ async fn a_member_started_just_before_the_agent_was_killed_is_found_not_started_
     use std::os::unix::process::CommandExt;
     let dir = tempfile::tempdir().unwrap();
     let stop = CancellationToken::new();
-    let members = Members::open(dir.path(), Cgroups::unavailable("not in this test"), stop.clone()).await.unwrap();
+    let members = Members::open(dir.path(), MemberHost::bare("not in this test"), stop.clone()).await.unwrap();
     let volumes = vec![VolumeSpec { name: "data".into(), persistent: true }];
     let script = "echo started >> \"$HERD_VOLUME_DATA/starts\"; exec sleep 60";
     let first = members.start("m1", run(script, volumes)).await.unwrap();
@@ -105,7 +105,7 @@ async fn a_member_started_just_before_the_agent_was_killed_is_found_not_started_
     eventually("the second run started", || count() == 2).await;
 
     let stop = CancellationToken::new();
-    let members = Members::open(dir.path(), Cgroups::unavailable("not in this test"), stop.clone()).await.unwrap();
+    let members = Members::open(dir.path(), MemberHost::bare("not in this test"), stop.clone()).await.unwrap();
     let report = members.report()[0].clone();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let runs = count();
@@ -124,7 +124,7 @@ async fn a_member_started_just_before_the_agent_was_killed_is_found_not_started_
 async fn a_member_that_exits_is_started_again_with_a_new_instance_id() {
     let dir = tempfile::tempdir().unwrap();
     let stop = CancellationToken::new();
-    let members = Members::open(dir.path(), Cgroups::unavailable("not in this test"), stop.clone()).await.unwrap();
+    let members = Members::open(dir.path(), MemberHost::bare("not in this test"), stop.clone()).await.unwrap();
     let first = members.start("m1", run("sleep 0.2", vec![])).await.unwrap();
     eventually("a restart", || members.report()[0].restarts >= 1).await;
     let report = &members.report()[0];
@@ -142,7 +142,7 @@ async fn a_leader_not_renewed_by_its_deadline_is_demoted_then_ended_and_starts_a
     let dir = tempfile::tempdir().unwrap();
     let stop = CancellationToken::new();
     let _stop = stop.clone().drop_guard();
-    let members = Members::open(dir.path(), Cgroups::unavailable("not in this test"), stop.clone()).await.unwrap();
+    let members = Members::open(dir.path(), MemberHost::bare("not in this test"), stop.clone()).await.unwrap();
     let volumes = vec![VolumeSpec { name: "herd".into(), persistent: true }];
     let mut spec = run("exec sleep 60", volumes);
     let demote = "echo \"demoted in $HERD_LEADER_TERM\" > \"$HERD_VOLUME_HERD/demoted\"";
@@ -196,7 +196,7 @@ async fn a_leaders_guard_ends_it_at_its_deadline_when_its_agent_does_not() {
     let dir = tempfile::tempdir().unwrap();
     let stop = CancellationToken::new();
     let _stop = stop.clone().drop_guard();
-    let members = Members::open(dir.path(), Cgroups::unavailable("not in this test"), stop.clone()).await.unwrap();
+    let members = Members::open(dir.path(), MemberHost::bare("not in this test"), stop.clone()).await.unwrap();
     let volumes = vec![VolumeSpec { name: "herd".into(), persistent: true }];
     let first = members.start("m1", run("exec sleep 60", volumes)).await.unwrap();
     let pid = members.record("m1").unwrap().process.unwrap().pid;

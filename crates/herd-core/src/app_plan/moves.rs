@@ -72,7 +72,7 @@ fn issue_migration(work: &mut Work<'_, '_>, i: usize, app: &AppSpec) {
     let mut there = member.clone();
     there.spec.node = Some(migration.to.clone());
     there.spec.ports = migration.ports.clone();
-    let run = member_run(cluster, app_role, cluster_role, &there);
+    let run = member_run(cluster, app_role, cluster_role, &there, work.snap.settings);
     let action = Action::MigrateMember { member: member.metadata.name.clone(), from_node: migration.from.clone(), run };
     let message = format!("moving from {} to {} with its data", migration.from, migration.to);
     let id = work.fresh_id();

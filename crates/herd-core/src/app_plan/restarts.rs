@@ -35,7 +35,7 @@ pub(super) fn restart_members(work: &mut Work<'_, '_>, app: &AppSpec) {
                 issue(work, i, Purpose::Restart, Action::StopMember { member: name });
             }
             RestartStep::Start => {
-                let run = member_run(cluster, app_role, cluster_role, member);
+                let run = member_run(cluster, app_role, cluster_role, member, work.snap.settings);
                 issue(work, i, Purpose::Start, Action::StartMember { member: name, run });
             }
             RestartStep::Finish => finish(work, i),

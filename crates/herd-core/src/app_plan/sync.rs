@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::configmeta::{configmeta, digest_of};
 use crate::kinds::app::{AppRole, HERD_VOLUME};
 use crate::kinds::app_cluster::{AppCluster, ClusterRole};
+use crate::kinds::cluster_config::AppClusterSettings;
 use crate::kinds::command::{DrainHook, MemberRun, VolumeSpec};
 use crate::kinds::{
     Action, AppSpec, Command, CommandOrigin, CommandSpec, EventReason, EventType, Member, MemberSpec, MemberState,
@@ -28,10 +29,18 @@ use super::{Refused, Work, Write, report};
 
 /// How a member of `role` runs: the App's process with the cluster's
 /// overrides, herd's variables (`HERD_CLUSTER`, `HERD_ROLE`, a
-/// `HERD_PORT_<NAME>` per named port) and herd's own volume (persistent
-/// when any of the role's volumes is).
-pub fn member_run(cluster: &AppCluster, app_role: &AppRole, cluster_role: &ClusterRole, member: &Member) -> MemberRun {
+/// `HERD_PORT_<NAME>` per named port), herd's own volume (persistent
+/// when any of the role's volumes is) and its log rotation (the role's,
+/// or the cluster-wide `settings`').
+pub fn member_run(
+    cluster: &AppCluster,
+    app_role: &AppRole,
+    cluster_role: &ClusterRole,
+    member: &Member,
+    settings: &AppClusterSettings,
+) -> MemberRun {
     let mut run = app_role.run.clone();
+    run.logs = Some(app_role.run.logs.unwrap_or(settings.member_logs));
     run.env.extend(cluster_role.env.clone());
     run.env.insert("HERD_CLUSTER".into(), cluster.metadata.name.clone());
     run.env.insert("HERD_ROLE".into(), app_role.name.clone());
@@ -312,7 +321,7 @@ fn step_command(work: &Work<'_, '_>, i: usize, app: &AppSpec, step: Step, near: 
     let name = member.metadata.name.clone();
     match step {
         Step::Start => {
-            let run = member_run(cluster, app_role, cluster_role, member);
+            let run = member_run(cluster, app_role, cluster_role, member, work.snap.settings);
             Some((Purpose::Start, Action::StartMember { member: name, run }))
         }
         Step::Configure { run_setup } => {

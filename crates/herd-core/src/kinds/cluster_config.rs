@@ -1,5 +1,6 @@
 //! `ClusterConfig`: the cluster-wide settings, a singleton named `cluster`.
 
+use super::member_run::LogRotation;
 use crate::descriptor::{Access, Cell, Column, NodeAccess};
 use std::time::Duration;
 
@@ -47,6 +48,9 @@ pub struct AppClusterSettings {
     /// elsewhere (without persistent storage) or says it waits for
     /// `herd member replace` (with it).
     pub node_loss_grace: HumanDuration,
+    /// How members' standard output and error are rotated, where their
+    /// role does not say (`run.logs`).
+    pub member_logs: LogRotation,
 }
 
 impl Default for AppClusterSettings {
@@ -55,6 +59,7 @@ impl Default for AppClusterSettings {
             first_member_port: 20000,
             last_member_port: 29999,
             node_loss_grace: HumanDuration::from_secs(300),
+            member_logs: LogRotation::default(),
         }
     }
 }
@@ -392,6 +397,7 @@ impl Resource for ClusterConfigSpec {
                 ),
             );
         }
+        ports.member_logs.validate(&path.child("appClusters").child("memberLogs"), errors);
         if self.node_grace_period <= self.heartbeat_period {
             errors.add(
                 &path.child("nodeGracePeriod"),

@@ -1,5 +1,5 @@
 //! `MemberRun`: how a member runs (its process, environment, volumes,
-//! readiness check, drain hook and resources), as a StartMember or MigrateMember
+//! readiness check, drain hook, resources and log rotation), as a StartMember or MigrateMember
 //! Command carries it and an App's role declares it.
 
 use std::collections::BTreeMap;
@@ -8,6 +8,7 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::quantity::Bytes;
 use crate::resources::Resources;
 use crate::time::HumanDuration;
 use crate::validation::{FieldPath, ValidationErrors, check_duration, check_env, check_unique_names};
@@ -48,6 +49,58 @@ pub struct MemberRun {
     /// What the member requests of its node and may use at most.
     #[serde(default, skip_serializing_if = "Resources::is_empty")]
     pub resources: Resources,
+    /// How its standard output and error are rotated [default: the
+    /// ClusterConfig's `appClusters.memberLogs`; 10Mi, 3 kept].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logs: Option<LogRotation>,
+}
+
+/// How a member's standard output and error are kept: each rotated once
+/// it reaches `maxSize`, with `keep` rotated files besides the current
+/// one, so that a stream never has more than `maxSize × (keep + 1)` on disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LogRotation {
+    #[serde(default = "default_log_size")]
+    pub max_size: Bytes,
+    #[serde(default = "default_log_keep")]
+    pub keep: u32,
+}
+
+fn default_log_size() -> Bytes {
+    Bytes(10 << 20)
+}
+
+fn default_log_keep() -> u32 {
+    3
+}
+
+impl Default for LogRotation {
+    fn default() -> Self {
+        LogRotation { max_size: default_log_size(), keep: default_log_keep() }
+    }
+}
+
+/// The smallest file size a log rotates at: under it, it would rotate
+/// more than it writes.
+pub const MIN_LOG_SIZE: Bytes = Bytes(64 << 10);
+/// The most rotated files a log keeps.
+pub const MAX_LOGS_KEPT: u32 = 100;
+
+impl LogRotation {
+    /// The most a stream keeps on disk.
+    pub fn budget(&self) -> Bytes {
+        Bytes(self.max_size.0.saturating_mul(u64::from(self.keep) + 1))
+    }
+
+    pub fn validate(&self, path: &FieldPath, errors: &mut ValidationErrors) {
+        if self.max_size < MIN_LOG_SIZE {
+            errors.add(&path.child("maxSize"), format!("must be at least {MIN_LOG_SIZE}, is {}", self.max_size));
+        }
+        if self.keep > MAX_LOGS_KEPT {
+            errors.add(&path.child("keep"), format!("must be at most {MAX_LOGS_KEPT}, is {}", self.keep));
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -95,5 +148,8 @@ impl MemberRun {
             check_duration(&path.child("drain").child("timeout"), drain.timeout, SCRIPT_TIMEOUT_RANGE, errors);
         }
         self.resources.validate(&path.child("resources"), errors);
+        if let Some(logs) = &self.logs {
+            logs.validate(&path.child("logs"), errors);
+        }
     }
 }

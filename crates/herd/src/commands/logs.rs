@@ -1,6 +1,7 @@
 //! `herd logs TARGET [-f]`: the end of a member's log, fetched through the
 //! server from its node's agent; with `-f`, then every new piece from the
-//! offset reached (`herd_core::api::LOG_OFFSET_HEADER`), until Ctrl-C.
+//! offset reached (`herd_core::api::LOG_OFFSET_HEADER`, the stream's own
+//! across its rotation), until Ctrl-C.
 
 use std::io::Write;
 use std::time::Duration;
@@ -56,6 +57,9 @@ pub async fn logs(client: &Client, target: &str, stream: LogStream, bytes: u64, 
         chunk = client.member_log(&node, member, stream, FOLLOW_CHUNK, Some(next)).await?;
         if chunk.offset < next {
             eprintln!("herd: the {stream} log of {member} started again (it is shorter than before)");
+        } else if chunk.offset > next {
+            let lost = chunk.offset - next;
+            eprintln!("herd: {lost} bytes of the {stream} log of {member} were rotated away before they were read");
         }
         write_out(&chunk.bytes)?;
     }

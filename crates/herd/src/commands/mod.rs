@@ -182,6 +182,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let code = herd_agent::worker::main(&job).await;
             std::process::exit(code)
         }
+        Command::LogWriter { .. } => unreachable!("main runs the log writer without a runtime"),
         Command::Completion { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "herd", &mut std::io::stdout());
             Ok(())

@@ -5,14 +5,15 @@
 //! refused naming the field. Members run in cgroups of their own (the
 //! host's real ones): a member over its memory cap is OOM-killed, told
 //! of and restarted while its neighbour runs on, CPU is shared by the
-//! requests, and a member's cgroup goes with it.
+//! requests, and a member's cgroup goes with it. A member that floods its
+//! output keeps to its log budget, and its node stays Ready.
 
 use crate::common;
 
 use std::time::Duration;
 
 use common::apps::{Nodes, list_members, nodes, nodes_with};
-use common::{TestServer, event_where, eventually};
+use common::{TestServer, event_where, eventually, herd};
 use herd_client::ClientError;
 use herd_core::kinds::{EventReason, MemberSpec, NodeSpec};
 use herd_core::node_health::RESOURCE_ISOLATION;
@@ -252,4 +253,66 @@ async fn cpu_is_shared_in_proportion_to_the_requests() {
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let n1 = text.lines().find(|l| l.starts_with("n1")).unwrap_or_else(|| panic!("{text}"));
     assert!(n1.contains("Ready") && n1.contains("1100m ("), "the requests of both, against what n1 has: {text}");
+}
+
+/// The bytes of `member`'s stdout files (the current one and those rotated).
+fn stdout_on_disk(dir: &std::path::Path, member: &str) -> u64 {
+    let files = std::fs::read_dir(dir.join("members").join(member)).unwrap().flatten();
+    files
+        .filter(|f| f.file_name().to_string_lossy().starts_with("stdout.log"))
+        .map(|f| f.metadata().map_or(0, |m| m.len()))
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_member_writing_100_mb_a_second_for_a_minute_keeps_to_its_log_budget_and_its_node_stays_ready() {
+    let nodes = nodes(1).await;
+    let server = &nodes.server;
+    // 10 MiB every tenth of a second, for a minute; then it says so.
+    let flood = "end=$(( $(date +%s) + 60 )); while [ $(date +%s) -lt $end ]; do head -c 10485760 /dev/zero; sleep 0.1; done; echo flood over; sleep 600";
+    apply(
+        server,
+        "flood",
+        serde_json::json!([{"name": "loud", "run": {"command": ["sh", "-c", flood], "logs": {"maxSize": "4Mi", "keep": 2}}}]),
+    )
+    .await;
+    running_pid(server, "flood-loud-0").await;
+    let budget = 3 * (4 << 20) + 64;
+    // `herd logs -f` follows through the rotations.
+    let mut follower = herd()
+        .args(["--server", &server.url, "--token", common::ADMIN_TOKEN, "logs", "member/flood-loud-0", "-f"])
+        .env("HERD_CONFIG", "/nonexistent/herd-config.yaml")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = follower.stdout.take().unwrap();
+    let followed = std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()).unwrap_or(0));
+    let started = std::time::Instant::now();
+    let mut most = 0;
+    while started.elapsed() < Duration::from_secs(62) {
+        let used = stdout_on_disk(&nodes.dirs[0], "flood-loud-0");
+        most = most.max(used);
+        assert!(used <= budget, "{used} bytes of stdout on disk, over the budget of {budget}");
+        let node = server.admin().get::<NodeSpec>("n1").await.unwrap();
+        assert!(node.status.ready, "n1 went NotReady under the flood: {:?}", node.status.conditions);
+        if started.elapsed() > Duration::from_secs(5) && followed.is_finished() {
+            panic!("herd logs -f stopped following");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let _ = follower.kill();
+    let _ = follower.wait();
+    let followed = followed.join().unwrap();
+    assert!(followed > budget, "-f brought {followed} bytes, more than the files ever held at once");
+    let out = eventually(Duration::from_secs(30), "the flood over", || async {
+        let out = server.cli_blocking(&["logs", "member/flood-loud-0", "--bytes", "64"]).await;
+        String::from_utf8_lossy(&out.stdout).contains("flood over").then_some(out)
+    })
+    .await;
+    assert!(out.status.success());
+    let start_file = nodes.dirs[0].join("members/flood-loud-0/stdout.log.start");
+    let written: u64 = std::fs::read_to_string(&start_file).unwrap().trim().parse().unwrap();
+    assert!(written > 1 << 30, "the member wrote more than a GiB ({written} bytes through rotation)");
+    eprintln!("flood: {written} bytes written, at most {most} on disk (budget {budget}), {followed} followed");
 }
