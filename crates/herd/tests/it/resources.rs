@@ -169,6 +169,7 @@ async fn a_member_over_its_memory_cap_is_oom_killed_told_of_and_restarted_and_it
     )
     .await;
     let calm_pid = running_pid(server, "oom-calm-0").await;
+    let boot_before = server.admin().get::<NodeSpec>("n1").await.unwrap().status.agent_boot_id.unwrap();
     let calm_memory = cgroup_dir(calm_pid, "memory");
     assert!(calm_memory.ends_with("oom-calm-0"), "the member is in a cgroup of its own: {}", calm_memory.display());
     assert_eq!(read_number(&calm_memory.join("memory.soft_limit_in_bytes")), 16 << 20, "its request protected");
@@ -199,6 +200,21 @@ async fn a_member_over_its_memory_cap_is_oom_killed_told_of_and_restarted_and_it
     let calm = node.status.members.iter().find(|r| r.name == "oom-calm-0").unwrap();
     assert_eq!((calm.restarts, calm.pid), (0, Some(calm_pid)), "{calm:?}");
 
+    // An agent killed and started again finds its members in their cgroups.
+    let mut nodes = nodes;
+    nodes.agents[0].kill9();
+    nodes.restart_agent(0);
+    let server = &nodes.server;
+    let usage = eventually(Duration::from_secs(30), "the calm member's use reported again", || async {
+        let node = server.admin().get::<NodeSpec>("n1").await.ok()?;
+        let agent_boot = node.status.agent_boot_id.clone()?;
+        let calm = node.status.members.iter().find(|r| r.name == "oom-calm-0")?;
+        (agent_boot != boot_before && calm.running).then_some(calm.usage)?
+    })
+    .await;
+    assert!(usage.memory.is_some(), "read from its cgroup by the new agent: {usage:?}");
+    assert_eq!(cgroup_dir(calm_pid, "memory"), calm_memory, "the same cgroup, the same process");
+
     // The members' cgroups go with them.
     server.admin().delete_value("appclusters", "oom", Default::default()).await.unwrap();
     eventually(Duration::from_secs(30), "the members' cgroups removed", || async {
@@ -220,7 +236,7 @@ async fn cpu_is_shared_in_proportion_to_the_requests() {
         "cpu",
         serde_json::json!([
             {"name": "hog", "run": {"command": busy(4), "resources": {"cpu": "100m"}}},
-            {"name": "worker", "run": {"command": busy(2), "resources": {"cpu": "1"}}}
+            {"name": "worker", "run": {"command": busy(4), "resources": {"cpu": "1"}}}
         ]),
     )
     .await;
@@ -248,7 +264,7 @@ async fn cpu_is_shared_in_proportion_to_the_requests() {
     .await;
     assert_eq!((row[1].as_str(), row[4].as_str(), row[5].as_str()), ("n1", "1", "0"), "{row:?}");
     let used: herd_core::quantity::Millicores = row[2].parse().unwrap();
-    assert!(used.0 >= 300, "two busy loops use more than {used}: {row:?}");
+    assert!(used.0 >= 300, "four busy loops use more than {used}: {row:?}");
     let out = server.cli_blocking(&["top", "nodes"]).await;
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let n1 = text.lines().find(|l| l.starts_with("n1")).unwrap_or_else(|| panic!("{text}"));
