@@ -172,6 +172,26 @@ impl Cgroups {
     }
 }
 
+/// Removes the cgroups the agent of `data_dir` made (its members', then
+/// its group, as `GROUPS_FILE` records them) once their processes are
+/// gone, waiting a moment for processes just killed: for whoever ends an
+/// agent's members for good (`herd dev` stopping, benchmarks, tests).
+pub fn remove_left(data_dir: &Path) {
+    let Ok(text) = std::fs::read(data_dir.join(GROUPS_FILE)) else { return };
+    let Ok(groups) = serde_json::from_slice::<Vec<PathBuf>>(&text) else { return };
+    for group in groups {
+        let members = std::fs::read_dir(&group).into_iter().flatten().flatten().filter(|e| e.path().is_dir());
+        for dir in members.map(|e| e.path()).chain([group.clone()]) {
+            for _ in 0..100 {
+                if std::fs::remove_dir(&dir).is_ok() || !dir.exists() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
+    }
+}
+
 /// `herd-<node>-<hash>`: one per agent data dir, so that agents side by
 /// side on one host (and one cgroup) never share one.
 fn group_name(node: &str, data_dir: &Path) -> String {

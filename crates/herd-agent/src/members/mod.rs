@@ -680,8 +680,8 @@ fn find_launched(launching: &Launching, cgroup: Option<&MemberCgroup>) -> Option
 
 /// Ends the processes of every member recorded in `data_dir` (SIGTERM to
 /// each group, SIGKILL after the grace period), as a host shutdown would,
-/// leaving the records: the next agent start brings wanted members back
-/// with new instance ids. For `herd dev`, whose Ctrl-C stops everything it
+/// leaving the records (their cgroups are removed, and made again): the
+/// next agent start brings wanted members back with new instance ids. For `herd dev`, whose Ctrl-C stops everything it
 /// started. Returns how many were running.
 pub async fn stop_processes(data_dir: &Path) -> usize {
     let Ok(dirs) = std::fs::read_dir(data_dir.join("members")) else { return 0 };
@@ -710,6 +710,9 @@ pub async fn stop_processes(data_dir: &Path) -> usize {
     for dir in std::fs::read_dir(data_dir.join("members")).into_iter().flatten().flatten() {
         crate::setup::kill_setup(&dir.path());
     }
+    // Made again with each member's next start.
+    let dir = data_dir.to_path_buf();
+    let _ = tokio::task::spawn_blocking(move || crate::cgroups::remove_left(&dir)).await;
     running.len()
 }
 

@@ -359,27 +359,7 @@ impl Drop for MemberReaper {
         for (pid, _) in member_processes(&self.0) {
             let _ = kill_group(pid);
         }
-        remove_cgroups(&self.0);
-    }
-}
-
-/// Removes the cgroups the agent of `data_dir` made (its members', then
-/// its group), once their processes are gone: the host's cgroup tree
-/// keeps no trace of a test.
-fn remove_cgroups(data_dir: &Path) {
-    let Ok(text) = std::fs::read(data_dir.join(herd_agent::cgroups::GROUPS_FILE)) else { return };
-    let Ok(groups) = serde_json::from_slice::<Vec<PathBuf>>(&text) else { return };
-    for group in groups {
-        let members = std::fs::read_dir(&group).into_iter().flatten().flatten().filter(|e| e.path().is_dir());
-        for dir in members.map(|e| e.path()).chain([group.clone()]) {
-            // The killed processes leave their cgroups a moment later.
-            for _ in 0..100 {
-                if std::fs::remove_dir(&dir).is_ok() || !dir.exists() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
+        herd_agent::cgroups::remove_left(&self.0);
     }
 }
 
