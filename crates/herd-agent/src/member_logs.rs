@@ -103,17 +103,6 @@ fn rotate(path: &Path, keep: u32, start: u64) -> std::io::Result<()> {
     std::fs::rename(&fresh, path)
 }
 
-/// Removes the rotated files of `path` and where it begins: a log begun
-/// anew (a setup's, at each run).
-pub fn remove_rotated(path: &Path) {
-    let _ = std::fs::remove_file(start_file(path));
-    for index in 1..=MOST_ROTATED {
-        if std::fs::remove_file(rotated(path, index)).is_err() {
-            break;
-        }
-    }
-}
-
 /// One of a stream's files, and where in the stream it begins.
 struct Segment {
     start: u64,

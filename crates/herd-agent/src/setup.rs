@@ -12,7 +12,7 @@
 //! there), with why when the volume was full (the agent's space reserve
 //! gives the line room); its output files get space
 //! reserved before it starts, so that what it says on a full volume
-//! lands too, and are rotated as the member's logs are (`member_logs`). The agent enforces the
+//! lands too. The agent enforces the
 //! timeout itself (`setup.run.json` in the member's directory keeps the
 //! deadline and the run's process, so a restarted agent goes on
 //! enforcing it), and answers a run that is gone without a status. Every
@@ -23,6 +23,7 @@
 //! again).
 
 use std::path::{Path, PathBuf};
+use std::process::Stdio;
 use std::time::Duration;
 
 use herd_core::Timestamp;
@@ -62,11 +63,10 @@ const LOG_RESERVE: i64 = 64 << 10;
 const RESULT: &str = "setup.result";
 
 /// The wrapper that runs the setup and records its exit code. `$1` is the
-/// herd volume. Its output goes where the wrapper's does: to the log
-/// writers of files the agent emptied and reserved space in, which keep
-/// them rotated as the member's own logs are.
+/// herd volume. Its output is appended to files the agent emptied and
+/// reserved space in (a truncating `>` would give the space back).
 const WRAPPER: &str = r#"dir="$1"
-sh "$dir/setup.sh" --configure </dev/null
+sh "$dir/setup.sh" --configure >>"$dir/setup.out" 2>>"$dir/setup.err" </dev/null
 code=$?
 printf '%s=%s\n' "$HERD_INSTANCE_ID" "$code" >"$dir/setup.result.tmp" && mv -f "$dir/setup.result.tmp" "$dir/setup.result"
 exit "$code"
@@ -180,7 +180,6 @@ pub fn configure(
     // agent that finds the one finds the other.
     write_run(&member_dir, &run)?;
     for log in [STDOUT, STDERR] {
-        crate::member_logs::remove_rotated(&dir.join(log));
         reserve_log(&dir.join(log)).map_err(|e| written(members, log, &e))?;
     }
     let reserve = SpaceReserve::of(members.data_dir());
@@ -189,9 +188,7 @@ pub fn configure(
         .map_err(|e| written(members, STATUS, &e))?;
     let mut command = members.command(record, "sh", Some(instance));
     command.arg("-c").arg(WRAPPER).arg("herd-setup").arg(&dir).env(procs::RUN_VAR, run.mark().as_str());
-    let rotation = record.run.logs.unwrap_or_default();
-    let log = |name: &str| members.log_output(&dir.join(name), &rotation).map_err(|e| written(members, name, &e));
-    command.stdout(log(STDOUT)?).stderr(log(STDERR)?).kill_on_drop(false);
+    command.stdout(Stdio::null()).stderr(Stdio::null()).kill_on_drop(false);
     let child = command.spawn().map_err(|e| format!("launching the setup: {e}"))?;
     let pid = child.id().unwrap_or_default();
     run.pid = Some(pid);

@@ -393,10 +393,11 @@ impl Members {
         Ok(instance_id)
     }
 
-    /// Where a stream of a member (its own, its setup's) goes: a pipe to
-    /// a `herd log-writer` that keeps `path` rotated (it ends once the
-    /// last process that holds the pipe has), or the file itself.
-    pub(crate) fn log_output(&self, path: &Path, rotation: &LogRotation) -> std::io::Result<Stdio> {
+    /// Where a stream of a member goes: a pipe to a `herd log-writer`
+    /// that keeps `path` rotated (it ends once the last process that
+    /// holds the pipe has, with all it was given written), or the file
+    /// itself.
+    fn log_output(&self, path: &Path, rotation: &LogRotation) -> std::io::Result<Stdio> {
         let Some(program) = &self.host.log_writer else {
             return Ok(std::fs::OpenOptions::new().create(true).append(true).open(path)?.into());
         };
