@@ -398,9 +398,10 @@ impl Members {
     /// holds the pipe has, with all it was given written), or the file
     /// itself.
     fn log_output(&self, path: &Path, rotation: &LogRotation) -> std::io::Result<Stdio> {
-        let Some(program) = &self.host.log_writer else {
-            return Ok(std::fs::OpenOptions::new().create(true).append(true).open(path)?.into());
-        };
+        // Made here first: a disk too full to hold the file fails the
+        // start, as it does without a writer.
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+        let Some(program) = &self.host.log_writer else { return Ok(file.into()) };
         let (reader, writer) = std::io::pipe()?;
         let mut command = tokio::process::Command::new(program);
         command.arg("log-writer").arg("--path").arg(path);

@@ -58,6 +58,12 @@ impl NetNs {
             .expect("a free 10.213.N.0/30 for a test's namespace");
         let tag = format!("{}-{index}", std::process::id());
         let (name, host_link, inner_link) = (format!("herd-{tag}"), format!("vh{tag}"), format!("vn{tag}"));
+        // One of this name is stale: a process gone whose pid this one has
+        // now (this one's own hold their addresses, and this index's is free).
+        if ip_output(&["netns", "list"]).lines().any(|l| l.split_whitespace().next() == Some(name.as_str())) {
+            let _ = Command::new("ip").args(["link", "del", &host_link]).status();
+            let _ = Command::new("ip").args(["netns", "del", &name]).status();
+        }
         let (outside, inside) = (format!("10.213.{index}.1"), format!("10.213.{index}.2"));
         ip(&["netns", "add", &name]);
         let ns = NetNs {
