@@ -180,6 +180,23 @@ pub fn check_unique_names<'a>(
     }
 }
 
+/// Reads `T` from a map only. A derived struct also reads from a sequence
+/// of its fields (`[null, null]`), which the API's schema (an object) does
+/// not allow: a struct every field of which may be left out would take it.
+pub fn from_map<'de, D: serde::Deserializer<'de>, T: serde::Deserialize<'de>>(deserializer: D) -> Result<T, D::Error> {
+    struct MapOnly<T>(std::marker::PhantomData<T>);
+    impl<'de, T: serde::Deserialize<'de>> serde::de::Visitor<'de> for MapOnly<T> {
+        type Value = T;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("an object")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+            T::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+        }
+    }
+    deserializer.deserialize_map(MapOnly(std::marker::PhantomData))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
