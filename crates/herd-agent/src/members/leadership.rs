@@ -3,7 +3,8 @@
 //! agent's monotonic clock, until its renew deadline after the heartbeat
 //! that renewed it was sent; one not renewed by then is fenced: its
 //! demote hook runs, then its processes end (the agent starts it again,
-//! a follower). The herd leader grants the next term only once the lease
+//! a follower; a hook that could not finish within the lease runs again
+//! once they have, so that it does not start again leading). The herd leader grants the next term only once the lease
 //! has gone unrenewed for its whole duration, on its own clock, so the
 //! fence comes first (`herd_core::role_leader`).
 //!
@@ -18,7 +19,10 @@
 //!
 //! The demote hook of a fence or a handover runs while the guard is still
 //! on watch, and is given no longer than the lease: a hook that hangs
-//! never lets a leader go on past its lease.
+//! never lets a leader go on past its lease. Standing down is whole
+//! before anything else happens to the member: a run that ends meanwhile
+//! (its guard ended it while the agent was stopped) is cleared away, and
+//! the member started again, only once its demote hook has run.
 //!
 //! The term file, `leader.json` in the member's herd volume, says the
 //! term the member last led in and whether it leads now; it is written
@@ -48,6 +52,10 @@ const DEADLINE_FILE: &str = "leader.deadline";
 
 /// How often leases are looked at for their deadline.
 pub const FENCE_LOOK: Duration = Duration::from_millis(100);
+
+/// The bound on a demote hook that races no running leader: none but
+/// its own timeout.
+const NOT_RACING: Duration = Duration::from_secs(24 * 3600);
 
 /// How often a member being promoted is asked how far it has come.
 const CATCH_UP_LOOK: Duration = Duration::from_millis(20);
@@ -148,8 +156,11 @@ impl Members {
     }
 
     /// Fences every leader whose lease was not renewed in time: demote
-    /// hook, then its processes end.
+    /// hook, then its processes end. One fence at a time: one that finds
+    /// nothing due returns only once a fence under way has ended, so a
+    /// member it fences is not started again before it was demoted.
     pub async fn fence_due(&self) {
+        let _fencing = self.fencing.lock().await;
         let now = Instant::now();
         let due: Vec<(String, Lead)> = {
             let mut leads = self.leads();
@@ -163,13 +174,30 @@ impl Members {
         for (member, lead) in due {
             tracing::warn!(member, term = lead.term, "its leader lease was not renewed in time: fencing it");
             let Some(record) = self.record(&member) else { continue };
-            let _ = self.demote_within(&record, lead.term, lead.guard_deadline).await;
-            self.end_leader(&record);
+            if self.demote_or_end(&record, lead.term, lead.guard_deadline).await.is_ok() {
+                self.end_leader(&record);
+            }
             self.stand_guard_down(&member);
             // Said only now: the server takes a demoted leader's lease as
             // ended, and grants the next term at once.
             self.write_term(&member, lead.term, false, &[]);
         }
+    }
+
+    /// Demotes the member from `term` while it runs, until `deadline`;
+    /// when its hook has not done so by then (it hangs, or the lease had
+    /// already run out: the agent was stopped), its processes end and
+    /// the hook runs again, given its own timeout now that nothing races
+    /// it, so that the member does not start again leading. Why the hook
+    /// did not finish in time, if it did not.
+    async fn demote_or_end(&self, record: &MemberRecord, term: u64, deadline: Instant) -> Result<(), String> {
+        let demoted = self.demote_within(record, term, deadline).await;
+        if let Err(why) = &demoted {
+            self.end_leader(record);
+            tracing::warn!(member = %record.name, term, %why, "its processes ended: demoting it again, in its own time");
+            let _ = self.demote_within(record, term, Instant::now() + NOT_RACING).await;
+        }
+        demoted
     }
 
     /// Runs the member's demote hook (for `term`), given no longer than
@@ -179,6 +207,9 @@ impl Members {
     async fn demote_within(&self, record: &MemberRecord, term: u64, deadline: Instant) -> Result<(), String> {
         let Some(demote) = &record.run.demote else { return Ok(()) };
         let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err("its lease ran out before its demote hook could run".into());
+        }
         let bounded = herd_core::kinds::command::DrainHook {
             script: demote.script.clone(),
             timeout: herd_core::time::HumanDuration(demote.timeout.get().min(left)),
@@ -205,11 +236,13 @@ impl Members {
     /// handover: its lease is given up here (no renewal of that term or
     /// an older one is taken up again) and its demote hook runs, given no
     /// longer than the lease's renew deadline (its guard stays on watch
-    /// meanwhile); when that fails, its processes end as at a fence. Only
+    /// meanwhile); when that fails, its processes end and the hook runs
+    /// again, as at a fence. Only
     /// then does its term file say it leads no more. What its position
     /// command prints afterwards is where it stood down.
     pub async fn stand_down(&self, member: &str, term: u64) -> Result<StoodDown, String> {
         let record = self.record(member).ok_or_else(|| format!("member {member} is not known on this node"))?;
+        let _standing_down = self.fencing.lock().await;
         let lead = {
             let mut stood_down = self.stood_down.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             let highest = stood_down.entry(member.to_string()).or_insert(term);
@@ -223,10 +256,7 @@ impl Members {
         tracing::info!(member, term, "standing down as its role's leader for a handover");
         // Not renewed any more: the hook has until the lease's own end here.
         let deadline = lead.map_or_else(|| Instant::now() + Duration::from_secs(3600), |l| l.deadline);
-        let fenced = self.demote_within(&record, term, deadline).await.err();
-        if fenced.is_some() {
-            self.end_leader(&record);
-        }
+        let fenced = self.demote_or_end(&record, term, deadline).await.err();
         self.stand_guard_down(member);
         self.write_term(member, term, false, &[]);
         let position = self.position_now(&record).await.map(|p| p.position).filter(|p| !p.is_empty());
@@ -356,9 +386,9 @@ impl Members {
     /// hook runs first, and it is reported demoted in that term.
     pub async fn demote_if_leading(&self, record: &MemberRecord) {
         let Some(TermFile { term, leading: true, .. }) = self.term_file(record) else { return };
+        let _standing_down = self.fencing.lock().await;
         tracing::warn!(member = %record.name, term, "it led when it went down: demoting it before it starts again");
-        // It does not run: nothing to race, the hook gets its own timeout.
-        let _ = self.demote_within(record, term, Instant::now() + Duration::from_secs(24 * 3600)).await;
+        let _ = self.demote_within(record, term, Instant::now() + NOT_RACING).await;
         self.write_term(&record.name, term, false, &[]);
     }
 

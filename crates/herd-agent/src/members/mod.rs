@@ -158,6 +158,11 @@ pub struct Members {
     positions: Arc<Mutex<BTreeMap<String, herd_core::api::PositionReport>>>,
     /// The highest term each member stood down from for a handover.
     stood_down: Arc<Mutex<std::collections::HashMap<String, u64>>>,
+    /// Held while a leader stands down (fenced, handed over, or demoted
+    /// before it starts again): the demote hook, the end of its processes
+    /// and its term file are whole before the run that ended is cleared
+    /// away or the member started again.
+    fencing: Arc<tokio::sync::Mutex<()>>,
     host: MemberHost,
     usage: UsageMeter,
     stop: CancellationToken,
@@ -190,6 +195,7 @@ impl Members {
             leads: Arc::default(),
             positions: Arc::default(),
             stood_down: Arc::default(),
+            fencing: Arc::default(),
             stop,
         };
         let root = data_dir.join("members");
@@ -466,6 +472,10 @@ impl Members {
             });
             (ended, delay)
         };
+        // A fence under way (its demote hook is the instance's too) runs
+        // to its end first; a lease that lapsed while the agent was
+        // stopped is fenced now.
+        self.fence_due().await;
         // Everything that belonged to the instance that ended ends with it:
         // its setup, scripts and checks, and what it left running.
         crate::setup::kill_setup(&self.member_dir(member));
@@ -480,8 +490,8 @@ impl Members {
             _ = self.stop.cancelled() => return,
             _ = tokio::time::sleep(delay) => {}
         }
-        // A leader whose lease ran out while it was down (its agent
-        // stopped, say) is demoted before it runs again.
+        // A leader whose lease ran out while it was down is demoted
+        // before it runs again.
         self.fence_due().await;
         let still_wanted = self.lock().get(member).is_some_and(|s| s.generation == generation && s.record.wanted);
         if still_wanted && let Err(error) = self.launch(member) {

@@ -231,3 +231,85 @@ async fn a_leaders_guard_ends_it_at_its_deadline_when_its_agent_does_not() {
         .count();
     assert_eq!(guards, 0, "the guard went with its group");
 }
+
+/// Member m1, started leading in term 2 with `demote` as its demote hook
+/// and a lease renewed now (`renew` and `lease` long); each run appends
+/// to the lines [`LeaderRuns::starts`] reads whether its demote hook had
+/// finished (`demoted`) when it started, or not (`leading`).
+struct LeaderRuns {
+    members: Members,
+    starts: PathBuf,
+    _stop: tokio_util::sync::DropGuard,
+    _dir: tempfile::TempDir,
+}
+
+impl LeaderRuns {
+    async fn start(demote: &str, renew: Duration, lease: Duration) -> LeaderRuns {
+        use herd_core::api::LeaseRenewal;
+        use herd_core::kinds::command::DrainHook;
+        use herd_core::time::HumanDuration;
+        let dir = tempfile::tempdir().unwrap();
+        let stop = CancellationToken::new();
+        let members = Members::open(dir.path(), MemberHost::bare("not in this test"), stop.clone()).await.unwrap();
+        let volumes = vec![VolumeSpec { name: "herd".into(), persistent: true }];
+        let script = "if [ -e \"$HERD_VOLUME_HERD/demoted\" ]; then echo demoted; else echo leading; fi \
+            >> \"$HERD_VOLUME_HERD/starts\"; exec sleep 60";
+        let mut spec = run(script, volumes);
+        spec.demote = Some(DrainHook { script: demote.into(), timeout: HumanDuration::from_secs(5) });
+        let instance = members.start("m1", spec).await.unwrap();
+        let runs = LeaderRuns {
+            starts: members.volume_dir("m1", "herd").join("starts"),
+            members,
+            _stop: stop.drop_guard(),
+            _dir: dir,
+        };
+        eventually("the first run started", || runs.starts() == "leading\n").await;
+        let renewal = LeaseRenewal {
+            member: "m1".into(),
+            instance,
+            term: 2,
+            renew_deadline: HumanDuration(renew),
+            lease_duration: HumanDuration(lease),
+            in_sync: Vec::new(),
+        };
+        runs.members.leases_renewed(tokio::time::Instant::now(), &[renewal]);
+        runs
+    }
+
+    fn starts(&self) -> String {
+        std::fs::read_to_string(&self.starts).unwrap_or_default()
+    }
+
+    async fn started_again(&self) -> String {
+        eventually("the member started again", || self.starts().lines().count() == 2).await;
+        self.starts()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_leader_ended_while_its_fence_is_under_way_starts_again_only_once_demoted() {
+    // Its guard's deadline (halfway to the lease's end) leaves the hook,
+    // slower than the pause before a restart, its time.
+    let demote = "sleep 1.2; touch \"$HERD_VOLUME_HERD/demoted\"";
+    let runs = LeaderRuns::start(demote, Duration::from_millis(100), Duration::from_secs(4)).await;
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    // The agent's fence loop takes the lapsed lease and runs the hook;
+    // meanwhile the run ends (its guard, say) and waits to start again.
+    let members = runs.members.clone();
+    let fencing = tokio::spawn(async move { members.fence_due().await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    procs::signal_group(runs.members.report()[0].pid.unwrap(), libc::SIGKILL).unwrap();
+    fencing.await.unwrap();
+    assert_eq!(runs.started_again().await, "leading\ndemoted\n", "started again only once its demote hook had run");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_leader_whose_lease_ran_out_while_its_agent_was_stopped_is_demoted_before_it_starts_again() {
+    let demote = "touch \"$HERD_VOLUME_HERD/demoted\"";
+    let runs = LeaderRuns::start(demote, Duration::from_millis(100), Duration::from_millis(200)).await;
+    // Past the lease's end before the agent fences: no time is left to
+    // demote it running, so it ends first, and is demoted then.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    runs.members.fence_due().await;
+    assert_eq!(runs.started_again().await, "leading\ndemoted\n");
+}
