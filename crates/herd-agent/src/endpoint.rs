@@ -222,7 +222,8 @@ async fn member_log(
         (headers, bytes).into_response()
     };
     if stream == LogStream::Setup {
-        let output = state.members.record(&member).and_then(|record| crate::setup::output(&state.members, &record));
+        let output =
+            state.members.record(&member).and_then(|record| crate::setup::output(&state.members, &record, most));
         return match output {
             Some(text) => {
                 let text = text.into_bytes();

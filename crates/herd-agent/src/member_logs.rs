@@ -103,6 +103,23 @@ fn rotate(path: &Path, keep: u32, start: u64) -> std::io::Result<()> {
     std::fs::rename(&fresh, path)
 }
 
+/// Removes what rotation kept of the stream at `path` and where it
+/// stood, for a stream that starts over (a setup run's output); the
+/// current file is the caller's to empty.
+pub fn forget_rotated(path: &Path) -> std::io::Result<()> {
+    // Rotated files are numbered from 1 without a gap.
+    for index in 1..=MOST_ROTATED {
+        match std::fs::remove_file(rotated(path, index)) {
+            Err(error) if error.kind() == ErrorKind::NotFound => break,
+            result => result?,
+        }
+    }
+    match std::fs::remove_file(start_file(path)) {
+        Err(error) if error.kind() != ErrorKind::NotFound => Err(error),
+        _ => Ok(()),
+    }
+}
+
 /// One of a stream's files, and where in the stream it begins.
 struct Segment {
     start: u64,
@@ -204,6 +221,12 @@ mod tests {
         let (from, more) = read_window(&path, Some(end), u64::MAX).unwrap().unwrap();
         assert_eq!((from, more), (end, b"more and more\n".repeat(1000)));
         assert_eq!(read_window(&dir.path().join("none.log"), None, 10).unwrap(), None);
+
+        // Started over: no rotated file is left, and the stream begins at 0.
+        forget_rotated(&path).unwrap();
+        std::fs::write(&path, b"afresh\n").unwrap();
+        assert_eq!(read_window(&path, Some(0), u64::MAX).unwrap().unwrap(), (0, b"afresh\n".to_vec()));
+        assert_eq!(on_disk(dir.path()), 7);
     }
 
     #[test]

@@ -12,7 +12,9 @@
 //! there), with why when the volume was full (the agent's space reserve
 //! gives the line room); its output files get space
 //! reserved before it starts, so that what it says on a full volume
-//! lands too. The agent enforces the
+//! lands too, and are kept rotated as the member's own logs are (by
+//! writers the wrapper runs, which end before it records the exit, so
+//! a failure's detail quotes all it said). The agent enforces the
 //! timeout itself (`setup.run.json` in the member's directory keeps the
 //! deadline and the run's process, so a restarted agent goes on
 //! enforcing it), and answers a run that is gone without a status. Every
@@ -63,11 +65,31 @@ const LOG_RESERVE: i64 = 64 << 10;
 const RESULT: &str = "setup.result";
 
 /// The wrapper that runs the setup and records its exit code. `$1` is the
-/// herd volume. Its output is appended to files the agent emptied and
-/// reserved space in (a truncating `>` would give the space back).
-const WRAPPER: &str = r#"dir="$1"
-sh "$dir/setup.sh" --configure >>"$dir/setup.out" 2>>"$dir/setup.err" </dev/null
-code=$?
+/// herd volume, `$2` the member's directory, `$3` the program whose
+/// `log-writer` keeps each output file rotated (empty: none), the rest
+/// the rotation's options. The writers are the wrapper's own children,
+/// fed through named pipes in the member's directory: they belong to the
+/// run (its mark, group and cgroup) and outlive the agent with it, and
+/// the wrapper ends only once they have written everything (given 2 s: a
+/// process the setup left holding its output is ended with the run).
+/// Without them (or without a pipe) the output is appended to the files
+/// straight. Either way it lands in files the agent emptied and reserved
+/// space in (a truncating `>` would give the space back).
+const WRAPPER: &str = r#"dir="$1"; pipes="$2"; writer="$3"; shift 3
+out="$pipes/setup.out.pipe"; err="$pipes/setup.err.pipe"
+if [ -n "$writer" ] && rm -f "$out" "$err" && mkfifo -m 600 "$out" "$err"; then
+  "$writer" log-writer --path "$dir/setup.out" "$@" <"$out" & o=$!
+  "$writer" log-writer --path "$dir/setup.err" "$@" <"$err" & e=$!
+  sh "$dir/setup.sh" --configure >"$out" 2>"$err" </dev/null
+  code=$?
+  (sleep 2; kill -9 "$o" "$e") 2>/dev/null & late=$!
+  wait "$o" "$e"
+  kill "$late" 2>/dev/null
+  rm -f "$out" "$err"
+else
+  sh "$dir/setup.sh" --configure >>"$dir/setup.out" 2>>"$dir/setup.err" </dev/null
+  code=$?
+fi
 printf '%s=%s\n' "$HERD_INSTANCE_ID" "$code" >"$dir/setup.result.tmp" && mv -f "$dir/setup.result.tmp" "$dir/setup.result"
 exit "$code"
 "#;
@@ -180,14 +202,20 @@ pub fn configure(
     // agent that finds the one finds the other.
     write_run(&member_dir, &run)?;
     for log in [STDOUT, STDERR] {
-        reserve_log(&dir.join(log)).map_err(|e| written(members, log, &e))?;
+        let path = dir.join(log);
+        crate::member_logs::forget_rotated(&path).map_err(|e| written(members, log, &e))?;
+        reserve_log(&path).map_err(|e| written(members, log, &e))?;
     }
     let reserve = SpaceReserve::of(members.data_dir());
     reserve
         .write_atomic(&dir.join(STATUS), launched(instance).as_bytes(), 0o644)
         .map_err(|e| written(members, STATUS, &e))?;
     let mut command = members.command(record, "sh", Some(instance));
-    command.arg("-c").arg(WRAPPER).arg("herd-setup").arg(&dir).env(procs::RUN_VAR, run.mark().as_str());
+    let rotation = record.run.logs.unwrap_or_default();
+    command.arg("-c").arg(WRAPPER).arg("herd-setup").arg(&dir).arg(&member_dir);
+    command.arg(members.log_writer().map(Path::as_os_str).unwrap_or_default());
+    command.arg("--max-size").arg(rotation.max_size.to_string()).arg("--keep").arg(rotation.keep.to_string());
+    command.env(procs::RUN_VAR, run.mark().as_str());
     command.stdout(Stdio::null()).stderr(Stdio::null()).kill_on_drop(false);
     let child = command.spawn().map_err(|e| format!("launching the setup: {e}"))?;
     let pid = child.id().unwrap_or_default();
@@ -236,9 +264,14 @@ pub fn look(members: &Members, record: &MemberRecord) {
 fn finish(members: &Members, member: &str, run: &SetupRun, end: End) {
     procs::end_run(run.pid, &run.mark());
     // A run the agent ended itself (its member's instance ended) has no
-    // run file any more: its status stays `<instance>=`, interrupted.
+    // run file any more: its status stays `<instance>=`, interrupted. One
+    // recorded without its pid (the agent that launched it stopped first)
+    // is this run when it is of this instance: `run` has the pid its mark
+    // found.
     let member_dir = members.member_dir(member);
-    if read_run(&member_dir).is_none_or(|current| (current.instance, current.pid) != (run.instance.clone(), run.pid)) {
+    let this_run =
+        |current: SetupRun| current.instance == run.instance && current.pid.is_none_or(|pid| run.pid == Some(pid));
+    if !read_run(&member_dir).is_some_and(this_run) {
         return;
     }
     let Some(record) = members.record(member) else { return };
@@ -364,24 +397,83 @@ pub fn report(members: &Members, record: &MemberRecord) -> (Option<String>, Opti
     let instance = status_instance(status.as_deref()).unwrap_or_default();
     let failed = ended(status.as_deref(), instance)
         && !matches!(setup_outcome(status.as_deref(), instance), SetupOutcome::Succeeded);
-    let stderr = failed.then(|| tail(&dir.join(STDERR), STDERR_TAIL)).flatten();
+    let stderr = failed.then(|| last_of(&dir.join(STDERR), STDERR_TAIL)).flatten().map(|(_, text)| text);
     (status, stderr)
 }
 
-fn tail(path: &Path, bytes: u64) -> Option<String> {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut file = std::fs::File::open(path).ok()?;
-    let length = file.metadata().ok()?.len();
-    file.seek(SeekFrom::Start(length.saturating_sub(bytes))).ok()?;
-    let mut text = Vec::new();
-    file.read_to_end(&mut text).ok()?;
-    Some(String::from_utf8_lossy(&text).into_owned())
+/// The last `most` bytes of a setup's output stream, across its rotated
+/// files, and where in the stream they begin.
+fn last_of(path: &Path, most: u64) -> Option<(u64, String)> {
+    let (start, bytes) = crate::member_logs::read_window(path, None, most).ok()??;
+    Some((start, String::from_utf8_lossy(&bytes).into_owned()))
 }
 
-/// The setup's output, for `herd logs member/NAME --setup`.
-pub fn output(members: &Members, record: &MemberRecord) -> Option<String> {
+/// The setup's output, for `herd logs member/NAME --setup`: its status
+/// and the last bytes of each stream, in about `most` bytes in all.
+pub fn output(members: &Members, record: &MemberRecord, most: u64) -> Option<String> {
     let dir = herd_volume(members, record)?;
-    let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+    // The status line is at most 512 bytes; the headers are short.
+    let each = most.saturating_sub(1024) / 2;
+    let read = |name: &str| {
+        let (start, mut text) = last_of(&dir.join(name), each).unwrap_or_default();
+        // The next header on a line of its own.
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        match start {
+            0 => format!("\n{text}"),
+            start => format!(" (from byte {start}: what came before is not shown)\n{text}"),
+        }
+    };
     let status = read_status(&dir).unwrap_or_else(|| "(no setup run)".into());
-    Some(format!("# status: {status}\n# stdout\n{}# stderr\n{}", read(STDOUT), read(STDERR)))
+    Some(format!("# status: {status}\n# stdout{}# stderr{}", read(STDOUT), read(STDERR)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::members::MemberHost;
+    use herd_core::kinds::command::VolumeSpec;
+    use herd_core::kinds::member_run::MemberRun;
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+
+    #[tokio::test]
+    async fn a_run_whose_launcher_stopped_before_recording_its_pid_is_timed_out_by_the_next_agent() {
+        let dir = tempfile::tempdir().unwrap();
+        let stop = tokio_util::sync::CancellationToken::new();
+        let _stop = stop.clone().drop_guard();
+        let members = Members::open(dir.path(), MemberHost::bare("not in this test"), stop).await.unwrap();
+        let run = MemberRun {
+            command: vec!["sleep".into(), "60".into()],
+            volumes: vec![VolumeSpec { name: HERD_VOLUME.into(), persistent: true }],
+            ..Default::default()
+        };
+        let instance = members.start("m1", run).await.unwrap();
+        let record = members.record("m1").unwrap();
+        let volume = herd_volume(&members, &record).unwrap();
+        std::fs::create_dir_all(&volume).unwrap();
+        std::fs::write(volume.join(STATUS), launched(&instance)).unwrap();
+        // The agent stopped between the launch and recording its pid; the
+        // run's deadline has passed since.
+        let past = SetupRun {
+            instance: instance.clone(),
+            timeout_secs: 1,
+            deadline: crate::now(),
+            pid: None,
+            start_ticks: None,
+        };
+        write_run(&members.member_dir("m1"), &past).unwrap();
+        let mut wrapper = std::process::Command::new("sleep");
+        wrapper.arg("60").env(procs::RUN_VAR, past.mark().as_str()).process_group(0);
+        let mut wrapper = wrapper.spawn().unwrap();
+
+        look(&members, &record);
+        let status = read_status(&volume).unwrap();
+        assert_eq!(
+            status,
+            ended_without_code(&instance, "timed out after 1 s; killed with everything it started").trim()
+        );
+        assert!(wrapper.wait().unwrap().signal().is_some(), "ended");
+        members.stop("m1").await.unwrap();
+    }
 }

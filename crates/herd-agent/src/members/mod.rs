@@ -255,6 +255,12 @@ impl Members {
         self.host.cgroups.report()
     }
 
+    /// The program whose `log-writer` keeps members' output rotated, if
+    /// any.
+    pub fn log_writer(&self) -> Option<&Path> {
+        self.host.log_writer.as_deref()
+    }
+
     /// The agent's data dir (absolute).
     pub fn data_dir(&self) -> &Path {
         &self.data_dir
@@ -407,7 +413,7 @@ impl Members {
         // Made here first: a disk too full to hold the file fails the
         // start, as it does without a writer.
         let file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
-        let Some(program) = &self.host.log_writer else { return Ok(file.into()) };
+        let Some(program) = self.log_writer() else { return Ok(file.into()) };
         let (reader, writer) = std::io::pipe()?;
         let mut command = tokio::process::Command::new(program);
         command.arg("log-writer").arg("--path").arg(path);

@@ -55,7 +55,7 @@ pub struct MemberRun {
     pub logs: Option<LogRotation>,
 }
 
-/// How a member's standard output and error are kept: each rotated once
+/// How a member's standard output and error (and its setup's) are kept: each rotated once
 /// it reaches `maxSize`, with `keep` rotated files besides the current
 /// one, so that a stream never has more than `maxSize × (keep + 1)` on disk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -240,7 +240,6 @@ async fn the_agent_times_out_a_setup_and_answers_one_that_is_gone_without_a_stat
     node.apply("slow", 1, sleeper("2s")).await;
     let detail = node.config_error("slow-db-0").await;
     assert!(detail.contains("timed out after 2 s"), "{detail}");
-    assert!(host_processes_with("HERD_RUN", "setup/").is_empty());
     let setups_of =
         |cluster: &str| of_cluster(cluster).into_iter().filter(|p| run_kind(p) == "setup").collect::<Vec<_>>();
     assert!(setups_of("slow").is_empty(), "{:?}", setups_of("slow"));
@@ -349,6 +348,46 @@ fi
         list_members(&server, "full").await.is_empty().then_some(())
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_setup_that_floods_its_output_keeps_to_the_log_budget_and_its_failure_quotes_its_last_words() {
+    let node = OneNode::start().await;
+    // 40 MiB on each stream, then its last words, and it fails.
+    let script = r#"if [ "$1" = --configure ]; then
+  head -c 41943040 /dev/zero | tr '\0' o
+  head -c 41943040 /dev/zero | tr '\0' e >&2
+  echo "the last words" >&2
+  exit 3
+fi
+"#;
+    let role = serde_json::json!({
+        "run": {"command": ["sleep", "600"], "volumes": [{"name": "data", "persistent": true}],
+                "logs": {"maxSize": "1Mi", "keep": 2}},
+        "setup": {"script": script, "timeout": "60s"}
+    });
+    node.apply("loud", 1, role).await;
+    let detail = node.config_error("loud-db-0").await;
+    assert!(detail.contains("exit status 3"), "{detail}");
+    assert!(detail.contains("the last words"), "its stderr's tail, across the rotation: {detail}");
+    let volume = node.agent_dir.join("volumes/loud-db-0/herd");
+    let on_disk = |prefix: &str| -> u64 {
+        let files = std::fs::read_dir(&volume).unwrap().flatten();
+        files.filter(|f| f.file_name().to_string_lossy().starts_with(prefix)).map(|f| f.metadata().unwrap().len()).sum()
+    };
+    for stream in ["setup.out", "setup.err"] {
+        let kept = on_disk(stream);
+        assert!(kept <= (3 << 20) + 64, "{stream}: {kept} bytes kept, over 3 MiB (and its start offset)");
+        assert!(kept >= 2 << 20, "{stream}: {kept} bytes kept: rotated, not cut short");
+    }
+    let out = node.server.cli(&["logs", "member/loud-db-0", "--setup", "--bytes", "100000"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let shown = format!("{}...{}", &text[..300.min(text.len())], &text[text.len().saturating_sub(300)..]);
+    assert!(text.starts_with("# status: ") && text.contains("\n# stdout (from byte "), "{shown}");
+    assert!(text.contains("\n# stderr (from byte ") && text.trim_end().ends_with("the last words"), "{shown}");
+    assert!(text.len() <= 100_000, "{} bytes shown", text.len());
+    assert!(!of_cluster("loud").iter().any(|p| run_kind(p) == "setup"), "its writers ended with it");
 }
 
 #[tokio::test(flavor = "multi_thread")]
