@@ -122,7 +122,7 @@ pub struct JoinRequest {
     /// the server stopped taking it: how a deleted node's agent is known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous_node_token: Option<String>,
-    #[serde(flatten)]
+    #[serde(flatten, deserialize_with = "crate::objects_only::object")]
     pub report: AgentReport,
 }
 
@@ -339,30 +339,13 @@ pub struct MemberReport {
 
 /// What a member uses: CPU since the report before (None until there
 /// were two), and its memory working set.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, JsonSchema)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct MemberUsage {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu: Option<crate::quantity::Millicores>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<crate::quantity::Bytes>,
-}
-
-/// [`MemberUsage`] as read: from an object only (`validation::from_map`).
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct MemberUsageFields {
-    #[serde(default)]
-    cpu: Option<crate::quantity::Millicores>,
-    #[serde(default)]
-    memory: Option<crate::quantity::Bytes>,
-}
-
-impl<'de> Deserialize<'de> for MemberUsage {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let MemberUsageFields { cpu, memory } = crate::validation::from_map(deserializer)?;
-        Ok(MemberUsage { cpu, memory })
-    }
 }
 
 /// What a member's position command printed: its first line is how far

@@ -123,7 +123,7 @@ impl std::fmt::Display for GrantedAttempt {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct EndedAttempt {
-    #[serde(flatten)]
+    #[serde(flatten, deserialize_with = "crate::objects_only::object")]
     pub attempt: GrantedAttempt,
     pub grants_expire: Timestamp,
 }

@@ -34,6 +34,7 @@ pub mod migration;
 pub mod node_health;
 pub mod node_loss;
 pub mod notifies;
+pub mod objects_only;
 pub mod operation;
 pub mod outcomes;
 pub mod placement;

@@ -95,7 +95,7 @@ impl Resources {
 }
 
 /// CPU, memory and disk: what a member requests, or what a node has.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, JsonSchema)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Amounts {
     #[serde(default)]
@@ -104,25 +104,6 @@ pub struct Amounts {
     pub memory: Bytes,
     #[serde(default)]
     pub disk: Bytes,
-}
-
-/// [`Amounts`] as read: from an object only (`validation::from_map`).
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct AmountsFields {
-    #[serde(default)]
-    cpu: Millicores,
-    #[serde(default)]
-    memory: Bytes,
-    #[serde(default)]
-    disk: Bytes,
-}
-
-impl<'de> Deserialize<'de> for Amounts {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let AmountsFields { cpu, memory, disk } = crate::validation::from_map(deserializer)?;
-        Ok(Amounts { cpu, memory, disk })
-    }
 }
 
 /// One of the resources placement counts.
@@ -273,14 +254,6 @@ mod tests {
         let mut errors = ValidationErrors::default();
         tiny.validate(&FieldPath::root("resources"), &mut errors);
         assert_eq!(errors.errors[0].reason, "5m is less than the smallest cap, 10m");
-    }
-
-    #[test]
-    fn amounts_read_from_an_object_only() {
-        assert!(serde_json::from_value::<Amounts>(serde_json::json!([0, 0, 0])).is_err());
-        assert!(serde_json::from_value::<crate::api::MemberUsage>(serde_json::json!([null, null])).is_err());
-        let read: Amounts = serde_json::from_value(serde_json::json!({"cpu": "1"})).unwrap();
-        assert_eq!(read, Amounts { cpu: Millicores(1000), ..Default::default() });
     }
 
     #[test]

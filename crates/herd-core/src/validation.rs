@@ -7,6 +7,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::objects_only::ObjectsOnly;
+
 /// A dotted path to a field, such as `spec.leaderElection.retryPeriod`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FieldPath(String);
@@ -84,14 +86,17 @@ impl fmt::Display for ValidationErrors {
 
 /// Reads JSON into `T`; what does not fit is reported at its field path
 /// (`spec.role`), or at `body` when the JSON itself is broken.
+/// Every struct in it is read from an object only ([`ObjectsOnly`]).
 pub fn from_json_slice<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ValidationErrors> {
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
-    serde_path_to_error::deserialize(&mut deserializer).map_err(path_error)
+    let read = serde_path_to_error::deserialize(ObjectsOnly(&mut deserializer)).map_err(path_error)?;
+    deserializer.end().map_err(|e| ValidationErrors::single("body".to_string(), e.to_string()))?;
+    Ok(read)
 }
 
 /// Like [`from_json_slice`], from an already parsed value.
 pub fn from_json_value<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Result<T, ValidationErrors> {
-    serde_path_to_error::deserialize(value).map_err(path_error)
+    serde_path_to_error::deserialize(ObjectsOnly(value)).map_err(path_error)
 }
 
 fn path_error(error: serde_path_to_error::Error<serde_json::Error>) -> ValidationErrors {
@@ -180,26 +185,36 @@ pub fn check_unique_names<'a>(
     }
 }
 
-/// Reads `T` from a map only. A derived struct also reads from a sequence
-/// of its fields (`[null, null]`), which the API's schema (an object) does
-/// not allow: a struct every field of which may be left out would take it.
-pub fn from_map<'de, D: serde::Deserializer<'de>, T: serde::Deserialize<'de>>(deserializer: D) -> Result<T, D::Error> {
-    struct MapOnly<T>(std::marker::PhantomData<T>);
-    impl<'de, T: serde::Deserialize<'de>> serde::de::Visitor<'de> for MapOnly<T> {
-        type Value = T;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("an object")
-        }
-        fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
-            T::deserialize(serde::de::value::MapAccessDeserializer::new(map))
-        }
-    }
-    deserializer.deserialize_map(MapOnly(std::marker::PhantomData))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_array_where_an_object_belongs_is_refused_naming_the_field() {
+        use crate::kinds::{Member, Node};
+        let refused = |errors: ValidationErrors| (errors.errors[0].field.clone(), errors.errors[0].reason.clone());
+        // A spec whose every field may be left out, and amounts likewise.
+        let node = from_json_value::<Node>(serde_json::json!({"metadata": {"name": "n1"}, "spec": []}));
+        let (field, reason) = refused(node.unwrap_err());
+        assert_eq!(field, "spec");
+        assert!(reason.starts_with("invalid type: sequence, expected"), "{reason}");
+        let member = serde_json::json!({"metadata": {"name": "m"}, "spec": {"node": "n1", "resources": [0, 0, 0]}});
+        assert_eq!(refused(from_json_value::<Member>(member).unwrap_err()).0, "spec.resources");
+        let body = br#"{"metadata": {"name": "n1"}, "status": {"capacity": []}}"#;
+        assert_eq!(refused(from_json_slice::<Node>(body).unwrap_err()).0, "status.capacity");
+        assert_eq!(refused(from_json_slice::<Node>(b"[]").unwrap_err()).0, "body");
+        let node = from_json_slice::<Node>(br#"{"metadata": {"name": "n1"}, "spec": {"unschedulable": true}}"#);
+        assert!(node.unwrap().spec.unschedulable, "objects read as before");
+        // Flattened into a join (schemathesis found this one).
+        let join = |usage: &str| {
+            let body = format!(
+                r#"{{"nodeName": "n1", "agentBootId": "b", "members": [{{"name": "m", "wanted": true, "running": true, "usage": {usage}}}]}}"#
+            );
+            from_json_slice::<crate::api::JoinRequest>(body.as_bytes())
+        };
+        assert!(join(r#"{"memory": "1Mi"}"#).is_ok());
+        assert!(refused(join("[null, null]").unwrap_err()).1.starts_with("invalid type: sequence"));
+    }
 
     fn name_errors(name: &str) -> ValidationErrors {
         let mut errors = ValidationErrors::new();

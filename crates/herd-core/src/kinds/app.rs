@@ -186,7 +186,7 @@ fn default_setup_timeout() -> HumanDuration {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ReadinessCheck {
-    #[serde(flatten)]
+    #[serde(flatten, deserialize_with = "crate::objects_only::object")]
     pub probe: Probe,
     /// How often it is run [default: 5s].
     #[serde(default = "default_period")]

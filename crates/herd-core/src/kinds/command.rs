@@ -49,7 +49,11 @@ pub struct CommandSpec {
 #[serde(tag = "type", rename_all_fields = "camelCase", deny_unknown_fields)]
 pub enum Action {
     /// Start a member (a process) with fresh volumes where missing.
-    StartMember { member: String, run: MemberRun },
+    StartMember {
+        member: String,
+        #[serde(deserialize_with = "crate::objects_only::object")]
+        run: MemberRun,
+    },
     /// Stop a member; its persistent volumes stay.
     StopMember { member: String },
     /// Pull a member's volume from the agent of `fromNode`, streamed and
@@ -58,7 +62,12 @@ pub enum Action {
     /// Move a member here from `fromNode`: stop it there, copy its
     /// persistent volumes, start it here, and remove the source copy only
     /// once this copy is verified.
-    MigrateMember { member: String, from_node: String, run: MemberRun },
+    MigrateMember {
+        member: String,
+        from_node: String,
+        #[serde(deserialize_with = "crate::objects_only::object")]
+        run: MemberRun,
+    },
     /// Delete a member's volume (the member must be stopped).
     DeleteVolume { member: String, volume: String },
     /// Run a shell script in a member's environment (its volumes, its
