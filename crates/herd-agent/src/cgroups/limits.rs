@@ -5,7 +5,10 @@
 //! soft limit (reclaimed from last under pressure). A hard cap is only
 //! `memoryMax`. CPU is shared by weight in proportion to the request (as
 //! Kubernetes converts millicores to shares, and shares to v2 weights);
-//! `cpuMax` is a quota per 100 ms period.
+//! `cpuMax` is a quota per 100 ms period. `memoryMax` caps swap too (v1's
+//! memory+swap limit, v2's `memory.swap.max` at 0), where the host
+//! accounts for swap: a member at its cap is killed, not swapped out to
+//! crawl on.
 
 use herd_core::resources::Resources;
 
@@ -21,10 +24,17 @@ pub struct Setting {
     pub controller: &'static str,
     pub file: &'static str,
     pub value: String,
+    /// Written only where the file is (swap's, on a host that accounts
+    /// for swap).
+    pub optional: bool,
 }
 
 fn set(controller: &'static str, file: &'static str, value: impl ToString) -> Setting {
-    Setting { controller, file, value: value.to_string() }
+    Setting { controller, file, value: value.to_string(), optional: false }
+}
+
+fn set_if_there(controller: &'static str, file: &'static str, value: impl ToString) -> Setting {
+    Setting { optional: true, ..set(controller, file, value) }
 }
 
 /// v1 `cpu.shares` for a request: 1024 a core.
@@ -46,9 +56,13 @@ fn quota(resources: &Resources) -> Option<u64> {
 pub fn legacy(resources: &Resources) -> Vec<Setting> {
     let request = resources.requests();
     let unlimited = "-1".to_string();
+    let memory_max = resources.memory_max.map_or(unlimited.clone(), |m| m.0.to_string());
     vec![
         set("memory", "memory.soft_limit_in_bytes", resources.memory.map_or(unlimited.clone(), |m| m.0.to_string())),
-        set("memory", "memory.limit_in_bytes", resources.memory_max.map_or(unlimited.clone(), |m| m.0.to_string())),
+        // Memory+swap is never under memory: lifted first, set after.
+        set_if_there("memory", "memory.memsw.limit_in_bytes", &unlimited),
+        set("memory", "memory.limit_in_bytes", &memory_max),
+        set_if_there("memory", "memory.memsw.limit_in_bytes", memory_max),
         // The peak is the run's: reset at every start.
         set("memory", "memory.max_usage_in_bytes", 0),
         set("cpu", "cpu.shares", shares(request.cpu.0)),
@@ -65,6 +79,7 @@ pub fn unified(resources: &Resources) -> Vec<Setting> {
     vec![
         set("memory", "memory.low", request.memory.0),
         set("memory", "memory.max", max(resources.memory_max.map(|m| m.0))),
+        set_if_there("memory", "memory.swap.max", max(resources.memory_max.map(|_| 0))),
         set("cpu", "cpu.weight", weight(request.cpu.0)),
         set("cpu", "cpu.max", format!("{} {CPU_PERIOD_MICROS}", max(quota(resources)))),
         set("pids", "pids.max", resources.pids_max()),
@@ -108,9 +123,14 @@ mod tests {
         };
         let v1 = legacy(&capped);
         assert_eq!(value(&v1, "memory.limit_in_bytes"), "67108864");
+        let swap: Vec<&str> =
+            v1.iter().filter(|s| s.file == "memory.memsw.limit_in_bytes").map(|s| s.value.as_str()).collect();
+        assert_eq!(swap, ["-1", "67108864"], "lifted, then set to the cap with it");
         assert_eq!(value(&v1, "cpu.cfs_quota_us"), "25000");
         assert_eq!(value(&v1, "pids.max"), "64");
         let v2 = unified(&capped);
         assert_eq!((value(&v2, "memory.max"), value(&v2, "cpu.max")), ("67108864", "25000 100000"));
+        assert_eq!(value(&v2, "memory.swap.max"), "0");
+        assert_eq!(value(&unified(&requested), "memory.swap.max"), "max");
     }
 }

@@ -165,6 +165,9 @@ impl Cgroups {
         for setting in settings {
             if let Some(dir) = cgroup.dir(setting.controller) {
                 let path = dir.join(setting.file);
+                if setting.optional && !path.exists() {
+                    continue;
+                }
                 write_value(&path, &setting.value).map_err(failed(&path, "setting a limit"))?;
             }
         }

@@ -33,6 +33,12 @@ fn a_v2_member_gets_its_own_cgroup_with_its_limits_under_the_agent_s_group() {
     assert_eq!(read(&dir.join("memory.max")), (64u64 << 20).to_string());
     assert_eq!(read(&dir.join("cpu.max")), "max 100000");
     assert_eq!(read(&dir.join("pids.max")), "4096");
+    assert!(!dir.join("memory.swap.max").exists(), "a host that does not account for swap has no such file");
+    // A host that accounts for swap: the cap holds swap at none.
+    std::fs::create_dir_all(group.join("db-1")).unwrap();
+    std::fs::write(group.join("db-1/memory.swap.max"), "max\n").unwrap();
+    cgroups.member("db-1", &resources).unwrap();
+    assert_eq!(read(&group.join("db-1/memory.swap.max")), "0");
 
     // What the kernel would count, read back.
     std::fs::write(dir.join("memory.events"), "low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\n").unwrap();
