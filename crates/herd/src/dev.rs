@@ -102,19 +102,28 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let ca_hash = server.ca_hash().context("the dev server serves TLS")?;
     let ca_pem = server.ca_pem().context("the dev server serves TLS")?.to_string();
 
+    let share = host_share(&dir, names.len());
     let mut agents: Vec<DevAgent> = names
         .iter()
         .map(|name| DevAgent {
             name: name.clone(),
-            args: vec![
-                "agent".into(),
-                "--server".into(),
-                url.clone(),
-                "--data-dir".into(),
-                agent_dir(name).display().to_string(),
-                "--name".into(),
-                name.clone(),
-            ],
+            args: [
+                "agent",
+                "--server",
+                &url,
+                "--data-dir",
+                &agent_dir(name).display().to_string(),
+                "--name",
+                name,
+                "--capacity-cpu",
+                &share.cpu.to_string(),
+                "--capacity-memory",
+                &share.memory.to_string(),
+                "--capacity-disk",
+                &share.disk.to_string(),
+            ]
+            .map(String::from)
+            .to_vec(),
             child: None,
             restarts: Vec::new(),
         })
@@ -135,6 +144,20 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     }
     server.stop().await?;
     outcome
+}
+
+/// What each of `agents` agents side by side on this host is given of
+/// it: an equal part of its cores, memory and disk (the disk `dir` is
+/// on), so that placement counts the host once, not once per agent.
+fn host_share(dir: &std::path::Path, agents: usize) -> herd_core::resources::Amounts {
+    use herd_core::quantity::{Bytes, Millicores};
+    let host = herd_agent::host_resources::ResourceFlags::default().report(dir).capacity;
+    let agents = u64::try_from(agents.max(1)).unwrap_or(1);
+    herd_core::resources::Amounts {
+        cpu: Millicores(host.cpu.0 / agents),
+        memory: Bytes(host.memory.0 / agents),
+        disk: Bytes(host.disk.0 / agents),
+    }
 }
 
 /// Starts the agents, waits until they are Ready, says how to use the

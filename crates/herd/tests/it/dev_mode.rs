@@ -73,6 +73,18 @@ fn dev_comes_up_with_three_ready_nodes_and_stops_on_ctrl_c() {
     }
     let first_uid = String::from_utf8(cli(&home, &["get", "clusterconfig", "cluster", "-o", "json"]).stdout).unwrap();
     let first_boots = boot_ids(&home);
+    // Three agents on one host share it: its cores are counted once.
+    let out = cli(&home, &["get", "nodes", "-o", "json"]);
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cores: f64 = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["status"]["capacity"]["cpu"].as_str().unwrap().parse::<herd_core::quantity::Millicores>().unwrap().0)
+        .map(|m| m as f64 / 1000.0)
+        .sum();
+    let host = std::thread::available_parallelism().unwrap().get() as f64;
+    assert!(cores <= host && cores > host * 0.9, "{cores} cores in all, on a host of {host}");
 
     dev.signal("INT");
     assert!(dev.wait_exit(Duration::from_secs(15)).success());
