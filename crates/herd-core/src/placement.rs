@@ -51,9 +51,16 @@ pub fn loads<'a>(members: impl IntoIterator<Item = &'a Member>) -> HashMap<Strin
 /// The nodes `member` holds a place on: the one it is bound to, and the
 /// one it moves to.
 fn nodes_held(member: &Member) -> impl Iterator<Item = &str> {
+    places_held(member).map(|(node, _)| node)
+}
+
+/// The places `member` holds, each with the ports it takes there: the
+/// node it is bound to, and the node it moves to.
+pub fn places_held(member: &Member) -> impl Iterator<Item = (&str, &BTreeMap<String, u16>)> {
     let bound = member.spec.node.as_deref();
-    let moving_to = member.status.migration.as_ref().map(|m| m.to.as_str()).filter(|to| Some(*to) != bound);
-    bound.into_iter().chain(moving_to)
+    let moving_to = member.status.migration.as_ref().filter(|m| Some(m.to.as_str()) != bound);
+    let bound = bound.map(|node| (node, &member.spec.ports));
+    bound.into_iter().chain(moving_to.map(|m| (m.to.as_str(), &m.ports)))
 }
 
 /// Why `node`, with `load` bound to it, has no room for `requests` (None:

@@ -15,7 +15,7 @@ use std::time::Duration;
 use herd_core::app_plan::{PlaceOne, Placer, Refused};
 use herd_core::kinds::app::NamedPort;
 use herd_core::kinds::{Member, MemberSpec, Node, NodeSpec};
-use herd_core::placement::{NodeLoad, Placement, allocate_ports, node_host};
+use herd_core::placement::{self, NodeLoad, Placement, allocate_ports, node_host};
 use herd_core::resources::Amounts;
 use herd_store::Revision;
 use tokio::time::Instant;
@@ -99,14 +99,10 @@ impl Ledger {
         *counts = Counts { built: Some(revisions), hosts, ..Counts::default() };
         let mut shown = HashMap::new();
         for member in members {
-            if let Some(node) = &member.spec.node {
-                counts.take(node, member.spec.ports.values().copied(), &member.spec.resources);
-                shown.insert(member.metadata.name.as_str(), node.as_str());
-            }
-            // A member on its way holds its ports on its target too.
-            if let Some(migration) = &member.status.migration {
-                counts.take(&migration.to, migration.ports.values().copied(), &member.spec.resources);
-                shown.insert(member.metadata.name.as_str(), migration.to.as_str());
+            // A member on its way holds its place on its target too.
+            for (node, ports) in placement::places_held(member) {
+                counts.take(node, ports.values().copied(), &member.spec.resources);
+                shown.insert(member.metadata.name.as_str(), node);
             }
         }
         for (member, booked) in pending {
