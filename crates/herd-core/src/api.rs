@@ -191,8 +191,13 @@ pub enum CgroupLayout {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct OomKill {
-    /// The instance whose run it ended.
+    /// The instance whose run it ended (or, `survived`, whose process it
+    /// was).
     pub instance_id: String,
+    /// The kill took another of the member's processes (a child), and its
+    /// own lived on: its run did not end.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub survived: bool,
     pub at: crate::time::Timestamp,
     /// Its memory cap then (None: none; the host ran out).
     #[serde(default, skip_serializing_if = "Option::is_none")]

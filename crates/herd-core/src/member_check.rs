@@ -204,7 +204,10 @@ pub fn lost_news(before: &[String], after: &[String]) -> Option<String> {
 /// other than the one in the status it read (`before`).
 pub fn oom_news(before: Option<&OomKill>, after: Option<&OomKill>) -> Option<String> {
     let after = after.filter(|after| before != Some(*after))?;
-    Some(format!("its process was {after}, in instance {}; its restart policy applies", after.instance_id))
+    Some(match after.survived {
+        true => format!("a process of it was {after}, in instance {}; the member runs on", after.instance_id),
+        false => format!("its process was {after}, in instance {}; its restart policy applies", after.instance_id),
+    })
 }
 
 /// What a crash loop is, in words: its runs, how the last ended, the next try.
@@ -283,6 +286,7 @@ mod tests {
     fn an_oom_kill_is_kept_and_news_once() {
         let kill = OomKill {
             instance_id: "i1".into(),
+            survived: false,
             at: t(3),
             limit: Some(crate::quantity::Bytes(64 << 20)),
             peak: Some(crate::quantity::Bytes(64 << 20)),
@@ -297,6 +301,11 @@ mod tests {
             "its process was killed for want of memory (limit 64Mi, peak 64Mi), in instance i1; its restart policy applies"
         );
         assert_eq!(oom_news(Some(&kill), Some(&kill)), None, "told once");
+        let child = OomKill { survived: true, at: t(5), ..kill.clone() };
+        assert_eq!(
+            oom_news(Some(&kill), Some(&child)).unwrap(),
+            "a process of it was killed for want of memory (limit 64Mi, peak 64Mi), in instance i1; the member runs on"
+        );
         check_member(&mut status, Seen::from_report(Some(&report("i2", true)), false), false, t(5));
         assert!(status.state_detail.last_oom_kill.is_some(), "kept when the node says nothing of one");
     }

@@ -377,19 +377,17 @@ impl Members {
             started_at,
             oom_kills_before,
         };
-        let generation = {
-            let mut slots = self.lock();
-            let slot = slots.get_mut(member).ok_or(MemberError::Unknown(member.into()))?;
-            if slot.record.process.is_some() {
-                slot.record.restarts += 1;
+        let generation = match self.record_run(member, &process) {
+            Ok(generation) => generation,
+            Err(error) => {
+                // A run the agent cannot record is not one it keeps: its
+                // node would run a member herd was told did not start
+                // (a migration onto a full disk ran it on both nodes).
+                let _ = procs::signal_group(pid, libc::SIGKILL);
+                end_instance(&instance_id);
+                return Err(error);
             }
-            slot.record.process = Some(process.clone());
-            slot.record.launching = None;
-            slot.record.next_start = None;
-            slot.generation += 1;
-            slot.generation
         };
-        self.persist(member)?;
         self.tell_changed();
         tracing::info!(member, instance = %instance_id, pid, "started a member");
         let members = self.clone();
@@ -403,6 +401,33 @@ impl Members {
             members.exited(&name, generation, exit).await;
         });
         Ok(instance_id)
+    }
+
+    /// Records `process` as the member's run, in memory and on disk; when
+    /// it cannot be written, the record stays as it was. Returns the run's
+    /// generation.
+    fn record_run(&self, member: &str, process: &Running) -> Result<u64, MemberError> {
+        let (before, generation) = {
+            let mut slots = self.lock();
+            let slot = slots.get_mut(member).ok_or(MemberError::Unknown(member.into()))?;
+            let before = slot.record.clone();
+            if slot.record.process.is_some() {
+                slot.record.restarts += 1;
+            }
+            slot.record.process = Some(process.clone());
+            slot.record.launching = None;
+            slot.record.next_start = None;
+            slot.generation += 1;
+            (before, slot.generation)
+        };
+        if let Err(error) = self.persist(member) {
+            if let Some(slot) = self.lock().get_mut(member).filter(|s| s.generation == generation) {
+                slot.record =
+                    MemberRecord { last_exit: Some(format!("not started: {error}")), launching: None, ..before };
+            }
+            return Err(error);
+        }
+        Ok(generation)
     }
 
     /// Where a stream of a member goes: a pipe to a `herd log-writer`
@@ -578,6 +603,7 @@ impl Members {
 
     /// What the heartbeat tells the server.
     pub fn report(&self) -> Vec<MemberReport> {
+        self.note_oom_kills();
         let records: Vec<MemberRecord> = self.lock().values().map(|slot| slot.record.clone()).collect();
         let readiness = self.readiness.lock().unwrap_or_else(|p| p.into_inner()).clone();
         self.usage.keep_only(&records.iter().map(|r| r.name.as_str()).collect());
@@ -614,6 +640,34 @@ impl Members {
                 }
             })
             .collect()
+    }
+
+    /// OOM kills in the cgroup of a member whose own process lives (the
+    /// kernel took a child of it): recorded as its last OOM kill, and the
+    /// count goes on from there (its run's end counts only later kills).
+    fn note_oom_kills(&self) {
+        let noted: Vec<String> = {
+            let mut slots = self.lock();
+            let mut noted = Vec::new();
+            for (name, slot) in slots.iter_mut() {
+                let record = &mut slot.record;
+                let Some(kill) = oom_kill_of(record) else { continue };
+                let Some(process) = record.process.as_mut().filter(|p| procs::is_alive(p.pid, p.start_ticks)) else {
+                    continue;
+                };
+                process.oom_kills_before = record.cgroup.as_ref().and_then(MemberCgroup::oom_kills).unwrap_or(0);
+                record.oom_kill = Some(OomKill { survived: true, ..kill });
+                noted.push(name.clone());
+            }
+            noted
+        };
+        for member in noted {
+            tracing::warn!(member, "a process of it was killed for want of memory; it runs on");
+            if let Err(error) = self.persist(&member) {
+                tracing::error!(member, %error, "could not record an OOM kill");
+            }
+            self.tell_changed();
+        }
     }
 
     fn persist(&self, member: &str) -> Result<(), MemberError> {
@@ -676,6 +730,7 @@ fn oom_kill_of(record: &MemberRecord) -> Option<OomKill> {
     let (cgroup, process) = (record.cgroup.as_ref()?, record.process.as_ref()?);
     (cgroup.oom_kills()? > process.oom_kills_before).then(|| OomKill {
         instance_id: process.instance_id.clone(),
+        survived: false,
         at: crate::now(),
         limit: cgroup.memory_limit().map(Bytes),
         peak: cgroup.memory_peak().map(Bytes),

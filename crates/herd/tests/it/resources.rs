@@ -164,7 +164,10 @@ async fn a_member_over_its_memory_cap_is_oom_killed_told_of_and_restarted_and_it
         "oom",
         serde_json::json!([
             {"name": "hog", "run": {"command": ["python3", "-c", hog], "resources": {"memory": "32Mi", "memoryMax": "64Mi"}}},
-            {"name": "calm", "run": {"command": ["sleep", "600"], "resources": {"memory": "16Mi"}}}
+            {"name": "calm", "run": {"command": ["sleep", "600"], "resources": {"memory": "16Mi"}}},
+            // A child of it goes over the cap; it runs on.
+            {"name": "kin", "run": {"command": ["sh", "-c", "python3 -c 'bytearray(256 << 20)'; exec sleep 600"],
+                                    "resources": {"memory": "16Mi", "memoryMax": "64Mi"}}}
         ]),
     )
     .await;
@@ -199,6 +202,22 @@ async fn a_member_over_its_memory_cap_is_oom_killed_told_of_and_restarted_and_it
     let node = server.admin().get::<NodeSpec>("n1").await.unwrap();
     let calm = node.status.members.iter().find(|r| r.name == "oom-calm-0").unwrap();
     assert_eq!((calm.restarts, calm.pid), (0, Some(calm_pid)), "{calm:?}");
+
+    // A child killed while the member's own process lives is told of too.
+    let kin_pid = running_pid(server, "oom-kin-0").await;
+    let event = event_where(&server.admin(), "MemberOOMKilled of oom-kin-0", |e| {
+        e.spec.reason_is(EventReason::MemberOOMKilled) && e.spec.involved_object.name == "oom-kin-0"
+    })
+    .await;
+    let message = &event.spec.message;
+    assert!(
+        message.contains("a process of it was killed for want of memory (limit 64Mi")
+            && message.ends_with("the member runs on"),
+        "{message}"
+    );
+    let node = server.admin().get::<NodeSpec>("n1").await.unwrap();
+    let kin = node.status.members.iter().find(|r| r.name == "oom-kin-0").unwrap();
+    assert_eq!((kin.restarts, kin.pid), (0, Some(kin_pid)), "{kin:?}");
 
     // An agent killed and started again finds its members in their cgroups.
     let mut nodes = nodes;
