@@ -221,7 +221,11 @@ pub fn configure(
     let pid = child.id().unwrap_or_default();
     run.pid = Some(pid);
     run.start_ticks = procs::start_ticks(pid);
-    write_run(&member_dir, &run)?;
+    // It runs whatever comes of this write: the answer says so. A record
+    // left without its pid is known by the run's mark (`SetupRun::alive`).
+    if let Err(error) = write_run(&member_dir, &run) {
+        tracing::warn!(member, %error, "could not record the setup's pid; it is known by its mark");
+    }
     let members = members.clone();
     let name = member.clone();
     tokio::spawn(async move {

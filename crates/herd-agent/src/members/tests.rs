@@ -313,3 +313,25 @@ async fn a_leader_whose_lease_ran_out_while_its_agent_was_stopped_is_demoted_bef
     runs.members.fence_due().await;
     assert_eq!(runs.started_again().await, "leading\ndemoted\n");
 }
+
+#[tokio::test]
+async fn a_run_whose_record_cannot_be_written_leaves_the_record_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let stop = CancellationToken::new();
+    let _stop = stop.clone().drop_guard();
+    let members = Members::open(dir.path(), MemberHost::bare("not in this test"), stop).await.unwrap();
+    let first = members.start("m1", run("exec sleep 60", Vec::new())).await.unwrap();
+    // The record's file cannot be replaced any more (a full disk, say).
+    let record = members.member_dir("m1").join("member.json");
+    std::fs::remove_file(&record).unwrap();
+    std::fs::create_dir_all(record.join("in-the-way")).unwrap();
+    let other =
+        Running { instance_id: "other".into(), pid: 1, start_ticks: 1, started_at: crate::now(), oom_kills_before: 0 };
+    assert!(members.record_run("m1", &other).is_err());
+    let kept = members.record("m1").unwrap();
+    assert_eq!(kept.process.map(|p| p.instance_id), Some(first), "still the run it had");
+    assert_eq!(kept.restarts, 0);
+    assert!(kept.last_exit.is_some_and(|e| e.starts_with("not started: ")));
+    std::fs::remove_dir_all(&record).unwrap();
+    members.stop("m1").await.unwrap();
+}
