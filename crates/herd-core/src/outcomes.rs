@@ -48,6 +48,10 @@ pub fn record_outcome(command: &Command, status: &mut MemberStatus, now: Timesta
     let failed = |status: &mut MemberStatus, doing: &str, why: String| {
         status.reason = Some(format!("{doing} failed: {why}"));
     };
+    // The run it started (or moved) is of this revision of the App.
+    if result.is_ok() && origin.app_revision.is_some() {
+        status.app_revision = origin.app_revision;
+    }
     match (&origin.purpose, &command.spec.action) {
         (Purpose::Start, _) => {
             if let Err(why) = result {
@@ -106,7 +110,7 @@ mod tests {
     }
 
     fn settled(purpose: Purpose, action: Action, answer: Option<Answer>) -> Command {
-        let origin = CommandOrigin { cluster: "db".into(), member: "db-r-0".into(), purpose };
+        let origin = CommandOrigin { cluster: "db".into(), member: "db-r-0".into(), purpose, app_revision: None };
         let mut command =
             Command::new("c1", CommandSpec { node: "n1".into(), timeout: None, action, origin: Some(origin) });
         command.status.state_by_management = if answer.as_ref().is_some_and(|a| a.success) {

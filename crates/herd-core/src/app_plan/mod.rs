@@ -37,7 +37,7 @@ use crate::kinds::app_cluster::{AppCluster, cluster_status};
 use crate::kinds::cluster_config::AppClusterSettings;
 use crate::kinds::operation::Handover;
 use crate::kinds::{
-    AppClusterStatus, AppSpec, Command, EventReason, EventType, Member, MemberState, MemberStatus, Node,
+    Action, AppClusterStatus, AppSpec, Command, EventReason, EventType, Member, MemberState, MemberStatus, Node,
 };
 use crate::placement::{NodeLoad, Placement};
 use crate::resources::Amounts;
@@ -95,6 +95,8 @@ pub trait Placer {
 pub struct Snapshot<'a> {
     pub cluster: &'a AppCluster,
     pub app: Option<&'a AppSpec>,
+    /// The App's generation: the revision runs made now are of.
+    pub app_revision: Option<i64>,
     pub settings: &'a AppClusterSettings,
     /// The cluster's members as read (the ones it owns).
     pub members: Vec<Member>,
@@ -223,7 +225,13 @@ impl Work<'_, '_> {
     }
 
     /// Gives member `i` a Command.
-    fn command(&mut self, i: usize, command: Command, issued: bool) {
+    fn command(&mut self, i: usize, mut command: Command, issued: bool) {
+        // A run made from the App: the revision it is of goes with it.
+        if let (Some(origin), Action::StartMember { .. } | Action::MigrateMember { .. }) =
+            (command.spec.origin.as_mut(), &command.spec.action)
+        {
+            origin.app_revision = self.snap.app_revision;
+        }
         self.busy.insert(self.members[i].metadata.name.clone());
         self.programs[i].commands.push(Planned { command, issued });
     }
@@ -302,7 +310,11 @@ pub fn plan(snap: &Snapshot<'_>, placer: &mut dyn Placer, ids: &mut dyn FnMut() 
     let members = &work.members;
     let cluster = snap.cluster;
     let status = match snap.app {
-        Some(_) => AppClusterStatus { leaders, ..cluster_status(&cluster.spec, cluster.metadata.generation, members) },
+        Some(_) => AppClusterStatus {
+            leaders,
+            app_revision: snap.app_revision,
+            ..cluster_status(&cluster.spec, cluster.metadata.generation, members)
+        },
         None => AppClusterStatus {
             reason: Some(format!("App {:?} does not exist: apply it", cluster.spec.app_ref)),
             observed_generation: Some(cluster.metadata.generation),

@@ -67,7 +67,12 @@ pub fn command_for(cluster: &str, member: &Member, purpose: Purpose, action: Act
         Action::RunScript { .. } => Some(HumanDuration::from_secs(300)),
         _ => None,
     };
-    let origin = CommandOrigin { cluster: cluster.to_string(), member: member.metadata.name.clone(), purpose };
+    let origin = CommandOrigin {
+        cluster: cluster.to_string(),
+        member: member.metadata.name.clone(),
+        purpose,
+        app_revision: None,
+    };
     Some(Command::new(name, CommandSpec { node, timeout, action, origin: Some(origin) }))
 }
 

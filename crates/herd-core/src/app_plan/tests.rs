@@ -158,6 +158,7 @@ impl World {
         let snapshot = Snapshot {
             cluster: &self.cluster,
             app: self.app.as_ref(),
+            app_revision: self.app.as_ref().map(|_| APP_REVISION),
             settings: &settings,
             members: self.members.clone(),
             commands: &self.commands,
@@ -238,8 +239,12 @@ impl World {
     }
 }
 
+/// The App's generation the worlds' passes read.
+const APP_REVISION: i64 = 7;
+
 fn settled(member: &Member, purpose: Purpose, action: Action, success: bool) -> Arc<Command> {
-    let origin = CommandOrigin { cluster: "db".into(), member: member.metadata.name.clone(), purpose };
+    let origin =
+        CommandOrigin { cluster: "db".into(), member: member.metadata.name.clone(), purpose, app_revision: None };
     let spec =
         CommandSpec { node: member.spec.node.clone().unwrap_or_default(), timeout: None, action, origin: Some(origin) };
     let mut command = Command::new(format!("{}.c", member.metadata.name), spec);
@@ -275,8 +280,11 @@ fn rule_a_new_cluster_creates_its_members_bound_and_starts_them_once_created() {
         assert!(program.notes.iter().any(|n| n.reason == EventReason::MemberPlaced), "{program:?}");
         let [planned] = &program.commands[..] else { panic!("{program:?}") };
         assert!(matches!(planned.command.spec.action, Action::StartMember { .. }) && planned.issued);
+        let origin = planned.command.spec.origin.as_ref().unwrap();
+        assert_eq!(origin.app_revision, Some(APP_REVISION), "the run is of the App as read");
     }
     assert_eq!(nodes.len(), 2, "spread over both nodes");
+    assert_eq!(plan.status.and_then(|s| s.app_revision), Some(APP_REVISION));
     assert!(plan.in_flight);
 }
 
@@ -300,6 +308,29 @@ fn rule_a_settled_failure_is_recorded_and_its_command_deleted_with_that_status()
     let Some(Write::Status(written)) = program.writes.last() else { panic!("{program:?}") };
     assert_eq!(written.status.reason.as_deref(), Some("starting it failed: no such program"));
     assert!(program.commands.is_empty(), "it waits before starting it again");
+}
+
+#[test]
+fn rule_a_member_runs_the_app_revision_its_last_successful_start_was_of() {
+    let bound = member("a", 0, Some("n1"));
+    let start = || Action::StartMember { member: bound.metadata.name.clone(), run: MemberRun::default() };
+    let of = |revision: i64, success: bool| {
+        let mut command = (*settled(&bound, Purpose::Start, start(), success)).clone();
+        command.spec.origin.as_mut().unwrap().app_revision = Some(revision);
+        Arc::new(command)
+    };
+    let revision_after = |command: Arc<Command>, before: Option<i64>| {
+        let mut member = bound.clone();
+        member.status.app_revision = before;
+        let mut w = world(vec![member], vec![node("n1", true, vec![])]);
+        w.commands.push(command);
+        let plan = w.plan();
+        let program = plan.programs.iter().find(|p| p.member == "db-a-0").unwrap();
+        let Some(Write::Status(written)) = program.writes.last() else { panic!("{program:?}") };
+        written.status.app_revision
+    };
+    assert_eq!(revision_after(of(5, true), Some(4)), Some(5));
+    assert_eq!(revision_after(of(5, false), Some(4)), Some(4), "a start that failed changes nothing it runs");
 }
 
 #[test]

@@ -101,6 +101,10 @@ pub struct AppClusterStatus {
     /// The leader of each role that has one (its App says `leader:`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub leaders: Vec<RoleLeader>,
+    /// The App's generation as the last pass read it: what a member's
+    /// next start runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_revision: Option<i64>,
 }
 
 /// A role's leader lease as granted: renewals are not written (the leader
@@ -218,6 +222,7 @@ pub fn cluster_status(spec: &AppClusterSpec, generation: i64, members: &[super::
         observed_generation: Some(generation),
         reason: (!blocking.is_empty()).then(|| format!("waiting for {}", blocking.join(", "))),
         leaders: Vec::new(),
+        app_revision: None,
     }
 }
 

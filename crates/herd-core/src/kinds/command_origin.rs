@@ -16,6 +16,10 @@ pub struct CommandOrigin {
     /// The member it is for.
     pub member: String,
     pub purpose: Purpose,
+    /// The App's generation the run it starts was made from (a start or
+    /// a move): what the member runs once it succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_revision: Option<i64>,
 }
 
 /// What a Command does for its member.
@@ -79,6 +83,7 @@ mod tests {
             cluster: "etcd".into(),
             member: "etcd-node-0".into(),
             purpose: Purpose::Configure { generation: 3, digest: "d1".into() },
+            app_revision: None,
         };
         let wire = serde_json::to_value(&origin).unwrap();
         assert_eq!(

@@ -179,6 +179,10 @@ pub struct StateDetail {
 pub struct MemberStatus {
     #[serde(default)]
     pub state: MemberState,
+    /// The App's generation its run was made from, as of its last start
+    /// or move (an App changed since is taken at its next start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_revision: Option<i64>,
     #[serde(default)]
     pub state_detail: StateDetail,
     /// Configured, running on a Ready node and passing its readiness
@@ -324,6 +328,7 @@ impl Resource for MemberSpec {
                 paths: &["/status/stateDetail/lastConfiguredInstance", "/status/stateDetail/configuringInstance"],
             },
         ),
+        Column::of("REVISION", Cell::Text { path: "/status/appRevision" }),
         Column::AGE,
         Column::wide("LAST-KNOWN", Cell::Text { path: "/status/stateDetail/lastKnownState" }),
         Column::wide("REASON", Cell::FirstOf { paths: &["/status/notReadyReason", "/status/reason"] }),

@@ -79,6 +79,27 @@ fn member_lines(member: &Member, out: &mut String) {
     }
 }
 
+/// Which revision of the App (its generation) each member runs, against
+/// the one a member's next start takes.
+fn revision_lines(latest: Option<i64>, members: &[Member], out: &mut String) {
+    let Some(latest) = latest else { return };
+    let _ = writeln!(out, "App revision {latest} (what a member's next start runs)");
+    let mut runs: std::collections::BTreeMap<Option<i64>, Vec<&str>> = std::collections::BTreeMap::new();
+    for member in members {
+        runs.entry(member.status.app_revision).or_default().push(&member.metadata.name);
+    }
+    for (revision, names) in runs.iter().rev() {
+        let names = names.join(", ");
+        let _ = match revision {
+            Some(revision) if *revision == latest => writeln!(out, "  runs revision {revision}: {names}"),
+            Some(revision) => {
+                writeln!(out, "  runs revision {revision}: {names} (an older one: revision {latest} at its next start)")
+            }
+            None => writeln!(out, "  not started by herd yet: {names}"),
+        };
+    }
+}
+
 /// The summary of an AppCluster and its members.
 pub fn cluster_summary(cluster: &AppCluster, members: &[Member]) -> String {
     let status = &cluster.status;
@@ -96,6 +117,7 @@ pub fn cluster_summary(cluster: &AppCluster, members: &[Member]) -> String {
     for leader in &status.leaders {
         leader_lines(leader, &mut out);
     }
+    revision_lines(status.app_revision, members, &mut out);
     let _ = writeln!(out, "Members ({}):", members.len());
     for member in members {
         member_lines(member, &mut out);

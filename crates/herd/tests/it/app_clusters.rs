@@ -172,6 +172,27 @@ async fn members_are_placed_set_up_once_told_of_joins_and_survive_restarts() {
     let notifies_after: usize = all_db.iter().map(|m| lines(&log.join(format!("{m}.notifies"))).len()).sum();
     assert_eq!(notifies_before, notifies_after, "an agent restart sends no notify");
 
+    // Each member runs revision 1 of the App; a change to it is revision
+    // 2, which a member's next start takes, and the operator is told so.
+    assert!(
+        after.iter().all(|m| m.status.app_revision == Some(1)),
+        "{:?}",
+        after.iter().map(|m| m.status.app_revision)
+    );
+    server.admin().patch_value("apps", "kv", &serde_json::json!({"spec": {"description": "v2"}})).await.unwrap();
+    let described = eventually(Duration::from_secs(20), "the App's revision 2 seen", || async {
+        let out = server.cli(&["describe", "appcluster", "c"]);
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        text.contains("App revision 2").then_some(text)
+    })
+    .await;
+    assert!(
+        described.contains("runs revision 1: c-") && described.contains("revision 2 at its next start"),
+        "{described}"
+    );
+    let table = String::from_utf8_lossy(&server.cli(&["get", "members"]).stdout).to_string();
+    assert!(table.lines().next().is_some_and(|header| header.contains("REVISION")), "{table}");
+
     // Deleting the cluster deletes its members, their processes and volumes.
     server.admin().delete_value("appclusters", "c", Default::default()).await.unwrap();
     eventually(Duration::from_secs(30), "every member gone", || async {

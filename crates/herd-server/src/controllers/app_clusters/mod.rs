@@ -242,6 +242,7 @@ impl KeyedController for AppClusterController {
             let snapshot = Snapshot {
                 cluster: &cluster,
                 app: app.as_ref().map(|a| &a.spec),
+                app_revision: app.as_ref().map(|a| a.metadata.generation),
                 settings: &settings,
                 members,
                 commands: &commands,
