@@ -95,7 +95,7 @@ fn revision_lines(latest: Option<i64>, members: &[Member], out: &mut String) {
             Some(revision) => {
                 writeln!(out, "  runs revision {revision}: {names} (an older one: revision {latest} at its next start)")
             }
-            None => writeln!(out, "  not started by herd yet: {names}"),
+            None => writeln!(out, "  revision not known (not started since herd records it): {names}"),
         };
     }
 }
