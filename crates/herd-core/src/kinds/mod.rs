@@ -4,6 +4,7 @@
 pub mod answer;
 pub mod app;
 pub mod app_cluster;
+pub mod app_revision;
 pub mod cluster_config;
 pub mod command;
 pub mod command_origin;
@@ -22,6 +23,7 @@ use crate::descriptor::Descriptor;
 pub use answer::{Answer, AnswerDetails};
 pub use app::{App, AppRole, AppSpec};
 pub use app_cluster::{AppCluster, AppClusterSpec, AppClusterStatus, ClusterRole, ClusterState, MemberStateRollup};
+pub use app_revision::{AppRevision, AppRevisionSpec};
 pub use cluster_config::{ClusterConfig, ClusterConfigSpec, LeaderElectionOverrides, LeaderElectionSettings};
 pub use command::{Action, AgentState, Command, CommandSpec, CommandStatus, ManagementState};
 pub use command_origin::{CommandOrigin, Purpose};
@@ -54,6 +56,7 @@ pub fn visit(visitor: &mut impl KindVisitor) {
     visitor.visit::<EventSpec>();
     visitor.visit::<ReplicaSpec>();
     visitor.visit::<AppSpec>();
+    visitor.visit::<AppRevisionSpec>();
     visitor.visit::<AppClusterSpec>();
     visitor.visit::<MemberSpec>();
     visitor.visit::<DisruptionBudgetSpec>();
@@ -98,7 +101,7 @@ mod tests {
     #[test]
     fn every_kind_has_its_own_names_and_a_name_column() {
         let all = descriptors();
-        assert_eq!(all.len(), 11);
+        assert_eq!(all.len(), 12);
         let mut names = std::collections::BTreeSet::new();
         for kind in all {
             for name in [kind.kind.to_ascii_lowercase(), kind.plural.to_string(), kind.short.to_string()] {
