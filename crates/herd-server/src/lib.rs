@@ -13,6 +13,7 @@
 
 pub mod api;
 pub mod app_clusters;
+pub mod app_revisions;
 pub mod auth;
 pub mod change_clock;
 pub mod commands;

@@ -248,7 +248,7 @@ pub fn stored_json(value: &[u8], key: &str, revision: Revision) -> Result<Box<Ra
 }
 
 /// The resourceVersion is the store's mod revision: it is not stored.
-fn encode<S: Resource>(object: &Object<S>) -> Vec<u8> {
+pub(crate) fn encode<S: Resource>(object: &Object<S>) -> Vec<u8> {
     let mut stored = object.clone();
     stored.metadata.resource_version = None;
     serde_json::to_vec(&stored).expect("herd objects always serialise to JSON")
@@ -457,6 +457,27 @@ impl Objects {
         let prepared = lifecycle::prepare_create(object, uuid::Uuid::now_v7().to_string(), now(), keep_status)
             .map_err(|e| ObjectsError::invalid(S::KIND, &name, e))?;
         self.write(prepared, false, (Some(guard), Vec::new())).await
+    }
+
+    /// Creates `object`, or replaces its metadata and spec (`old`, as read,
+    /// is what it replaces), with what `companions` makes of the object as
+    /// it will be stored (its new generation) written in the same
+    /// transaction, before it.
+    pub async fn write_with_companions<S: Resource>(
+        &self,
+        object: Object<S>,
+        old: Option<&Object<S>>,
+        dry_run: bool,
+        companions: impl FnOnce(&Object<S>) -> Vec<Op>,
+    ) -> Result<Object<S>, ObjectsError> {
+        let name = object.metadata.name.clone();
+        let prepared = match old {
+            None => lifecycle::prepare_create(object, uuid::Uuid::now_v7().to_string(), now(), false)
+                .map_err(|e| ObjectsError::invalid(S::KIND, &name, e))?,
+            Some(old) => prepare_over(old, object, Part::Spec)?,
+        };
+        let ops = companions(&prepared.object);
+        self.write(prepared, dry_run, (None, ops)).await
     }
 
     /// Replaces metadata and spec (the status is kept).

@@ -7,7 +7,7 @@ use std::marker::PhantomData;
 
 use async_trait::async_trait;
 use futures_util::future::BoxFuture;
-use herd_core::kinds::{AppClusterSpec, CommandSpec, KindVisitor, NodeSpec, OperationSpec};
+use herd_core::kinds::{AppClusterSpec, AppRevisionSpec, AppSpec, CommandSpec, KindVisitor, NodeSpec, OperationSpec};
 use herd_core::{Object, Resource, ValidationErrors};
 use schemars::{Schema, SchemaGenerator};
 use serde_json::Value;
@@ -119,6 +119,71 @@ impl KindOps for CommandKind {
     }
 }
 
+/// Apps are written with their revisions (`app_revisions.rs`).
+struct AppKind;
+
+#[async_trait]
+impl KindOps for AppKind {
+    fn info(&self) -> KindInfo {
+        Typed::<AppSpec>(PhantomData).info()
+    }
+
+    async fn create(&self, objects: &Objects, body: Value, dry_run: bool) -> Result<Value, ApiError> {
+        let app = parse::<AppSpec>(body, None)?;
+        Ok(crate::app_revisions::write(objects, app, None, dry_run).await?.to_json_value())
+    }
+
+    async fn replace(
+        &self,
+        objects: &Objects,
+        name: &str,
+        body: Value,
+        part: Part,
+        dry_run: bool,
+    ) -> Result<Value, ApiError> {
+        if matches!(part, Part::Status) {
+            return Typed::<AppSpec>(PhantomData).replace(objects, name, body, part, dry_run).await;
+        }
+        let app = parse::<AppSpec>(body, Some(name))?;
+        let old = objects.require::<AppSpec>(name).await?;
+        Ok(crate::app_revisions::write(objects, app, Some(&old), dry_run).await?.to_json_value())
+    }
+
+    fn schema(&self, generator: &mut SchemaGenerator) -> Schema {
+        Typed::<AppSpec>(PhantomData).schema(generator)
+    }
+}
+
+/// AppRevisions are herd's to write, with their App's changes.
+struct RevisionKind;
+
+#[async_trait]
+impl KindOps for RevisionKind {
+    fn info(&self) -> KindInfo {
+        Typed::<AppRevisionSpec>(PhantomData).info()
+    }
+
+    async fn create(&self, _objects: &Objects, _body: Value, _dry_run: bool) -> Result<Value, ApiError> {
+        Err(written_by_herd())
+    }
+
+    async fn replace(&self, _: &Objects, _: &str, _: Value, _: Part, _: bool) -> Result<Value, ApiError> {
+        Err(written_by_herd())
+    }
+
+    fn schema(&self, generator: &mut SchemaGenerator) -> Schema {
+        Typed::<AppRevisionSpec>(PhantomData).schema(generator)
+    }
+}
+
+fn written_by_herd() -> ApiError {
+    ApiError::MethodNotAllowed(
+        "AppRevisions are written by herd with each change to their App's spec; they are never created or changed \
+         by hand"
+            .into(),
+    )
+}
+
 /// Checks a create or a spec replace against the rest of the store
 /// before it is written (async: it reads other objects).
 type Admit<S> = for<'a> fn(&'a Objects, &'a Object<S>) -> BoxFuture<'a, Result<(), ApiError>>;
@@ -190,6 +255,8 @@ impl Registry {
             |objects, operation| Box::pin(crate::operations::admit(objects, operation));
         registry.admitted(Admitted { on_create: Some(admit_operation), on_replace: None });
         registry.kinds.insert(CommandSpec::PLURAL, Box::new(CommandKind));
+        registry.kinds.insert(AppSpec::PLURAL, Box::new(AppKind));
+        registry.kinds.insert(AppRevisionSpec::PLURAL, Box::new(RevisionKind));
         registry
     }
 

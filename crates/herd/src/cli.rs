@@ -198,6 +198,11 @@ pub enum Command {
         #[command(subcommand)]
         command: OperationCommand,
     },
+    /// Apps: their history.
+    App {
+        #[command(subcommand)]
+        command: AppCommand,
+    },
     /// App clusters.
     #[command(name = "appcluster")]
     AppCluster {
@@ -386,6 +391,16 @@ pub enum AppClusterCommand {
         /// Start it and return; do not follow it.
         #[arg(long)]
         detach: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum AppCommand {
+    /// The App's revisions kept (one per change to its spec), oldest
+    /// first, each with the fields it changed.
+    History {
+        /// The App's name.
+        name: String,
     },
 }
 

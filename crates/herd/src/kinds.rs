@@ -50,7 +50,7 @@ fn normalize<S: Resource>(text: &str) -> Result<serde_json::Value, Manifest> {
 
 /// What `herd get` takes, for its help: every kind of [`all`] (a test
 /// holds the two together).
-pub const KINDS_HELP: &str = "The kind: node, clusterconfig, lease, event, replica, command, app, appcluster, member, \
+pub const KINDS_HELP: &str = "The kind: node, clusterconfig, lease, event, replica, command, app, apprevision, appcluster, member, \
                               disruptionbudget, operation, or all (singular, plural or short name; `herd get` with \
                               no kind lists them)";
 

@@ -311,6 +311,9 @@ impl AppRole {
 /// script and setup status; persistent when any of the role's volumes is.
 pub const HERD_VOLUME: &str = "herd";
 
+/// The longest App name: 253 less a revision's `-<generation>`.
+pub const MAX_APP_NAME_LENGTH: usize = 233;
+
 impl ReadinessCheck {
     pub(crate) fn validate(&self, path: &FieldPath, errors: &mut ValidationErrors) {
         if let Probe::Command(command) = &self.probe
@@ -340,6 +343,16 @@ impl Resource for AppSpec {
     ];
     const HAS_STATUS: bool = false;
     type Status = NoStatus;
+
+    fn validate_name(name: &str, errors: &mut ValidationErrors) {
+        // Room for its revisions' names, `<app>-<generation>`.
+        if name.len() > MAX_APP_NAME_LENGTH {
+            errors.add(
+                &FieldPath::root("metadata").child("name"),
+                format!("an App's name is at most {MAX_APP_NAME_LENGTH} characters (its revisions are named `<app>-<revision>`)"),
+            );
+        }
+    }
 
     fn validate_spec(&self, path: &FieldPath, errors: &mut ValidationErrors) {
         if self.roles.is_empty() {

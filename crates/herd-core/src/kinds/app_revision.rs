@@ -138,5 +138,18 @@ mod tests {
         let changed = AppRevisionSpec { app_spec: app("etcd-3.6", None), ..revision.spec.clone() };
         changed.validate_spec_update(&revision.spec, &FieldPath::root("spec"), &mut errors);
         assert!(!errors.errors.is_empty());
+        // An App's name leaves room for its revisions'.
+        let longest = crate::kinds::app::MAX_APP_NAME_LENGTH;
+        let mut errors = ValidationErrors::new();
+        AppSpec::validate_name(&"a".repeat(longest), &mut errors);
+        assert!(errors.errors.is_empty());
+        let name = format!("{}-{}", "a".repeat(longest), i64::MAX);
+        assert!(
+            AppRevision::new(&name, AppRevisionSpec { app: "a".repeat(longest), revision: i64::MAX, ..revision.spec })
+                .validate()
+                .is_ok_and(|()| name.len() == 253)
+        );
+        AppSpec::validate_name(&"a".repeat(longest + 1), &mut errors);
+        assert!(errors.to_string().contains("at most 233 characters"), "{errors}");
     }
 }

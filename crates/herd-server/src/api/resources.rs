@@ -253,6 +253,10 @@ pub async fn delete(
         return Err(ApiError::Conflict(format!("{} {name:?} cannot be deleted: {why}", kind.kind)));
     }
     let precondition = query.resource_version.as_deref().map(parse_revision).transpose()?;
+    if kind.kind == herd_core::kinds::AppSpec::KIND {
+        let dry_run = query.dry_run()?;
+        return Ok(Json(crate::app_revisions::delete(&state.objects, &name, precondition, dry_run).await?));
+    }
     if kind.kind == NodeSpec::KIND {
         let (auth, events) = (&state.auth, &state.events);
         return Ok(Json(

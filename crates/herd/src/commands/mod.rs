@@ -1,5 +1,6 @@
 //! One module per command; [`run`] dispatches.
 
+mod app;
 mod apply;
 mod cluster;
 mod command_wait;
@@ -19,8 +20,8 @@ use anyhow::Context;
 use clap::CommandFactory;
 
 use crate::cli::{
-    AppClusterCommand, Cli, ClusterCommand, Command, CommandAction, MemberCommand, NodeCommand, OperationCommand,
-    TokenCommand,
+    AppClusterCommand, AppCommand, Cli, ClusterCommand, Command, CommandAction, MemberCommand, NodeCommand,
+    OperationCommand, TokenCommand,
 };
 use crate::context;
 use herd_core::api::LogStream;
@@ -128,6 +129,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Node { command: NodeCommand::Undrain { name } } => {
             operation::undrain(&context::client(&conn)?, &name).await
         }
+        Command::App { command: AppCommand::History { name } } => app::history(&context::client(&conn)?, &name).await,
         Command::Operation { command: OperationCommand::Cancel { name } } => {
             operation::cancel(&context::client(&conn)?, &name).await
         }

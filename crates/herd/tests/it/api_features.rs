@@ -455,3 +455,74 @@ async fn apps_and_app_clusters_are_served_and_checked() {
     // Admission end to end (a change waits for a pass over the last one and
     // for pending notifies) is in app_clusters.rs, with the controller.
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_change_to_an_app_is_a_revision_kept_to_ten_and_none_is_written_by_hand() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path());
+    let admin = server.admin();
+    let app = json!({"metadata": {"name": "hist"},
+        "spec": {"roles": [{"name": "db", "run": {"command": ["etcd"]}}]}});
+    admin.create_value("apps", &app, WriteOptions::default()).await.unwrap();
+    let patch = |patch: serde_json::Value| {
+        let admin = server.admin();
+        async move { admin.patch_value("apps", "hist", &patch).await.unwrap() }
+    };
+    patch(json!({"spec": {"description": "v2"}})).await;
+    // Labels are no change to the spec: no revision.
+    patch(json!({"metadata": {"labels": {"team": "a"}}})).await;
+    patch(json!({"spec": {"roles": [{"name": "db", "run": {"command": ["etcd", "--v3"]}}]}})).await;
+    let revisions = || async {
+        let list = server.admin().list::<herd_core::kinds::AppRevisionSpec>("").await.unwrap();
+        let mut names: Vec<(i64, String)> = list.iter().map(|r| (r.spec.revision, r.metadata.name.clone())).collect();
+        names.sort();
+        (names, list)
+    };
+    let (names, list) = revisions().await;
+    assert_eq!(names.iter().map(|(_, n)| n.as_str()).collect::<Vec<_>>(), ["hist-1", "hist-2", "hist-3"]);
+    let stored = admin.get::<herd_core::kinds::AppSpec>("hist").await.unwrap();
+    let third = list.iter().find(|r| r.spec.revision == 3).unwrap();
+    assert_eq!(third.spec.app_spec, stored.spec, "the revision is the spec as accepted");
+    assert_eq!(stored.metadata.generation, 3);
+
+    let herd = |args: &[&str]| {
+        common::herd().args(["--server", &server.url, "--token", ADMIN_TOKEN]).args(args).output().unwrap()
+    };
+    let out = herd(&["app", "history", "hist"]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[0].starts_with("REVISION") && lines[1].starts_with("1 ") && lines[1].ends_with("(the oldest kept)"),
+        "{text}"
+    );
+    assert!(lines[2].starts_with("2 ") && lines[2].ends_with(" description"), "{text}");
+    assert!(lines[3].starts_with("3 ") && lines[3].ends_with(" roles[0].run.command"), "{text}");
+    assert_eq!(herd(&["app", "history", "nope"]).status.code(), Some(3), "not found");
+
+    // No revision is written, changed or deleted by hand.
+    let forged = json!({"metadata": {"name": "hist-9"},
+        "spec": {"app": "hist", "revision": 9, "appSpec": stored.spec}});
+    let error = admin.create_value("apprevisions", &forged, WriteOptions::default()).await.unwrap_err();
+    assert!(error.to_string().contains("written by herd"), "{error}");
+    let mut changed = serde_json::to_value(third).unwrap();
+    changed["spec"]["appSpec"]["description"] = json!("forged");
+    let error = admin.replace_value("apprevisions", "hist-3", &changed, WriteOptions::default()).await.unwrap_err();
+    assert!(error.to_string().contains("written by herd"), "{error}");
+    assert!(admin.delete_value("apprevisions", "hist-3", WriteOptions::default()).await.is_err());
+
+    // Ten kept: the oldest go.
+    for i in 4..=13 {
+        patch(json!({"spec": {"description": format!("v{i}")}})).await;
+    }
+    let (names, _) = revisions().await;
+    assert_eq!(names.iter().map(|(r, _)| *r).collect::<Vec<_>>(), (4..=13).collect::<Vec<i64>>());
+
+    // The revisions of a deleted App go with it; one of the same name made
+    // again starts its own history.
+    admin.delete_value("apps", "hist", WriteOptions::default()).await.unwrap();
+    admin.create_value("apps", &app, WriteOptions::default()).await.unwrap();
+    let (names, _) = revisions().await;
+    assert_eq!(names.iter().map(|(_, n)| n.as_str()).collect::<Vec<_>>(), ["hist-1"]);
+    admin.delete_value("apps", "hist", WriteOptions::default()).await.unwrap();
+    assert!(revisions().await.0.is_empty(), "deleted with their App");
+}
