@@ -11,7 +11,7 @@ use herd_core::lifecycle;
 use herd_store::Op;
 
 use crate::error::ApiError;
-use crate::objects::{Objects, encode, now, object_key};
+use crate::objects::{Objects, ObjectsError, encode, now, object_key};
 
 /// How many revisions of an App are kept.
 pub const KEPT: usize = 10;
@@ -33,45 +33,32 @@ pub async fn delete(
 }
 
 /// Writes `app` (a create when `old` is None, else over `old` as read),
-/// with its revision when its spec changed, pruning the oldest.
+/// with its revision when its spec changed (a new generation), pruning
+/// the oldest.
 pub async fn write(objects: &Objects, app: App, old: Option<&App>, dry_run: bool) -> Result<App, ApiError> {
     let name = app.metadata.name.clone();
-    // What is wrong with the App is said of the App, not of its revision.
-    app.validate().map_err(|errors| ApiError::invalid(AppSpec::KIND, &name, errors))?;
-    // The generation the write gives it (lifecycle's rule).
-    let generation = match old {
-        None => 1,
-        Some(old) if old.spec == app.spec => {
-            return Ok(objects.write_with_companions(app, Some(old), dry_run, |_| Vec::new()).await?);
-        }
-        Some(old) => old.metadata.generation + 1,
-    };
-    let spec = AppRevisionSpec { app: name.clone(), revision: generation, app_spec: app.spec.clone() };
-    let revision = lifecycle::prepare_create(
-        AppRevision::new(revision_name(&name, generation), spec),
-        uuid::Uuid::now_v7().to_string(),
-        now(),
-        false,
-    )
-    .map_err(|errors| ApiError::invalid(AppSpec::KIND, &name, errors))?
-    .object;
     let (revisions, _) = objects.list::<AppRevisionSpec>().await?;
-    let mut kept: Vec<i64> = revisions
-        .iter()
-        .filter(|r| r.spec.app == name && r.spec.revision != generation)
-        .map(|r| r.spec.revision)
-        .collect();
+    let mut kept: Vec<i64> = revisions.iter().filter(|r| r.spec.app == name).map(|r| r.spec.revision).collect();
     kept.sort_unstable();
-    let key = |revision: i64| object_key(AppRevisionSpec::PLURAL, &revision_name(&name, revision));
-    // A new App's history starts with it: an earlier App's of the same
-    // name (not swept yet) goes.
-    let pruned = if old.is_none() { kept.len() } else { kept.len().saturating_sub(KEPT - 1) };
-    let mut ops: Vec<Op> = kept[..pruned].iter().map(|r| Op::Delete { key: key(*r) }).collect();
-    ops.push(Op::Put { key: key(generation), value: encode(&revision) });
     let written = objects
         .write_with_companions(app, old, dry_run, |stored| {
-            // As computed above: the old object the write compares against.
-            if stored.metadata.generation == generation { ops } else { Vec::new() }
+            let generation = stored.metadata.generation;
+            if old.is_some_and(|old| old.metadata.generation == generation) {
+                return Ok(Vec::new());
+            }
+            let spec = AppRevisionSpec { app: name.clone(), revision: generation, app_spec: stored.spec.clone() };
+            let revision = AppRevision::new(revision_name(&name, generation), spec);
+            let revision = lifecycle::prepare_create(revision, uuid::Uuid::now_v7().to_string(), now(), false)
+                .map_err(|errors| ObjectsError::invalid(AppRevisionSpec::KIND, &name, errors))?
+                .object;
+            let key = |revision: i64| object_key(AppRevisionSpec::PLURAL, &revision_name(&name, revision));
+            kept.retain(|r| *r != generation);
+            // A new App's history starts with it: an earlier App's of the
+            // same name goes.
+            let pruned = if old.is_none() { kept.len() } else { kept.len().saturating_sub(KEPT - 1) };
+            let mut ops: Vec<Op> = kept[..pruned].iter().map(|r| Op::Delete { key: key(*r) }).collect();
+            ops.push(Op::Put { key: key(generation), value: encode(&revision) });
+            Ok(ops)
         })
         .await?;
     Ok(written)

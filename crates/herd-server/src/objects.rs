@@ -59,7 +59,7 @@ impl ObjectsError {
         ObjectsError::NotFound { kind: kind.into(), name: name.into() }
     }
 
-    fn invalid(kind: &str, name: &str, errors: ValidationErrors) -> Self {
+    pub(crate) fn invalid(kind: &str, name: &str, errors: ValidationErrors) -> Self {
         ObjectsError::Invalid { kind: kind.into(), name: name.into(), errors }
     }
 
@@ -468,7 +468,7 @@ impl Objects {
         object: Object<S>,
         old: Option<&Object<S>>,
         dry_run: bool,
-        companions: impl FnOnce(&Object<S>) -> Vec<Op>,
+        companions: impl FnOnce(&Object<S>) -> Result<Vec<Op>, ObjectsError>,
     ) -> Result<Object<S>, ObjectsError> {
         let name = object.metadata.name.clone();
         let prepared = match old {
@@ -476,7 +476,7 @@ impl Objects {
                 .map_err(|e| ObjectsError::invalid(S::KIND, &name, e))?,
             Some(old) => prepare_over(old, object, Part::Spec)?,
         };
-        let ops = companions(&prepared.object);
+        let ops = companions(&prepared.object)?;
         self.write(prepared, dry_run, (None, ops)).await
     }
 
