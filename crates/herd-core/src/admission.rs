@@ -69,6 +69,7 @@ mod tests {
             AppClusterSpec {
                 app_ref: "etcd".into(),
                 roles: vec![ClusterRole { name: "member".into(), members, ..Default::default() }],
+                ..Default::default()
             },
         );
         cluster.metadata.generation = generation;

@@ -263,6 +263,7 @@ mod tests {
                     ClusterRole { name: "member".into(), members: 2, ..Default::default() },
                     ClusterRole { name: "proxy".into(), members: 1, ..Default::default() },
                 ],
+                ..Default::default()
             },
         );
         cluster.metadata.generation = 7;
@@ -293,6 +294,7 @@ mod tests {
             AppClusterSpec {
                 app_ref: "etcd".into(),
                 roles: vec![ClusterRole { name: "member".into(), members: 2, ..Default::default() }],
+                ..Default::default()
             },
         );
         let mut n1 = Node::new("n1", NodeSpec::default());
@@ -321,6 +323,7 @@ mod tests {
             AppClusterSpec {
                 app_ref: "etcd".into(),
                 roles: vec![ClusterRole { name: "member".into(), members: 2, ..Default::default() }],
+                ..Default::default()
             },
         );
         let members =
@@ -351,6 +354,7 @@ mod tests {
             AppClusterSpec {
                 app_ref: "pg".into(),
                 roles: vec![ClusterRole { name: "pg".into(), members: 2, ..Default::default() }],
+                ..Default::default()
             },
         );
         let members = [member("pg", 0, "n1", MemberState::Configured), member("pg", 1, "n2", MemberState::Configured)];

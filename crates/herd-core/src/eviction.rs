@@ -18,6 +18,9 @@ pub enum Disruption {
     Move,
     /// Restarted in place (a rolling restart).
     Restart,
+    /// Restarted in place as another revision of its App (an upgrade, or
+    /// its revert).
+    Upgrade { to: i64 },
 }
 
 /// What an approved disruption asks of the member.
@@ -29,6 +32,8 @@ pub enum Request {
     Migrate,
     /// Restarted where it is.
     Restart,
+    /// Restarted where it is as revision `to` of its App.
+    Upgrade { to: i64 },
 }
 
 impl Request {
@@ -38,6 +43,7 @@ impl Request {
     pub fn of(how: Disruption, persistent: Option<bool>) -> Request {
         match (how, persistent) {
             (Disruption::Restart, _) => Request::Restart,
+            (Disruption::Upgrade { to }, _) => Request::Upgrade { to },
             (Disruption::Move, Some(true)) => Request::Migrate,
             (Disruption::Move, _) => Request::Replace,
         }
@@ -45,11 +51,14 @@ impl Request {
 
     /// Asks it of `member` as of `at`; whether it was not asked already.
     pub fn ask(self, member: &mut Member, at: Timestamp) -> bool {
+        if let Request::Upgrade { to } = self {
+            member.spec.app_revision = Some(to);
+        }
         let requests = &mut member.spec.requests;
         let asked = match self {
             Request::Replace => &mut requests.replace,
             Request::Migrate => &mut requests.migrate,
-            Request::Restart => &mut requests.restart,
+            Request::Restart | Request::Upgrade { .. } => &mut requests.restart,
         };
         asked.replace(at).is_none()
     }
@@ -60,6 +69,7 @@ impl Request {
             Request::Replace => format!("member {name} is placed again on another node"),
             Request::Migrate => format!("member {name} is moved to another node with its data"),
             Request::Restart => format!("member {name} is restarted where it is"),
+            Request::Upgrade { to } => format!("member {name} is restarted where it is as revision {to} of its App"),
         }
     }
 }
@@ -173,6 +183,9 @@ mod tests {
         assert_eq!(Request::of(Disruption::Move, Some(true)), Request::Migrate);
         assert_eq!(Request::of(Disruption::Move, Some(false)), Request::Replace);
         assert_eq!(Request::of(Disruption::Move, None), Request::Replace);
+        let mut member = bound_member(0, "n1");
+        assert!(Request::of(Disruption::Upgrade { to: 3 }, Some(true)).ask(&mut member, Timestamp::default()));
+        assert_eq!((member.spec.app_revision, member.spec.requests.restart.is_some()), (Some(3), true));
         let mut member = ready();
         assert!(Request::Migrate.ask(&mut member, Timestamp::default()));
         assert!(!Request::Migrate.ask(&mut member, Timestamp::default()), "asked already");

@@ -53,6 +53,7 @@ pub mod switchover;
 pub mod throttle;
 pub mod time;
 pub mod units;
+pub mod upgrade;
 pub mod usage;
 pub mod validation;
 pub mod verify;

@@ -197,7 +197,7 @@ mod tests {
             notifies: notifies.iter().map(|s| s.to_string()).collect(),
             ..Default::default()
         };
-        AppSpec { description: String::new(), roles: vec![role("member", &["member"]), role("worker", &[])] }
+        AppSpec { roles: vec![role("member", &["member"]), role("worker", &[])], ..Default::default() }
     }
 
     fn member(role: &str, index: u32, state: MemberState) -> Member {

@@ -66,6 +66,7 @@ mod tests {
                 .iter()
                 .map(|(name, members)| ClusterRole { name: (*name).into(), members: *members, ..Default::default() })
                 .collect(),
+            ..Default::default()
         }
     }
 

@@ -141,7 +141,7 @@ async fn move_request(
     member: &Member,
     how: Disruption,
 ) -> Result<(Request, Option<(AppCluster, App)>), ObjectsError> {
-    if how == Disruption::Restart {
+    if matches!(how, Disruption::Restart | Disruption::Upgrade { .. }) {
         return Ok((Request::of(how, None), None));
     }
     let Some(cluster) = objects.get::<AppClusterSpec>(&member.spec.cluster).await? else {

@@ -1,14 +1,17 @@
 //! Admission of Operations: what a new one names must exist (a
 //! switchover's role must have a leader, and the member it names must be
-//! of that role), and one node is drained (one role restarted or switched
-//! over) by one Operation at a time (the controller carries them out:
-//! `controllers::operations`).
+//! of that role; an upgrade's revision must be kept, and not undo an
+//! irreversible one), and one node is drained (one role restarted or
+//! switched over, one cluster upgraded) by one Operation at a time (the
+//! controller carries them out: `controllers::operations`).
 
 use herd_core::ValidationErrors;
-use herd_core::kinds::{AppClusterSpec, AppSpec, MemberSpec, NodeSpec, Operation, OperationAction, OperationSpec};
+use herd_core::kinds::{
+    AppCluster, AppClusterSpec, AppSpec, MemberSpec, NodeSpec, Operation, OperationAction, OperationSpec,
+};
 
 use crate::error::ApiError;
-use crate::objects::Objects;
+use crate::objects::{Objects, ObjectsError};
 
 pub async fn admit(objects: &Objects, operation: &Operation) -> Result<(), ApiError> {
     let name = &operation.metadata.name;
@@ -75,13 +78,28 @@ pub async fn admit(objects: &Objects, operation: &Operation) -> Result<(), ApiEr
             }
             format!("role {role} of {cluster} is being switched over")
         }
+        OperationAction::Upgrade { cluster, to_revision, .. } => {
+            let Some(found) = objects.get::<AppClusterSpec>(cluster).await? else {
+                return Err(invalid("spec.action.cluster", format!("there is no AppCluster named {cluster:?}")));
+            };
+            let app = &found.spec.app_ref;
+            if let Err(why) = crate::app_revisions::spec_at(objects, app, *to_revision).await? {
+                return Err(invalid("spec.action.toRevision", why));
+            }
+            if let Some(why) = irreversible_since(objects, &found, *to_revision).await? {
+                return Err(invalid("spec.action.toRevision", why));
+            }
+            format!("{cluster} is being upgraded")
+        }
     };
-    // One switchover of a role at a time, whichever member each asks for.
+    // One switchover of a role at a time, whichever member each asks for;
+    // one upgrade of a cluster, whichever revision.
     let same = |other: &OperationAction| match (other, &operation.spec.action) {
         (
             OperationAction::Switchover { cluster: c, role: r, .. },
             OperationAction::Switchover { cluster, role, .. },
         ) => c == cluster && r == role,
+        (OperationAction::Upgrade { cluster: c, .. }, OperationAction::Upgrade { cluster, .. }) => c == cluster,
         (other, action) => other == action,
     };
     let (operations, _) = objects.list::<OperationSpec>().await?;
@@ -93,6 +111,31 @@ pub async fn admit(objects: &Objects, operation: &Operation) -> Result<(), ApiEr
         )));
     }
     Ok(())
+}
+
+/// Why `cluster` may not be taken back to revision `to`: a member runs (or
+/// is to run) a later revision whose App says its upgrade is irreversible.
+async fn irreversible_since(objects: &Objects, cluster: &AppCluster, to: i64) -> Result<Option<String>, ObjectsError> {
+    let (members, _) = objects.list::<MemberSpec>().await?;
+    let ours = members.iter().filter(|m| m.spec.cluster == cluster.metadata.name);
+    let Some(latest) = ours.flat_map(|m| [m.spec.app_revision, m.status.app_revision]).flatten().max() else {
+        return Ok(None);
+    };
+    let app = &cluster.spec.app_ref;
+    // Every revision between counts (one passed through on the way), as
+    // far as they are kept.
+    for step in to + 1..=latest {
+        if let Ok(spec) = crate::app_revisions::spec_at(objects, app, step).await?
+            && let Some(why) = spec.upgrade.irreversible
+        {
+            return Ok(Some(format!(
+                "members of {} run revision {latest}, and the upgrade to revision {step} of App {app} is \
+                 irreversible ({why}): it cannot be taken back to revision {to}; upgrade it to a later one",
+                cluster.metadata.name
+            )));
+        }
+    }
+    Ok(None)
 }
 
 #[cfg(test)]
@@ -138,8 +181,14 @@ mod tests {
 
     async fn switchover(objects: &Objects, role: &str, to: Option<&str>) -> Result<(), ApiError> {
         let action = OperationAction::Switchover { cluster: "c".into(), role: role.into(), to: to.map(String::from) };
-        let spec =
-            OperationSpec { action, deadline: None, on_deadline: Default::default(), max_parallel: 1, cancel: false };
+        let spec = OperationSpec {
+            action,
+            deadline: None,
+            on_deadline: Default::default(),
+            max_parallel: 1,
+            cancel: false,
+            paused: false,
+        };
         admit(objects, &Object::new("s", spec)).await
     }
 

@@ -250,7 +250,9 @@ impl Registry {
         registry.admitted(Admitted { on_create: None, on_replace: Some(admit_node) });
         let admit_cluster: Admit<AppClusterSpec> =
             |objects, cluster| Box::pin(crate::app_clusters::admit_replace(objects, cluster));
-        registry.admitted(Admitted { on_create: None, on_replace: Some(admit_cluster) });
+        let admit_new_cluster: Admit<AppClusterSpec> =
+            |objects, cluster| Box::pin(crate::app_clusters::admit_create(objects, cluster));
+        registry.admitted(Admitted { on_create: Some(admit_new_cluster), on_replace: Some(admit_cluster) });
         let admit_operation: Admit<OperationSpec> =
             |objects, operation| Box::pin(crate::operations::admit(objects, operation));
         registry.admitted(Admitted { on_create: Some(admit_operation), on_replace: None });

@@ -392,6 +392,51 @@ pub enum AppClusterCommand {
         #[arg(long)]
         detach: bool,
     },
+    /// Restart every member as another revision of its App (`herd app
+    /// history`), each asked of its disruption budgets first (a durable
+    /// Operation): the canaries first, alone, a leader role's leader
+    /// last, each member healthy once ready for --min-healthy-time; one
+    /// that is not within --healthy-deadline, or comes back in config
+    /// error, stops it, and (unless --no-auto-revert, or the revision is
+    /// irreversible) every member it touched returns to the revision it
+    /// ran before. What is not given is the cluster's `updatePolicy`.
+    /// Exit code 0 upgraded, 1 reverted, failed or cancelled.
+    Upgrade {
+        /// The AppCluster's name.
+        name: String,
+        #[command(flatten)]
+        asked: UpgradeArgs,
+        /// How long the whole upgrade may take [default: no deadline].
+        #[arg(long, value_parser = duration)]
+        deadline: Option<HumanDuration>,
+        /// Start it and return; do not follow it.
+        #[arg(long)]
+        detach: bool,
+    },
+}
+
+/// What `herd appcluster upgrade` may be given; the rest is the cluster's
+/// `updatePolicy`.
+#[derive(clap::Args, Debug)]
+pub struct UpgradeArgs {
+    /// The revision to run [default: the App's latest].
+    #[arg(long)]
+    pub to_revision: Option<i64>,
+    /// How many members go first, alone.
+    #[arg(long)]
+    pub canary: Option<u32>,
+    /// How many members may restart at once after the canaries.
+    #[arg(long)]
+    pub max_parallel: Option<u32>,
+    /// How long a restarted member must stay ready to count as healthy.
+    #[arg(long, value_parser = duration)]
+    pub min_healthy_time: Option<HumanDuration>,
+    /// How long after its restart a member may take to be healthy.
+    #[arg(long, value_parser = duration)]
+    pub healthy_deadline: Option<HumanDuration>,
+    /// Stop without reverting when a member does not come back healthy.
+    #[arg(long)]
+    pub no_auto_revert: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -409,6 +454,17 @@ pub enum OperationCommand {
     /// Stop an Operation: nothing more is started (members already on
     /// their way go on). A drained node stays drained.
     Cancel {
+        /// The Operation's name (`herd get operations`).
+        name: String,
+    },
+    /// Pause an Operation: nothing more is started until it is resumed
+    /// (members already on their way go on, and are followed).
+    Pause {
+        /// The Operation's name (`herd get operations`).
+        name: String,
+    },
+    /// Resume a paused Operation.
+    Resume {
         /// The Operation's name (`herd get operations`).
         name: String,
     },

@@ -3,7 +3,7 @@
 //! unsettled ones keeping their members busy; then each member checked
 //! against its node's report (a changed instance is a restart).
 
-use crate::kinds::{AppSpec, EventReason, EventType, Member, Purpose};
+use crate::kinds::{EventReason, EventType, Member, Purpose};
 use crate::member_check::{NodeSeen, Restart, Seen, check_member, crash_news, lost_news, oom_news};
 use crate::node_health::READY;
 use crate::outcomes::{Recorded, record_outcome};
@@ -71,10 +71,10 @@ pub(super) fn seen<'n>(nodes: &'n dyn NodeIndex, member: &Member, has_check: boo
 
 /// Checks member `i` against what its node reports (None: it is not
 /// bound); its restart, if it restarted.
-pub(super) fn check(work: &mut Work<'_, '_>, i: usize, app: &AppSpec, now: Timestamp) -> Option<Option<Restart>> {
+pub(super) fn check(work: &mut Work<'_, '_>, i: usize, now: Timestamp) -> Option<Option<Restart>> {
     let member = &work.members[i];
     member.spec.node.as_ref()?;
-    let role = app.role(&member.spec.role);
+    let role = work.snap.app_role(member);
     let persistent = role.is_some_and(|r| r.run.volumes.iter().any(|v| v.persistent));
     let seen = seen(work.snap.nodes, member, role.is_some_and(|r| r.readiness.is_some()));
     Some(check_member(&mut work.members[i].status, seen, persistent, now))
@@ -82,14 +82,14 @@ pub(super) fn check(work: &mut Work<'_, '_>, i: usize, app: &AppSpec, now: Times
 
 /// Each member against its node's report. A restart, and a crash loop or
 /// lost volumes new since the status as stored, are Events.
-pub(super) fn check_members(work: &mut Work<'_, '_>, app: &AppSpec) {
+pub(super) fn check_members(work: &mut Work<'_, '_>) {
     let now = work.snap.now;
     for i in 0..work.members.len() {
         let stored = work.stored[i].as_ref().map(|s| &s.state_detail);
         let crash_before = stored.and_then(|d| d.crash_loop.clone());
         let lost_before = stored.map(|d| d.lost_volumes.clone()).unwrap_or_default();
         let oom_before = stored.and_then(|d| d.last_oom_kill.clone());
-        let Some(restart) = check(work, i, app, now) else { continue };
+        let Some(restart) = check(work, i, now) else { continue };
         if let Some(restart) = restart {
             let how = match restart {
                 Restart::Persistent => "persistent restart: its setup is not run again if it succeeded",

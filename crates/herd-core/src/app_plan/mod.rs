@@ -37,7 +37,8 @@ use crate::kinds::app_cluster::{AppCluster, cluster_status};
 use crate::kinds::cluster_config::AppClusterSettings;
 use crate::kinds::operation::Handover;
 use crate::kinds::{
-    Action, AppClusterStatus, AppSpec, Command, EventReason, EventType, Member, MemberState, MemberStatus, Node,
+    Action, AppClusterStatus, AppRole, AppSpec, Command, EventReason, EventType, Member, MemberState, MemberStatus,
+    Node,
 };
 use crate::placement::{NodeLoad, Placement};
 use crate::resources::Amounts;
@@ -94,9 +95,13 @@ pub trait Placer {
 /// One cluster, as one pass reads it.
 pub struct Snapshot<'a> {
     pub cluster: &'a AppCluster,
+    /// The App as of the revision the cluster runs (`app_revision`): what
+    /// new members start as, and what its roles are.
     pub app: Option<&'a AppSpec>,
-    /// The App's generation: the revision runs made now are of.
+    /// That revision (the cluster's `appRevision`, or the App's latest).
     pub app_revision: Option<i64>,
+    /// The App as of each other revision a member is to run.
+    pub revisions: &'a BTreeMap<i64, &'a AppSpec>,
     pub settings: &'a AppClusterSettings,
     /// The cluster's members as read (the ones it owns).
     pub members: Vec<Member>,
@@ -117,6 +122,27 @@ pub struct Snapshot<'a> {
     /// roles, by role.
     pub handovers: &'a [(String, Handover)],
     pub now: Timestamp,
+}
+
+impl<'a> Snapshot<'a> {
+    /// The revision `member` is to run: its own, or (one made before
+    /// members had one) the cluster's.
+    pub fn revision_of(&self, member: &Member) -> Option<i64> {
+        member.spec.app_revision.or(self.app_revision)
+    }
+
+    /// The App as of the revision `member` is to run (None: not kept).
+    pub fn app_of(&self, member: &Member) -> Option<&'a AppSpec> {
+        match self.revision_of(member) {
+            Some(revision) if Some(revision) != self.app_revision => self.revisions.get(&revision).copied(),
+            _ => self.app,
+        }
+    }
+
+    /// `member`'s role as of the revision it is to run.
+    pub fn app_role(&self, member: &Member) -> Option<&'a AppRole> {
+        self.app_of(member)?.role(&member.spec.role)
+    }
 }
 
 /// A write of a member, over the revision the write before it left.
@@ -230,7 +256,7 @@ impl Work<'_, '_> {
         if let (Some(origin), Action::StartMember { .. } | Action::MigrateMember { .. }) =
             (command.spec.origin.as_mut(), &command.spec.action)
         {
-            origin.app_revision = self.snap.app_revision;
+            origin.app_revision = self.snap.revision_of(&self.members[i]);
         }
         self.busy.insert(self.members[i].metadata.name.clone());
         self.programs[i].commands.push(Planned { command, issued });
@@ -285,11 +311,12 @@ pub fn plan(snap: &Snapshot<'_>, placer: &mut dyn Placer, ids: &mut dyn FnMut() 
     };
     check::read_commands(&mut work);
     if let Some(app) = snap.app {
-        check::check_members(&mut work, app);
+        restarts::record_revisions(&mut work);
+        check::check_members(&mut work);
         recovery::recover_members(&mut work, app);
-        moves::migrate_members(&mut work, app);
-        restarts::restart_members(&mut work, app);
-        sync::sync_roles(&mut work, app);
+        moves::migrate_members(&mut work);
+        restarts::restart_members(&mut work);
+        sync::sync_roles(&mut work);
         sync::sync_members(&mut work, app);
         sync::send_notifies(&mut work, app);
     }
@@ -316,7 +343,14 @@ pub fn plan(snap: &Snapshot<'_>, placer: &mut dyn Placer, ids: &mut dyn FnMut() 
             ..cluster_status(&cluster.spec, cluster.metadata.generation, members)
         },
         None => AppClusterStatus {
-            reason: Some(format!("App {:?} does not exist: apply it", cluster.spec.app_ref)),
+            reason: Some(match cluster.spec.app_revision {
+                Some(revision) => format!(
+                    "App {0:?} has no revision {revision} (the cluster's appRevision): `herd app history {0}` lists \
+                     the revisions kept",
+                    cluster.spec.app_ref
+                ),
+                None => format!("App {:?} does not exist: apply it", cluster.spec.app_ref),
+            }),
             observed_generation: Some(cluster.metadata.generation),
             ..cluster.status.clone()
         },

@@ -6,17 +6,17 @@
 //! leaves it where it was, saying why.
 
 use crate::disruption::APPROVAL_TIMEOUT;
-use crate::kinds::{Action, AppSpec, EventReason, EventType, Migration, Purpose};
+use crate::kinds::{Action, EventReason, EventType, Migration, Purpose};
 use crate::migration::{MigrationStep, given_up, migration_step, rebound, request_lapsed};
 
 use super::sync::{command_for, member_run, move_target};
 use super::{Work, Write};
 
-pub(super) fn migrate_members(work: &mut Work<'_, '_>, app: &AppSpec) {
+pub(super) fn migrate_members(work: &mut Work<'_, '_>) {
     let now = work.snap.now;
     for i in 0..work.members.len() {
         let member = &work.members[i];
-        let Some(app_role) = app.role(&member.spec.role) else { continue };
+        let Some(app_role) = work.snap.app_role(member) else { continue };
         match migration_step(member, work.busy.contains(&member.metadata.name)) {
             MigrationStep::Nothing => {}
             MigrationStep::Choose => match move_target(work, i, app_role) {
@@ -25,12 +25,12 @@ pub(super) fn migrate_members(work: &mut Work<'_, '_>, app: &AppSpec) {
                     let from = member.spec.node.clone().unwrap_or_default();
                     member.status.reason = Some(format!("moving to {to} with its data"));
                     member.status.migration = Some(Migration { from, to, ports, ..Default::default() });
-                    issue_migration(work, i, app);
+                    issue_migration(work, i);
                 }
                 Err(why) if request_lapsed(&work.members[i], now) => lapse(work, i, &why),
                 Err(why) => work.members[i].status.reason = Some(format!("cannot move it now: {why}")),
             },
-            MigrationStep::Issue => issue_migration(work, i, app),
+            MigrationStep::Issue => issue_migration(work, i),
             MigrationStep::Rebind => rebind(work, i),
             MigrationStep::GiveUp(why) => {
                 let member = &mut work.members[i];
@@ -61,11 +61,11 @@ fn lapse(work: &mut Work<'_, '_>, i: usize, why: &str) {
 
 /// The MigrateMember Command on the target, issued once the status that
 /// names the target is stored.
-fn issue_migration(work: &mut Work<'_, '_>, i: usize, app: &AppSpec) {
+fn issue_migration(work: &mut Work<'_, '_>, i: usize) {
     let cluster = work.snap.cluster;
     let member = &work.members[i];
     let (Some(migration), Some(app_role), Some(cluster_role)) =
-        (member.status.migration.as_ref(), app.role(&member.spec.role), cluster.spec.role(&member.spec.role))
+        (member.status.migration.as_ref(), work.snap.app_role(member), cluster.spec.role(&member.spec.role))
     else {
         return;
     };

@@ -16,7 +16,7 @@ pub(super) fn recover_members(work: &mut Work<'_, '_>, app: &AppSpec) {
     for i in 0..work.members.len() {
         let member = &work.members[i];
         let Some(node) = member.spec.node.clone() else { continue };
-        let Some(role) = app.role(&member.spec.role) else { continue };
+        let Some(role) = work.snap.app_role(member) else { continue };
         let mut persistent: Vec<String> = role.run.persistent_volumes().map(str::to_string).collect();
         if !persistent.is_empty() {
             persistent.push(HERD_VOLUME.into());

@@ -166,7 +166,7 @@ fn placed(work: &mut Work<'_, '_>, i: usize) {
 
 /// Creates the members the spec asks for (each placed first when a node
 /// can take it: one write, bound) and sends away the surplus.
-pub(super) fn sync_roles(work: &mut Work<'_, '_>, app: &AppSpec) {
+pub(super) fn sync_roles(work: &mut Work<'_, '_>) {
     let cluster = work.snap.cluster;
     for change in role_sync(&cluster.metadata.name, &cluster.spec, &work.members) {
         match change {
@@ -185,7 +185,7 @@ pub(super) fn sync_roles(work: &mut Work<'_, '_>, app: &AppSpec) {
                     name: cluster.metadata.name.clone(),
                     uid: cluster.metadata.uid.clone().unwrap_or_default(),
                 });
-                create(work, app, member);
+                create(work, member);
             }
             MemberChange::MarkDeletePending { name } => {
                 if let Some(member) = work.members.iter_mut().find(|m| m.metadata.name == name) {
@@ -203,9 +203,10 @@ pub(super) fn sync_roles(work: &mut Work<'_, '_>, app: &AppSpec) {
 
 /// A new member, bound when a node can take it (checked as a bound member
 /// its node does not report yet), or unbound with why in its status.
-fn create(work: &mut Work<'_, '_>, app: &AppSpec, member: Member) {
+fn create(work: &mut Work<'_, '_>, mut member: Member) {
+    member.spec.app_revision = work.snap.app_revision;
     let i = work.add(member);
-    let Some(app_role) = app.role(&work.members[i].spec.role) else {
+    let Some(app_role) = work.snap.app_role(&work.members[i]) else {
         work.write(i, Write::Create);
         return;
     };
@@ -223,7 +224,7 @@ fn create(work: &mut Work<'_, '_>, app: &AppSpec, member: Member) {
 
 /// Binds every unbound member waiting to be created that can be placed;
 /// each binding is written before anything is started there.
-fn place_all(work: &mut Work<'_, '_>, app: &AppSpec) {
+fn place_all(work: &mut Work<'_, '_>) {
     for i in 0..work.members.len() {
         let member = &work.members[i];
         if member.spec.node.is_some() || member.status.state != MemberState::CreatePending {
@@ -233,7 +234,7 @@ fn place_all(work: &mut Work<'_, '_>, app: &AppSpec) {
         if work.stored[i].is_none() {
             continue;
         }
-        let Some(app_role) = app.role(&member.spec.role) else { continue };
+        let Some(app_role) = work.snap.app_role(member) else { continue };
         if let Some(bound) = binding(work, i, app_role) {
             work.members[i].spec = bound.spec;
             work.write(i, Write::Spec);
@@ -255,11 +256,11 @@ pub(super) fn sync_members(work: &mut Work<'_, '_>, app: &AppSpec) {
     let now = work.snap.now;
     let (mut joined, mut leaving) = (Vec::new(), Vec::new());
     let mut forgotten = BTreeSet::new();
-    place_all(work, app);
+    place_all(work);
     let near = near(work);
     let digest = digest_of(cluster, &work.members, &near);
     for i in 0..work.members.len() {
-        let Some(app_role) = app.role(&work.members[i].spec.role) else { continue };
+        let Some(app_role) = work.snap.app_role(&work.members[i]) else { continue };
         let member = &work.members[i];
         let was_configured = member.status.was_configured();
         let name = member.metadata.name.clone();
@@ -277,7 +278,7 @@ pub(super) fn sync_members(work: &mut Work<'_, '_>, app: &AppSpec) {
         if !was_configured && work.members[i].status.state == MemberState::Configured {
             // Ready as of now when it runs (not a pass later): its
             // configmeta and the others' say so at once.
-            check(work, i, app, now);
+            check(work, i, now);
             let member = &work.members[i];
             joined.push((member.spec.role.clone(), name.clone()));
             let instance = member.status.state_detail.last_configured_instance.as_deref().unwrap_or("?");
@@ -302,7 +303,7 @@ pub(super) fn sync_members(work: &mut Work<'_, '_>, app: &AppSpec) {
                 forgotten.insert(name);
             }
             Step::Start | Step::Configure { .. } | Step::Remove => {
-                if let Some((purpose, action)) = step_command(work, i, app, step, &near) {
+                if let Some((purpose, action)) = step_command(work, i, step, &near) {
                     issue(work, i, purpose, action);
                 }
             }
@@ -316,10 +317,10 @@ pub(super) fn sync_members(work: &mut Work<'_, '_>, app: &AppSpec) {
 }
 
 /// The Command that carries out `step` for member `i`, if one is due.
-fn step_command(work: &Work<'_, '_>, i: usize, app: &AppSpec, step: Step, near: &[&Node]) -> Option<(Purpose, Action)> {
+fn step_command(work: &Work<'_, '_>, i: usize, step: Step, near: &[&Node]) -> Option<(Purpose, Action)> {
     let cluster = work.snap.cluster;
     let member = &work.members[i];
-    let (app_role, cluster_role) = (app.role(&member.spec.role)?, cluster.spec.role(&member.spec.role)?);
+    let (app_role, cluster_role) = (work.snap.app_role(member)?, cluster.spec.role(&member.spec.role)?);
     if !command_due(&member.status, work.snap.now) {
         return None;
     }
@@ -366,7 +367,7 @@ pub(super) fn send_notifies(work: &mut Work<'_, '_>, app: &AppSpec) {
         let member = &work.members[i];
         let (Some(notify), Some(setup)) = (
             member.status.state_detail.pending_notify_cmds.first(),
-            app.role(&member.spec.role).and_then(|r| r.setup.as_ref()),
+            work.snap.app_role(member).and_then(|r| r.setup.as_ref()),
         ) else {
             continue;
         };

@@ -93,8 +93,10 @@ fn app(persistent: bool) -> AppSpec {
 
 fn cluster(a: u32, b: u32) -> AppCluster {
     let role = |name: &str, members| ClusterRole { name: name.into(), members, ..Default::default() };
-    let mut cluster =
-        AppCluster::new("db", AppClusterSpec { app_ref: "app".into(), roles: vec![role("a", a), role("b", b)] });
+    let mut cluster = AppCluster::new(
+        "db",
+        AppClusterSpec { app_ref: "app".into(), roles: vec![role("a", a), role("b", b)], ..Default::default() },
+    );
     cluster.metadata.uid = Some("uid-db".into());
     cluster.metadata.generation = 1;
     cluster
@@ -103,6 +105,7 @@ fn cluster(a: u32, b: u32) -> AppCluster {
 fn member(role: &str, index: u32, node: Option<&str>) -> Member {
     let mut member = crate::kinds::member::slot_member(role, index, node);
     member.metadata.resource_version = Some("1".into());
+    member.spec.app_revision = Some(APP_REVISION);
     member.metadata.owner_references.push(crate::meta::OwnerReference {
         kind: "AppCluster".into(),
         name: "db".into(),
@@ -122,6 +125,8 @@ struct World {
     leases: BTreeMap<String, Duration>,
     heard: BTreeMap<String, Duration>,
     handovers: Vec<(String, crate::kinds::operation::Handover)>,
+    /// The App as of revisions other than the cluster's.
+    revisions: BTreeMap<i64, AppSpec>,
     now: Timestamp,
 }
 
@@ -148,6 +153,7 @@ impl World {
             leases: self.leases.clone(),
             heard: self.heard.clone(),
             handovers: self.handovers.clone(),
+            revisions: self.revisions.clone(),
             now: self.now,
         }
     }
@@ -155,10 +161,12 @@ impl World {
     fn plan(&self) -> Plan {
         let nodes = Nodes(self.nodes.clone());
         let settings = AppClusterSettings::default();
+        let revisions: BTreeMap<i64, &AppSpec> = self.revisions.iter().map(|(r, app)| (*r, app)).collect();
         let snapshot = Snapshot {
             cluster: &self.cluster,
             app: self.app.as_ref(),
             app_revision: self.app.as_ref().map(|_| APP_REVISION),
+            revisions: &revisions,
             settings: &settings,
             members: self.members.clone(),
             commands: &self.commands,
@@ -234,6 +242,7 @@ impl World {
             leases,
             heard: self.heard.clone(),
             handovers: self.handovers.clone(),
+            revisions: self.revisions.clone(),
             now: self.now,
         }
     }
@@ -264,6 +273,7 @@ fn world(members: Vec<Member>, nodes: Vec<Arc<Node>>) -> World {
         leases: BTreeMap::new(),
         heard: BTreeMap::new(),
         handovers: Vec::new(),
+        revisions: BTreeMap::new(),
         now: at(0),
     }
 }
@@ -331,6 +341,81 @@ fn rule_a_member_runs_the_app_revision_its_last_successful_start_was_of() {
     };
     assert_eq!(revision_after(of(5, true), Some(4)), Some(5));
     assert_eq!(revision_after(of(5, false), Some(4)), Some(4), "a start that failed changes nothing it runs");
+}
+
+/// A configured member running instance `i1` on n1, at revision 6 of an
+/// App whose revision 6 ran `sleep 6`, asked to restart as `to`.
+fn restarting_as(to: i64) -> World {
+    let mut bound = member("a", 0, Some("n1"));
+    bound.spec.app_revision = Some(to);
+    bound.spec.requests.restart = Some(at(0));
+    bound.status.state = MemberState::Configured;
+    bound.status.app_revision = Some(6);
+    bound.status.state_detail.last_configured_instance = Some("i1".into());
+    bound.status.state_detail.last_setup_generation = Some(1);
+    let running =
+        MemberReport { name: "db-a-0".into(), running: true, instance_id: Some("i1".into()), ..Default::default() };
+    let mut w = world(vec![bound], vec![node("n1", true, vec![running])]);
+    let mut old = app(false);
+    old.roles[0].run.command = vec!["sleep".into(), "6".into()];
+    w.revisions.insert(6, old);
+    w
+}
+
+/// The run member db-a-0's StartMember asks for once its instance is
+/// stopped, with the revision that start is stamped with; and whether its
+/// setup is to run again.
+fn started_run(w: World) -> (Vec<String>, Option<i64>, bool) {
+    let stopping = w.plan();
+    let program = stopping.programs.iter().find(|p| p.member == "db-a-0").unwrap();
+    assert!(
+        matches!(
+            program.commands[..],
+            [Planned { command: Command { spec: CommandSpec { action: Action::StopMember { .. }, .. }, .. }, .. }]
+        ),
+        "{program:?}"
+    );
+    let mut stopped = w.after(&stopping);
+    stopped.commands.clear();
+    stopped.nodes = vec![node("n1", true, vec![])];
+    let member = &stopped.members[0];
+    let setup_again = member.status.state_detail.last_setup_generation.is_none();
+    let starting = stopped.plan();
+    let program = starting.programs.iter().find(|p| p.member == "db-a-0").unwrap();
+    let [Planned { command, .. }] = &program.commands[..] else { panic!("{program:?}") };
+    let Action::StartMember { run, .. } = &command.spec.action else { panic!("{command:?}") };
+    (run.command.clone(), command.spec.origin.as_ref().and_then(|o| o.app_revision), setup_again)
+}
+
+#[test]
+fn rule_a_member_restarts_as_the_revision_it_is_to_run_and_runs_its_setup_again_when_that_changed() {
+    let (command, revision, setup_again) = started_run(restarting_as(6));
+    assert_eq!(
+        (command.join(" "), revision, setup_again),
+        ("sleep 6".into(), Some(6), false),
+        "a rolling restart keeps its revision"
+    );
+    let (command, revision, setup_again) = started_run(restarting_as(APP_REVISION));
+    assert_eq!(
+        (command.join(" "), revision, setup_again),
+        ("sleep 1000".into(), Some(APP_REVISION), true),
+        "an upgrade"
+    );
+}
+
+#[test]
+fn rule_a_member_made_before_members_had_a_revision_is_given_the_one_it_runs() {
+    let mut old = member("a", 0, Some("n1"));
+    old.spec.app_revision = None;
+    old.status.app_revision = Some(6);
+    let mut unstarted = member("b", 0, None);
+    unstarted.spec.app_revision = None;
+    let plan = world(vec![old, unstarted], vec![node("n1", true, vec![])]).plan();
+    for (name, revision) in [("db-a-0", 6), ("db-b-0", APP_REVISION)] {
+        let program = plan.programs.iter().find(|p| p.member == name).unwrap();
+        let Some(Write::Spec(written)) = program.writes.first() else { panic!("{program:?}") };
+        assert_eq!(written.spec.app_revision, Some(revision), "{name}");
+    }
 }
 
 #[test]
@@ -460,6 +545,7 @@ fn any_world() -> impl Strategy<Value = World> {
                 leases: BTreeMap::new(),
                 heard: BTreeMap::new(),
                 handovers: Vec::new(),
+                revisions: BTreeMap::new(),
                 now: at(0),
             }
         })

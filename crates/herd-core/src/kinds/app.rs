@@ -24,6 +24,27 @@ pub struct AppSpec {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub description: String,
     pub roles: Vec<AppRole>,
+    /// What an upgrade of a cluster to this revision must know.
+    #[serde(default, skip_serializing_if = "UpgradeRules::is_empty")]
+    pub upgrade: UpgradeRules,
+}
+
+/// What an App says of upgrades to it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UpgradeRules {
+    /// Set when an upgrade to this revision cannot be undone (it migrates
+    /// data the revision before cannot read): why. Such an upgrade that
+    /// fails stops and says so instead of reverting, and no cluster that
+    /// runs it is taken back to an earlier revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub irreversible: Option<String>,
+}
+
+impl UpgradeRules {
+    pub fn is_empty(&self) -> bool {
+        *self == UpgradeRules::default()
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -361,6 +382,12 @@ impl Resource for AppSpec {
         check_unique_names(&path.child("roles"), self.roles.iter().map(|r| r.name.as_str()), errors);
         for (i, role) in self.roles.iter().enumerate() {
             role.validate(self, &path.child("roles").key(&i.to_string()), errors);
+        }
+        if self.upgrade.irreversible.as_deref().is_some_and(|why| why.trim().is_empty()) {
+            errors.add(
+                &path.child("upgrade").child("irreversible"),
+                "must say why (it is shown when a revert is refused)",
+            );
         }
     }
 }

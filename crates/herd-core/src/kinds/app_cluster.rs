@@ -12,6 +12,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::member::{LastKnownState, MemberState, MemberStatus};
+use super::update_policy::UpdatePolicy;
 use crate::resource::{Object, Resource};
 use crate::time::{HumanDuration, Timestamp};
 use crate::validation::{FieldPath, ValidationErrors, check_env, check_name, check_unique_names};
@@ -27,6 +28,14 @@ pub struct AppClusterSpec {
     /// The App this is an instance of.
     pub app_ref: String,
     pub roles: Vec<ClusterRole>,
+    /// The revision of its App it runs (`herd app history`): new members
+    /// start as it, and an upgrade brings running ones to it. None: the
+    /// App's latest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_revision: Option<i64>,
+    /// How running members take a new revision.
+    #[serde(default, skip_serializing_if = "UpdatePolicy::is_default")]
+    pub update_policy: UpdatePolicy,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -101,8 +110,8 @@ pub struct AppClusterStatus {
     /// The leader of each role that has one (its App says `leader:`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub leaders: Vec<RoleLeader>,
-    /// The App's generation as the last pass read it: what a member's
-    /// next start runs.
+    /// The revision of its App the cluster runs (its `appRevision`, or the
+    /// App's latest) as the last pass read it: what new members start as.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub app_revision: Option<i64>,
 }
@@ -264,6 +273,13 @@ impl Resource for AppClusterSpec {
             }
             check_env(&path.child("env"), &role.env, errors);
         }
+        if let Some(revision) = self.app_revision
+            && revision < 1
+        {
+            errors
+                .add(&path.child("appRevision"), format!("must be at least 1 (revisions count from 1), is {revision}"));
+        }
+        self.update_policy.validate(&path.child("updatePolicy"), errors);
     }
 
     fn validate_spec_update(&self, old: &Self, path: &FieldPath, errors: &mut ValidationErrors) {

@@ -35,6 +35,9 @@ impl Resource for AppRevisionSpec {
     const KIND: &'static str = "AppRevision";
     const PLURAL: &'static str = "apprevisions";
     const SHORT: &'static str = "apprev";
+    /// Clusters pinned to a revision, and members that run one, need it
+    /// after a master candidate took over.
+    const REPLICATED: bool = true;
     const COLUMNS: &'static [Column] = &[
         Column::NAME,
         Column::of("APP", Cell::Text { path: "/spec/app" }),

@@ -43,6 +43,11 @@ pub struct MemberSpec {
     /// counted against the node's allocatable.
     #[serde(default, skip_serializing_if = "crate::resources::Amounts::is_zero")]
     pub resources: crate::resources::Amounts,
+    /// The revision of its App it is to run: its cluster's when it was
+    /// made, changed only by an upgrade (which restarts it as the new one)
+    /// or its revert. Its status says which one it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_revision: Option<i64>,
 }
 
 /// Disruptions asked of a member, each with when it was asked: an
@@ -179,8 +184,8 @@ pub struct StateDetail {
 pub struct MemberStatus {
     #[serde(default)]
     pub state: MemberState,
-    /// The App's generation its run was made from, as of its last start
-    /// or move (an App changed since is taken at its next start).
+    /// The revision of its App its run was made from, as of its last
+    /// start or move.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub app_revision: Option<i64>,
     #[serde(default)]

@@ -17,6 +17,7 @@ pub mod member_run;
 pub mod node;
 pub mod operation;
 pub mod replica;
+pub mod update_policy;
 
 use crate::descriptor::Descriptor;
 
@@ -40,6 +41,7 @@ pub use operation::{
     StepState, TARGET_LABEL,
 };
 pub use replica::{Replica, ReplicaSpec, ReplicaState, ReplicaStatus};
+pub use update_policy::{UpdatePolicy, UpdateType, UpgradePace};
 
 /// Something done once for every kind (the server's registry, the CLI's
 /// names): [`visit`] calls it with each kind's type.
@@ -120,6 +122,7 @@ mod tests {
                 "nodes",
                 "clusterconfigs",
                 "apps",
+                "apprevisions",
                 "appclusters",
                 "members",
                 "disruptionbudgets",

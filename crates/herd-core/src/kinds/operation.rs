@@ -1,8 +1,10 @@
 //! `Operation`: durable server-side work that takes a while and must
 //! survive a leader failover: the drain of a node, the
-//! rolling restart of a role, the switchover of a role's leader. The
+//! rolling restart of a role, the switchover of a role's leader, the
+//! upgrade of a cluster to another revision of its App. The
 //! spec says what to do and how (a deadline and what happens at it, how
-//! many members move at once); only `cancel` may change afterwards. The
+//! many members move at once); only `cancel` and `paused` may change
+//! afterwards. The
 //! status is the leader's record of every step (`crate::operation`
 //! decides them), so a new leader goes on where the old one stopped.
 
@@ -12,6 +14,7 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::update_policy::UpgradePace;
 use crate::resource::{Object, Resource};
 use crate::time::{HumanDuration, Timestamp};
 use crate::validation::{FieldPath, ValidationErrors, check_duration, check_name};
@@ -39,6 +42,12 @@ pub struct OperationSpec {
     /// approved already goes on (a member half moved is not left so).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cancel: bool,
+    /// Set by `herd operation pause` (and cleared by `resume`): nothing
+    /// more is started meanwhile; what was asked for goes on, and is
+    /// followed (an upgrade's member that misses its deadline still
+    /// stops it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
 }
 
 fn one() -> u32 {
@@ -70,6 +79,26 @@ pub enum OperationAction {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         to: Option<String>,
     },
+    /// Restart every member of an AppCluster as revision `toRevision` of
+    /// its App (`crate::upgrade`), each asked of its budgets first:
+    /// `canary` of them first and alone, a leader role's leader last;
+    /// a member is done once ready for `minHealthyTime`, and one not so
+    /// within `healthyDeadline` of its restart, or in config error, stops
+    /// the upgrade (and with `autoRevert` returns every member it touched
+    /// to the revision it ran before).
+    Upgrade {
+        cluster: String,
+        #[serde(rename = "toRevision")]
+        to_revision: i64,
+        #[serde(default)]
+        canary: u32,
+        #[serde(rename = "minHealthyTime", default = "super::update_policy::min_healthy_time")]
+        min_healthy_time: HumanDuration,
+        #[serde(rename = "healthyDeadline", default = "super::update_policy::healthy_deadline")]
+        healthy_deadline: HumanDuration,
+        #[serde(rename = "autoRevert", default = "super::update_policy::yes")]
+        auto_revert: bool,
+    },
 }
 
 impl Default for OperationAction {
@@ -83,7 +112,24 @@ impl OperationAction {
     pub fn target(&self) -> &str {
         match self {
             OperationAction::Drain { node } => node,
-            OperationAction::Restart { cluster, .. } | OperationAction::Switchover { cluster, .. } => cluster,
+            OperationAction::Restart { cluster, .. }
+            | OperationAction::Switchover { cluster, .. }
+            | OperationAction::Upgrade { cluster, .. } => cluster,
+        }
+    }
+
+    /// How an upgrade goes (None: not an upgrade).
+    pub fn pace(&self) -> Option<UpgradePace> {
+        match self {
+            OperationAction::Upgrade { canary, min_healthy_time, healthy_deadline, auto_revert, .. } => {
+                Some(UpgradePace {
+                    canary: *canary,
+                    min_healthy_time: *min_healthy_time,
+                    healthy_deadline: *healthy_deadline,
+                    auto_revert: *auto_revert,
+                })
+            }
+            _ => None,
         }
     }
 }
@@ -115,6 +161,9 @@ pub enum OperationPhase {
     /// Ended at its deadline with `onDeadline: stop`.
     Stopped,
     Cancelled,
+    /// An upgrade stopped by a member that did not come back healthy,
+    /// every member it touched returned to the revision it ran before.
+    Reverted,
 }
 
 impl OperationPhase {
@@ -136,8 +185,11 @@ pub enum StepState {
     /// Its move failed and was dropped (it stays on the node); asked again
     /// after a pause that grows with each failure.
     MoveFailed,
-    /// Off the node and ready elsewhere, or gone.
+    /// Off the node and ready elsewhere, or gone (an upgrade's: runs its
+    /// revision and is healthy).
     Done,
+    /// Left as it was: an upgrade stopped before it was asked for.
+    Skipped,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -162,6 +214,12 @@ pub struct OperationStep {
     /// another runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance: Option<String>,
+    /// An upgrade's: the revision it is to run once done, and the one it
+    /// ran when first asked for (what a revert returns it to).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_revision: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_revision: Option<i64>,
 }
 
 /// What keeps an Operation from going on, and since when.
@@ -211,6 +269,25 @@ pub struct OperationStatus {
     /// to whom.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handover: Option<Handover>,
+    /// An upgrade's: the revision the cluster ran before it, and why it
+    /// is being reverted, once it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade: Option<UpgradeProgress>,
+}
+
+/// Where an upgrade stands beyond its steps.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UpgradeProgress {
+    /// The cluster's `appRevision` before the upgrade pinned it (None: it
+    /// followed the App's latest), and the revision that was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned_before: Option<i64>,
+    pub from_revision: i64,
+    /// Why it stopped, once a member did not come back healthy: its steps
+    /// then return the members they touched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reverting: Option<String>,
 }
 
 /// A switchover as taken up: `from` leads in `term`, and `to` (none: the
@@ -263,6 +340,19 @@ impl Resource for OperationSpec {
                     check_name(&path.child("action").child("to"), to, errors);
                 }
             }
+            OperationAction::Upgrade { cluster, to_revision, .. } => {
+                let action = path.child("action");
+                check_name(&action.child("cluster"), cluster, errors);
+                if *to_revision < 1 {
+                    errors.add(
+                        &action.child("toRevision"),
+                        format!("must be at least 1 (revisions count from 1), is {to_revision}"),
+                    );
+                }
+                if let Some(pace) = self.action.pace() {
+                    pace.validate(&action, errors);
+                }
+            }
         }
         if self.max_parallel == 0 {
             errors.add(&path.child("maxParallel"), "must be at least 1 (how many members may move at once)");
@@ -276,8 +366,8 @@ impl Resource for OperationSpec {
         vec![(TARGET_LABEL, self.action.target().to_string())]
     }
 
-    /// Only `cancel` changes, and only to true: the rest is what the
-    /// steps recorded so far were decided on.
+    /// Only `cancel` changes, and only to true, and `paused`: the rest is
+    /// what the steps recorded so far were decided on.
     fn validate_spec_update(&self, old: &Self, path: &FieldPath, errors: &mut ValidationErrors) {
         if self.action != old.action {
             errors.add(&path.child("action"), "is immutable: start another Operation instead");

@@ -74,6 +74,7 @@ pub fn start(
         .with(commands.clone());
     let caches = app_clusters::Caches {
         apps: shared.of(),
+        revisions: shared.of(),
         clusters: shared.of(),
         members: shared.of(),
         nodes: nodes.clone(),

@@ -17,20 +17,21 @@ use std::time::Duration;
 
 use herd_core::Resource;
 use herd_core::disruption;
+use herd_core::kinds::operation::UpgradeProgress;
 use herd_core::kinds::{
     AppClusterSpec, AppSpec, DisruptionBudgetSpec, MemberSpec, NodeRole, NodeSpec, Operation, OperationAction,
     OperationPhase, OperationSpec, OperationStatus,
 };
 use herd_core::operation::{self, Outcome, View};
 use herd_core::roles::RoleChange;
-use herd_core::switchover;
+use herd_core::{switchover, upgrade};
 
 use crate::controllers::keyed::{Action, KeyedController, Watches};
 use crate::events::EventRecorder;
 use crate::eviction::{Disruption, EvictionError};
 use crate::node_roles::RoleChangeError;
 use crate::nodes::cluster_config;
-use crate::objects::{Objects, ObjectsError, now};
+use crate::objects::{Objects, ObjectsError, Part, now};
 use crate::reflector::Reflector;
 use herd_core::kinds::ClusterConfigSpec;
 
@@ -95,9 +96,9 @@ impl OperationsController {
             let operations = self.operations.clone();
             move |cluster: &str| -> Vec<String> {
                 let works_on = |o: &Operation| match &o.spec.action {
-                    OperationAction::Restart { cluster: c, .. } | OperationAction::Switchover { cluster: c, .. } => {
-                        c == cluster
-                    }
+                    OperationAction::Restart { cluster: c, .. }
+                    | OperationAction::Switchover { cluster: c, .. }
+                    | OperationAction::Upgrade { cluster: c, .. } => c == cluster,
                     OperationAction::Drain { .. } => false,
                 };
                 operations.map(|o| works_on(o).then(|| o.metadata.name.clone())).into_iter().flatten().collect()
@@ -188,6 +189,9 @@ impl OperationsController {
                 let said = format!("restarting role {role} of {cluster}{canaries}");
                 return Ok(operation::begin(&op.status, said, at));
             }
+            OperationAction::Upgrade { cluster, to_revision, canary, .. } => {
+                return self.begin_upgrade(op, cluster, *to_revision, *canary).await;
+            }
         };
         let pool = cluster_config(&self.config).candidate_pool_size as usize;
         let change = RoleChange::Role(NodeRole::Drained);
@@ -218,17 +222,40 @@ impl OperationsController {
         let (how, node) = match &op.spec.action {
             OperationAction::Drain { node } => (Disruption::Move, Some(node)),
             OperationAction::Restart { .. } => (Disruption::Restart, None),
+            OperationAction::Upgrade { to_revision, .. } => (Disruption::Upgrade { to: *to_revision }, None),
             OperationAction::Switchover { cluster, role, .. } => return self.switch_over(op, cluster, role).await,
+        };
+        let irreversible = match &op.spec.action {
+            OperationAction::Upgrade { cluster, to_revision, .. } => {
+                match self.irreversible(cluster, *to_revision).await {
+                    Ok(irreversible) => irreversible,
+                    Err(failed) => return (op.status.clone(), Some(failed.into())),
+                }
+            }
+            _ => None,
         };
         let members = self.members.list();
         let drained = node.and_then(|node| self.nodes.get(node));
         let reported: BTreeSet<String> =
             drained.as_ref().map(|n| n.status.members.iter().map(|m| m.name.clone()).collect()).unwrap_or_default();
         let reporter_ready = drained.as_ref().is_none_or(|n| n.status.ready);
-        let view = View { members: &members, reported: &reported, reporter_ready };
+        let cluster = match &op.spec.action {
+            OperationAction::Upgrade { cluster, .. } => self.clusters.get(cluster),
+            _ => None,
+        };
+        let leaders = cluster.map(|c| c.status.leaders).unwrap_or_default();
+        let view = View { members: &members, reported: &reported, reporter_ready, irreversible, leaders: &leaders };
         let at = now();
         let (mut status, orders) = operation::pass(op, &view, retry_refused, at);
+        if let Err(failed) = self.pin_for_revert(op, &status).await {
+            return (op.status.clone(), Some(failed.into()));
+        }
         for order in orders {
+            // An upgrade's order names the revision (its revert's, the one before).
+            let how = match (how, order.to_revision) {
+                (Disruption::Upgrade { .. }, Some(to)) => Disruption::Upgrade { to },
+                (how, _) => how,
+            };
             let asked = if order.force {
                 crate::eviction::force(&self.objects, &self.events, &order.member, how).await.map_err(Into::into)
             } else {
@@ -287,6 +314,76 @@ impl OperationsController {
     }
 }
 
+impl OperationsController {
+    /// Takes up an upgrade: the cluster pinned to the revision (unless it
+    /// follows the App's latest and that is the revision), so that
+    /// members made meanwhile start as it, and what it ran before recorded
+    /// (a revert pins it back).
+    async fn begin_upgrade(
+        &self,
+        op: &Operation,
+        cluster: &str,
+        to: i64,
+        canary: u32,
+    ) -> Result<OperationStatus, ObjectsError> {
+        let at = now();
+        let Some(found) = self.objects.get::<AppClusterSpec>(cluster).await? else {
+            return Ok(operation::refuse(&op.status, format!("there is no AppCluster {cluster}"), at));
+        };
+        let latest = self.objects.get::<AppSpec>(&found.spec.app_ref).await?.map(|a| a.metadata.generation);
+        let members = self.members.list();
+        let running = members.iter().filter(|m| m.spec.cluster == cluster).filter_map(|m| m.spec.app_revision);
+        let Some(from) = upgrade::prevailing(running).or(found.spec.app_revision).or(latest) else {
+            return Ok(operation::refuse(&op.status, format!("App {} does not exist", found.spec.app_ref), at));
+        };
+        let pinned_before = found.spec.app_revision;
+        if pinned_before.is_some() || latest != Some(to) {
+            self.pin(cluster, to).await?;
+        }
+        let canaries = if canary > 0 { format!(", {canary} canary first") } else { String::new() };
+        let said = format!("upgrading {cluster} from revision {from} to {to}{canaries}");
+        let mut status = operation::begin(&op.status, said, at);
+        status.upgrade = Some(UpgradeProgress { pinned_before, from_revision: from, reverting: None });
+        Ok(status)
+    }
+
+    /// Pins `cluster` to `revision` of its App.
+    async fn pin(&self, cluster: &str, revision: i64) -> Result<(), ObjectsError> {
+        self.objects
+            .modify::<AppClusterSpec, ObjectsError>(cluster, Part::Spec, |c| {
+                Ok(c.spec.app_revision.replace(revision) != Some(revision))
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// A reverted upgrade's cluster pinned back to the revision it ran
+    /// before: members made from then on start as that one, and an
+    /// upgrade under `updatePolicy: Rolling` does not start again by itself.
+    async fn pin_for_revert(&self, op: &Operation, status: &OperationStatus) -> Result<(), ObjectsError> {
+        let (OperationAction::Upgrade { cluster, .. }, Some(progress)) = (&op.spec.action, &status.upgrade) else {
+            return Ok(());
+        };
+        if progress.reverting.is_none() {
+            return Ok(());
+        }
+        match self.clusters.get(cluster) {
+            Some(found) if found.spec.app_revision != Some(progress.from_revision) => {
+                self.pin(cluster, progress.from_revision).await
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Why revision `revision` of `cluster`'s App may not be reverted, if
+    /// its App says so.
+    async fn irreversible(&self, cluster: &str, revision: i64) -> Result<Option<String>, ObjectsError> {
+        let Some(found) = self.clusters.get(cluster) else { return Ok(None) };
+        let spec = crate::app_revisions::spec_at(&self.objects, &found.spec.app_ref, revision).await?;
+        Ok(spec.ok().and_then(|app| app.upgrade.irreversible))
+    }
+}
+
 impl KeyedController for OperationsController {
     const NAME: &'static str = "operations";
 
@@ -322,7 +419,8 @@ impl KeyedController for OperationsController {
             }
         };
         let mut next = PASS_INTERVAL;
-        if let Some(due) = operation::next_pass(&Operation { status: status.clone(), ..op.clone() }, now()) {
+        let members = self.members.list();
+        if let Some(due) = operation::next_pass(&Operation { status: status.clone(), ..op.clone() }, &members, now()) {
             next = next.min(due.max(Duration::from_millis(100)));
         }
         if status != op.status {
@@ -424,6 +522,7 @@ mod tests {
             on_deadline: OnDeadline::default(),
             max_parallel: 1,
             cancel: false,
+            paused: false,
         };
         objects.create(Object::new("drain-n1", drain), false, false).await.unwrap();
 

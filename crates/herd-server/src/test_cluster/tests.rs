@@ -22,16 +22,21 @@ const SECOND: Duration = Duration::from_secs(1);
 /// healthy. `persistent`: its members keep a persistent volume (so that
 /// a member waits for its node rather than moving).
 async fn three_members_and_a_budget(cluster: &TestCluster, persistent: bool) {
+    three_members_and_a_budget_led(cluster, persistent, None).await
+}
+
+/// The same, role `db` led as `leader` says.
+async fn three_members_and_a_budget_led(cluster: &TestCluster, persistent: bool, leader: Option<LeaderSpec>) {
     let run = MemberRun {
         command: vec!["sleep".into(), "1000".into()],
         volumes: vec![VolumeSpec { name: "data".into(), persistent }],
         ..Default::default()
     };
-    let role = AppRole { name: "db".into(), run, ..Default::default() };
+    let role = AppRole { name: "db".into(), run, leader, ..Default::default() };
     let app = Object::new("app", AppSpec { roles: vec![role], ..Default::default() });
     cluster.objects.create(app, false, false).await.unwrap();
     let roles = vec![ClusterRole { name: "db".into(), members: 3, ..Default::default() }];
-    let spec = AppClusterSpec { app_ref: "app".into(), roles };
+    let spec = AppClusterSpec { app_ref: "app".into(), roles, ..Default::default() };
     cluster.objects.create(Object::new("c", spec), false, false).await.unwrap();
     let budget = DisruptionBudgetSpec {
         selector: "herd.io/cluster=c".into(),
@@ -152,6 +157,7 @@ async fn a_drain_moves_each_member_off_its_node_one_at_a_time_as_the_budget_allo
         on_deadline: OnDeadline::default(),
         max_parallel: 3,
         cancel: false,
+        paused: false,
     };
     cluster.objects.create(Object::new("drain", drain), false, false).await.unwrap();
 
@@ -177,9 +183,9 @@ async fn a_drain_moves_each_member_off_its_node_one_at_a_time_as_the_budget_allo
 
 /// Role `db` of [`three_members_and_a_budget`]'s App leads: a lease of
 /// 10 s, renewed by the holder's heartbeats, fenced at 7 s.
-async fn lead_role_db(cluster: &TestCluster) {
+fn db_leader() -> LeaderSpec {
     let hook = |script: &str| LeaderHook { script: script.into(), timeout: HumanDuration::from_secs(30) };
-    let leader = LeaderSpec {
+    LeaderSpec {
         lease_duration: HumanDuration::from_secs(10),
         renew_deadline: HumanDuration::from_secs(7),
         retry_period: HumanDuration::from_secs(2),
@@ -187,12 +193,7 @@ async fn lead_role_db(cluster: &TestCluster) {
         demote: hook("demote"),
         position: None,
         synchronous: false,
-    };
-    let change = |app: &mut Object<AppSpec>| {
-        app.spec.roles[0].leader = Some(leader.clone());
-        Ok::<_, ObjectsError>(true)
-    };
-    cluster.objects.modify("app", Part::Spec, change).await.unwrap();
+    }
 }
 
 /// (holder, its run, term) of role `db` in cluster `c`.
@@ -206,8 +207,7 @@ async fn leader(objects: &Objects) -> Option<(String, String, u64)> {
 /// one leading in term 1.
 async fn led_cluster() -> TestCluster {
     let cluster = TestCluster::start(&["n1", "n2", "n3"]).await;
-    three_members_and_a_budget(&cluster, true).await;
-    lead_role_db(&cluster).await;
+    three_members_and_a_budget_led(&cluster, true, Some(db_leader())).await;
     cluster.until("every member configured and ready", 60 * SECOND, all_configured_and_ready).await;
     cluster.until("a leader in term 1", 10 * SECOND, async |o| leader(o).await.is_some_and(|(_, _, t)| t == 1)).await;
     cluster
@@ -256,6 +256,7 @@ async fn switch_over(objects: &Objects, to: &str, deadline_s: u64) {
         on_deadline: OnDeadline::Fail,
         max_parallel: 1,
         cancel: false,
+        paused: false,
     };
     objects.create(Object::new("switchover", spec), false, false).await.unwrap();
 }

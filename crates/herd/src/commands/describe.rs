@@ -15,7 +15,7 @@ use herd_core::kinds::app_cluster::RoleLeader;
 use herd_core::kinds::member::PendingNotify;
 use herd_core::kinds::{
     AppCluster, AppClusterSpec, DisruptionBudget, DisruptionBudgetSpec, Event, EventReason, EventSpec, Member,
-    MemberSpec, Node, NodeSpec, Operation, OperationSpec,
+    MemberSpec, Node, NodeSpec, Operation, OperationSpec, UpdateType,
 };
 use herd_core::resources::Kind;
 use herd_core::{Resource, Timestamp};
@@ -79,23 +79,37 @@ fn member_lines(member: &Member, out: &mut String) {
     }
 }
 
-/// Which revision of the App (its generation) each member runs, against
-/// the one a member's next start takes.
-fn revision_lines(latest: Option<i64>, members: &[Member], out: &mut String) {
-    let Some(latest) = latest else { return };
-    let _ = writeln!(out, "App revision {latest} (what a member's next start runs)");
-    let mut runs: std::collections::BTreeMap<Option<i64>, Vec<&str>> = std::collections::BTreeMap::new();
+/// Which revision of its App the cluster runs, and which each member
+/// runs (and is to run), and why.
+fn revision_lines(cluster: &AppCluster, members: &[Member], out: &mut String) {
+    let Some(target) = cluster.status.app_revision else { return };
+    let name = &cluster.metadata.name;
+    let how = match cluster.spec.app_revision {
+        Some(_) => "pinned by its appRevision",
+        None => "the App's latest",
+    };
+    let policy = match cluster.spec.update_policy.type_ {
+        UpdateType::Manual => "updatePolicy Manual: running members keep theirs until an upgrade",
+        UpdateType::Rolling => "updatePolicy Rolling: a new revision is rolled out by itself",
+    };
+    let _ = writeln!(out, "App revision {target} ({how}; what new members start as; {policy})");
+    let mut runs: std::collections::BTreeMap<(Option<i64>, Option<i64>), Vec<&str>> = Default::default();
     for member in members {
-        runs.entry(member.status.app_revision).or_default().push(&member.metadata.name);
+        runs.entry((member.status.app_revision, member.spec.app_revision)).or_default().push(&member.metadata.name);
     }
-    for (revision, names) in runs.iter().rev() {
+    for ((revision, to_run), names) in runs.iter().rev() {
         let names = names.join(", ");
-        let _ = match revision {
-            Some(revision) if *revision == latest => writeln!(out, "  runs revision {revision}: {names}"),
-            Some(revision) => {
-                writeln!(out, "  runs revision {revision}: {names} (an older one: revision {latest} at its next start)")
+        let _ = match (revision, to_run) {
+            (Some(revision), Some(to_run)) if revision != to_run => {
+                writeln!(out, "  runs revision {revision}, to restart as revision {to_run}: {names}")
             }
-            None => writeln!(out, "  revision not known (not started since herd records it): {names}"),
+            (Some(revision), _) if *revision == target => writeln!(out, "  runs revision {revision}: {names}"),
+            (Some(revision), _) => writeln!(
+                out,
+                "  runs revision {revision}: {names} (not the cluster's: `herd appcluster upgrade {name}` brings it \
+                 to revision {target})"
+            ),
+            (None, _) => writeln!(out, "  not started yet: {names}"),
         };
     }
 }
@@ -117,7 +131,7 @@ pub fn cluster_summary(cluster: &AppCluster, members: &[Member]) -> String {
     for leader in &status.leaders {
         leader_lines(leader, &mut out);
     }
-    revision_lines(status.app_revision, members, &mut out);
+    revision_lines(cluster, members, &mut out);
     let _ = writeln!(out, "Members ({}):", members.len());
     for member in members {
         member_lines(member, &mut out);

@@ -133,6 +133,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Operation { command: OperationCommand::Cancel { name } } => {
             operation::cancel(&context::client(&conn)?, &name).await
         }
+        Command::Operation { command: OperationCommand::Pause { name } } => {
+            operation::pause(&context::client(&conn)?, &name, true).await
+        }
+        Command::Operation { command: OperationCommand::Resume { name } } => {
+            operation::pause(&context::client(&conn)?, &name, false).await
+        }
+        Command::AppCluster { command: AppClusterCommand::Upgrade { name, asked, deadline, detach } } => {
+            operation::upgrade(&context::client(&conn)?, &name, &asked, deadline, detach).await
+        }
         Command::Node { command: NodeCommand::Readmit { name } } => {
             let readmitted = context::client(&conn)?.readmit_node(&name).await?;
             println!("node/{name} readmitted: {}", readmitted.message);

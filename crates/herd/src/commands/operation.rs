@@ -1,6 +1,7 @@
-//! `herd node drain|undrain`, `herd appcluster restart|switchover|wait`
-//! and `herd operation cancel`: a drain, a rolling restart or a
-//! switchover is an Operation the
+//! `herd node drain|undrain`, `herd appcluster
+//! restart|switchover|upgrade|wait` and `herd operation
+//! cancel|pause|resume`: a drain, a rolling restart, a switchover or an
+//! upgrade is an Operation the
 //! server carries out; the CLI creates it and follows it
 //! (a progress bar, the blocker and since when, each step as it
 //! happens), and detaches on Ctrl-C without cancelling it.
@@ -9,6 +10,7 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, bail};
 use herd_client::Client;
+use herd_core::Resource;
 use herd_core::api::{NodeRoleRequest, StatusReason};
 use herd_core::kinds::app_cluster::ClusterState;
 use herd_core::kinds::{
@@ -18,6 +20,8 @@ use herd_core::kinds::{
 use herd_core::time::HumanDuration;
 use herd_core::units::short_duration;
 use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::cli::UpgradeArgs;
 
 /// How often a followed Operation is read.
 const FOLLOW_EVERY: Duration = Duration::from_millis(500);
@@ -41,9 +45,9 @@ pub async fn start(
     // What it names must exist: a missing one is exit code 3, as everywhere.
     match &action {
         OperationAction::Drain { node } => drop(client.get::<NodeSpec>(node).await?),
-        OperationAction::Restart { cluster, .. } | OperationAction::Switchover { cluster, .. } => {
-            drop(client.get::<AppClusterSpec>(cluster).await?)
-        }
+        OperationAction::Restart { cluster, .. }
+        | OperationAction::Switchover { cluster, .. }
+        | OperationAction::Upgrade { cluster, .. } => drop(client.get::<AppClusterSpec>(cluster).await?),
     }
     let stamp = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_millis();
     let what = match &action {
@@ -53,6 +57,9 @@ pub async fn start(
             format!("switching role {role} of {cluster} over to {to}")
         }
         OperationAction::Switchover { cluster, role, to: None } => format!("switching role {role} of {cluster} over"),
+        OperationAction::Upgrade { cluster, to_revision, .. } => {
+            format!("upgrading {cluster} to revision {to_revision}")
+        }
     };
     let spec = OperationSpec {
         action,
@@ -60,6 +67,7 @@ pub async fn start(
         on_deadline: limits.on_deadline,
         max_parallel: limits.max_parallel,
         cancel: false,
+        paused: false,
     };
     let operation = client.create(&Operation::new(format!("{prefix}-{stamp}"), spec)).await?;
     let name = operation.metadata.name;
@@ -69,6 +77,35 @@ pub async fn start(
         return Ok(());
     }
     follow(client, &name).await
+}
+
+/// Starts (and follows) the upgrade of `cluster`: to the App's latest
+/// revision unless one is asked for, paced as asked, else as the
+/// cluster's `updatePolicy` says.
+pub async fn upgrade(
+    client: &Client,
+    cluster: &str,
+    asked: &UpgradeArgs,
+    deadline: Option<HumanDuration>,
+    detach: bool,
+) -> anyhow::Result<()> {
+    let found = client.get::<AppClusterSpec>(cluster).await?;
+    let to_revision = match asked.to_revision {
+        Some(revision) => revision,
+        None => client.get::<herd_core::kinds::AppSpec>(&found.spec.app_ref).await?.metadata.generation,
+    };
+    let policy = &found.spec.update_policy;
+    let action = OperationAction::Upgrade {
+        cluster: cluster.to_string(),
+        to_revision,
+        canary: asked.canary.unwrap_or(policy.canary),
+        min_healthy_time: asked.min_healthy_time.unwrap_or(policy.min_healthy_time),
+        healthy_deadline: asked.healthy_deadline.unwrap_or(policy.healthy_deadline),
+        auto_revert: policy.auto_revert && !asked.no_auto_revert,
+    };
+    let max_parallel = asked.max_parallel.unwrap_or(policy.max_parallel);
+    let limits = Limits { deadline, on_deadline: OnDeadline::Fail, max_parallel };
+    start(client, &format!("upgrade-{cluster}"), action, limits, detach).await
 }
 
 /// `herd appcluster wait NAME --for configured`: a progress bar of the
@@ -221,6 +258,7 @@ fn phase_word(phase: OperationPhase) -> &'static str {
         OperationPhase::Failed => "failed",
         OperationPhase::Stopped => "stopped",
         OperationPhase::Cancelled => "cancelled",
+        OperationPhase::Reverted => "reverted",
     }
 }
 
@@ -246,29 +284,55 @@ pub async fn drain_dry_run(client: &Client, node: &str) -> anyhow::Result<()> {
 
 /// Cancels an Operation (only `spec.cancel` changes).
 pub async fn cancel(client: &Client, name: &str) -> anyhow::Result<()> {
-    for _ in 0..5 {
-        let mut operation = client.get::<OperationSpec>(name).await?;
-        if operation.status.phase.is_finished() {
-            let phase = phase_word(operation.status.phase);
-            return Err(
-                crate::Conflict(format!("operation/{name} has ended already ({phase}): nothing to cancel")).into()
-            );
+    let changed = set(client, name, "cancel", "cancel", true, |spec| spec.cancel).await?;
+    println!(
+        "operation/{name}: {}",
+        match changed {
+            true => "cancel asked; nothing more is started (members on their way go on)",
+            false => "cancel asked already",
         }
-        if operation.spec.cancel {
-            println!("operation/{name}: cancel asked already");
-            return Ok(());
+    );
+    Ok(())
+}
+
+/// Pauses an Operation (`pause`) or resumes it: only `spec.paused` changes.
+pub async fn pause(client: &Client, name: &str, pause: bool) -> anyhow::Result<()> {
+    let verb = if pause { "pause" } else { "resume" };
+    let changed = set(client, name, verb, "paused", pause, |spec| spec.paused).await?;
+    println!(
+        "operation/{name}: {}",
+        match (changed, pause) {
+            (true, true) =>
+                "paused; nothing more is started (members on their way go on) until `herd operation resume`",
+            (true, false) => "resumed",
+            (false, true) => "paused already",
+            (false, false) => "not paused",
         }
-        operation.spec.cancel = true;
-        match client.update(&operation).await {
-            Ok(_) => {
-                println!("operation/{name}: cancel asked; nothing more is started (members on their way go on)");
-                return Ok(());
-            }
-            Err(error) if error.reason() == Some(StatusReason::Conflict) => continue,
-            Err(error) => return Err(error.into()),
-        }
+    );
+    Ok(())
+}
+
+/// Sets a running Operation's `spec.<field>` to `value` (a merge patch:
+/// its status, written all the while, does not stand in the way);
+/// whether that changed it. `verb` says what for, when it has ended.
+async fn set(
+    client: &Client,
+    name: &str,
+    verb: &str,
+    field: &str,
+    value: bool,
+    now: impl Fn(&OperationSpec) -> bool,
+) -> anyhow::Result<bool> {
+    let operation = client.get::<OperationSpec>(name).await?;
+    if operation.status.phase.is_finished() {
+        let phase = phase_word(operation.status.phase);
+        return Err(crate::Conflict(format!("operation/{name} has ended already ({phase}): nothing to {verb}")).into());
     }
-    bail!("operation/{name} kept changing; try again")
+    if now(&operation.spec) == value {
+        return Ok(false);
+    }
+    client.patch_value(OperationSpec::PLURAL, name, &serde_json::json!({"spec": {field: value}})).await?;
+    Ok(true)
 }
 
 /// Cancels the drains still running on `node`, then makes it regular.

@@ -173,7 +173,8 @@ async fn members_are_placed_set_up_once_told_of_joins_and_survive_restarts() {
     assert_eq!(notifies_before, notifies_after, "an agent restart sends no notify");
 
     // Each member runs revision 1 of the App; a change to it is revision
-    // 2, which a member's next start takes, and the operator is told so.
+    // 2, which the cluster's new members take and its running ones only
+    // by an upgrade (updatePolicy Manual), and the operator is told so.
     assert!(
         after.iter().all(|m| m.status.app_revision == Some(1)),
         "{:?}",
@@ -187,7 +188,8 @@ async fn members_are_placed_set_up_once_told_of_joins_and_survive_restarts() {
     })
     .await;
     assert!(
-        described.contains("runs revision 1: c-") && described.contains("revision 2 at its next start"),
+        described.contains("runs revision 1: c-")
+            && described.contains("`herd appcluster upgrade c` brings it to revision 2"),
         "{described}"
     );
     let table = String::from_utf8_lossy(&server.cli(&["get", "members"]).stdout).to_string();

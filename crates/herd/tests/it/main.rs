@@ -8,6 +8,7 @@ mod common;
 mod api_features;
 mod api_security;
 mod app_clusters;
+mod app_upgrades;
 mod cli_habits;
 mod command_failures;
 mod commands;

@@ -22,11 +22,13 @@ use std::time::Duration;
 
 use herd_core::app_plan::{NodeIndex, Snapshot, plan};
 use herd_core::kinds::app_cluster::AppCluster;
+use herd_core::kinds::app_revision::{AppRevision, AppRevisionSpec, revision_name};
 use herd_core::kinds::operation::Handover;
 use herd_core::kinds::{
     AppClusterSpec, AppSpec, ClusterConfigSpec, Command, CommandSpec, Member, MemberSpec, Node, NodeSpec,
     OperationAction, OperationPhase, OperationSpec,
 };
+use herd_core::upgrade;
 use tokio::time::Instant;
 
 use self::ledger::{Ledger, Placing};
@@ -59,6 +61,8 @@ pub struct AppClusterController {
     /// revision they were taken at.
     nodes_index: Mutex<Option<(Option<herd_store::Revision>, Arc<Nodes>)>>,
     apps: Reflector<AppSpec>,
+    /// The App as of the revisions clusters are pinned to and members run.
+    revisions: Reflector<AppRevisionSpec>,
     clusters: Reflector<AppClusterSpec>,
     members: Reflector<MemberSpec>,
     nodes: Reflector<NodeSpec>,
@@ -77,6 +81,7 @@ pub struct AppClusterController {
 #[derive(Clone)]
 pub struct Caches {
     pub apps: Reflector<AppSpec>,
+    pub revisions: Reflector<AppRevisionSpec>,
     pub clusters: Reflector<AppClusterSpec>,
     pub members: Reflector<MemberSpec>,
     pub nodes: Reflector<NodeSpec>,
@@ -93,13 +98,14 @@ impl AppClusterController {
         events: EventRecorder,
         role_leases: Arc<RoleLeases>,
     ) -> Self {
-        let Caches { apps, clusters, members, nodes, commands, config, operations } = caches;
+        let Caches { apps, revisions, clusters, members, nodes, commands, config, operations } = caches;
         AppClusterController {
             objects,
             readiness: Mutex::default(),
             ledger: Ledger::default(),
             nodes_index: Mutex::default(),
             apps,
+            revisions,
             clusters,
             members,
             nodes,
@@ -137,7 +143,9 @@ impl AppClusterController {
                     .into_iter()
                     .chain(new)
                     .filter_map(|o| match &o.spec.action {
-                        OperationAction::Switchover { cluster, .. } => Some(cluster.as_str()),
+                        OperationAction::Switchover { cluster, .. } | OperationAction::Upgrade { cluster, .. } => {
+                            Some(cluster.as_str())
+                        }
                         _ => None,
                     })
                     .collect();
@@ -189,6 +197,7 @@ impl KeyedController for AppClusterController {
 
     async fn synced(&self) {
         self.apps.synced().await;
+        self.revisions.synced().await;
         self.clusters.synced().await;
         self.members.synced().await;
         self.nodes.synced().await;
@@ -224,6 +233,24 @@ impl KeyedController for AppClusterController {
             .filter(|c| cluster_of(c) == Some(name) && !c.spec.origin_member().is_some_and(|m| orphans.contains(m)))
             .collect();
         let app = self.apps.get(&cluster.spec.app_ref);
+        // The revision the cluster runs, and the App as of it and of each
+        // other revision a member is to run.
+        let latest = app.as_ref().map(|a| a.metadata.generation);
+        let target = cluster.spec.app_revision.or(latest);
+        let kept: Vec<Arc<AppRevision>> = members
+            .iter()
+            .filter_map(|m| m.spec.app_revision)
+            .chain(target)
+            .collect::<BTreeSet<i64>>()
+            .into_iter()
+            .filter(|r| Some(*r) != latest)
+            .filter_map(|r| self.revisions.get_shared(&revision_name(&cluster.spec.app_ref, r)))
+            .collect();
+        let revisions: BTreeMap<i64, &AppSpec> = kept.iter().map(|r| (r.spec.revision, &r.spec.app_spec)).collect();
+        let cluster_app = match target {
+            Some(revision) if target != latest => revisions.get(&revision).copied(),
+            _ => app.as_ref().map(|a| &a.spec),
+        };
         let at = Instant::now();
         let leases: BTreeMap<String, Duration> = cluster
             .status
@@ -238,11 +265,13 @@ impl KeyedController for AppClusterController {
             .collect();
         let settings = cluster_config(&self.config).app_clusters;
         let handovers = self.handovers(name);
+        let rolling = target.and_then(|t| upgrade::rolling_upgrade(&cluster, &members, t, self.upgrading(name)));
         let plan = {
             let snapshot = Snapshot {
                 cluster: &cluster,
-                app: app.as_ref().map(|a| &a.spec),
-                app_revision: app.as_ref().map(|a| a.metadata.generation),
+                app: cluster_app,
+                app_revision: target,
+                revisions: &revisions,
                 settings: &settings,
                 members,
                 commands: &commands,
@@ -259,6 +288,9 @@ impl KeyedController for AppClusterController {
         };
         let look_again_in = plan.look_again_in;
         let in_flight = self.apply(&cluster, plan).await?;
+        if let Some(operation) = rolling {
+            self.start_upgrade(operation).await?;
+        }
         let requeue = if in_flight { BUSY_REQUEUE } else { QUIET_REQUEUE };
         // A moment past the lease's end, so that the pass then sees it ended.
         let at_lease_end = look_again_in.map(|remaining| remaining + Duration::from_millis(5));
@@ -267,13 +299,44 @@ impl KeyedController for AppClusterController {
 }
 
 impl AppClusterController {
-    /// The handovers the running switchovers of cluster `name` ask, by role.
+    /// Whether an upgrade of cluster `name` is under way.
+    fn upgrading(&self, name: &str) -> bool {
+        let of_it = |o: &herd_core::kinds::Operation| {
+            matches!(&o.spec.action, OperationAction::Upgrade { cluster, .. } if cluster == name)
+                && !o.status.phase.is_finished()
+        };
+        self.operations.map(|o| of_it(o)).into_iter().any(|x| x)
+    }
+
+    /// Starts the upgrade a cluster under `updatePolicy: Rolling` asks for
+    /// (one started before, of the same name, is not started again).
+    async fn start_upgrade(&self, operation: herd_core::kinds::Operation) -> Result<(), ObjectsError> {
+        let name = operation.metadata.name.clone();
+        match self.objects.create(operation, false, false).await {
+            Ok(_) => {
+                tracing::info!(operation = %name, "a new revision started an upgrade (updatePolicy: Rolling)");
+                Ok(())
+            }
+            Err(ObjectsError::AlreadyExists { .. }) => Ok(()),
+            Err(other) => Err(other),
+        }
+    }
+
+    /// The handovers the running switchovers and upgrades of cluster
+    /// `name` ask, by role.
     fn handovers(&self, name: &str) -> Vec<(String, Handover)> {
         let asked = |o: &herd_core::kinds::Operation| match (&o.spec.action, &o.status.handover) {
             (OperationAction::Switchover { cluster, role, .. }, Some(handover))
                 if cluster == name && o.status.phase == OperationPhase::Running =>
             {
                 Some((role.clone(), handover.clone()))
+            }
+            // An upgrade's leader hands its lease over before its restart.
+            (OperationAction::Upgrade { cluster, .. }, Some(handover))
+                if cluster == name && o.status.phase == OperationPhase::Running =>
+            {
+                let role = self.members.get(&handover.from)?.spec.role;
+                Some((role, handover.clone()))
             }
             _ => None,
         };

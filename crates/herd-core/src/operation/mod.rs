@@ -19,12 +19,14 @@ use std::time::Duration;
 
 use crate::backoff::Backoff;
 use crate::disruption::unhealthy_reason;
+use crate::kinds::app_cluster::RoleLeader;
 use crate::kinds::operation::{
     Blocker, HISTORY_KEPT, HistoryEntry, OnDeadline, Operation, OperationAction, OperationPhase, OperationStatus,
     OperationStep, StepState,
 };
 use crate::kinds::{Member, MemberState};
 use crate::time::Timestamp;
+use crate::upgrade;
 
 /// How soon a refused eviction is asked again at most, when nothing
 /// changed meanwhile (kubectl drain retries every 5 s); a change of any
@@ -55,6 +57,12 @@ pub struct View<'a> {
     pub reported: &'a BTreeSet<String>,
     /// Whether that node is Ready: a NotReady node's report is not current.
     pub reporter_ready: bool,
+    /// An upgrade's: why the revision it upgrades to may not be reverted
+    /// (its App says so), if it may not.
+    pub irreversible: Option<String>,
+    /// An upgrade's: the leases of its cluster's leader roles (a leader
+    /// hands its lease over before it is restarted).
+    pub leaders: &'a [RoleLeader],
 }
 
 /// An eviction the drain asks for.
@@ -63,6 +71,8 @@ pub struct Order {
     pub member: String,
     /// Without asking the budgets (the deadline passed, `onDeadline: force`).
     pub force: bool,
+    /// An upgrade's: the revision the member is to restart as.
+    pub to_revision: Option<i64>,
 }
 
 /// How an eviction the drain asked for went.
@@ -135,7 +145,7 @@ fn arrived(member: &Member, node: &str, view: &View) -> Result<(), String> {
 }
 
 /// Where a step's member stands, as its Operation judges it.
-enum Standing {
+pub(crate) enum Standing {
     /// It did what was asked (moved and ready elsewhere, or restarted and ready).
     Done(String),
     /// On its way; why it is not done yet.
@@ -151,8 +161,19 @@ enum Standing {
     NotYet,
 }
 
-fn standing(action: &OperationAction, step: &OperationStep, member: &Member, view: &View) -> Standing {
+fn standing(
+    action: &OperationAction,
+    status: &OperationStatus,
+    step: &OperationStep,
+    member: &Member,
+    view: &View,
+    now: Timestamp,
+) -> Standing {
     match action {
+        OperationAction::Upgrade { .. } => {
+            let pace = action.pace().unwrap_or_default();
+            upgrade::standing(step, member, pace, upgrade::reverting(status), now)
+        }
         OperationAction::Switchover { .. } => Standing::NotYet,
         OperationAction::Drain { node } => {
             let asked = step.state == StepState::Evicted;
@@ -202,9 +223,16 @@ fn selected<'a>(action: &OperationAction, members: &'a [Member]) -> Vec<&'a Memb
                     && m.spec.role == *role
                     && !matches!(m.status.state, MemberState::DeletePending | MemberState::Deleting)
             }
+            OperationAction::Upgrade { cluster, .. } => {
+                m.spec.cluster == *cluster
+                    && !matches!(m.status.state, MemberState::DeletePending | MemberState::Deleting)
+            }
         })
         .collect();
-    picked.sort_by_key(|m| (m.spec.index, m.metadata.name.clone()));
+    match action {
+        OperationAction::Upgrade { .. } => picked.sort_by_key(|m| upgrade::order_key(m)),
+        _ => picked.sort_by_key(|m| (m.spec.index, m.metadata.name.clone())),
+    }
     picked
 }
 
@@ -229,6 +257,22 @@ fn said(action: &OperationAction, status: &OperationStatus, what: Said) -> Strin
         }
         (OperationAction::Restart { role, .. }, Said::Progress) => {
             format!("restarting role {role}: {done} of {total} members restarted")
+        }
+        (OperationAction::Upgrade { cluster, to_revision, .. }, what) => {
+            let back = status.upgrade.as_ref().and_then(|u| u.reverting.as_ref());
+            match (back, what) {
+                (Some(why), Said::Done) => {
+                    format!("reverted: {why}; the {done} member(s) it touched run the revision they ran before")
+                }
+                (Some(why), _) => format!("reverting ({why}): {done} of {total} returned"),
+                (None, Said::Done) => format!("{cluster} upgraded to revision {to_revision}: {total} members"),
+                (None, Said::Cancelled(in_flight)) => format!(
+                    "cancelled with {done} of {total} members at revision {to_revision} ({in_flight} restarting go on)"
+                ),
+                (None, Said::Progress) => {
+                    format!("upgrading {cluster} to revision {to_revision}: {done} of {total} members done")
+                }
+            }
         }
     }
 }
@@ -258,9 +302,17 @@ pub fn pass(operation: &Operation, view: &View, retry_refused: bool, now: Timest
     if matches!(action, OperationAction::Switchover { .. }) {
         return (status, Vec::new());
     }
+    let reverting = upgrade::reverting(&status);
     for member in selected(action, view.members) {
         if !status.steps.iter().any(|s| s.member == member.metadata.name) {
-            let step = OperationStep { member: member.metadata.name.clone(), since: now, ..Default::default() };
+            let mut step = OperationStep { member: member.metadata.name.clone(), since: now, ..Default::default() };
+            if let OperationAction::Upgrade { to_revision, .. } = action {
+                step.to_revision = Some(*to_revision);
+                // One that came while the upgrade is reverted is left to its cluster.
+                if reverting {
+                    step.state = StepState::Skipped;
+                }
+            }
             status.steps.push(step);
         }
     }
@@ -273,7 +325,7 @@ pub fn pass(operation: &Operation, view: &View, retry_refused: bool, now: Timest
             step.since = now;
             step.message = Some(message);
         };
-        if step.state == StepState::Done {
+        if matches!(step.state, StepState::Done | StepState::Skipped) {
             continue;
         }
         let Some(member) = view.members.iter().find(|m| m.metadata.name == step.member) else {
@@ -281,7 +333,7 @@ pub fn pass(operation: &Operation, view: &View, retry_refused: bool, now: Timest
             notes.push(format!("{} is gone", step.member));
             continue;
         };
-        match standing(action, step, member, view) {
+        match standing(action, &operation.status, step, member, view, now) {
             Standing::Done(how) => {
                 notes.push(format!("{}: {how}", step.member));
                 moved(step, StepState::Done, how);
@@ -304,9 +356,31 @@ pub fn pass(operation: &Operation, view: &View, retry_refused: bool, now: Timest
     }
     status.total = u32::try_from(status.steps.len()).unwrap_or(u32::MAX);
     status.done = u32::try_from(status.steps.iter().filter(|s| s.state == StepState::Done).count()).unwrap_or(0);
-    if let Some(why) = broken {
-        finish(&mut status, OperationPhase::Failed, format!("{why}; the rest were left as they are"), now);
-        return (status, Vec::new());
+    match (broken, action) {
+        (None, _) => {}
+        (Some(why), OperationAction::Upgrade { .. }) if reverting => {
+            let message = format!("the revert failed too: {why}; the rest were left as they are");
+            finish(&mut status, OperationPhase::Failed, message, now);
+            return (status, Vec::new());
+        }
+        (Some(why), OperationAction::Upgrade { to_revision, auto_revert, .. }) => {
+            let revert = match (&view.irreversible, auto_revert) {
+                (Some(reason), _) => {
+                    Err(format!("revision {to_revision} is marked irreversible ({reason}), so it is not reverted"))
+                }
+                (None, false) => Err("autoRevert is off, so it is not reverted".to_string()),
+                (None, true) => Ok(()),
+            };
+            upgrade::stop(&mut status, why, revert, now);
+            if status.phase.is_finished() {
+                return (status, Vec::new());
+            }
+            return pass(&Operation { status, ..operation.clone() }, view, retry_refused, now);
+        }
+        (Some(why), _) => {
+            finish(&mut status, OperationPhase::Failed, format!("{why}; the rest were left as they are"), now);
+            return (status, Vec::new());
+        }
     }
     let left: Vec<&OperationStep> = status
         .steps
@@ -316,7 +390,8 @@ pub fn pass(operation: &Operation, view: &View, retry_refused: bool, now: Timest
     let in_flight = status.steps.iter().filter(|s| s.state == StepState::Evicted).count();
     if left.is_empty() && in_flight == 0 {
         let message = said(action, &status, Said::Done);
-        finish(&mut status, OperationPhase::Succeeded, message, now);
+        let phase = if reverting { OperationPhase::Reverted } else { OperationPhase::Succeeded };
+        finish(&mut status, phase, message, now);
         return (status, Vec::new());
     }
     if spec.cancel {
@@ -325,14 +400,22 @@ pub fn pass(operation: &Operation, view: &View, retry_refused: bool, now: Timest
         return (status, Vec::new());
     }
     // A rolling restart's canaries go first, and alone.
+    // (A revert has none: the revision it returns to ran here before.)
     let canaries = match action {
         OperationAction::Restart { canary, .. } => usize::try_from(*canary).unwrap_or(usize::MAX),
-        OperationAction::Drain { .. } | OperationAction::Switchover { .. } => 0,
+        OperationAction::Upgrade { canary, .. } if !reverting => usize::try_from(*canary).unwrap_or(usize::MAX),
+        OperationAction::Drain { .. } | OperationAction::Switchover { .. } | OperationAction::Upgrade { .. } => 0,
     };
     let canaries_done = status.steps.iter().take(canaries).all(|s| s.state == StepState::Done);
     let limit = if canaries_done { spec.max_parallel } else { u32::try_from(canaries).unwrap_or(u32::MAX) };
     let room = usize::try_from(limit).unwrap_or(usize::MAX).saturating_sub(in_flight);
     status.blocker = blocker(&status, &waiting_on, room, now);
+    if spec.paused {
+        let since = status.blocker.as_ref().filter(|b| b.message == PAUSED).map_or(now, |b| b.since);
+        status.blocker = Some(Blocker { message: PAUSED.into(), since, never: false });
+        status.message = Some(format!("paused: {}", said(action, &status, Said::Progress)));
+        return (status, Vec::new());
+    }
     let past_deadline = match (spec.deadline, status.started_at) {
         (Some(deadline), Some(started)) => started.age(now) >= deadline.get(),
         _ => false,
@@ -355,7 +438,10 @@ pub fn pass(operation: &Operation, view: &View, retry_refused: bool, now: Timest
                 return (status, Vec::new());
             }
             OnDeadline::Force => {
-                let orders = names.iter().map(|m| Order { member: m.to_string(), force: true }).collect();
+                let orders = left
+                    .iter()
+                    .map(|s| Order { member: s.member.clone(), force: true, to_revision: s.to_revision })
+                    .collect();
                 return (status, orders);
             }
         }
@@ -367,24 +453,39 @@ pub fn pass(operation: &Operation, view: &View, retry_refused: bool, now: Timest
         _ => false,
     };
     let eligible = status.steps.len().min(if canaries_done { usize::MAX } else { canaries });
-    let orders: Vec<Order> = status.steps[..eligible]
+    let mut orders: Vec<Order> = status.steps[..eligible]
         .iter()
         .filter(|s| left.iter().any(|l| l.member == s.member))
         .filter(due)
         .take(room)
-        .map(|s| Order { member: s.member.clone(), force: false })
+        .map(|s| Order { member: s.member.clone(), force: false, to_revision: s.to_revision })
         .collect();
-    // The instance each is asked for as: a restart is done once another runs.
+    // A leader hands its lease over before it is restarted.
+    if matches!(action, OperationAction::Upgrade { .. }) {
+        upgrade::hand_over_first(&mut status, &mut orders, view, now);
+    }
+    // The instance each is asked for as: a restart is done once another
+    // runs; and an upgrade's, the revision it runs (what a revert returns
+    // it to).
     for order in &orders {
         let member = view.members.iter().find(|m| m.metadata.name == order.member);
-        let instance = member.and_then(|m| m.status.state_detail.last_configured_instance.clone());
+        // (One in config error runs the instance whose setup failed.)
+        let detail = member.map(|m| &m.status.state_detail);
+        let instance = detail.and_then(|d| d.configuring_instance.clone().or(d.last_configured_instance.clone()));
+        let revision = member.and_then(|m| m.status.app_revision.or(m.spec.app_revision));
         if let Some(step) = status.steps.iter_mut().find(|s| s.member == order.member) {
             step.instance = instance;
+            if step.to_revision.is_some() && step.from_revision.is_none() {
+                step.from_revision = revision;
+            }
         }
     }
     status.message = Some(said(action, &status, Said::Progress));
     (status, orders)
 }
+
+/// What a paused Operation's blocker says.
+const PAUSED: &str = "paused: nothing more is started until `herd operation resume`";
 
 /// What keeps the Operation from going on now, and since when that has
 /// held: a budget that can never allow (while a step is refused so);
@@ -458,8 +559,9 @@ pub fn record(status: &mut OperationStatus, member: &str, force: bool, outcome: 
 }
 
 /// How soon the next pass is due with nothing changing: a refused
-/// eviction's retry, or the deadline.
-pub fn next_pass(operation: &Operation, now: Timestamp) -> Option<Duration> {
+/// eviction's retry, the deadline, or (an upgrade's) when a member of
+/// `members` has been ready long enough or a step's deadline passes.
+pub fn next_pass(operation: &Operation, members: &[Member], now: Timestamp) -> Option<Duration> {
     let status = &operation.status;
     if status.phase != OperationPhase::Running {
         return None;
@@ -477,7 +579,8 @@ pub fn next_pass(operation: &Operation, now: Timestamp) -> Option<Duration> {
         (Some(deadline), Some(started)) => Some(deadline.get().saturating_sub(started.age(now))),
         _ => None,
     };
-    retry.into_iter().chain(deadline).min()
+    let healthy = operation.spec.action.pace().and_then(|pace| upgrade::next_due(status, members, pace, now));
+    retry.into_iter().chain(deadline).chain(healthy).min()
 }
 
 /// How long a finished Operation is kept (its steps and history, for
@@ -494,337 +597,4 @@ pub fn expired(operation: &Operation, now: Timestamp) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::time::SystemTime;
-
-    use proptest::prelude::*;
-
-    use super::*;
-    use crate::kinds::MemberState;
-    use crate::kinds::operation::OperationSpec;
-    use crate::time::HumanDuration;
-
-    fn at(secs: u64) -> Timestamp {
-        Timestamp::from_system_time(SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + secs))
-    }
-
-    fn member(index: u32, node: &str, ready: bool) -> Member {
-        let mut member = crate::kinds::member::bound_member(index, node);
-        member.status.ready = ready;
-        member.status.state = if ready { MemberState::Configured } else { MemberState::Creating };
-        member
-    }
-
-    fn drain(max_parallel: u32, deadline: Option<u64>, on_deadline: OnDeadline) -> Operation {
-        let spec = OperationSpec {
-            action: OperationAction::Drain { node: "n1".into() },
-            deadline: deadline.map(HumanDuration::from_secs),
-            on_deadline,
-            max_parallel,
-            cancel: false,
-        };
-        let mut operation = Operation::new("drain-n1", spec);
-        operation.status = begin(&operation.status, "draining n1".into(), at(0));
-        operation
-    }
-
-    /// An approved eviction: recorded, and the member asked to move.
-    fn evicted(op: &mut Operation, members: &mut [Member], name: &str, now: Timestamp) {
-        record(&mut op.status, name, false, Outcome::Evicted("allowed".into()), now);
-        let member = members.iter_mut().find(|m| m.metadata.name == name).unwrap();
-        member.spec.requests.replace = Some(now);
-    }
-
-    fn pass(op: &mut Operation, members: &[Member], retry: bool, now: Timestamp) -> Vec<String> {
-        let reported = BTreeSet::new();
-        let (status, orders) =
-            super::pass(op, &View { members, reported: &reported, reporter_ready: true }, retry, now);
-        op.status = status;
-        orders.into_iter().map(|o| o.member).collect()
-    }
-
-    #[test]
-    fn members_are_asked_for_max_parallel_at_a_time_and_done_when_ready_elsewhere() {
-        let mut op = drain(2, None, OnDeadline::Fail);
-        let mut members: Vec<Member> = (0..3).map(|i| member(i, "n1", true)).collect();
-        members.push(member(9, "n2", true));
-        assert_eq!(pass(&mut op, &members, false, at(1)), vec!["db-r-0", "db-r-1"]);
-        assert_eq!(op.status.total, 3, "only the drained node's members");
-        for name in ["db-r-0", "db-r-1"] {
-            evicted(&mut op, &mut members, name, at(1));
-        }
-        assert!(pass(&mut op, &members, false, at(2)).is_empty(), "two on their way: no room");
-        members[0].spec.node = Some("n3".into());
-        members[0].status.ready = false;
-        members[0].status.state = MemberState::Creating;
-        assert!(pass(&mut op, &members, false, at(3)).is_empty(), "moved but not ready: still on its way");
-        assert!(op.status.blocker.as_ref().unwrap().message.starts_with("waiting for db-r-0 on n3 is creating"));
-        members[0].status.ready = true;
-        assert_eq!(pass(&mut op, &members, false, at(4)), vec!["db-r-2"]);
-        assert_eq!((op.status.done, op.status.total), (1, 3));
-        for (i, name) in [(1, "db-r-1"), (2, "db-r-2")] {
-            evicted(&mut op, &mut members, name, at(4));
-            members[i].spec.node = Some("n2".into());
-        }
-        pass(&mut op, &members, false, at(5));
-        assert_eq!(op.status.phase, OperationPhase::Succeeded);
-        assert_eq!(op.status.message.as_deref(), Some("node n1 drained: 3 members moved"));
-        assert_eq!(op.status.finished_at, Some(at(5)));
-    }
-
-    #[test]
-    fn a_move_given_up_is_asked_for_again_after_a_pause() {
-        let mut op = drain(1, None, OnDeadline::Fail);
-        let mut members = vec![member(0, "n1", true)];
-        assert_eq!(pass(&mut op, &members, false, at(1)), vec!["db-r-0"]);
-        record(&mut op.status, "db-r-0", false, Outcome::Evicted("allowed".into()), at(1));
-        members[0].spec.requests.migrate = Some(at(1));
-        assert!(pass(&mut op, &members, false, at(2)).is_empty(), "moving");
-        members[0].spec.requests = Default::default();
-        members[0].status.reason = Some("moving it to n3 failed: disk full".into());
-        assert!(pass(&mut op, &members, false, at(3)).is_empty(), "given up: a pause first");
-        assert_eq!(op.status.steps[0].state, StepState::MoveFailed);
-        assert!(pass(&mut op, &members, true, at(4)).is_empty(), "a budget change does not hurry it");
-        assert!(op.status.blocker.as_ref().unwrap().message.contains("stayed on n1: moving it to n3 failed"));
-        assert_eq!(pass(&mut op, &members, false, at(8)), vec!["db-r-0"]);
-    }
-
-    #[test]
-    fn an_evicted_member_is_never_asked_for_again_even_while_still_bound() {
-        let mut op = drain(3, None, OnDeadline::Fail);
-        let mut members = vec![member(0, "n1", true)];
-        assert_eq!(pass(&mut op, &members, false, at(1)), vec!["db-r-0"]);
-        evicted(&mut op, &mut members, "db-r-0", at(1));
-        for t in 2..20 {
-            assert!(pass(&mut op, &members, true, at(t)).is_empty());
-        }
-        assert_eq!(op.status.steps[0].attempts, 1);
-    }
-
-    #[test]
-    fn refused_ones_are_retried_after_a_pause_or_when_a_budget_changed_and_the_blocker_keeps_its_since() {
-        let mut op = drain(1, None, OnDeadline::Fail);
-        let members = vec![member(0, "n1", true)];
-        assert_eq!(pass(&mut op, &members, false, at(1)), vec!["db-r-0"]);
-        let refused = || Outcome::Refused { message: "budget q needs 2 healthy, has 2".into(), never: false };
-        record(&mut op.status, "db-r-0", false, refused(), at(1));
-        assert_eq!(next_pass(&op, at(1)), Some(Duration::from_millis(250)), "first again after 250 ms");
-        assert_eq!(pass(&mut op, &members, true, at(1)), vec!["db-r-0"], "a budget changed: due");
-        for t in 2..12 {
-            record(&mut op.status, "db-r-0", false, refused(), at(t));
-        }
-        assert!(pass(&mut op, &members, false, at(15)).is_empty(), "not due yet: every 5 s at most");
-        assert_eq!(next_pass(&op, at(15)), Some(Duration::from_secs(1)));
-        assert_eq!(pass(&mut op, &members, false, at(16)), vec!["db-r-0"], "5 s after the last refusal");
-        let blocker = op.status.blocker.clone().unwrap();
-        assert_eq!((blocker.message.as_str(), blocker.since), ("budget q needs 2 healthy, has 2", at(1)));
-        assert_eq!(op.status.history.iter().filter(|h| h.message.contains("refused")).count(), 1, "said once");
-    }
-
-    #[test]
-    fn the_blocker_is_what_blocks_now_not_the_first_refusal() {
-        let mut op = drain(1, None, OnDeadline::Fail);
-        let mut members = vec![member(0, "n1", true), member(1, "n1", true)];
-        assert_eq!(pass(&mut op, &members, false, at(1)), vec!["db-r-0"]);
-        let refused = |message: &str| Outcome::Refused { message: message.into(), never: false };
-        record(&mut op.status, "db-r-0", false, refused("budget q needs 2 healthy, has 2"), at(1));
-        // Asked again later, the budgets say something else: that is the blocker.
-        assert_eq!(pass(&mut op, &members, false, at(7)), vec!["db-r-0"]);
-        record(&mut op.status, "db-r-0", false, refused("no node can take db-r-0: n2 is cordoned"), at(7));
-        pass(&mut op, &members, false, at(8));
-        let blocker = op.status.blocker.clone().unwrap();
-        assert_eq!((blocker.message.as_str(), blocker.since), ("no node can take db-r-0: n2 is cordoned", at(1)));
-        // One on its way fills maxParallel: no refused one can be asked
-        // before it arrives, so it is what blocks.
-        evicted(&mut op, &mut members, "db-r-0", at(20));
-        members[0].spec.node = Some("n3".into());
-        members[0].status.ready = false;
-        members[0].status.state = MemberState::Creating;
-        assert!(pass(&mut op, &members, false, at(21)).is_empty());
-        let blocker = op.status.blocker.clone().unwrap();
-        assert!(blocker.message.starts_with("waiting for db-r-0 on n3 is creating"), "{}", blocker.message);
-        assert_eq!(blocker.since, at(20));
-        assert!(pass(&mut op, &members, false, at(300)).is_empty());
-        assert_eq!(op.status.blocker.unwrap().since, at(20), "it keeps when it began");
-    }
-
-    #[test]
-    fn a_drained_node_that_is_not_ready_is_not_taken_at_its_word() {
-        let mut op = drain(1, None, OnDeadline::Fail);
-        let mut members = vec![member(0, "n1", true)];
-        pass(&mut op, &members, false, at(1));
-        evicted(&mut op, &mut members, "db-r-0", at(1));
-        members[0].spec.node = Some("n2".into());
-        let reported = BTreeSet::from(["db-r-0".to_string()]);
-        for (ready, said) in [(true, "db-r-0's old process still runs on n1"), (false, "n1 is NotReady: whether")] {
-            let view = View { members: &members, reported: &reported, reporter_ready: ready };
-            let (status, _) = super::pass(&op, &view, false, at(2));
-            let blocker = status.blocker.unwrap().message;
-            assert!(blocker.contains(said), "{blocker}");
-        }
-    }
-
-    #[test]
-    fn a_budget_that_never_allows_is_the_blocker_at_once() {
-        let mut op = drain(1, None, OnDeadline::Fail);
-        let members = vec![member(0, "n1", true)];
-        pass(&mut op, &members, false, at(1));
-        let never = "budget q can never allow an eviction: minAvailable 3 needs 3 healthy of the 3 members it selects";
-        record(&mut op.status, "db-r-0", false, Outcome::Refused { message: never.into(), never: true }, at(1));
-        pass(&mut op, &members, false, at(2));
-        let blocker = op.status.blocker.unwrap();
-        assert!(blocker.never && blocker.message == never);
-    }
-
-    #[test]
-    fn at_the_deadline_the_rest_fail_stop_or_are_forced() {
-        for (on_deadline, phase) in [
-            (OnDeadline::Fail, OperationPhase::Failed),
-            (OnDeadline::Stop, OperationPhase::Stopped),
-            (OnDeadline::Force, OperationPhase::Running),
-        ] {
-            let mut op = drain(2, Some(30), on_deadline);
-            let members = vec![member(0, "n1", true), member(1, "n1", true)];
-            for name in pass(&mut op, &members, false, at(1)) {
-                let refused = Outcome::Refused { message: "budget q needs 2 healthy, has 2".into(), never: false };
-                record(&mut op.status, &name, false, refused, at(1));
-            }
-            assert_eq!(pass(&mut op, &members, false, at(29)).len(), 2, "asked again before the deadline");
-            assert_eq!(op.status.phase, OperationPhase::Running);
-            let orders = pass(&mut op, &members, false, at(30));
-            assert_eq!(op.status.phase, phase, "{on_deadline:?}");
-            if on_deadline == OnDeadline::Force {
-                assert_eq!(orders, vec!["db-r-0", "db-r-1"]);
-            } else {
-                assert!(orders.is_empty());
-                let message = op.status.message.clone().unwrap();
-                assert!(
-                    message.starts_with("the deadline (30s) passed with 2 of 2 members not done (db-r-0, db-r-1)")
-                        && message.ends_with("budget q needs 2 healthy, has 2"),
-                    "{message}"
-                );
-                let view = View { members: &members, reported: &BTreeSet::new(), reporter_ready: true };
-                let (status, orders) = super::pass(&op, &view, true, at(40));
-                assert!(orders.is_empty() && status == op.status, "a finished Operation never changes");
-            }
-        }
-    }
-
-    #[test]
-    fn cancel_ends_it_and_nothing_more_is_asked_for() {
-        let mut op = drain(1, None, OnDeadline::Fail);
-        let mut members = vec![member(0, "n1", true), member(1, "n1", true)];
-        pass(&mut op, &members, false, at(1));
-        evicted(&mut op, &mut members, "db-r-0", at(1));
-        pass(&mut op, &members, false, at(1));
-        assert!(op.status.blocker.is_some(), "db-r-1 waits for db-r-0: {:?}", op.status);
-        op.spec.cancel = true;
-        assert!(pass(&mut op, &members, true, at(2)).is_empty());
-        assert_eq!(op.status.phase, OperationPhase::Cancelled);
-        assert_eq!(op.status.blocker, None, "nothing blocks a cancelled Operation");
-        assert!(op.status.message.unwrap().starts_with("cancelled with 0 of 2 members done (1 on their way go on)"));
-    }
-
-    #[test]
-    fn a_finished_operation_goes_a_day_after_it_finished_a_running_one_never() {
-        let mut op = drain(1, None, OnDeadline::Fail);
-        let day = FINISHED_KEPT.as_secs();
-        assert!(!expired(&op, at(2 * day)), "running");
-        pass(&mut op, &[], false, at(1));
-        assert_eq!(op.status.phase, OperationPhase::Succeeded);
-        assert!(!expired(&op, at(day)), "kept a day");
-        assert!(expired(&op, at(day + 2)));
-    }
-
-    #[test]
-    fn an_empty_node_is_drained_at_once_and_a_member_gone_is_done() {
-        let mut op = drain(1, None, OnDeadline::Fail);
-        pass(&mut op, &[member(0, "n2", true)], false, at(1));
-        assert_eq!(op.status.phase, OperationPhase::Succeeded);
-        let mut op = drain(1, None, OnDeadline::Fail);
-        pass(&mut op, &[member(0, "n1", true)], false, at(1));
-        pass(&mut op, &[], false, at(2));
-        assert_eq!((op.status.phase, op.status.done), (OperationPhase::Succeeded, 1));
-    }
-
-    #[test]
-    fn a_rolling_restart_takes_its_canary_alone_first_and_stops_when_one_does_not_come_back() {
-        let restart = |canary| {
-            let spec = OperationSpec {
-                action: OperationAction::Restart { cluster: "db".into(), role: "r".into(), canary },
-                max_parallel: 2,
-                ..Default::default()
-            };
-            let mut op = Operation::new("restart-db", spec);
-            op.status = begin(&op.status, "restarting".into(), at(0));
-            op
-        };
-        let mut members: Vec<Member> = (0..4).map(|i| member(i, "n1", true)).collect();
-        for m in &mut members {
-            m.status.state_detail.last_configured_instance = Some(format!("{}-a", m.metadata.name));
-        }
-        let mut op = restart(1);
-        assert_eq!(pass(&mut op, &members, false, at(1)), vec!["db-r-0"], "the canary alone");
-        assert_eq!(op.status.steps[0].instance.as_deref(), Some("db-r-0-a"));
-        evicted(&mut op, &mut members, "db-r-0", at(1));
-        assert!(pass(&mut op, &members, false, at(2)).is_empty(), "nothing else until it is back");
-        members[0].status.state_detail.last_configured_instance = Some("db-r-0-b".into());
-        assert_eq!(pass(&mut op, &members, false, at(3)), vec!["db-r-1", "db-r-2"], "then max parallel");
-        assert_eq!(op.status.done, 1);
-
-        // A broken canary: config error as a new instance stops it all.
-        let mut members: Vec<Member> = (0..4).map(|i| member(i, "n1", true)).collect();
-        for m in &mut members {
-            m.status.state_detail.last_configured_instance = Some(format!("{}-a", m.metadata.name));
-        }
-        let mut op = restart(1);
-        pass(&mut op, &members, false, at(1));
-        evicted(&mut op, &mut members, "db-r-0", at(1));
-        members[0].status.state = MemberState::ConfigError;
-        members[0].status.ready = false;
-        members[0].status.state_detail.configuring_instance = Some("db-r-0-b".into());
-        members[0].status.state_detail.config_error_detail = Some("setup exited with 1".into());
-        assert!(pass(&mut op, &members, false, at(2)).is_empty());
-        assert_eq!(op.status.phase, OperationPhase::Failed);
-        let message = op.status.message.unwrap();
-        assert!(
-            message.starts_with("db-r-0 did not come back configured after its restart: setup exited with 1"),
-            "{message}"
-        );
-    }
-
-    proptest! {
-        /// Whatever happens to the members between passes, no more than
-        /// maxParallel are ever on their way, and none is asked for twice
-        /// once evicted.
-        #[test]
-        fn never_more_than_max_parallel_on_the_way_and_never_twice(
-            max_parallel in 1u32..4,
-            moves in proptest::collection::vec((0usize..6, any::<bool>(), any::<bool>(), any::<bool>()), 1..60),
-        ) {
-            let mut op = drain(max_parallel, None, OnDeadline::Fail);
-            let mut members: Vec<Member> = (0..6).map(|i| member(i, "n1", true)).collect();
-            let mut gone_out = BTreeSet::new();
-            for (t, (i, allow, ready, retry)) in moves.into_iter().enumerate() {
-                let now = at(t as u64 + 1);
-                for name in pass(&mut op, &members, retry, now) {
-                    prop_assert!(!gone_out.contains(&name), "{name} asked for again");
-                    if allow {
-                        gone_out.insert(name.clone());
-                        evicted(&mut op, &mut members, &name, now);
-                    } else {
-                        record(&mut op.status, &name, false, Outcome::Refused { message: "no".into(), never: false }, now);
-                    }
-                }
-                let on_the_way = op.status.steps.iter().filter(|s| s.state == StepState::Evicted).count();
-                prop_assert!(on_the_way <= max_parallel as usize);
-                // An evicted member moves away, and becomes ready (or not).
-                let name = format!("db-r-{i}");
-                if gone_out.contains(&name) {
-                    members[i].spec.node = Some("n2".into());
-                    members[i].status.ready = ready;
-                }
-            }
-        }
-    }
-}
+mod tests;
