@@ -17,37 +17,16 @@
 
 mod floors;
 mod processes;
+mod rollout;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use herd_client::Client;
 use herd_core::api::NodeRoleRequest;
-use herd_core::kinds::{MemberSpec, NodeRole, NodeSpec, Operation, OperationAction, OperationPhase, OperationSpec};
-use processes::{ADMIN, Killed, env_u64, herd_binary, start, wait_for};
-
-/// The apps drained: a trivial setup, and one that takes half a second
-/// (as a real app's setup does: etcd's example takes about that).
-const APPS: [(&str, &str); 2] = [("trivial", ""), ("half-second", "sleep 0.5; ")];
-
-fn setup(pause: &str) -> String {
-    format!("case \"$1\" in --configure) {pause}echo configured >\"$HERD_VOLUME_HERD/bench\" ;; esac\n")
-}
-const RUN: [&str; 2] = ["sleep", "3600"];
-const NODES: [&str; 3] = ["node-1", "node-2", "node-3"];
-
-/// One member's own work, directly: its process stopped, a new one
-/// started, its setup run.
-fn member_floor(dir: &Path, pause: &str) -> anyhow::Result<Duration> {
-    let mut old = Command::new(RUN[0]).arg(RUN[1]).stdin(Stdio::null()).spawn()?;
-    let started = Instant::now();
-    old.kill()?;
-    old.wait()?;
-    let stopped = started.elapsed();
-    Ok(stopped + floors::start_and_set_up(dir, &setup(pause), RUN)?)
-}
+use herd_core::kinds::{MemberSpec, NodeRole, Operation, OperationAction, OperationPhase, OperationSpec};
+use processes::{env_u64, wait_for};
+use rollout::{APPS, NODES};
 
 async fn role(admin: &Client, node: &str, role: NodeRole) -> anyhow::Result<()> {
     let request = NodeRoleRequest { role: Some(role), master_capable: None, auto_promote: true };
@@ -148,96 +127,29 @@ async fn drain_by_hand(admin: &Client, name: &str, count: usize) -> anyhow::Resu
     Ok(started.elapsed())
 }
 
-fn median(values: &mut [Duration]) -> Duration {
-    values.sort();
-    values[values.len() / 2]
-}
-
-fn secs(d: Duration) -> String {
-    format!("{:.2} s", d.as_secs_f64())
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let count = env_u64("BENCH_MEMBERS", 10);
     let rounds = env_u64("BENCH_ROUNDS", 3);
-    let herd = herd_binary()?;
-    let dir = tempfile::tempdir()?;
     println!("drain benchmark: {count} members on one of 3 nodes (2 s heartbeats), maxUnavailable 1, {rounds} rounds");
-    let (server, url) =
-        start(&herd, &["server", "--listen", "127.0.0.1:0", "--insecure-http"], &dir.path().join("server"))?;
-    let mut children = Killed(vec![server]);
-    let agent_dirs: Vec<PathBuf> = NODES.iter().map(|n| dir.path().join(n)).collect();
-    for (node, data) in NODES.iter().zip(&agent_dirs) {
-        children.0.push(start(&herd, &["--server", &url, "agent", "--name", node], data)?.0);
-    }
-    let admin = Client::new(vec![url.clone()], Some(ADMIN.into()));
-    let outcome = measure(&admin, count, rounds, dir.path()).await;
-    drop(children);
-    for data in &agent_dirs {
-        herd_agent::members::stop_processes(data).await;
-    }
-    outcome
-}
-
-async fn measure(admin: &Client, count: u64, rounds: u64, dir: &Path) -> anyhow::Result<()> {
-    wait_for("the agents Ready", Duration::from_secs(30), async || {
-        let nodes = admin.list::<NodeSpec>("").await.unwrap_or_default();
-        (nodes.iter().filter(|n| n.status.ready).count() == NODES.len()).then_some(())
-    })
-    .await?;
-    for (app, pause) in APPS {
-        let spec = serde_json::json!({"metadata": {"name": app}, "spec": {"roles": [{
-            "name": "m", "run": {"command": RUN}, "setup": {"script": setup(pause)}
-        }]}});
-        admin.create_value("apps", &spec, Default::default()).await?;
-        measure_app(admin, app, pause, count, rounds, dir).await?;
-    }
-    Ok(())
-}
-
-async fn measure_app(
-    admin: &Client,
-    app: &str,
-    pause: &str,
-    count: u64,
-    rounds: u64,
-    dir: &Path,
-) -> anyhow::Result<()> {
-    let mut floors = Vec::new();
-    for round in 0..rounds {
-        let mut total = Duration::ZERO;
-        for i in 0..count {
-            total += member_floor(&dir.join(format!("floor-{app}-{round}-{i}")), pause)?;
+    rollout::with_three_nodes(async |admin, dir| {
+        for (app, pause) in APPS {
+            rollout::create_app(admin, app, pause).await?;
+            let floor = rollout::restarts_floor(dir, app, pause, count, rounds)?;
+            let (mut operations, mut by_hand) = (Vec::new(), Vec::new());
+            for round in 0..rounds {
+                let name = format!("{app}-op-{round}");
+                cluster_on_node_1(admin, &name, app, count).await?;
+                operations.push(drain_operation(admin, &name).await?);
+                clean_up(admin, &name).await?;
+                let name = format!("{app}-hand-{round}");
+                cluster_on_node_1(admin, &name, app, count).await?;
+                by_hand.push(drain_by_hand(admin, &name, count as usize).await?);
+                clean_up(admin, &name).await?;
+            }
+            rollout::report(app, floor, ("evictions", by_hand), ("drain Operation", operations));
         }
-        floors.push(total);
-    }
-    let floor = median(&mut floors);
-    let (mut operations, mut by_hand) = (Vec::new(), Vec::new());
-    for round in 0..rounds {
-        let name = format!("{app}-op-{round}");
-        cluster_on_node_1(admin, &name, app, count).await?;
-        operations.push(drain_operation(admin, &name).await?);
-        clean_up(admin, &name).await?;
-        let name = format!("{app}-hand-{round}");
-        cluster_on_node_1(admin, &name, app, count).await?;
-        by_hand.push(drain_by_hand(admin, &name, count as usize).await?);
-        clean_up(admin, &name).await?;
-    }
-    let shown = |v: &[Duration]| v.iter().map(|d| secs(*d)).collect::<Vec<_>>();
-    let (op_rounds, hand_rounds) = (shown(&operations), shown(&by_hand));
-    let (op, hand) = (median(&mut operations), median(&mut by_hand));
-    println!("app {app}:");
-    println!("  floor (each member stopped, started and set up directly, in sequence): median {}", secs(floor));
-    println!(
-        "  evictions by hand through the API, one after the other: median {}   rounds {hand_rounds:?}",
-        secs(hand)
-    );
-    println!(
-        "  drain Operation: median {}   rounds {op_rounds:?}\n  {:.2}x the evictions by hand; {:.2}x the floor of the members' own work (goal 1.2x)",
-        secs(op),
-        op.as_secs_f64() / hand.as_secs_f64(),
-        op.as_secs_f64() / floor.as_secs_f64()
-    );
-    Ok(())
+        Ok(())
+    })
+    .await
 }

@@ -54,6 +54,7 @@ pub mod throttle;
 pub mod time;
 pub mod units;
 pub mod upgrade;
+pub mod upgrade_hooks;
 pub mod usage;
 pub mod validation;
 pub mod verify;

@@ -185,6 +185,7 @@ fn creating(status: &mut MemberStatus, facts: &MemberFacts<'_>) -> Step {
 
 fn configured(status: &mut MemberStatus, instance: &str, setup_generation: Option<i64>) {
     status.state = MemberState::Configured;
+    status.upgraded_from = None;
     let detail = &mut status.state_detail;
     detail.last_configured_instance = Some(instance.to_string());
     detail.configuring_instance = None;

@@ -76,6 +76,14 @@ pub fn no_room_because(node: &Node, load: &NodeLoad, requests: &Amounts) -> Opti
     Amounts::shortfall(allocatable, &load.requested, requests).map(|short| format!("{name}: {short}"))
 }
 
+/// Why `node`, with `load` bound to it (a member requesting `from` among
+/// it), has no room for that member to request `to` instead (None: it
+/// has): a restart as a revision that requests more.
+pub fn no_room_to_rebook(node: &Node, load: &NodeLoad, from: &Amounts, to: &Amounts) -> Option<String> {
+    let others = NodeLoad { members: load.members, requested: load.requested.minus(from) };
+    no_room_because(node, &others, to)
+}
+
 /// Where a member goes, or why it goes nowhere.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Placement {

@@ -55,6 +55,9 @@ pub(crate) fn standing(
             false => Standing::NotYet,
         };
     }
+    if let Some(why) = &status.restart_refused {
+        return Standing::Broken(format!("{name} was {why}"));
+    }
     // Asked for, but another request took its place (the same eviction
     // approved before, for another reason): asked again.
     if member.spec.app_revision != Some(to) && member.spec.requests.restart.is_none() && status.restart.is_none() {

@@ -1,7 +1,8 @@
 //! An App's revisions: every accepted change to an App's spec (a new
 //! generation) writes `AppRevision` `<app>-<generation>` in the App's own
 //! transaction, so that no accepted spec goes unrecorded; the oldest go
-//! once more than [`KEPT`] are kept, except those a cluster or a member
+//! once more than ClusterConfig's `appClusters.revisionsKept` are kept,
+//! except those a cluster or a member
 //! still runs or is to run, and all go with their App (in its delete's
 //! transaction). Clients read them and never write them.
 
@@ -9,15 +10,13 @@ use std::collections::BTreeSet;
 
 use herd_core::Resource;
 use herd_core::kinds::app_revision::{AppRevision, AppRevisionSpec, revision_name};
-use herd_core::kinds::{App, AppClusterSpec, AppSpec, MemberSpec};
+use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
+use herd_core::kinds::{App, AppClusterSpec, AppSpec, ClusterConfigSpec, MemberSpec};
 use herd_core::lifecycle;
 use herd_store::Op;
 
 use crate::error::ApiError;
 use crate::objects::{Objects, ObjectsError, encode, now, object_key};
-
-/// How many revisions of an App are kept.
-pub const KEPT: usize = 10;
 
 /// App `app` as of `revision`: the App itself at its generation, else the
 /// revision kept; or why there is none (the revisions kept named).
@@ -62,6 +61,8 @@ pub async fn delete(
 /// the oldest.
 pub async fn write(objects: &Objects, app: App, old: Option<&App>, dry_run: bool) -> Result<App, ApiError> {
     let name = app.metadata.name.clone();
+    let config = objects.get::<ClusterConfigSpec>(CLUSTER_CONFIG_NAME).await?.map(|c| c.spec).unwrap_or_default();
+    let kept_at_most = usize::try_from(config.app_clusters.revisions_kept).unwrap_or(usize::MAX).max(1);
     let (revisions, _) = objects.list::<AppRevisionSpec>().await?;
     let in_use = match old {
         Some(_) => in_use(objects, &name).await?,
@@ -88,7 +89,7 @@ pub async fn write(objects: &Objects, app: App, old: Option<&App>, dry_run: bool
             kept.retain(|r| *r != generation);
             // A new App's history starts with it: an earlier App's of the
             // same name goes.
-            let pruned = if old.is_none() { kept.len() } else { kept.len().saturating_sub(KEPT - 1) };
+            let pruned = if old.is_none() { kept.len() } else { kept.len().saturating_sub(kept_at_most - 1) };
             let mut ops: Vec<Op> = kept[..pruned].iter().map(|r| Op::Delete { key: key(*r) }).collect();
             ops.push(Op::Put { key: key(generation), value: encode(&revision) });
             Ok(ops)

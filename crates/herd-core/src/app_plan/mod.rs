@@ -90,6 +90,11 @@ pub trait Placer {
         wanted: &[NamedPort],
         range: RangeInclusive<u16>,
     ) -> Result<(String, BTreeMap<String, u16>), Refused>;
+
+    /// Books a member bound to `node` requesting `from` as requesting `to`
+    /// instead (a restart as another revision); refused, naming the
+    /// shortfall, when the node has no room for that.
+    fn rebook(&mut self, node: &Node, from: &Amounts, to: &Amounts) -> Result<(), String>;
 }
 
 /// One cluster, as one pass reads it.

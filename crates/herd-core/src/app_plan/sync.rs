@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::configmeta::{configmeta, digest_of};
-use crate::kinds::app::{AppRole, HERD_VOLUME};
+use crate::kinds::app::{AppRole, HERD_VOLUME, SetupScript, UpgradeRules};
 use crate::kinds::app_cluster::{AppCluster, ClusterRole};
 use crate::kinds::cluster_config::AppClusterSettings;
 use crate::kinds::command::{DrainHook, MemberRun, VolumeSpec};
@@ -23,9 +23,10 @@ use crate::notifies::{Change, notify_script, queue_notifies, to_send};
 use crate::placement::{NodeLoad, place};
 use crate::role_sync::{MemberChange, role_sync};
 use crate::time::HumanDuration;
+use crate::upgrade_hooks::setup_to_run;
 
 use super::check::check;
-use super::{Refused, Work, Write, report};
+use super::{Refused, Snapshot, Work, Write, report};
 
 /// How a member of `role` runs: the App's process with the cluster's
 /// overrides, herd's variables (`HERD_CLUSTER`, `HERD_ROLE`, a
@@ -260,15 +261,21 @@ pub(super) fn sync_members(work: &mut Work<'_, '_>, app: &AppSpec) {
     let near = near(work);
     let digest = digest_of(cluster, &work.members, &near);
     for i in 0..work.members.len() {
-        let Some(app_role) = work.snap.app_role(&work.members[i]) else { continue };
+        let Some(app_role) = work.snap.app_role(&work.members[i]) else {
+            // Said, so that a member left as it is does not look stuck.
+            let why = unknown_revision(work.snap, &work.members[i]);
+            work.members[i].status.reason = Some(why);
+            continue;
+        };
         let member = &work.members[i];
+        let setup = setup_of(work.snap, member, app_role);
         let was_configured = member.status.was_configured();
         let name = member.metadata.name.clone();
         let facts = MemberFacts {
             generation,
             bound: member.spec.node.is_some(),
             report: report(work.snap.nodes, member),
-            has_setup: app_role.setup.is_some(),
+            has_setup: setup.is_some(),
             persistent: app_role.run.volumes.iter().any(|v| v.persistent),
             busy: work.busy.contains(&name),
             removed: work.removed.contains(&name),
@@ -341,7 +348,8 @@ fn step_command(work: &Work<'_, '_>, i: usize, step: Step, near: &[&Node]) -> Op
             // Compact: it is stored, watched and replicated with the
             // Command; the agent writes it out indented for people.
             let configmeta = serde_json::to_string(&meta).unwrap_or_default();
-            let setup = app_role.setup.as_ref();
+            let setup = setup_of(work.snap, member, app_role);
+            let setup = setup.as_ref();
             let action = Action::ConfigureMember {
                 member: name,
                 expected_instance: instance,
@@ -355,6 +363,30 @@ fn step_command(work: &Work<'_, '_>, i: usize, step: Step, near: &[&Node]) -> Op
         Step::Remove => Some((Purpose::Remove, Action::RemoveMember { member: name })),
         _ => None,
     }
+}
+
+/// Why `member` has no role to run: the revision it is to run is not
+/// kept, or has no role of its name.
+fn unknown_revision(snap: &Snapshot<'_>, member: &Member) -> String {
+    let app = &snap.cluster.spec.app_ref;
+    let revision = snap.revision_of(member).map_or("?".to_string(), |r| r.to_string());
+    match snap.app_of(member) {
+        Some(_) => format!("revision {revision} of App {app} has no role {:?}: it is left as it is", member.spec.role),
+        None => format!(
+            "revision {revision} of App {app}, which it is to run, is not kept: it is left as it is until an upgrade \
+             (`herd appcluster upgrade {}`) gives it a revision that is",
+            snap.cluster.metadata.name
+        ),
+    }
+}
+
+/// What `member`'s setup runs: its role's, with the upgrade hooks of its
+/// revision around it when it was restarted as that revision from another.
+fn setup_of(snap: &Snapshot<'_>, member: &Member, app_role: &AppRole) -> Option<SetupScript> {
+    let status = &member.status;
+    let upgrade = status.upgraded_from.zip(status.app_revision).filter(|(from, to)| from != to);
+    let rules = snap.app_of(member).map(|app| &app.upgrade);
+    setup_to_run(app_role.setup.as_ref(), rules.unwrap_or(&UpgradeRules::default()), upgrade)
 }
 
 /// The members whose turn it is (one of a role at a time, unless its App

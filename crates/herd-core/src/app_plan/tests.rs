@@ -59,6 +59,15 @@ impl Placer for Ledger {
         self.members.entry(node.clone()).or_default().add(requests);
         Ok((node, ports))
     }
+
+    fn rebook(&mut self, node: &Node, from: &Amounts, to: &Amounts) -> Result<(), String> {
+        let load = self.members.entry(node.metadata.name.clone()).or_default();
+        if let Some(why) = crate::placement::no_room_to_rebook(node, load, from, to) {
+            return Err(why);
+        }
+        load.requested = load.requested.minus(from).plus(to);
+        Ok(())
+    }
 }
 
 fn at(secs: u64) -> Timestamp {
@@ -401,6 +410,78 @@ fn rule_a_member_restarts_as_the_revision_it_is_to_run_and_runs_its_setup_again_
         ("sleep 1000".into(), Some(APP_REVISION), true),
         "an upgrade"
     );
+}
+
+#[test]
+fn rule_a_member_restarted_as_a_revision_that_asks_for_more_is_booked_for_it_or_left_running_saying_why() {
+    for (cores, refused) in [(1, true), (4, false)] {
+        let mut w = restarting_as(APP_REVISION);
+        let mut app = w.app.clone().unwrap();
+        app.roles[0].run.resources = serde_json::from_value(serde_json::json!({"cpu": "2"})).unwrap();
+        w.app = Some(app);
+        let mut n1 = Node::clone(&w.nodes[0]);
+        n1.status.allocatable = Some(serde_json::from_value(serde_json::json!({"cpu": cores})).unwrap());
+        w.nodes = vec![Arc::new(n1)];
+        let plan = w.plan();
+        let program = plan.programs.iter().find(|p| p.member == "db-a-0").unwrap();
+        let last = program.writes.last().map(|w| match w {
+            Write::Create(m) | Write::Spec(m) | Write::Status(m) => m.clone(),
+        });
+        let member = last.unwrap();
+        match refused {
+            true => {
+                let stops =
+                    program.commands.iter().filter(|p| matches!(p.command.spec.action, Action::StopMember { .. }));
+                assert_eq!(stops.count(), 0, "not stopped: {program:?}");
+                let why = member.status.restart_refused.unwrap_or_default();
+                assert_eq!(
+                    why,
+                    "not restarted as revision 7, for want of room on its node (n1: cpu 2 requested, 1 of 1 allocatable left)"
+                );
+                assert!(program.notes.iter().any(|n| n.reason == EventReason::MemberRestartRefused));
+            }
+            false => {
+                assert_eq!(member.spec.resources.cpu.to_string(), "2", "booked for what revision 7 requests");
+                assert!(matches!(
+                    program.commands[..],
+                    [Planned {
+                        command: Command { spec: CommandSpec { action: Action::StopMember { .. }, .. }, .. },
+                        ..
+                    }]
+                ));
+            }
+        }
+    }
+}
+
+#[test]
+fn rule_a_member_whose_revision_is_not_kept_is_left_as_it_is_and_says_why() {
+    let mut lost = member("a", 0, Some("n1"));
+    lost.spec.app_revision = Some(3);
+    lost.status.state = MemberState::Configured;
+    lost.status.state_detail.last_configured_instance = Some("i1".into());
+    let plan = world(vec![lost], vec![node("n1", true, vec![])]).plan();
+    let program = plan.programs.iter().find(|p| p.member == "db-a-0").unwrap();
+    assert!(program.commands.is_empty(), "{program:?}");
+    let Some(Write::Status(written)) = program.writes.last() else { panic!("{program:?}") };
+    let why = written.status.reason.as_deref().unwrap_or_default();
+    assert!(why.contains("revision 3 of App app, which it is to run, is not kept"), "{why}");
+}
+
+#[test]
+fn rule_a_member_never_configured_takes_the_clusters_new_revision_and_is_restarted_if_it_runs() {
+    let mut broken = member("a", 0, Some("n1"));
+    broken.spec.app_revision = Some(6);
+    broken.status.state = MemberState::ConfigError;
+    broken.status.state_detail.configuring_instance = Some("i1".into());
+    let running =
+        MemberReport { name: "db-a-0".into(), running: true, instance_id: Some("i1".into()), ..Default::default() };
+    let plan = world(vec![broken], vec![node("n1", true, vec![running])]).plan();
+    let program = plan.programs.iter().find(|p| p.member == "db-a-0").unwrap();
+    let Some(Write::Spec(written)) = program.writes.first() else { panic!("{program:?}") };
+    assert_eq!(written.spec.app_revision, Some(APP_REVISION));
+    assert!(written.spec.requests.restart.is_some(), "it runs: restarted as the new revision");
+    assert!(program.notes.iter().any(|n| n.reason == EventReason::MemberTakesRevision));
 }
 
 #[test]

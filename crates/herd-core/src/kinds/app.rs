@@ -39,6 +39,14 @@ pub struct UpgradeRules {
     /// runs it is taken back to an earlier revision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub irreversible: Option<String>,
+    /// Run in each member's setup when it is restarted as this revision
+    /// from another, before and after `--configure`, with
+    /// `HERD_FROM_REVISION` and `HERD_TO_REVISION` set; one that fails
+    /// fails the setup (config error), which stops the upgrade.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pre_upgrade: Option<SetupScript>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub post_upgrade: Option<SetupScript>,
 }
 
 impl UpgradeRules {

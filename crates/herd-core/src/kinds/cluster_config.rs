@@ -37,6 +37,10 @@ pub struct ClusterConfigSpec {
     pub app_clusters: AppClusterSettings,
 }
 
+/// The most revisions of an App kept: each is a copy of its spec, in the
+/// store and in every master candidate's configuration.
+pub const MAX_REVISIONS_KEPT: u32 = 100;
+
 /// How the leader runs app clusters.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
@@ -51,6 +55,9 @@ pub struct AppClusterSettings {
     /// How members' standard output and error are rotated, where their
     /// role does not say (`run.logs`).
     pub member_logs: LogRotation,
+    /// How many revisions of each App are kept (`herd app history`),
+    /// besides those a cluster or a member runs.
+    pub revisions_kept: u32,
 }
 
 impl Default for AppClusterSettings {
@@ -60,6 +67,7 @@ impl Default for AppClusterSettings {
             last_member_port: 29999,
             node_loss_grace: HumanDuration::from_secs(300),
             member_logs: LogRotation::default(),
+            revisions_kept: 10,
         }
     }
 }
@@ -398,6 +406,12 @@ impl Resource for ClusterConfigSpec {
             );
         }
         ports.member_logs.validate(&path.child("appClusters").child("memberLogs"), errors);
+        if !(1..=MAX_REVISIONS_KEPT).contains(&ports.revisions_kept) {
+            errors.add(
+                &path.child("appClusters").child("revisionsKept"),
+                format!("must be from 1 (the App's own) to {MAX_REVISIONS_KEPT}, is {}", ports.revisions_kept),
+            );
+        }
         if self.node_grace_period <= self.heartbeat_period {
             errors.add(
                 &path.child("nodeGracePeriod"),

@@ -113,6 +113,11 @@ reasons! {
     MemberEvictionLapsed,
     /// A rolling restart replaced the member's instance in place.
     MemberRestartedInPlace,
+    /// The member was not restarted as the revision it is to run: its
+    /// node has no room for what that revision requests.
+    MemberRestartRefused,
+    /// A member never configured takes its cluster's new revision.
+    MemberTakesRevision,
     /// The budgets allowed the member's eviction.
     MemberEvicted,
     /// A drain past its deadline forced the member out.

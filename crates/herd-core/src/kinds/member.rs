@@ -226,6 +226,15 @@ pub struct MemberStatus {
     /// A restart in place under way (a rolling restart): `crate::restart`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart: Option<RestartProgress>,
+    /// The revision it ran before it was restarted as another (an upgrade,
+    /// or its revert), until it is configured as that one: its setup runs
+    /// the upgrade's hooks (`crate::upgrade_hooks`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgraded_from: Option<i64>,
+    /// Why it was not restarted as the revision it is to run (its node
+    /// has no room for what that revision requests): an upgrade stops.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart_refused: Option<String>,
     /// It leads its role now: its lease is held and renewed.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub leader: bool,
@@ -346,6 +355,12 @@ impl Resource for MemberSpec {
         check_name(&path.child("role"), &self.role, errors);
         if let Some(node) = &self.node {
             check_name(&path.child("node"), node, errors);
+        }
+        if let Some(revision) = self.app_revision
+            && revision < 1
+        {
+            errors
+                .add(&path.child("appRevision"), format!("must be at least 1 (revisions count from 1), is {revision}"));
         }
     }
 

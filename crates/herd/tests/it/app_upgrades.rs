@@ -2,8 +2,9 @@
 //! of its App to another by `herd appcluster upgrade`, member by member
 //! under its budget; a revision whose setup fails stops at its canary and
 //! is reverted there alone; an irreversible revision is never taken back;
-//! an upgrade goes on where it was after the server is killed; and a
-//! five-member etcd serves linearizable reads all through its upgrade.
+//! an upgrade goes on where it was after the server is killed; a cluster
+//! under `updatePolicy: Rolling` upgrades itself; and a five-member etcd
+//! serves linearizable reads all through its upgrade.
 
 use crate::common;
 
@@ -103,12 +104,21 @@ async fn a_failing_canary_is_reverted_alone_an_irreversible_revision_stays_and_a
     let pinned = nodes.server.admin().get::<AppClusterSpec>("u").await.unwrap().spec.app_revision;
     assert_eq!(pinned, Some(1), "pinned back: new members start as revision 1, nothing restarts it by itself");
 
-    // Revision 3 migrates its data: upgraded to, it is never taken back.
-    apply_app(&nodes.server, app(SETUP_OK, Some("it migrates the data"))).await;
+    // Revision 3 migrates its data in a hook: upgraded to, it is never
+    // taken back.
+    let mut migrating = app(SETUP_OK, Some("it migrates the data"));
+    let migrate = "echo \"migrating from $HERD_FROM_REVISION to $HERD_TO_REVISION\"";
+    migrating["spec"]["upgrade"]["preUpgrade"] = serde_json::json!({"script": migrate});
+    apply_app(&nodes.server, migrating).await;
     let out = upgrade(&nodes.server, "u --to-revision 3 --max-parallel 3 --min-healthy-time 1s").await;
     assert!(out.status.success(), "{}", said(&out));
     let at_3 = revisions(&list_members(&nodes.server, "u").await);
     assert!(at_3.iter().all(|(_, runs, _, _)| *runs == Some(3)), "{at_3:?}");
+    for (member, ..) in &at_3 {
+        let logs = said(&nodes.server.cli(&["logs", &format!("member/{member}"), "--setup"]));
+        assert!(logs.contains("herd: preUpgrade (revision 1 to 3)"), "{member}: {logs}");
+        assert!(logs.contains("migrating from 1 to 3"), "the hook's output in the setup's logs: {logs}");
+    }
     let out = nodes.server.cli(&["appcluster", "upgrade", "u", "--to-revision", "1"]);
     let text = said(&out);
     assert!(!out.status.success() && text.contains("spec.action.toRevision"), "{text}");
@@ -157,6 +167,26 @@ async fn a_failing_canary_is_reverted_alone_an_irreversible_revision_stays_and_a
     let handed = history.iter().position(|h| h.contains("hands the lease of role r over first"));
     let last = history.iter().rposition(|h| h.contains("restarted where it is as revision 4"));
     assert!(handed.is_some() && handed < last, "{history:#?}");
+
+    // Unpinned under updatePolicy Rolling, the next revision of the App
+    // rolls out by itself.
+    let rolling = serde_json::json!({"spec": {
+        "appRevision": null,
+        "updatePolicy": {"type": "Rolling", "maxParallel": 3, "minHealthyTime": "1s"}
+    }});
+    eventually(Duration::from_secs(20), "the cluster following the App's latest", || async {
+        nodes.server.admin().patch_value("appclusters", "u", &rolling).await.ok()
+    })
+    .await;
+    apply_app(&nodes.server, app("exit 0 # revision 5", None)).await;
+    let op = eventually(Duration::from_secs(60), "the rolling upgrade to revision 5 done", || async {
+        let op = nodes.server.admin().get::<OperationSpec>("upgrade-u-r5").await.ok()?;
+        op.status.phase.is_finished().then_some(op)
+    })
+    .await;
+    assert_eq!(op.status.phase, OperationPhase::Succeeded, "{:?}", op.status.message);
+    let at_5 = revisions(&list_members(&nodes.server, "u").await);
+    assert!(at_5.iter().all(|(_, runs, _, _)| *runs == Some(5)), "{at_5:?}");
 }
 
 /// `etcdctl` against every member, reading `key` linearizably.

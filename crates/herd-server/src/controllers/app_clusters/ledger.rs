@@ -140,6 +140,20 @@ impl Ledger {
         Ok((node, ports))
     }
 
+    /// Books a member bound to `node` requesting `from` as requesting `to`
+    /// instead, when the node has room for that.
+    pub(super) fn rebook(&self, node: &Node, from: &Amounts, to: &Amounts) -> Result<(), String> {
+        let mut counts = self.counts();
+        let name = &node.metadata.name;
+        let load = counts.loads.get(name).copied().unwrap_or_default();
+        if let Some(why) = placement::no_room_to_rebook(node, &load, from, to) {
+            return Err(why);
+        }
+        let load = counts.loads.entry(name.clone()).or_default();
+        load.requested = load.requested.minus(from).plus(to);
+        Ok(())
+    }
+
     /// A booked binding that was not written: what it took is free again
     /// at the next count.
     pub(super) fn release(&self, member: &str) {
@@ -172,6 +186,17 @@ impl<'a> Placing<'a> {
     }
 }
 
+impl Placing<'_> {
+    /// Counts the ledger again from the caches, once a pass.
+    fn count(&mut self) {
+        if !self.counted {
+            let revisions = (self.nodes.revision_that_matters(), self.members.revision());
+            self.ledger.refresh(revisions, self.list, &self.members.list_shared());
+            self.counted = true;
+        }
+    }
+}
+
 impl Placer for Placing<'_> {
     fn book(
         &mut self,
@@ -181,12 +206,13 @@ impl Placer for Placing<'_> {
         wanted: &[NamedPort],
         range: RangeInclusive<u16>,
     ) -> Result<(String, BTreeMap<String, u16>), Refused> {
-        if !self.counted {
-            let revisions = (self.nodes.revision_that_matters(), self.members.revision());
-            self.ledger.refresh(revisions, self.list, &self.members.list_shared());
-            self.counted = true;
-        }
+        self.count();
         self.ledger.book(member, requests, |bound| place(bound), wanted, range)
+    }
+
+    fn rebook(&mut self, node: &Node, from: &Amounts, to: &Amounts) -> Result<(), String> {
+        self.count();
+        self.ledger.rebook(node, from, to)
     }
 }
 
