@@ -136,6 +136,8 @@ pub(crate) fn stop(status: &mut OperationStatus, why: String, revert: Result<(),
         match (touched, step.from_revision) {
             (true, Some(from)) => {
                 step.state = StepState::Waiting;
+                // From the revision it was upgraded to, back.
+                step.from_revision = step.to_revision;
                 step.to_revision = Some(from);
                 step.attempts = 0;
                 step.tried_at = None;

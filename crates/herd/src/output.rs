@@ -103,6 +103,13 @@ fn cell(cell: &Cell, value: &Value) -> String {
                 "Restart" | "Switchover" => {
                     format!("{}/{}", text(value, "/spec/action/cluster"), text(value, "/spec/action/role"))
                 }
+                "Upgrade" => {
+                    format!(
+                        "{} to revision {}",
+                        text(value, "/spec/action/cluster"),
+                        text(value, "/spec/action/toRevision")
+                    )
+                }
                 _ => text(value, "/spec/action/node"),
             };
             format!("{} {target}", text(value, "/spec/action/type"))

@@ -260,8 +260,18 @@ pub fn operation_summary(operation: &Operation) -> String {
         status.phase,
         spec.action.target(),
         spec.max_parallel,
-        if spec.cancel { "; cancel asked" } else { "" }
+        match (spec.cancel, spec.paused) {
+            (true, _) => "; cancel asked",
+            (false, true) => "; paused",
+            (false, false) => "",
+        }
     );
+    if let Some(progress) = &status.upgrade {
+        let _ = writeln!(out, "  the cluster ran revision {} before", progress.from_revision);
+        if let Some(why) = &progress.reverting {
+            let _ = writeln!(out, "  reverted: {why}");
+        }
+    }
     let _ = writeln!(out, "  {} of {} members done {}", status.done, status.total, ago(status.started_at));
     if let Some(message) = &status.message {
         let _ = writeln!(out, "  {message}");
@@ -273,9 +283,14 @@ pub fn operation_summary(operation: &Operation) -> String {
     for step in &status.steps {
         let forced = if step.forced { ", forced" } else { "" };
         let message = step.message.as_deref().map(|m| format!(": {m}")).unwrap_or_default();
+        let revisions = match (step.from_revision, step.to_revision) {
+            (Some(from), Some(to)) => format!(" (revision {from} to {to})"),
+            (None, Some(to)) => format!(" (to revision {to})"),
+            _ => String::new(),
+        };
         let _ = writeln!(
             out,
-            "  step {}: {:?} {}, {} attempt(s){forced}{message}",
+            "  step {}{revisions}: {:?} {}, {} attempt(s){forced}{message}",
             step.member,
             step.state,
             ago(Some(step.since)),

@@ -142,6 +142,8 @@ async fn a_failing_canary_is_reverted_alone_an_irreversible_revision_stays_and_a
     })
     .await;
     assert!(paused < 3, "paused before the end ({paused} done)");
+    let table = said(&nodes.server.cli(&["get", "operations"]));
+    assert!(table.contains("Upgrade u to revision 4"), "{table}");
     let out = nodes.server.cli(&["operation", "resume", &name]);
     assert!(out.status.success(), "{}", said(&out));
     eventually(Duration::from_secs(30), "a member restarted as revision 4", || async {
