@@ -2,7 +2,8 @@
 //! of its App to another by `herd appcluster upgrade`, member by member
 //! under its budget; a revision whose setup fails stops at its canary and
 //! is reverted there alone; an irreversible revision is never taken back;
-//! an upgrade goes on where it was after the server is killed; a cluster
+//! an upgrade goes on where it was under the next leader when the leading
+//! server replica is killed; a cluster
 //! under `updatePolicy: Rolling` upgrades itself; and a five-member etcd
 //! serves linearizable reads all through its upgrade.
 
@@ -12,9 +13,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::apps::{Nodes, configured, example, instance, list_members, nodes, require};
+use common::apps::{Nodes, configured, example, instance, list_members, nodes, nodes_with_a_standby, require};
 use common::{TestServer, eventually};
-use herd_core::kinds::{AppClusterSpec, Member, OperationPhase, OperationSpec};
+use herd_core::HumanDuration;
+use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
+use herd_core::kinds::{AppClusterSpec, ClusterConfigSpec, Member, OperationPhase, OperationSpec};
 
 /// The App `up`: one role of members that sleep, set up by `setup`, one
 /// of them leading (its hooks do nothing).
@@ -70,8 +73,15 @@ const SETUP_OK: &str = "exit 0";
 const SETUP_FAILS: &str = "case \"$1\" in --configure) echo 'revision 2 cannot start' >&2; exit 3 ;; esac";
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_failing_canary_is_reverted_alone_an_irreversible_revision_stays_and_an_upgrade_outlives_its_server() {
-    let mut nodes: Nodes = nodes(2).await;
+async fn a_failing_canary_is_reverted_alone_an_irreversible_revision_stays_and_an_upgrade_outlives_its_leader() {
+    let mut nodes: Nodes = nodes_with_a_standby(2).await;
+    // A lease of 4 s: the standby takes over soon after the leader is gone.
+    let admin = nodes.server.admin();
+    let mut config = admin.get::<ClusterConfigSpec>(CLUSTER_CONFIG_NAME).await.unwrap();
+    config.spec.leader_election.lease_duration = HumanDuration::from_secs(4);
+    config.spec.leader_election.renew_deadline = HumanDuration::from_secs(3);
+    config.spec.leader_election.retry_period = HumanDuration(Duration::from_millis(500));
+    admin.update(&config).await.unwrap();
     apply_app(&nodes.server, app(SETUP_OK, None)).await;
     let cluster = serde_json::json!({
         "metadata": {"name": "u"},
@@ -151,10 +161,10 @@ async fn a_failing_canary_is_reverted_alone_an_irreversible_revision_stays_and_a
         members.iter().any(|m| m.status.app_revision == Some(4)).then_some(())
     })
     .await;
-    let listen = nodes.server.listen_addr();
+    // The leading replica is killed: the standby takes over and goes on.
     nodes.server.proc.kill9();
-    nodes.server = TestServer::start_at(&nodes.server.data_dir.clone(), &listen);
-    let op = eventually(Duration::from_secs(90), "the upgrade done by the next server", || async {
+    nodes.server = nodes.standby.take().expect("a standby replica");
+    let op = eventually(Duration::from_secs(90), "the upgrade done by the next leader", || async {
         let op = nodes.server.admin().get::<OperationSpec>(&name).await.ok()?;
         op.status.phase.is_finished().then_some(op)
     })

@@ -17,6 +17,9 @@ use super::{MemberReaper, Proc, TestServer, eventually};
 /// members are killed on drop.
 pub struct Nodes {
     pub server: TestServer,
+    /// A second replica on the same store, for [`nodes_with_a_standby`]:
+    /// it leads once the first is gone.
+    pub standby: Option<TestServer>,
     pub dirs: Vec<PathBuf>,
     // Dropped in this order: the agents, then their members, then the
     // network namespace, then the files.
@@ -26,6 +29,8 @@ pub struct Nodes {
     pub netns: Option<NetNs>,
     /// What every agent is started with besides the usual.
     agent_flags: Vec<String>,
+    /// The server URLs every agent is given.
+    agent_servers: String,
     pub dir: tempfile::TempDir,
 }
 
@@ -53,21 +58,28 @@ pub async fn own_member_ports(server: &TestServer) {
 }
 
 pub async fn nodes(n: usize) -> Nodes {
-    nodes_on(n, false, &[]).await
+    nodes_on(n, false, false, &[]).await
 }
 
 /// As [`nodes`], every agent started with `flags` too.
 pub async fn nodes_with(n: usize, flags: &[&str]) -> Nodes {
-    nodes_on(n, false, flags).await
+    nodes_on(n, false, false, flags).await
 }
 
 /// As [`nodes`], with n1's agent (and so its members) in a network
 /// namespace of its own, whose link to the server the test can cut.
 pub async fn nodes_with_n1_apart(n: usize) -> Nodes {
-    nodes_on(n, true, &[]).await
+    nodes_on(n, true, false, &[]).await
 }
 
-async fn nodes_on(n: usize, n1_apart: bool, flags: &[&str]) -> Nodes {
+/// As [`nodes`], with a second server replica on the same SQLite store
+/// (`standby`), which every agent knows too: the first leads, and the
+/// second takes over once the first is gone.
+pub async fn nodes_with_a_standby(n: usize) -> Nodes {
+    nodes_on(n, false, true, &[]).await
+}
+
+async fn nodes_on(n: usize, n1_apart: bool, standby: bool, flags: &[&str]) -> Nodes {
     let dir = tempfile::tempdir().unwrap();
     let netns = n1_apart.then(|| NetNs::create(0));
     // Reached from the namespace at its outside address, from here on loopback.
@@ -76,18 +88,26 @@ async fn nodes_on(n: usize, n1_apart: bool, flags: &[&str]) -> Nodes {
     server.url = server.url.replace("0.0.0.0", "127.0.0.1");
     quick_heartbeats(&server).await;
     own_member_ports(&server).await;
+    let standby = standby.then(|| TestServer::start(&dir.path().join("server")));
+    let agent_servers = match &standby {
+        Some(second) => format!("{},{}", server.url, second.url),
+        None => server.url.clone(),
+    };
     let dirs: Vec<PathBuf> = (1..=n).map(|i| dir.path().join(format!("n{i}"))).collect();
     let reapers = dirs.iter().map(|d| MemberReaper(d.clone())).collect();
     let agent_flags: Vec<String> = flags.iter().map(|f| f.to_string()).collect();
-    let agents =
-        dirs.iter().enumerate().map(|(i, d)| start_node_agent(&server, netns.as_ref(), d, i, &agent_flags)).collect();
+    let agents = dirs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| start_node_agent(&server, &agent_servers, netns.as_ref(), d, i, &agent_flags))
+        .collect();
     for i in 1..=n {
         eventually(Duration::from_secs(15), "every node Ready", || async {
             server.admin().get::<NodeSpec>(&format!("n{i}")).await.ok().filter(|n| n.status.ready)
         })
         .await;
     }
-    Nodes { server, dirs, agents, _reapers: reapers, netns, agent_flags, dir }
+    Nodes { server, standby, dirs, agents, _reapers: reapers, netns, agent_flags, agent_servers, dir }
 }
 
 /// Starts the agent of node `n<index + 1>`: with a namespace, n1's inside
@@ -96,6 +116,7 @@ async fn nodes_on(n: usize, n1_apart: bool, flags: &[&str]) -> Nodes {
 /// members can follow theirs). Every agent is given `flags` too.
 fn start_node_agent(
     server: &TestServer,
+    servers: &str,
     netns: Option<&NetNs>,
     dir: &std::path::Path,
     index: usize,
@@ -119,15 +140,21 @@ fn start_node_agent(
             let listen = format!("{}:0", ns.outside);
             super::start_agent_with(&server.url, dir, &name, &[&["--listen", &listen][..], &flags].concat())
         }
-        (None, _) => super::start_agent_with(&server.url, dir, &name, &flags),
+        (None, _) => super::start_agent_with(servers, dir, &name, &flags),
     }
 }
 
 impl Nodes {
     /// Starts node `n<index + 1>`'s agent again, where it ran before.
     pub fn restart_agent(&mut self, index: usize) {
-        self.agents[index] =
-            start_node_agent(&self.server, self.netns.as_ref(), &self.dirs[index], index, &self.agent_flags);
+        self.agents[index] = start_node_agent(
+            &self.server,
+            &self.agent_servers,
+            self.netns.as_ref(),
+            &self.dirs[index],
+            index,
+            &self.agent_flags,
+        );
     }
 
     /// The address `member` is reached at from here: its node's.
