@@ -206,11 +206,15 @@ impl Cluster {
                 // Undrained as `herd node undrain` does: the drain cancelled
                 // (one member per node: its members may have nowhere to go),
                 // then the node regular.
-                let cancel = serde_json::json!({"spec": {"cancel": true}});
-                let _ = self.admin().patch_value("operations", &name, &cancel).await;
-                let request =
-                    NodeRoleRequest { role: Some(NodeRole::Regular), master_capable: None, auto_promote: false };
-                self.admin().change_node_role(node, &request).await?;
+                // (The server may be down meanwhile, with a fault of its
+                // own: the undo is asked again, for two minutes at most.)
+                let started = std::time::Instant::now();
+                while let Err(error) = self.undrain(&name, node).await {
+                    if started.elapsed() > std::time::Duration::from_secs(120) {
+                        return Err(error.into());
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                }
                 return Ok(Some(Awaited::Operation(name)));
             }
             FaultKind::Evict => {
@@ -255,6 +259,17 @@ impl Cluster {
             Err(error) if error.reason() == Some(herd_core::api::StatusReason::Conflict) => Ok(false),
             Err(error) => Err(error.into()),
         }
+    }
+
+    /// Drain `name` cancelled and `node` regular again.
+    async fn undrain(&self, name: &str, node: &str) -> Result<(), herd_client::ClientError> {
+        let cancel = serde_json::json!({"spec": {"cancel": true}});
+        match self.admin().patch_value("operations", name, &cancel).await {
+            Err(error) if error.reason() != Some(herd_core::api::StatusReason::NotFound) => return Err(error),
+            _ => {}
+        }
+        let request = NodeRoleRequest { role: Some(NodeRole::Regular), master_capable: None, auto_promote: false };
+        self.admin().change_node_role(node, &request).await.map(drop)
     }
 
     fn restart_agent(&self, index: usize) -> anyhow::Result<()> {
