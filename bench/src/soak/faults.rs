@@ -303,7 +303,9 @@ impl Cluster {
 }
 
 fn signal_pid(pid: u32, signal: &str) {
-    let _ = Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status();
+    // A pid already gone is no matter: its fault is moot.
+    let quiet = std::process::Stdio::null;
+    let _ = Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).stderr(quiet()).status();
 }
 
 /// The processes of the members of the agent whose data dir is `dir`:
