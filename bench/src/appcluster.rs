@@ -11,13 +11,13 @@
 //! every 2 s (the default), and report a member change at once.
 
 mod floors;
-mod processes;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, bail};
+use herd_bench::processes::{ADMIN, Killed, env_u64, herd_binary, start, wait_for};
 use herd_client::Client;
 use herd_core::kinds::app_cluster::ClusterState;
 use herd_core::kinds::command::MemberRun;
@@ -25,7 +25,6 @@ use herd_core::kinds::{
     Action, AppClusterSpec, CommandSpec, ManagementState, Member, MemberSpec, MemberState, NodeSpec,
 };
 use herd_core::{Object, Timestamp};
-use processes::{ADMIN, Killed, env_u64, herd_binary, start, wait_for};
 
 /// The trivial app's setup: it records that it ran and exits.
 const SETUP: &str = "case \"$1\" in --configure) echo configured >\"$HERD_VOLUME_HERD/bench\" ;; esac\n";

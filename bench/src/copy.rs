@@ -12,7 +12,6 @@
 //! CopyVolume round also hashes the source (later rounds find the hashes
 //! cached by the source agent, as a reconciler's second look does).
 
-mod processes;
 mod tls_reference;
 
 use std::io::Write;
@@ -21,10 +20,10 @@ use std::process::Command;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::bail;
+use herd_bench::processes::{ADMIN, Killed, env_u64, herd_binary, start, wait_for};
 use herd_client::Client;
 use herd_core::kinds::{Action, AgentState, CommandSpec, ManagementState, NodeSpec};
 use herd_core::{HumanDuration, Object, Timestamp};
-use processes::{ADMIN, Killed, env_u64, herd_binary, start, wait_for};
 
 /// Writes `mib` MiB of incompressible data in 64 MiB files.
 fn make_data(dir: &Path, mib: u64) -> anyhow::Result<()> {

@@ -16,16 +16,15 @@
 //! (default 3), HERD_BIN.
 
 mod floors;
-mod processes;
 mod rollout;
 
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
+use herd_bench::processes::{env_u64, wait_for};
 use herd_client::Client;
 use herd_core::api::NodeRoleRequest;
 use herd_core::kinds::{MemberSpec, NodeRole, Operation, OperationAction, OperationPhase, OperationSpec};
-use processes::{env_u64, wait_for};
 use rollout::{APPS, NODES};
 
 async fn role(admin: &Client, node: &str, role: NodeRole) -> anyhow::Result<()> {

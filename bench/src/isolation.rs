@@ -15,17 +15,15 @@
 //! redis-benchmark and python3, and a host whose cgroups the agent can
 //! use (it says so, or the run stops).
 
-mod processes;
-
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use herd_bench::processes::{ADMIN, Killed, env_u64, herd_binary, start, wait_for};
 use herd_client::Client;
 use herd_core::kinds::{MemberSpec, NodeSpec};
 use herd_core::node_health::RESOURCE_ISOLATION;
-use processes::{ADMIN, Killed, env_u64, herd_binary, start, wait_for};
 
 /// Four busy loops, and a python that keeps writing through 400 MiB.
 const HOG: &str = "for i in 1 2 3 4; do (while :; do :; done) & done; \

@@ -1,6 +1,10 @@
-//! The parts of herd's benchmarks and soak that are worth testing on their
-//! own: the linearizability checker the soak's clients' histories go
-//! through, and the seeded schedule of its faults.
+//! What herd's benchmarks and soak share: the linearizability checker the
+//! soak's clients' histories go through, the seeded schedule of its
+//! faults, the soak itself (run by its binary and by the integration
+//! tests), starting real `herd` processes, and network namespaces.
 
 pub mod linearizable;
+pub mod netns;
+pub mod processes;
 pub mod schedule;
+pub mod soak;

@@ -48,7 +48,7 @@ pub fn start(herd: &Path, args: &[&str], data_dir: &Path) -> anyhow::Result<(Chi
 
 /// As [`start`], inside network namespace `netns` when given.
 pub fn start_in(netns: Option<&str>, herd: &Path, args: &[&str], data_dir: &Path) -> anyhow::Result<(Child, String)> {
-    let mut command = match netns {
+    let command = match netns {
         Some(netns) => {
             let mut command = Command::new("ip");
             command.args(["netns", "exec", netns]).arg(herd);
@@ -56,6 +56,12 @@ pub fn start_in(netns: Option<&str>, herd: &Path, args: &[&str], data_dir: &Path
         }
         None => Command::new(herd),
     };
+    start_with(command, args, data_dir)
+}
+
+/// As [`start`], from `command`: `herd` (or what runs it) with the
+/// environment the caller set.
+pub fn start_with(mut command: Command, args: &[&str], data_dir: &Path) -> anyhow::Result<(Child, String)> {
     if let Some(parent) = data_dir.parent() {
         std::fs::create_dir_all(parent)?;
     }
@@ -75,7 +81,7 @@ pub fn start_in(netns: Option<&str>, herd: &Path, args: &[&str], data_dir: &Path
         .stdout(Stdio::piped())
         .stderr(log)
         .spawn()
-        .with_context(|| format!("starting {}", herd.display()))?;
+        .with_context(|| format!("starting {:?}", command.get_program()))?;
     let mut line = String::new();
     if args[0] == "server" {
         let stdout = child.stdout.take().context("stdout")?;

@@ -11,7 +11,7 @@ use herd_client::Client;
 use herd_core::kinds::NodeSpec;
 
 use crate::floors;
-use crate::processes::{ADMIN, Killed, herd_binary, start, wait_for};
+use herd_bench::processes::{ADMIN, Killed, herd_binary, start, wait_for};
 
 /// The apps measured: a name, and what their setup does first.
 pub const APPS: [(&str, &str); 2] = [("trivial", ""), ("half-second", "sleep 0.5; ")];

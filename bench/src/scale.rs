@@ -27,20 +27,18 @@
 //! simulated nodes' HERD_LOG, "warn"), HERD_BIN. Plain HTTP
 //! (`--insecure-http`), SQLite store.
 
-mod processes;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use herd_bench::processes::{ADMIN, Killed, env_u64, herd_binary, start, wait_for};
 use herd_client::Client;
 use herd_core::Object;
 use herd_core::kinds::app_cluster::ClusterState;
 use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
 use herd_core::kinds::{AppClusterSpec, ClusterConfigSpec, EventSpec, InvolvedObject, MemberState, NodeRole, NodeSpec};
-use processes::{ADMIN, Killed, env_u64, herd_binary, start, wait_for};
 
 /// One configuration change's cost.
 struct Cost {
@@ -416,7 +414,7 @@ async fn measure_size(herd: &Path, dir: &Path, nodes: usize, pool: usize, last: 
     let count = nodes.to_string();
     let sim = std::process::Command::new(herd)
         .args(["--server", &url, "sim-nodes", "--count", &count])
-        .env("HERD_JOIN_TOKEN", processes::JOIN)
+        .env("HERD_JOIN_TOKEN", herd_bench::processes::JOIN)
         .env("HERD_LOG", std::env::var("BENCH_SIM_LOG").unwrap_or("warn".into()))
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())

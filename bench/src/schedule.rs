@@ -105,7 +105,6 @@ impl fmt::Display for Fault {
 #[derive(Clone, Debug)]
 pub struct Plan {
     pub seed: u64,
-    pub count: u32,
     /// The kinds drawn from, each as likely.
     pub kinds: Vec<FaultKind>,
     /// The time between one fault's start and the next's, drawn between.
@@ -144,20 +143,34 @@ impl SplitMix64 {
     }
 }
 
-/// The schedule `plan` gives: `count` faults, in order of their start.
-pub fn schedule(plan: &Plan) -> Vec<Fault> {
-    let mut random = SplitMix64::new(plan.seed);
-    let mut at = Duration::ZERO;
-    let kinds = if plan.kinds.is_empty() { &FaultKind::ALL[..] } else { &plan.kinds[..] };
-    (1..=plan.count)
-        .map(|number| {
-            at += random.between(plan.gap);
-            let kind = kinds[random.below(kinds.len() as u64) as usize];
-            let target = random.below(u64::from(u32::MAX)) as u32;
-            let length = random.between(plan.length);
-            Fault { number, kind, target, at, length }
-        })
-        .collect()
+/// The schedule `plan` gives, without end, in order of their start: the
+/// soak draws until it has done as many faults as it was asked (some find
+/// their host busy, or nothing to act on, and are not done).
+pub fn schedule(plan: &Plan) -> Schedule {
+    Schedule { random: SplitMix64::new(plan.seed), plan: plan.clone(), at: Duration::ZERO, number: 0 }
+}
+
+/// The faults a [`Plan`] draws, one after the other.
+pub struct Schedule {
+    random: SplitMix64,
+    plan: Plan,
+    at: Duration,
+    number: u32,
+}
+
+impl Iterator for Schedule {
+    type Item = Fault;
+
+    fn next(&mut self) -> Option<Fault> {
+        let random = &mut self.random;
+        let kinds = if self.plan.kinds.is_empty() { &FaultKind::ALL[..] } else { &self.plan.kinds[..] };
+        self.number += 1;
+        self.at += random.between(self.plan.gap);
+        let kind = kinds[random.below(kinds.len() as u64) as usize];
+        let target = random.below(u64::from(u32::MAX)) as u32;
+        let length = random.between(self.plan.length);
+        Some(Fault { number: self.number, kind, target, at: self.at, length })
+    }
 }
 
 #[cfg(test)]
@@ -168,10 +181,9 @@ mod tests {
 
     use super::*;
 
-    fn plan(seed: u64, count: u32) -> Plan {
+    fn plan(seed: u64) -> Plan {
         Plan {
             seed,
-            count,
             kinds: Vec::new(),
             gap: (Duration::from_secs(2), Duration::from_secs(8)),
             length: (Duration::from_secs(1), Duration::from_secs(10)),
@@ -188,7 +200,7 @@ mod tests {
 
     #[test]
     fn a_thousand_faults_use_every_kind_in_fair_shares() {
-        let faults = schedule(&plan(42, 1000));
+        let faults: Vec<Fault> = schedule(&plan(42)).take(1000).collect();
         let mut counts: BTreeMap<FaultKind, u32> = BTreeMap::new();
         for fault in &faults {
             *counts.entry(fault.kind).or_default() += 1;
@@ -205,8 +217,9 @@ mod tests {
     proptest! {
         #[test]
         fn a_seed_replays_its_schedule_and_every_draw_is_within_its_plan(seed in any::<u64>(), count in 1..200u32) {
-            let drawn = schedule(&plan(seed, count));
-            prop_assert_eq!(&drawn, &schedule(&plan(seed, count)));
+            let draw = |plan: &Plan| schedule(plan).take(count as usize).collect::<Vec<Fault>>();
+            let drawn = draw(&plan(seed));
+            prop_assert_eq!(&drawn, &draw(&plan(seed)));
             prop_assert_eq!(drawn.len(), count as usize);
             let mut before = Duration::ZERO;
             for fault in &drawn {
@@ -216,7 +229,7 @@ mod tests {
                 before = fault.at;
             }
             let kinds = vec![FaultKind::KillMember, FaultKind::Drain];
-            let narrow = schedule(&Plan { kinds: kinds.clone(), ..plan(seed, count) });
+            let narrow = draw(&Plan { kinds: kinds.clone(), ..plan(seed) });
             prop_assert!(narrow.iter().all(|f| kinds.contains(&f.kind)));
         }
     }

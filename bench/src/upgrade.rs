@@ -18,16 +18,15 @@
 //! (default 3), HERD_BIN.
 
 mod floors;
-mod processes;
 mod rollout;
 
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
+use herd_bench::processes::{env_u64, wait_for};
 use herd_client::Client;
 use herd_core::kinds::{Member, MemberSpec, Operation, OperationAction, OperationPhase, OperationSpec};
 use herd_core::time::HumanDuration;
-use processes::{env_u64, wait_for};
 use rollout::APPS;
 
 async fn members(admin: &Client, cluster: &str) -> Vec<Member> {

@@ -13,10 +13,10 @@ use anyhow::{Context, bail};
 use herd_client::Client;
 use herd_core::kinds::{AppClusterSpec, Member, MemberSpec, NodeSpec};
 
-use crate::netns::NetNs;
 use crate::probe::Target;
-use crate::processes::{ADMIN, Killed, herd_binary, start, start_in, wait_for};
 use crate::{LeaseSettings, signal_group};
+use herd_bench::netns::NetNs;
+use herd_bench::processes::{ADMIN, Killed, herd_binary, start, start_in, wait_for};
 
 const CLUSTER: &str = "postgres";
 const ROLE: &str = "db";

@@ -29,12 +29,8 @@
 //! the longest Patroni accepts.
 
 mod herd_side;
-#[path = "../../../crates/herd/tests/it/common/netns.rs"]
-mod netns;
 mod patroni_side;
 mod probe;
-#[path = "../processes.rs"]
-mod processes;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
@@ -43,11 +39,11 @@ use std::sync::atomic::AtomicI64;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use herd_bench::netns::NetNs;
+use herd_bench::processes::{env_u64, wait_for};
 use herd_side::HerdSide;
-use netns::NetNs;
 use patroni_side::PatroniSide;
 use probe::{Probes, now_ns};
-use processes::{env_u64, wait_for};
 
 /// A role lease's times, the same for both systems.
 pub struct LeaseSettings {

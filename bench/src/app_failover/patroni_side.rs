@@ -14,10 +14,10 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 
-use crate::netns::NetNs;
 use crate::probe::Target;
-use crate::processes::Killed;
 use crate::{LeaseSettings, signal_group};
+use herd_bench::netns::NetNs;
+use herd_bench::processes::Killed;
 
 /// Ports apart from herd's member ports (20000-29999) and the tests'
 /// (10000-19999), below the kernel's ephemeral ones.
@@ -97,7 +97,7 @@ impl PatroniSide {
         // The first bootstraps the cluster alone, so that it is the leader
         // the others clone, as herd's first member is.
         side.patronis.push(Some(side.start_patroni(0)?));
-        crate::processes::wait_for("Patroni's first primary", Duration::from_secs(120), async || {
+        herd_bench::processes::wait_for("Patroni's first primary", Duration::from_secs(120), async || {
             side.leader().await.filter(|(host, _)| *host == 0)
         })
         .await?;

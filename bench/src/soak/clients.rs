@@ -8,10 +8,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::linearizable::{Operation, RegisterInput};
+use crate::schedule::SplitMix64;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use herd_bench::linearizable::{Operation, RegisterInput};
-use herd_bench::schedule::SplitMix64;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -26,17 +26,23 @@ pub type History = Vec<Operation<RegisterInput, Option<String>>>;
 pub struct Recorder {
     history: Arc<Mutex<History>>,
     /// The members' client addresses (`host:port`), as herd last said.
-    pub endpoints: Arc<Mutex<Vec<String>>>,
-    start: Instant,
+    endpoints: Arc<Mutex<Vec<String>>>,
+    /// The soak's clock: operations' times are from it.
+    clock: Instant,
 }
 
 impl Recorder {
-    pub fn new(endpoints: Vec<String>) -> Self {
-        Recorder { history: Arc::default(), endpoints: Arc::new(Mutex::new(endpoints)), start: Instant::now() }
+    pub fn new(endpoints: Vec<String>, clock: Instant) -> Self {
+        Recorder { history: Arc::default(), endpoints: Arc::new(Mutex::new(endpoints)), clock }
     }
 
     fn now(&self) -> u64 {
-        self.start.elapsed().as_nanos() as u64
+        self.clock.elapsed().as_nanos() as u64
+    }
+
+    /// Sends the operations to these members from now on.
+    pub fn set_endpoints(&self, endpoints: Vec<String>) {
+        *self.endpoints.lock().unwrap_or_else(|p| p.into_inner()) = endpoints;
     }
 
     pub fn history(&self) -> History {

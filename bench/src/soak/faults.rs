@@ -1,38 +1,20 @@
-//! The soak's faults, done to real processes: a member's process or an
-//! agent killed or paused, a host rebooted (its agent and members killed,
-//! the agent started again), the server killed or paused, and the
-//! voluntary ones asked of herd (a drain, an eviction, a rolling restart,
-//! an upgrade). Each is undone after its length; one host (or the
-//! server) has one fault at a time.
+//! The soak's faults, done to real processes: a member's process, an
+//! agent or a server replica killed or paused, a host rebooted (its agent
+//! and members killed, the agent started again) or cut off (its link
+//! down), a host's disk filled and freed, a replica's wall clock skewed
+//! (started again under libfaketime),
+//! and the voluntary ones asked of herd (a drain, an eviction, a rolling
+//! restart, an upgrade). Each is undone after its length; a host, a
+//! replica, and the voluntary ones together, have one fault at a time.
 
-use std::collections::BTreeSet;
-use std::path::PathBuf;
-use std::process::{Child, Command};
-use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use herd_bench::schedule::{Fault, FaultKind};
-use herd_client::Client;
-use herd_core::api::NodeRoleRequest;
+use herd_core::api::{NodeRoleRequest, StatusReason};
 use herd_core::kinds::{Member, MemberSpec, NodeRole, NodeSpec, Operation, OperationAction, OperationSpec};
 
-use crate::processes::{self, ADMIN};
-
-/// The kinds this soak does (the others need network namespaces, a
-/// filesystem of their own, a skewed clock or a leader role).
-pub const SUPPORTED: [FaultKind; 11] = [
-    FaultKind::KillMember,
-    FaultKind::PauseMember,
-    FaultKind::KillAgent,
-    FaultKind::PauseAgent,
-    FaultKind::RebootHost,
-    FaultKind::KillServer,
-    FaultKind::PauseServer,
-    FaultKind::Drain,
-    FaultKind::Evict,
-    FaultKind::RollingRestart,
-    FaultKind::Upgrade,
-];
+use super::hosts::{Cluster, member_processes_of, signal_pid};
+use crate::schedule::{Fault, FaultKind};
 
 /// What the cluster is whole again after, besides every member configured
 /// and ready and every node Ready.
@@ -48,98 +30,58 @@ pub enum Awaited {
     Operation(String),
 }
 
-/// The processes the soak runs, to be faulted.
-pub struct Cluster {
-    pub herd: PathBuf,
-    pub dir: PathBuf,
-    pub server: Mutex<(Child, String)>,
-    /// The server's address, to start it again on.
-    pub listen: String,
-    pub nodes: Vec<String>,
-    pub agents: Mutex<Vec<Child>>,
-    /// Hosts (by index, and `nodes.len()` for the server) with a fault on now.
-    busy: Mutex<BTreeSet<usize>>,
-    pub cluster: String,
+/// The wall-clock offsets a skewed replica runs with (libfaketime's syntax).
+const SKEWS: [&str; 4] = ["+1h", "-1h", "+90s", "-90s"];
+
+/// A member's process as its node reports it.
+struct MemberProcess {
+    pid: u32,
+    host: usize,
+    member: String,
+    instance: String,
 }
 
 impl Cluster {
-    pub fn new(
-        herd: PathBuf,
-        dir: PathBuf,
-        server: (Child, String),
-        listen: String,
-        nodes: Vec<String>,
-        agents: Vec<Child>,
-        cluster: &str,
-    ) -> Arc<Self> {
-        Arc::new(Cluster {
-            herd,
-            dir,
-            server: Mutex::new(server),
-            listen,
-            nodes,
-            agents: Mutex::new(agents),
-            busy: Mutex::default(),
-            cluster: cluster.to_string(),
-        })
-    }
-
-    pub fn url(&self) -> String {
-        self.server.lock().unwrap_or_else(|p| p.into_inner()).1.clone()
-    }
-
-    pub fn admin(&self) -> Client {
-        Client::new(vec![self.url()], Some(ADMIN.into()))
-    }
-
-    fn take(&self, host: usize) -> bool {
-        self.busy.lock().unwrap_or_else(|p| p.into_inner()).insert(host)
-    }
-
-    fn give_back(&self, host: usize) {
-        self.busy.lock().unwrap_or_else(|p| p.into_inner()).remove(&host);
-    }
-
-    pub fn start_agent(&self, index: usize) -> anyhow::Result<Child> {
-        let data = self.dir.join(&self.nodes[index]);
-        let args = ["--server", &self.url(), "agent", "--name", &self.nodes[index]];
-        Ok(processes::start(&self.herd, &args, &data)?.0)
-    }
-
-    fn signal_agent(&self, index: usize, signal: &str) {
-        let pid = self.agents.lock().unwrap_or_else(|p| p.into_inner())[index].id();
-        signal_pid(pid, signal);
-    }
-
     async fn members(&self) -> anyhow::Result<Vec<Member>> {
-        Ok(self.admin().list::<MemberSpec>(&format!("herd.io/cluster={}", self.cluster)).await?)
+        let mut members = self.admin().list::<MemberSpec>(&format!("herd.io/cluster={}", self.cluster)).await?;
+        members.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        Ok(members)
     }
 
-    /// The pid the member's node reports for it, the node's index, the
-    /// member and the instance it runs.
-    async fn member_process(&self, target: u32) -> anyhow::Result<Option<(u32, usize, String, String)>> {
-        let mut members = self.members().await?;
-        members.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    /// The process of member slot `target` (modulo their number).
+    async fn member_process(&self, target: u32) -> anyhow::Result<Option<MemberProcess>> {
+        let members = self.members().await?;
         let Some(member) = members.get(target as usize % members.len().max(1)) else { return Ok(None) };
         let Some(node) = member.spec.node.clone() else { return Ok(None) };
         let reported = self.admin().get::<NodeSpec>(&node).await?;
         let report = reported.status.members.iter().find(|r| r.name == member.metadata.name);
-        let index = self.nodes.iter().position(|n| *n == node).context("a node of the soak")?;
-        Ok(report.and_then(|r| Some((r.pid?, index, member.metadata.name.clone(), r.instance_id.clone()?))))
+        let host = self.nodes.iter().position(|n| *n == node).context("a node of the soak")?;
+        Ok(report.and_then(|r| {
+            Some(MemberProcess {
+                pid: r.pid?,
+                host,
+                member: member.metadata.name.clone(),
+                instance: r.instance_id.clone()?,
+            })
+        }))
     }
 
     /// Does `fault`, waits its length, undoes it; what the cluster is whole
     /// again after. Ok(None): not done (its host has a fault on, or it has
     /// nothing to act on now).
     pub async fn run(&self, fault: &Fault) -> anyhow::Result<Option<Awaited>> {
-        let hosts = self.nodes.len();
+        let (hosts, replicas) = (self.nodes.len(), self.urls().len());
         let host = match fault.kind {
-            FaultKind::KillServer | FaultKind::PauseServer => hosts,
+            FaultKind::KillServer | FaultKind::PauseServer | FaultKind::SkewClock => {
+                hosts + fault.target as usize % replicas
+            }
             FaultKind::KillMember | FaultKind::PauseMember => match self.member_process(fault.target).await? {
-                Some((_, index, ..)) => index,
+                Some(process) => process.host,
                 None => return Ok(None),
             },
-            _ if fault.kind.voluntary() => hosts + 1,
+            // Only the first host has a link of its own.
+            FaultKind::CutHost => 0,
+            _ if fault.kind.voluntary() => hosts + replicas,
             _ => fault.target as usize % hosts,
         };
         if !self.take(host) {
@@ -152,50 +94,64 @@ impl Cluster {
 
     async fn carry_out(&self, fault: &Fault, host: usize) -> anyhow::Result<Option<Awaited>> {
         let length = fault.length;
+        let replica = host.wrapping_sub(self.nodes.len());
         match fault.kind {
             FaultKind::KillMember => {
-                let Some((pid, _, member, instance)) = self.member_process(fault.target).await? else {
-                    return Ok(None);
-                };
-                signal_pid(pid, "KILL");
-                return Ok(Some(Awaited::NewInstance { member, instance }));
+                let Some(process) = self.member_process(fault.target).await? else { return Ok(None) };
+                signal_pid(process.pid, "KILL");
+                return Ok(Some(Awaited::NewInstance { member: process.member, instance: process.instance }));
             }
             FaultKind::PauseMember => {
-                let Some((pid, ..)) = self.member_process(fault.target).await? else { return Ok(None) };
-                signal_pid(pid, "STOP");
+                let Some(process) = self.member_process(fault.target).await? else { return Ok(None) };
+                signal_pid(process.pid, "STOP");
                 tokio::time::sleep(length).await;
-                signal_pid(pid, "CONT");
+                signal_pid(process.pid, "CONT");
             }
             FaultKind::KillAgent => {
-                self.signal_agent(host, "KILL");
+                signal_pid(self.agent_pid(host), "KILL");
                 tokio::time::sleep(length).await;
                 self.restart_agent(host)?;
             }
             FaultKind::PauseAgent => {
-                self.signal_agent(host, "STOP");
+                signal_pid(self.agent_pid(host), "STOP");
                 tokio::time::sleep(length).await;
-                self.signal_agent(host, "CONT");
+                signal_pid(self.agent_pid(host), "CONT");
             }
             FaultKind::RebootHost => {
-                self.signal_agent(host, "KILL");
+                signal_pid(self.agent_pid(host), "KILL");
                 // Every member process the host ran goes with it.
-                for pid in member_processes_of(&self.dir.join(&self.nodes[host])) {
+                for pid in member_processes_of(&self.node_dir(host)) {
                     signal_pid(pid, "KILL");
                 }
                 tokio::time::sleep(length).await;
                 self.restart_agent(host)?;
             }
-            FaultKind::KillServer => {
-                let pid = self.server.lock().unwrap_or_else(|p| p.into_inner()).0.id();
-                signal_pid(pid, "KILL");
+            FaultKind::CutHost => {
+                let netns = self.netns.as_ref().context("a cut link needs the first host in a namespace")?;
+                netns.cut();
                 tokio::time::sleep(length).await;
-                self.restart_server()?;
+                netns.heal();
+            }
+            FaultKind::FillDisk => {
+                let file = self.fill_disk(host)?;
+                tokio::time::sleep(length).await;
+                std::fs::remove_file(&file)?;
+            }
+            FaultKind::KillServer => {
+                signal_pid(self.replica_pid(replica), "KILL");
+                tokio::time::sleep(length).await;
+                self.restart_replica(replica, None)?;
             }
             FaultKind::PauseServer => {
-                let pid = self.server.lock().unwrap_or_else(|p| p.into_inner()).0.id();
-                signal_pid(pid, "STOP");
+                signal_pid(self.replica_pid(replica), "STOP");
                 tokio::time::sleep(length).await;
-                signal_pid(pid, "CONT");
+                signal_pid(self.replica_pid(replica), "CONT");
+            }
+            FaultKind::SkewClock => {
+                let skew = SKEWS[(fault.target / 7) as usize % SKEWS.len()];
+                self.restart_replica(replica, Some(skew))?;
+                tokio::time::sleep(length).await;
+                self.restart_replica(replica, None)?;
             }
             FaultKind::Drain => {
                 let node = &self.nodes[fault.target as usize % self.nodes.len()];
@@ -205,21 +161,20 @@ impl Cluster {
                 tokio::time::sleep(length).await;
                 // Undrained as `herd node undrain` does: the drain cancelled
                 // (one member per node: its members may have nowhere to go),
-                // then the node regular.
-                // (The server may be down meanwhile, with a fault of its
-                // own: the undo is asked again, for two minutes at most.)
-                let started = std::time::Instant::now();
+                // then the node regular. The servers may be down meanwhile,
+                // with a fault of their own: the undo is asked again, for two
+                // minutes at most.
+                let started = Instant::now();
                 while let Err(error) = self.undrain(&name, node).await {
-                    if started.elapsed() > std::time::Duration::from_secs(120) {
+                    if started.elapsed() > Duration::from_secs(120) {
                         return Err(error.into());
                     }
-                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                    tokio::time::sleep(Duration::from_millis(200)).await;
                 }
                 return Ok(Some(Awaited::Operation(name)));
             }
             FaultKind::Evict => {
-                let mut members = self.members().await?;
-                members.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+                let members = self.members().await?;
                 let Some(member) = members.get(fault.target as usize % members.len().max(1)) else { return Ok(None) };
                 // A refusal by the budget is an answer, not a failure.
                 let _ = self.admin().evict_member(&member.metadata.name, false).await;
@@ -256,7 +211,7 @@ impl Cluster {
         let spec = OperationSpec { action, max_parallel: 1, ..Default::default() };
         match self.admin().create(&Operation::new(name, spec)).await {
             Ok(_) => Ok(true),
-            Err(error) if error.reason() == Some(herd_core::api::StatusReason::Conflict) => Ok(false),
+            Err(error) if error.reason() == Some(StatusReason::Conflict) => Ok(false),
             Err(error) => Err(error.into()),
         }
     }
@@ -265,63 +220,10 @@ impl Cluster {
     async fn undrain(&self, name: &str, node: &str) -> Result<(), herd_client::ClientError> {
         let cancel = serde_json::json!({"spec": {"cancel": true}});
         match self.admin().patch_value("operations", name, &cancel).await {
-            Err(error) if error.reason() != Some(herd_core::api::StatusReason::NotFound) => return Err(error),
+            Err(error) if error.reason() != Some(StatusReason::NotFound) => return Err(error),
             _ => {}
         }
         let request = NodeRoleRequest { role: Some(NodeRole::Regular), master_capable: None, auto_promote: false };
         self.admin().change_node_role(node, &request).await.map(drop)
     }
-
-    fn restart_agent(&self, index: usize) -> anyhow::Result<()> {
-        let child = self.start_agent(index)?;
-        let mut agents = self.agents.lock().unwrap_or_else(|p| p.into_inner());
-        let mut old = std::mem::replace(&mut agents[index], child);
-        let _ = old.kill();
-        let _ = old.wait();
-        Ok(())
-    }
-
-    fn restart_server(&self) -> anyhow::Result<()> {
-        let args = ["server", "--listen", &self.listen, "--insecure-http"];
-        let (child, url) = processes::start(&self.herd, &args, &self.dir.join("server"))?;
-        let mut server = self.server.lock().unwrap_or_else(|p| p.into_inner());
-        let _ = server.0.kill();
-        let _ = server.0.wait();
-        *server = (child, url);
-        Ok(())
-    }
-
-    /// Every paused process let go and every agent running: the end of a run.
-    pub fn heal(&self) -> anyhow::Result<()> {
-        let pid = self.server.lock().unwrap_or_else(|p| p.into_inner()).0.id();
-        signal_pid(pid, "CONT");
-        for index in 0..self.nodes.len() {
-            self.signal_agent(index, "CONT");
-        }
-        Ok(())
-    }
-}
-
-fn signal_pid(pid: u32, signal: &str) {
-    // A pid already gone is no matter: its fault is moot.
-    let quiet = std::process::Stdio::null;
-    let _ = Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).stderr(quiet()).status();
-}
-
-/// The processes of the members of the agent whose data dir is `dir`:
-/// those whose `HERD_VOLUME_HERD` lies under it.
-fn member_processes_of(dir: &std::path::Path) -> Vec<u32> {
-    let under = dir.to_string_lossy().into_owned();
-    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
-    entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
-                env.split(|b| *b == 0).any(|var| {
-                    let var = String::from_utf8_lossy(var);
-                    var.strip_prefix("HERD_VOLUME_HERD=").is_some_and(|path| path.starts_with(&under))
-                })
-            })
-        })
-        .collect()
 }

@@ -36,5 +36,6 @@ mod resources;
 mod role_leaders;
 mod shared_sqlite;
 mod sim_nodes;
+mod soak;
 mod tls;
 mod untrusted_input;

@@ -50,11 +50,17 @@ const BLOCKS: u16 = 50;
 pub async fn own_member_ports(server: &TestServer) {
     let admin = server.admin();
     let mut config = admin.get::<ClusterConfigSpec>(CLUSTER_CONFIG_NAME).await.unwrap();
+    let (first, last) = member_port_block();
+    config.spec.app_clusters.first_member_port = first;
+    config.spec.app_clusters.last_member_port = last;
+    admin.update(&config).await.unwrap();
+}
+
+/// The next block of member ports (first, last), for a server of this test binary.
+pub fn member_port_block() -> (u16, u16) {
     let block = PORT_BLOCKS.fetch_add(1, Ordering::SeqCst) % BLOCKS;
     let first = FIRST_BLOCKED_PORT + PORTS_PER_BLOCK * block;
-    config.spec.app_clusters.first_member_port = first;
-    config.spec.app_clusters.last_member_port = first + PORTS_PER_BLOCK - 1;
-    admin.update(&config).await.unwrap();
+    (first, first + PORTS_PER_BLOCK - 1)
 }
 
 pub async fn nodes(n: usize) -> Nodes {

@@ -6,7 +6,7 @@ pub mod apps;
 pub mod browser;
 pub mod budgets;
 pub mod cluster;
-pub mod netns;
+pub use herd_bench::netns;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
