@@ -439,11 +439,12 @@ pub fn host_processes_with(key: &str, value: &str) -> Vec<HostProcess> {
         .collect()
 }
 
-/// The tests that load the machine take turns: the browser tests
-/// (Chromium, and a thousand simulated nodes for one) and the PostgreSQL
-/// tests (three servers failing over). Side by side under a busy test run
-/// they starved each other's pages past their waits, and a loaded machine
-/// skews a page's measured cost. Hold the guard for the whole test.
+/// The tests that load the machine or time it take turns: the browser
+/// tests (Chromium, and a thousand simulated nodes for one), the
+/// PostgreSQL tests that time a fence or a switchover, and the CPU share.
+/// Side by side under a busy test run they starved each other's pages past
+/// their waits, and a loaded machine skews a page's measured cost. Hold
+/// the guard for the whole test.
 pub async fn take_turn() -> tokio::sync::MutexGuard<'static, ()> {
     static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     TURN.lock().await
