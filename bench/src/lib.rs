@@ -1,10 +1,11 @@
 //! What herd's benchmarks and soak share: the linearizability checker the
 //! soak's clients' histories go through, the seeded schedule of its
-//! faults, the soak itself (run by its binary and by the integration
+//! faults, the PostgreSQL write probe, the soak itself (run by its binary and by the integration
 //! tests), starting real `herd` processes, and network namespaces.
 
 pub mod linearizable;
 pub mod netns;
+pub mod probe;
 pub mod processes;
 pub mod schedule;
 pub mod soak;

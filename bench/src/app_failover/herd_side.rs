@@ -13,9 +13,9 @@ use anyhow::{Context, bail};
 use herd_client::Client;
 use herd_core::kinds::{AppClusterSpec, Member, MemberSpec, NodeSpec};
 
-use crate::probe::Target;
 use crate::{LeaseSettings, signal_group};
 use herd_bench::netns::NetNs;
+use herd_bench::probe::Target;
 use herd_bench::processes::{ADMIN, Killed, herd_binary, start, start_in, wait_for};
 
 const CLUSTER: &str = "postgres";
@@ -167,7 +167,7 @@ impl HerdSide {
 
     /// Asks for a switchover to host `to`'s member.
     pub async fn switchover(&self, to: usize) -> anyhow::Result<()> {
-        let stamp = crate::probe::now_ns();
+        let stamp = herd_bench::probe::now_ns();
         let operation = serde_json::json!({
             "metadata": {"name": format!("switchover-{stamp}")},
             "spec": {

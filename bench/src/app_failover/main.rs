@@ -30,7 +30,6 @@
 
 mod herd_side;
 mod patroni_side;
-mod probe;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
@@ -40,10 +39,10 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use herd_bench::netns::NetNs;
+use herd_bench::probe::{self, Probes, now_ns};
 use herd_bench::processes::{env_u64, wait_for};
 use herd_side::HerdSide;
 use patroni_side::PatroniSide;
-use probe::{Probes, now_ns};
 
 /// A role lease's times, the same for both systems.
 pub struct LeaseSettings {

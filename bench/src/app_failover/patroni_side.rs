@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 
-use crate::probe::Target;
 use crate::{LeaseSettings, signal_group};
 use herd_bench::netns::NetNs;
+use herd_bench::probe::Target;
 use herd_bench::processes::Killed;
 
 /// Ports apart from herd's member ports (20000-29999) and the tests'

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use herd_client::Client;
 use herd_core::api::{StatusReason, WatchEventType};
+use herd_core::disruption::APPROVAL_TIMEOUT;
 use herd_core::kinds::{DisruptionBudget, DisruptionBudgetSpec, Member, MemberState};
 
 use super::report::Seen;
@@ -26,14 +27,17 @@ struct Slot {
     ready: bool,
     requested: bool,
     expected: bool,
-    /// A disruption was granted to it while it was ready, and it has not
-    /// been seen down since.
-    granted_up: bool,
+    /// When a disruption was granted to it while it was ready, if it has
+    /// not been seen down since.
+    granted_up: Option<Instant>,
 }
 
 impl Slot {
-    fn healthy(&self) -> bool {
-        self.expected && self.ready && !self.granted_up
+    /// As herd counts it: a grant stops counting once it has lapsed
+    /// (`APPROVAL_TIMEOUT`), as the member never went down.
+    fn healthy(&self, now: Instant) -> bool {
+        let granted = self.granted_up.is_some_and(|at| now.duration_since(at) < APPROVAL_TIMEOUT);
+        self.expected && self.ready && !granted
     }
 }
 
@@ -56,7 +60,7 @@ impl Watcher {
         let listed = admin.list_values("members", &selector).await?;
         let mut history = History { budget, slots: BTreeMap::new() };
         for object in listed.items {
-            history.apply(WatchEventType::Added, object);
+            history.apply(WatchEventType::Added, object, Instant::now());
         }
         let seen: Arc<Mutex<Findings>> = Arc::default();
         let mut following = admin.follow("members", &listed.metadata.resource_version, &selector);
@@ -65,7 +69,7 @@ impl Watcher {
             loop {
                 match following.next().await {
                     Ok(event) => {
-                        let granted = history.apply(event.type_, event.object);
+                        let granted = history.apply(event.type_, event.object, Instant::now());
                         let mut seen = into.lock().unwrap_or_else(|p| p.into_inner());
                         if let Some(grant) = granted {
                             seen.grants += 1;
@@ -82,7 +86,7 @@ impl Watcher {
                         if let Ok(listed) = admin.list_values("members", &selector).await {
                             history.slots.clear();
                             for object in listed.items {
-                                history.apply(WatchEventType::Added, object);
+                                history.apply(WatchEventType::Added, object, Instant::now());
                             }
                             following = admin.follow("members", &listed.metadata.resource_version, &selector);
                         }
@@ -120,7 +124,7 @@ struct History {
 impl History {
     /// Takes in one revision of a member. Some when it grants a
     /// disruption: Some(why) when that takes the budget below its minimum.
-    fn apply(&mut self, kind: WatchEventType, object: serde_json::Value) -> Option<Option<String>> {
+    fn apply(&mut self, kind: WatchEventType, object: serde_json::Value, now: Instant) -> Option<Option<String>> {
         let member: Member = herd_core::Object::from_json_value(object).ok()?;
         let name = member.metadata.name.clone();
         if kind == WatchEventType::Deleted {
@@ -128,24 +132,24 @@ impl History {
             return None;
         }
         let before = self.slots.get(&name).cloned();
-        let mut now = Slot {
+        let mut slot = Slot {
             ready: member.status.ready,
             requested: !member.spec.requests.is_empty(),
             expected: !matches!(member.status.state, MemberState::DeletePending | MemberState::Deleting),
-            granted_up: before.as_ref().is_some_and(|b| b.granted_up && b.requested),
+            granted_up: before.as_ref().and_then(|b| b.granted_up),
         };
-        // Seen down: the disruption took effect; it counts by its readiness again.
-        if !now.ready {
-            now.granted_up = false;
+        // Seen down, or no more asked: it counts by its readiness again.
+        if !slot.ready || !slot.requested {
+            slot.granted_up = None;
         }
-        let granted = now.requested && !before.as_ref().is_some_and(|b| b.requested);
+        let granted = slot.requested && !before.as_ref().is_some_and(|b| b.requested);
         let mut verdict = None;
         if granted {
-            let was_healthy = before.as_ref().is_some_and(Slot::healthy);
+            let was_healthy = before.as_ref().is_some_and(|b| b.healthy(now));
             let others: Vec<&Slot> = self.slots.iter().filter(|(n, _)| **n != name).map(|(_, s)| s).collect();
-            let expected = others.iter().filter(|s| s.expected).count() as u32 + u32::from(now.expected);
+            let expected = others.iter().filter(|s| s.expected).count() as u32 + u32::from(slot.expected);
             let desired = herd_core::disruption::desired_healthy(&self.budget, expected);
-            let healthy_others = others.iter().filter(|s| s.healthy()).count() as u32;
+            let healthy_others = others.iter().filter(|s| s.healthy(now)).count() as u32;
             verdict = Some((was_healthy && healthy_others < desired).then(|| {
                 format!(
                     "a disruption of {name} was granted ({:?}) with {healthy_others} other members healthy, \
@@ -153,9 +157,9 @@ impl History {
                     member.spec.requests
                 )
             }));
-            now.granted_up = now.ready;
+            slot.granted_up = slot.ready.then_some(now);
         }
-        self.slots.insert(name, now);
+        self.slots.insert(name, slot);
         verdict
     }
 }
@@ -182,7 +186,7 @@ mod tests {
         let spec = DisruptionBudgetSpec { min_available: Some(Amount::Count(2)), ..Default::default() };
         let mut history = History { budget: DisruptionBudget::new(BUDGET, spec), slots: BTreeMap::new() };
         for name in ["a", "b", "c"] {
-            assert_eq!(history.apply(WatchEventType::Added, member(name, true, false)), None);
+            assert_eq!(history.apply(WatchEventType::Added, member(name, true, false), Instant::now()), None);
         }
         history
     }
@@ -190,31 +194,40 @@ mod tests {
     #[test]
     fn one_at_a_time_under_min_available_2_of_3_holds() {
         let mut h = history();
-        assert_eq!(h.apply(WatchEventType::Modified, member("a", true, true)), Some(None));
-        h.apply(WatchEventType::Modified, member("a", false, true));
-        h.apply(WatchEventType::Modified, member("a", true, false));
-        assert_eq!(h.apply(WatchEventType::Modified, member("b", true, true)), Some(None));
+        assert_eq!(h.apply(WatchEventType::Modified, member("a", true, true), Instant::now()), Some(None));
+        h.apply(WatchEventType::Modified, member("a", false, true), Instant::now());
+        h.apply(WatchEventType::Modified, member("a", true, false), Instant::now());
+        assert_eq!(h.apply(WatchEventType::Modified, member("b", true, true), Instant::now()), Some(None));
     }
 
     #[test]
     fn a_second_grant_while_the_first_is_down_or_not_yet_down_is_a_violation() {
         let mut h = history();
-        h.apply(WatchEventType::Modified, member("a", true, true));
+        h.apply(WatchEventType::Modified, member("a", true, true), Instant::now());
         // Granted, not yet down: it no longer counts.
-        assert!(matches!(h.apply(WatchEventType::Modified, member("b", true, true)), Some(Some(_))));
+        assert!(matches!(h.apply(WatchEventType::Modified, member("b", true, true), Instant::now()), Some(Some(_))));
         let mut h = history();
-        h.apply(WatchEventType::Modified, member("a", true, true));
-        h.apply(WatchEventType::Modified, member("a", false, true));
-        let verdict = h.apply(WatchEventType::Modified, member("c", true, true));
+        h.apply(WatchEventType::Modified, member("a", true, true), Instant::now());
+        h.apply(WatchEventType::Modified, member("a", false, true), Instant::now());
+        let verdict = h.apply(WatchEventType::Modified, member("c", true, true), Instant::now());
         assert!(verdict.unwrap().unwrap().contains("1 other members healthy, below the 2"));
+    }
+
+    #[test]
+    fn a_grant_that_never_took_its_member_down_lapses_as_herd_counts_it() {
+        let mut h = history();
+        let then = Instant::now();
+        h.apply(WatchEventType::Modified, member("a", true, true), then);
+        let later = then + APPROVAL_TIMEOUT;
+        assert_eq!(h.apply(WatchEventType::Modified, member("b", true, true), later), Some(None));
     }
 
     #[test]
     fn a_crashed_member_asked_about_while_the_rest_are_short_is_no_violation() {
         let mut h = history();
-        h.apply(WatchEventType::Modified, member("a", false, false));
-        h.apply(WatchEventType::Modified, member("b", false, false));
+        h.apply(WatchEventType::Modified, member("a", false, false), Instant::now());
+        h.apply(WatchEventType::Modified, member("b", false, false), Instant::now());
         // c is the only healthy one, but a (already down) is what is disrupted.
-        assert_eq!(h.apply(WatchEventType::Modified, member("a", false, true)), Some(None));
+        assert_eq!(h.apply(WatchEventType::Modified, member("a", false, true), Instant::now()), Some(None));
     }
 }

@@ -21,12 +21,20 @@ use crate::processes::wait_for;
 
 const CLUSTER: &str = "etcd";
 
+/// What the cluster is whole with: every node Ready, each cluster's three
+/// members configured and ready, and the PostgreSQL primary elected.
+#[derive(Clone, Copy, Debug)]
+pub struct Expected {
+    pub nodes: usize,
+    pub postgres: bool,
+}
+
 /// Quick heartbeats, the members' ports, the etcd example (App, budget)
-/// and a cluster of 3, whole.
-pub async fn set_up(admin: &Client, options: &Options, nodes: usize) -> anyhow::Result<()> {
+/// and a cluster of 3 (and the PostgreSQL example's), whole.
+pub async fn set_up(admin: &Client, options: &Options, expected: &Expected) -> anyhow::Result<()> {
     wait_for("the agents Ready", Duration::from_secs(90), async || {
         let listed = admin.list::<NodeSpec>("").await.ok()?;
-        (listed.iter().filter(|n| n.status.ready).count() == nodes).then_some(())
+        (listed.iter().filter(|n| n.status.ready).count() == expected.nodes).then_some(())
     })
     .await?;
     let mut config = admin.get::<ClusterConfigSpec>(CLUSTER_CONFIG_NAME).await?;
@@ -46,7 +54,10 @@ pub async fn set_up(admin: &Client, options: &Options, nodes: usize) -> anyhow::
     }
     let cluster = serde_json::json!({"metadata": {"name": CLUSTER}, "spec": {"appRef": "etcd", "roles": [{"name": "member", "members": 3}]}});
     admin.create_value("appclusters", &cluster, Default::default()).await?;
-    whole_again(admin, nodes, Duration::from_secs(180)).await?;
+    if expected.postgres {
+        super::postgres::set_up(admin).await?;
+    }
+    whole_again(admin, expected, Duration::from_secs(180)).await?;
     Ok(())
 }
 
@@ -66,10 +77,10 @@ pub async fn client_endpoints(admin: &Client) -> anyhow::Result<Vec<String>> {
 
 /// How long until every member is configured and ready and every node
 /// Ready (at most `within`).
-pub async fn whole_again(admin: &Client, nodes: usize, within: Duration) -> anyhow::Result<Duration> {
+pub async fn whole_again(admin: &Client, expected: &Expected, within: Duration) -> anyhow::Result<Duration> {
     let started = Instant::now();
     loop {
-        if is_whole(admin, nodes).await {
+        if is_whole(admin, expected).await {
             return Ok(started.elapsed());
         }
         if started.elapsed() > within {
@@ -80,7 +91,7 @@ pub async fn whole_again(admin: &Client, nodes: usize, within: Duration) -> anyh
 }
 
 /// Whole again after `awaited` (at most `within`).
-pub async fn recovered(admin: &Client, nodes: usize, awaited: &Awaited, within: Duration) -> anyhow::Result<()> {
+pub async fn recovered(admin: &Client, expected: &Expected, awaited: &Awaited, within: Duration) -> anyhow::Result<()> {
     let started = Instant::now();
     loop {
         let seen = match awaited {
@@ -93,7 +104,7 @@ pub async fn recovered(admin: &Client, nodes: usize, awaited: &Awaited, within: 
                 admin.get::<OperationSpec>(name).await.is_ok_and(|o| o.status.phase.is_finished())
             }
         };
-        if seen && is_whole(admin, nodes).await {
+        if seen && is_whole(admin, expected).await {
             return Ok(());
         }
         if started.elapsed() > within {
@@ -103,13 +114,15 @@ pub async fn recovered(admin: &Client, nodes: usize, awaited: &Awaited, within: 
     }
 }
 
-async fn is_whole(admin: &Client, node_count: usize) -> bool {
-    let members = admin.list::<MemberSpec>(&format!("herd.io/cluster={CLUSTER}")).await.unwrap_or_default();
+async fn is_whole(admin: &Client, expected: &Expected) -> bool {
+    let members = admin.list::<MemberSpec>("").await.unwrap_or_default();
     let nodes = admin.list::<NodeSpec>("").await.unwrap_or_default();
-    members.len() == 3
+    let clusters = if expected.postgres { 2 } else { 1 };
+    members.len() == 3 * clusters
         && members.iter().all(|m| m.status.state == MemberState::Configured && m.status.ready)
-        && nodes.len() == node_count
+        && nodes.len() == expected.nodes
         && nodes.iter().all(|n| n.status.ready)
+        && (!expected.postgres || super::postgres::leader(admin).await.is_some())
 }
 
 /// Every Operation ended and every Command settled, within a minute; or

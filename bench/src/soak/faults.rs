@@ -4,12 +4,12 @@
 //! down), a host's disk filled and freed, a replica's wall clock skewed
 //! (started again under libfaketime),
 //! and the voluntary ones asked of herd (a drain, an eviction, a rolling
-//! restart, an upgrade). Each is undone after its length; a host, a
+//! restart, a switchover, an upgrade). Each is undone after its length; a host, a
 //! replica, and the voluntary ones together, have one fault at a time.
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use herd_core::api::{NodeRoleRequest, StatusReason};
 use herd_core::kinds::{Member, MemberSpec, NodeRole, NodeSpec, Operation, OperationAction, OperationSpec};
 
@@ -42,8 +42,9 @@ struct MemberProcess {
 }
 
 impl Cluster {
+    /// The members of every cluster the soak runs, by name.
     async fn members(&self) -> anyhow::Result<Vec<Member>> {
-        let mut members = self.admin().list::<MemberSpec>(&format!("herd.io/cluster={}", self.cluster)).await?;
+        let mut members = self.admin().list::<MemberSpec>("").await?;
         members.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         Ok(members)
     }
@@ -180,17 +181,25 @@ impl Cluster {
                 let _ = self.admin().evict_member(&member.metadata.name, false).await;
             }
             FaultKind::RollingRestart => {
-                let action =
-                    OperationAction::Restart { cluster: self.cluster.clone(), role: "member".into(), canary: 1 };
+                let (cluster, role) = self.app_cluster(fault.target);
+                let action = OperationAction::Restart { cluster: cluster.into(), role: role.into(), canary: 1 };
                 let name = format!("soak-{}-restart", fault.number);
                 return Ok(self.operation(&name, action).await?.then_some(Awaited::Operation(name)));
             }
+            FaultKind::Switchover => {
+                let (cluster, role) = (super::postgres::CLUSTER.into(), super::postgres::ROLE.into());
+                let action = OperationAction::Switchover { cluster, role, to: None };
+                let name = format!("soak-{}-switchover", fault.number);
+                return Ok(self.operation(&name, action).await?.then_some(Awaited::Operation(name)));
+            }
             FaultKind::Upgrade => {
+                // Each cluster's App is named as the cluster.
+                let (cluster, _) = self.app_cluster(fault.target);
                 let patch = serde_json::json!({"spec": {"description": format!("soak fault {}", fault.number)}});
-                let written = self.admin().patch_value("apps", "etcd", &patch).await?;
+                let written = self.admin().patch_value("apps", cluster, &patch).await?;
                 let to = written["metadata"]["generation"].as_i64().context("the App's generation")?;
                 let action = OperationAction::Upgrade {
-                    cluster: self.cluster.clone(),
+                    cluster: cluster.into(),
                     to_revision: to,
                     canary: 1,
                     min_healthy_time: herd_core::HumanDuration::from_secs(2),
@@ -200,9 +209,17 @@ impl Cluster {
                 let name = format!("soak-{}-upgrade", fault.number);
                 return Ok(self.operation(&name, action).await?.then_some(Awaited::Operation(name)));
             }
-            other => bail!("{other:?} is not done by this soak yet"),
         }
         Ok(Some(Awaited::Whole))
+    }
+
+    /// The cluster (and role) a fault on a whole cluster acts on: etcd's,
+    /// or, every other target, the PostgreSQL example's when it runs.
+    fn app_cluster(&self, target: u32) -> (&'static str, &'static str) {
+        match self.postgres_app && target % 2 == 1 {
+            true => (super::postgres::CLUSTER, super::postgres::ROLE),
+            false => ("etcd", "member"),
+        }
     }
 
     /// Creates an Operation; whether it was (one refused because another

@@ -17,8 +17,9 @@ use crate::netns::NetNs;
 use crate::processes::{self, ADMIN};
 
 /// The size of each host's disk, when it has one: room for etcd's
-/// preallocated 64 MB write-ahead log files, for two members at a time.
-const DISK_MB: u64 = 512;
+/// preallocated 64 MB write-ahead log files and PostgreSQL's data and
+/// kept WAL (80 MB at least), for two members of each at a time.
+const DISK_MB: u64 = 768;
 
 /// The election's timings: a leader lost is replaced within seconds.
 const LEASE: [&str; 6] = ["--lease-duration", "4s", "--renew-deadline", "3s", "--retry-period", "500ms"];
@@ -54,7 +55,8 @@ pub struct Cluster {
     /// Hosts (by index: nodes, then replicas, then one for the voluntary
     /// faults) with a fault on now.
     busy: Mutex<BTreeSet<usize>>,
-    pub cluster: String,
+    /// Whether the PostgreSQL example runs too.
+    pub postgres_app: bool,
     // Last: removed after every process in it has ended.
     dir: tempfile::TempDir,
 }
@@ -92,7 +94,7 @@ impl Cluster {
             netns,
             disks,
             busy: Mutex::default(),
-            cluster: "etcd".into(),
+            postgres_app: options.postgres_app,
             dir,
         };
         // Reached from the namespace at its outside address, from here on loopback.

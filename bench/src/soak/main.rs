@@ -11,7 +11,9 @@
 //! PostgreSQL URL for the replicas' store; default one SQLite file),
 //! SOAK_NETNS (1: the first host in a network namespace, to be cut off;
 //! default 1 as root), SOAK_DISKS (1: each host's data dir a tmpfs of its
-//! own, to be filled; default 1 as root), HERD_BIN.
+//! own, to be filled; default 1 as root), SOAK_POSTGRES_APP (1: the
+//! PostgreSQL example runs too, under a write probe; default 1 where
+//! PostgreSQL 15 is installed), HERD_BIN.
 
 use std::time::Duration;
 
@@ -41,6 +43,10 @@ fn kinds(possible: &[FaultKind]) -> anyhow::Result<Vec<FaultKind>> {
         .collect()
 }
 
+fn postgres_installed() -> bool {
+    std::path::Path::new(herd_bench::soak::POSTGRES_SERVER).exists()
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let seed = match std::env::var("SOAK_SEED") {
@@ -63,6 +69,7 @@ async fn main() -> anyhow::Result<()> {
         netns: env_u64("SOAK_NETNS", u64::from(root)) == 1,
         faketime: faketime_library(),
         disks: env_u64("SOAK_DISKS", u64::from(root)) == 1,
+        postgres_app: env_u64("SOAK_POSTGRES_APP", u64::from(postgres_installed())) == 1,
     };
     options.plan.kinds = kinds(&options.possible())?;
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;

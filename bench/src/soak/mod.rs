@@ -1,6 +1,7 @@
 //! The chaos soak: an etcd cluster under herd (the example App, three
 //! members on three agents, its quorum budget; server replicas on one
-//! store) hit with faults drawn from a printed seed
+//! store; with the PostgreSQL example beside it, under a write probe)
+//! hit with faults drawn from a printed seed
 //! ([`crate::schedule`]), several at once, while clients record every
 //! operation; checked by the clients' own history
 //! ([`crate::linearizable`]) and by herd's invariants, all along: no
@@ -20,10 +21,12 @@ mod checks;
 mod clients;
 mod faults;
 mod hosts;
+mod postgres;
 mod report;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -33,6 +36,7 @@ use tokio_util::sync::CancellationToken;
 use crate::linearizable::{Register, check};
 use crate::schedule::{FaultKind, Plan, schedule};
 pub use hosts::faketime_library;
+pub use postgres::SERVER as POSTGRES_SERVER;
 pub use report::Report;
 
 /// What a soak runs on and how hard.
@@ -59,13 +63,16 @@ pub struct Options {
     /// Whether each host's data dir is a small disk of its own (a tmpfs),
     /// to be filled (needs root).
     pub disks: bool,
+    /// Whether the PostgreSQL example runs too (a leader role under a
+    /// write probe; switchovers), on Debian's PostgreSQL 15.
+    pub postgres_app: bool,
 }
 
 impl Options {
     /// The fault kinds these options allow: a cut link needs the
     /// namespace, a skewed clock libfaketime, a full disk disks of the
-    /// hosts' own; no switchover (etcd elects
-    /// its own leader: there is no herd leader role to switch).
+    /// hosts' own, a switchover the PostgreSQL example (etcd elects its own
+    /// leader: there is no herd leader role to switch).
     pub fn possible(&self) -> Vec<FaultKind> {
         FaultKind::ALL
             .into_iter()
@@ -73,7 +80,7 @@ impl Options {
                 FaultKind::CutHost => self.netns,
                 FaultKind::SkewClock => self.faketime.is_some(),
                 FaultKind::FillDisk => self.disks,
-                FaultKind::Switchover => false,
+                FaultKind::Switchover => self.postgres_app,
                 _ => true,
             })
             .collect()
@@ -102,7 +109,13 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
 
 async fn soak(cluster: &Arc<hosts::Cluster>, options: &Options) -> anyhow::Result<Report> {
     let admin = cluster.admin();
-    checks::set_up(&admin, options, cluster.nodes.len()).await?;
+    let expected = checks::Expected { nodes: cluster.nodes.len(), postgres: options.postgres_app };
+    checks::set_up(&admin, options, &expected).await?;
+    let netns = cluster.netns.as_ref().map(|ns| (cluster.nodes[0].clone(), ns.name.clone()));
+    let workload = match options.postgres_app {
+        true => Some(postgres::Workload::start(&admin, netns).await.context("the PostgreSQL write probe")?),
+        false => None,
+    };
     // One clock for the clients' operations, the faults and the checks.
     let clock = Instant::now();
     let budget = budget::Watcher::start(&admin, clock).await?;
@@ -121,12 +134,14 @@ async fn soak(cluster: &Arc<hosts::Cluster>, options: &Options) -> anyhow::Resul
         |done: &Mutex<BTreeMap<FaultKind, u32>>| done.lock().unwrap_or_else(|p| p.into_inner()).values().sum::<u32>();
     let started = Instant::now();
     let mut running: Vec<tokio::task::JoinHandle<()>> = Vec::new();
+    // Faults begun whose doing has not ended (done or not).
+    let undecided = Arc::new(AtomicU32::new(0));
     let mut drawn = 0;
     let mut faults = schedule(&options.plan);
     while count(&done) < options.faults {
         running.retain(|task| !task.is_finished());
         // Enough on their way: draw more only if some turn out not done.
-        if count(&done) + running.len() as u32 >= options.faults {
+        if count(&done) + undecided.load(Ordering::SeqCst) >= options.faults {
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         }
@@ -140,17 +155,22 @@ async fn soak(cluster: &Arc<hosts::Cluster>, options: &Options) -> anyhow::Resul
             break;
         }
         let (on, done, recoveries, log) = (cluster.clone(), done.clone(), recoveries.clone(), log.clone());
+        undecided.fetch_add(1, Ordering::SeqCst);
+        let decided = undecided.clone();
         running.push(tokio::spawn(async move {
             let begun = Instant::now();
             let entry = log.begin(&fault);
-            match on.run(&fault).await {
+            let outcome = on.run(&fault).await;
+            if let Ok(Some(_)) = outcome {
+                *done.lock().unwrap_or_else(|p| p.into_inner()).entry(fault.kind).or_default() += 1;
+            }
+            decided.fetch_sub(1, Ordering::SeqCst);
+            match outcome {
                 Ok(Some(awaited)) => {
                     log.end(entry, true);
-                    *done.lock().unwrap_or_else(|p| p.into_inner()).entry(fault.kind).or_default() += 1;
                     // How long from the fault's start until the cluster is
                     // whole again, after what the fault awaits.
-                    if checks::recovered(&on.admin(), on.nodes.len(), &awaited, Duration::from_secs(300)).await.is_ok()
-                    {
+                    if checks::recovered(&on.admin(), &expected, &awaited, Duration::from_secs(300)).await.is_ok() {
                         let mut recoveries = recoveries.lock().unwrap_or_else(|p| p.into_inner());
                         recoveries.entry(fault.kind).or_default().push(begun.elapsed());
                     }
@@ -171,7 +191,11 @@ async fn soak(cluster: &Arc<hosts::Cluster>, options: &Options) -> anyhow::Resul
         let _ = task.await;
     }
     cluster.heal();
-    let whole = checks::whole_again(&cluster.admin(), cluster.nodes.len(), Duration::from_secs(300)).await;
+    let whole = checks::whole_again(&cluster.admin(), &expected, Duration::from_secs(300)).await;
+    let commits = match workload {
+        Some(workload) => Some(workload.finish().await),
+        None => None,
+    };
     stop.cancel();
     for task in tasks {
         let _ = task.await;
@@ -186,6 +210,7 @@ async fn soak(cluster: &Arc<hosts::Cluster>, options: &Options) -> anyhow::Resul
         recoveries: recoveries.lock().unwrap_or_else(|p| p.into_inner()).clone(),
         operations: history.len(),
         disruptions_checked: budget.grants(),
+        commits: commits.as_ref().and_then(|c| c.as_ref().ok().copied()),
     };
     println!("{report}");
     if let Some(seen) = twice.lock().unwrap_or_else(|p| p.into_inner()).clone() {
@@ -196,6 +221,9 @@ async fn soak(cluster: &Arc<hosts::Cluster>, options: &Options) -> anyhow::Resul
     }
     whole.context("violation: the cluster did not come back whole")?;
     checks::ended(&cluster.admin()).await?;
+    if let Some(Err(violation)) = commits {
+        return Err(violation);
+    }
     if let Err(violation) = check(&Register, &history) {
         let ops: Vec<_> = violation.operations.iter().map(|&i| &history[i]).collect();
         let from = ops.iter().map(|o| o.call).min().unwrap_or_default();

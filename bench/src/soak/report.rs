@@ -98,6 +98,9 @@ pub struct Report {
     pub operations: usize,
     /// Disruptions granted, each checked against the budget.
     pub disruptions_checked: u32,
+    /// Commits the PostgreSQL primaries acknowledged (each found on the
+    /// last), when the workload ran and held.
+    pub commits: Option<usize>,
 }
 
 impl Report {
@@ -118,6 +121,9 @@ impl fmt::Display for Report {
             self.operations,
             self.disruptions_checked
         )?;
+        if let Some(commits) = self.commits {
+            writeln!(f, "{commits} PostgreSQL commits acknowledged, every one on the last primary")?;
+        }
         writeln!(f, "{:<16} {:>6} {:>10} {:>10}", "fault", "done", "p50", "p99")?;
         for (kind, count) in &self.done {
             let mut times = self.recoveries.get(kind).cloned().unwrap_or_default();

@@ -132,6 +132,10 @@ struct Session {
     /// that the server knows a deleted node's agent.
     previous_token: Option<String>,
     backoff: Retries,
+    /// Servers passed over in a row for answering 503 (a standby replica,
+    /// or one whose store is down): the next one is asked at once, until
+    /// each was.
+    passed_over: usize,
     link: Link,
     epoch: Instant,
 }
@@ -156,6 +160,7 @@ impl Session {
             report,
             previous_token: None,
             backoff: Retries::new(RETRIES),
+            passed_over: 0,
             link: Link::default(),
             epoch: Instant::now(),
         })
@@ -263,6 +268,7 @@ impl Session {
         self.agent.access.remember_grant_key(&answer.grant_key);
         self.agent.access.end_attempts(&answer.ended_attempts);
         self.backoff.reset();
+        self.passed_over = 0;
         Ok(Then::Beat(started + answer.heartbeat_period.get()))
     }
 
@@ -272,6 +278,17 @@ impl Session {
         credentials: Credentials,
         started: Instant,
     ) -> Result<Then, AgentError> {
+        // Only the leading replica takes heartbeats (it renews the members'
+        // role leases and must hear the node); the others answer 503: the
+        // next server is asked at once, each once, before any backoff.
+        let servers = self.agent.client.servers().len();
+        if error.reason() == Some(herd_core::api::StatusReason::ServiceUnavailable) && self.passed_over + 1 < servers {
+            tracing::debug!(%error, "the server does not take heartbeats now; asking the next one");
+            self.passed_over += 1;
+            self.agent.client.skip_current();
+            return Ok(Then::Now);
+        }
+        self.passed_over = 0;
         match self.failed(started, trouble(&error), false) {
             Next::GiveUp => Err(AgentError::JoinRefused(error)),
             Next::JoinAgain => {

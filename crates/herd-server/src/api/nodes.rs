@@ -114,6 +114,16 @@ pub async fn heartbeat(
 ) -> Result<Json<crate::nodes::HeartbeatAnswer>, ApiError> {
     caller.may(Verb::Heartbeat, "nodes", Some(&name))?;
     let report: AgentReport = parse_body(&body, NodeSpec::KIND, &name)?;
+    // Only the leading replica takes heartbeats: it renews the members'
+    // role leases, and a member may be granted one only on a node it has
+    // heard from. A standby's answer would renew nothing, and the leader
+    // would never hear the node; the agent asks the next server instead.
+    // (A master a failover superseded still answers: it tells where to go.)
+    let superseded = state.supersession.as_ref().is_some_and(|s| s.superseded().is_some());
+    if !state.leader_health.is_leading() && !superseded {
+        let why = "this replica does not lead: a node's heartbeats go to the leading replica".to_string();
+        return Err(ApiError::Unavailable(why));
+    }
     let certificates = &state.node_certificates;
     let services = crate::nodes::HeartbeatServices {
         objects: &state.objects,

@@ -8,10 +8,9 @@
 
 use crate::common;
 
-#[path = "../../../../bench/src/app_failover/probe.rs"]
-mod probe;
-
 use std::process::Command;
+
+use herd_bench::probe;
 use std::time::{Duration, Instant};
 
 use common::apps::{Nodes, configured, example, list_members, nodes, pid_of, require};

@@ -117,6 +117,23 @@ async fn led_cluster_of(nodes: &Nodes, app: serde_json::Value) -> PathBuf {
     dir
 }
 
+/// Agents told of a standby replica first heartbeat to the leader all
+/// the same: a standby answers 503 (only the leader renews role leases,
+/// and a member is granted one only on a node the leader hears), and the
+/// agent asks the next server. Before, the standby took the heartbeats,
+/// and no member was ever granted a lease.
+#[tokio::test(flavor = "multi_thread")]
+async fn agents_told_of_a_standby_first_heartbeat_to_the_leader_and_its_role_leases_hold() {
+    let nodes = common::apps::nodes_told_of_the_standby_first(3).await;
+    let dir = led_cluster(&nodes).await;
+    // Renewed all along: no new term, and the leader writes on.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(leader(&nodes.server).await, Some(("c-db-0".to_string(), 1)));
+    let before = writes(&dir, "c-db-0").len();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(writes(&dir, "c-db-0").len() > before, "the leader still writes");
+}
+
 fn now_ns() -> u128 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
 }

@@ -1,5 +1,6 @@
 //! The chaos soak (`herd_bench::soak`, `bench/src/soak/`) in short: a
-//! hundred faults done, several at once, to the etcd example under three
+//! hundred faults done, several at once, to the etcd example and the
+//! PostgreSQL example (a leader role under a write probe) under three
 //! server replicas on PostgreSQL (SQLite, said loudly, where no database
 //! is given outside CI), with the first host in a network namespace to be
 //! cut off, each host's data dir a tmpfs to be filled, and replicas'
@@ -16,7 +17,7 @@ use crate::common::apps::{member_port_block, require};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_hundred_random_faults_break_no_invariant() {
-    require(&["etcd", "etcdctl"]);
+    require(&["etcd", "etcdctl", "psql", herd_bench::soak::POSTGRES_SERVER]);
     let postgres = std::env::var("HERD_TEST_POSTGRES_URL").ok();
     match (&postgres, std::env::var_os("CI")) {
         (None, Some(_)) => panic!("HERD_TEST_POSTGRES_URL is not set: CI must run the soak on PostgreSQL"),
@@ -45,6 +46,7 @@ async fn a_hundred_random_faults_break_no_invariant() {
         netns: true,
         faketime,
         disks: true,
+        postgres_app: true,
     };
     options.plan.kinds = options.possible();
     let report = run(&options).await.unwrap_or_else(|violation| panic!("{violation:#}"));

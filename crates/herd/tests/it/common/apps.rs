@@ -63,29 +63,44 @@ pub fn member_port_block() -> (u16, u16) {
     (first, first + PORTS_PER_BLOCK - 1)
 }
 
+/// Whether a second server replica runs, and where agents have it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Standby {
+    None,
+    /// After the leader in every agent's list of servers.
+    Second,
+    /// Before the leader: every agent asks it first.
+    First,
+}
+
 pub async fn nodes(n: usize) -> Nodes {
-    nodes_on(n, false, false, &[]).await
+    nodes_on(n, false, Standby::None, &[]).await
 }
 
 /// As [`nodes`], every agent started with `flags` too.
 pub async fn nodes_with(n: usize, flags: &[&str]) -> Nodes {
-    nodes_on(n, false, false, flags).await
+    nodes_on(n, false, Standby::None, flags).await
 }
 
 /// As [`nodes`], with n1's agent (and so its members) in a network
 /// namespace of its own, whose link to the server the test can cut.
 pub async fn nodes_with_n1_apart(n: usize) -> Nodes {
-    nodes_on(n, true, false, &[]).await
+    nodes_on(n, true, Standby::None, &[]).await
 }
 
 /// As [`nodes`], with a second server replica on the same SQLite store
 /// (`standby`), which every agent knows too: the first leads, and the
 /// second takes over once the first is gone.
 pub async fn nodes_with_a_standby(n: usize) -> Nodes {
-    nodes_on(n, false, true, &[]).await
+    nodes_on(n, false, Standby::Second, &[]).await
 }
 
-async fn nodes_on(n: usize, n1_apart: bool, standby: bool, flags: &[&str]) -> Nodes {
+/// As [`nodes_with_a_standby`], every agent told of the standby first.
+pub async fn nodes_told_of_the_standby_first(n: usize) -> Nodes {
+    nodes_on(n, false, Standby::First, &[]).await
+}
+
+async fn nodes_on(n: usize, n1_apart: bool, standby: Standby, flags: &[&str]) -> Nodes {
     let dir = tempfile::tempdir().unwrap();
     let netns = n1_apart.then(|| NetNs::create(0));
     // Reached from the namespace at its outside address, from here on loopback.
@@ -94,11 +109,13 @@ async fn nodes_on(n: usize, n1_apart: bool, standby: bool, flags: &[&str]) -> No
     server.url = server.url.replace("0.0.0.0", "127.0.0.1");
     quick_heartbeats(&server).await;
     own_member_ports(&server).await;
-    let standby = standby.then(|| TestServer::start(&dir.path().join("server")));
-    let agent_servers = match &standby {
-        Some(second) => format!("{},{}", server.url, second.url),
-        None => server.url.clone(),
+    let second = (standby != Standby::None).then(|| TestServer::start(&dir.path().join("server")));
+    let agent_servers = match (&second, standby) {
+        (Some(second), Standby::First) => format!("{},{}", second.url, server.url),
+        (Some(second), _) => format!("{},{}", server.url, second.url),
+        (None, _) => server.url.clone(),
     };
+    let standby = second;
     let dirs: Vec<PathBuf> = (1..=n).map(|i| dir.path().join(format!("n{i}"))).collect();
     let reapers = dirs.iter().map(|d| MemberReaper(d.clone())).collect();
     let agent_flags: Vec<String> = flags.iter().map(|f| f.to_string()).collect();

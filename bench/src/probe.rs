@@ -39,57 +39,70 @@ pub struct Target {
     pub netns: Option<String>,
 }
 
-/// The probes of one system's instances, running until dropped.
-pub struct Probes {
-    timelines: Vec<Arc<Mutex<Vec<Ack>>>>,
+/// One probe: a thread writing to one instance until stopped.
+pub struct Probe {
+    timeline: Arc<Mutex<Vec<Ack>>>,
     stop: Arc<AtomicBool>,
-    threads: Vec<std::thread::JoinHandle<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
 }
+
+impl Probe {
+    /// Starts a probe of `target`; values come from `next_value`, shared
+    /// by every probe of the run.
+    pub fn start(target: Target, next_value: Arc<AtomicI64>) -> Probe {
+        let (timeline, stop) = (Arc::<Mutex<Vec<Ack>>>::default(), Arc::new(AtomicBool::new(false)));
+        let (into, stopped) = (timeline.clone(), stop.clone());
+        let thread = std::thread::spawn(move || probe(target, into, stopped, next_value));
+        Probe { timeline, stop, thread: Some(thread) }
+    }
+
+    /// Stops it (a write in flight is waited for); its acknowledged writes.
+    pub fn finish(&mut self) -> Vec<Ack> {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        self.acks()
+    }
+
+    /// Its acknowledged writes so far, in order.
+    pub fn acks(&self) -> Vec<Ack> {
+        self.timeline.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+/// The probes of one system's instances, running until dropped.
+pub struct Probes(Vec<Probe>);
 
 impl Probes {
     /// Starts a probe per target; values come from `next_value`, shared
     /// by every probe of the run.
     pub fn start(targets: &[Target], next_value: Arc<AtomicI64>) -> Probes {
-        let stop = Arc::new(AtomicBool::new(false));
-        let timelines: Vec<Arc<Mutex<Vec<Ack>>>> = targets.iter().map(|_| Arc::default()).collect();
-        let threads = targets
-            .iter()
-            .zip(&timelines)
-            .map(|(target, timeline)| {
-                let (target, timeline, stop, next) =
-                    (target.clone(), timeline.clone(), stop.clone(), next_value.clone());
-                std::thread::spawn(move || probe(target, timeline, stop, next))
-            })
-            .collect();
-        Probes { timelines, stop, threads }
+        Probes(targets.iter().map(|target| Probe::start(target.clone(), next_value.clone())).collect())
     }
 
     /// Stops the probes (a write in flight is waited for) and gives every
     /// instance's acknowledged writes: what is read back afterwards was
     /// written before it is read.
     pub fn finish(&mut self) -> Vec<Vec<Ack>> {
-        self.stop.store(true, Ordering::SeqCst);
-        for thread in self.threads.drain(..) {
-            let _ = thread.join();
-        }
-        self.timelines()
+        self.0.iter_mut().map(Probe::finish).collect()
     }
 
     /// Every instance's acknowledged writes so far, in order.
     pub fn timelines(&self) -> Vec<Vec<Ack>> {
-        self.timelines.iter().map(|t| t.lock().unwrap_or_else(|p| p.into_inner()).clone()).collect()
+        self.0.iter().map(Probe::acks).collect()
     }
 
     /// Every instance's acknowledged writes after `at`.
     pub fn timelines_since(&self, at: u128) -> Vec<Vec<Ack>> {
-        let since = |acks: &Vec<Ack>| acks[acks.partition_point(|a| a.at <= at)..].to_vec();
-        self.timelines.iter().map(|t| since(&t.lock().unwrap_or_else(|p| p.into_inner()))).collect()
-    }
-}
-
-impl Drop for Probes {
-    fn drop(&mut self) {
-        self.finish();
+        let since = |acks: Vec<Ack>| acks[acks.partition_point(|a| a.at <= at)..].to_vec();
+        self.0.iter().map(|p| since(p.acks())).collect()
     }
 }
 
