@@ -272,7 +272,9 @@ async fn a_five_member_etcd_is_upgraded_one_member_at_a_time_and_every_lineariza
     assert!(out.status.success(), "{}", said(&out));
     assert!(failures.is_empty(), "{} of the reads failed: {failures:?}", failures.len());
     let reads = reads.load(Ordering::SeqCst);
-    assert!(reads > 50, "a read every 100 ms all along");
+    // One every 100 ms when the machine is idle; at least one a second
+    // all along (each is an etcdctl process, slow to start on a busy one).
+    assert!(reads as u64 >= took.as_secs().max(10), "reads all along: {reads} in {took:?}");
     eprintln!("etcd upgraded member by member in {took:?}: {reads} linearizable reads, none failed");
     let after = list_members(server, "etcd").await;
     assert!(after.iter().all(|m| m.status.app_revision == Some(2)), "{:?}", revisions(&after));
