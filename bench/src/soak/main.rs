@@ -13,7 +13,8 @@
 //! default 1 as root), SOAK_DISKS (1: each host's data dir a tmpfs of its
 //! own, to be filled; default 1 as root), SOAK_POSTGRES_APP (1: the
 //! PostgreSQL example runs too, under a write probe; default 1 where
-//! PostgreSQL 15 is installed), HERD_BIN.
+//! PostgreSQL 15 is installed), SOAK_CLIENT_PAUSE_MS (between each etcd
+//! client's operations, default 50), HERD_BIN.
 
 use std::time::Duration;
 
@@ -70,6 +71,7 @@ async fn main() -> anyhow::Result<()> {
         faketime: faketime_library(),
         disks: env_u64("SOAK_DISKS", u64::from(root)) == 1,
         postgres_app: env_u64("SOAK_POSTGRES_APP", u64::from(postgres_installed())) == 1,
+        client_pause: Duration::from_millis(env_u64("SOAK_CLIENT_PAUSE_MS", 50)),
     };
     options.plan.kinds = kinds(&options.possible())?;
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;

@@ -66,6 +66,9 @@ pub struct Options {
     /// Whether the PostgreSQL example runs too (a leader role under a
     /// write probe; switchovers), on Debian's PostgreSQL 15.
     pub postgres_app: bool,
+    /// How long each of the three etcd clients waits between operations
+    /// (the history to check grows with it).
+    pub client_pause: Duration,
 }
 
 impl Options {
@@ -123,7 +126,7 @@ async fn soak(cluster: &Arc<hosts::Cluster>, options: &Options) -> anyhow::Resul
     let stop = CancellationToken::new();
     let mut tasks = Vec::new();
     for id in 0..3 {
-        tasks.push(tokio::spawn(recorder.clone().run(id, options.plan.seed, Duration::from_millis(50), stop.clone())));
+        tasks.push(tokio::spawn(recorder.clone().run(id, options.plan.seed, options.client_pause, stop.clone())));
     }
     let twice = Arc::new(Mutex::new(None));
     let scan = tokio::spawn(checks::scan_for_twice(twice.clone(), cluster.root(), clock, stop.clone()));
@@ -224,7 +227,10 @@ async fn soak(cluster: &Arc<hosts::Cluster>, options: &Options) -> anyhow::Resul
     if let Some(Err(violation)) = commits {
         return Err(violation);
     }
-    if let Err(violation) = check(&Register, &history) {
+    let checking = Instant::now();
+    let linearizable = check(&Register, &history);
+    println!("{} operations checked for linearizability in {:.1?}", history.len(), checking.elapsed());
+    if let Err(violation) = linearizable {
         let ops: Vec<_> = violation.operations.iter().map(|&i| &history[i]).collect();
         let from = ops.iter().map(|o| o.call).min().unwrap_or_default();
         let to = ops.iter().filter_map(|o| o.ret).max().unwrap_or(from);

@@ -23,16 +23,19 @@ pub const CLUSTER: &str = "postgres";
 pub const SERVER: &str = "/usr/lib/postgresql/15/bin/postgres";
 pub const ROLE: &str = "db";
 
-/// The example App with shorter leases (more failovers in a run), and a
-/// cluster of three.
+/// The example App with shorter leases (more failovers in a run) and a
+/// readiness check given longer, and a cluster of three.
 pub async fn set_up(admin: &Client) -> anyhow::Result<()> {
     let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/apps/postgres");
     let text = std::fs::read_to_string(examples.join("app.yaml"))?;
     let mut app: serde_json::Value = serde_saphyr::from_str(&text)?;
-    let leader = &mut app["spec"]["roles"][0]["leader"];
-    leader["leaseDuration"] = "5s".into();
-    leader["renewDeadline"] = "3s".into();
-    leader["retryPeriod"] = "1s".into();
+    let role = &mut app["spec"]["roles"][0];
+    role["leader"]["leaseDuration"] = "5s".into();
+    role["leader"]["renewDeadline"] = "3s".into();
+    role["leader"]["retryPeriod"] = "1s".into();
+    // A leader not ready is not renewed: 2 s for a check on a loaded machine.
+    role["readiness"]["period"] = "2s".into();
+    role["readiness"]["timeout"] = "2s".into();
     admin.create_value("apps", &app, Default::default()).await?;
     let cluster = serde_json::json!({"metadata": {"name": CLUSTER}, "spec": {"appRef": "postgres", "roles": [{"name": ROLE, "members": 3}]}});
     admin.create_value("appclusters", &cluster, Default::default()).await?;

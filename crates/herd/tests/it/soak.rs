@@ -47,6 +47,8 @@ async fn a_hundred_random_faults_break_no_invariant() {
         faketime,
         disks: true,
         postgres_app: true,
+        // Fewer operations than the long soak's 50 ms: a shorter check.
+        client_pause: Duration::from_millis(100),
     };
     options.plan.kinds = options.possible();
     let report = run(&options).await.unwrap_or_else(|violation| panic!("{violation:#}"));
