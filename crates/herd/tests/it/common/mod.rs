@@ -441,7 +441,8 @@ pub fn host_processes_with(key: &str, value: &str) -> Vec<HostProcess> {
 
 /// The tests that load the machine or time it take turns: the browser
 /// tests (Chromium, and a thousand simulated nodes for one), the
-/// PostgreSQL tests that time a fence or a switchover, and the CPU share.
+/// PostgreSQL tests (three servers failing over), the CPU share and the
+/// chaos soak.
 /// Side by side under a busy test run they starved each other's pages past
 /// their waits, and a loaded machine skews a page's measured cost. Hold
 /// the guard for the whole test.
