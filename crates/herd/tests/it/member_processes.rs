@@ -201,10 +201,14 @@ fi
     })
     .await;
     // The setup's whole run: the wrapper, sh, timeout and its sleep, the
-    // setsid sleep and the sleep it waits on.
-    let of_first: Vec<_> =
-        of_cluster("leaky").into_iter().filter(|p| p.env.get("HERD_RUN") == Some(&first[0])).collect();
-    assert!(of_first.len() >= 5, "{of_first:?}");
+    // setsid sleep and the sleep it waits on (a loaded machine starts
+    // them a moment after the wrapper).
+    eventually(Duration::from_secs(30), "the first setup's whole run", || async {
+        let of_first: Vec<_> =
+            of_cluster("leaky").into_iter().filter(|p| p.env.get("HERD_RUN") == Some(&first[0])).collect();
+        (of_first.len() >= 5).then_some(())
+    })
+    .await;
 
     // The member of the first setup is killed: a new instance is set up,
     // and nothing of the old setup runs beside the new one.
