@@ -36,7 +36,7 @@ use tokio_util::sync::CancellationToken;
 use crate::linearizable::{Register, check};
 use crate::schedule::{FaultKind, Plan, schedule};
 pub use hosts::faketime_library;
-pub use postgres::SERVER as POSTGRES_SERVER;
+pub use postgres::{SERVER as POSTGRES_SERVER, quick_failovers};
 pub use report::Report;
 
 /// What a soak runs on and how hard.

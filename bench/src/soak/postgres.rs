@@ -29,17 +29,24 @@ pub async fn set_up(admin: &Client) -> anyhow::Result<()> {
     let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/apps/postgres");
     let text = std::fs::read_to_string(examples.join("app.yaml"))?;
     let mut app: serde_json::Value = serde_saphyr::from_str(&text)?;
-    let role = &mut app["spec"]["roles"][0];
-    role["leader"]["leaseDuration"] = "5s".into();
-    role["leader"]["renewDeadline"] = "3s".into();
-    role["leader"]["retryPeriod"] = "1s".into();
-    // A leader not ready is not renewed: 2 s for a check on a loaded machine.
-    role["readiness"]["period"] = "2s".into();
-    role["readiness"]["timeout"] = "2s".into();
+    quick_failovers(&mut app);
     admin.create_value("apps", &app, Default::default()).await?;
     let cluster = serde_json::json!({"metadata": {"name": CLUSTER}, "spec": {"appRef": "postgres", "roles": [{"name": ROLE, "members": 3}]}});
     admin.create_value("appclusters", &cluster, Default::default()).await?;
     Ok(())
+}
+
+/// The example App (as JSON) set for many failovers: shorter lease times,
+/// and a readiness check given 2 s (a leader not ready is not renewed: a
+/// check late on a loaded machine would fail it over). The PostgreSQL
+/// tests use it too.
+pub fn quick_failovers(app: &mut serde_json::Value) {
+    let role = &mut app["spec"]["roles"][0];
+    role["leader"]["leaseDuration"] = "5s".into();
+    role["leader"]["renewDeadline"] = "3s".into();
+    role["leader"]["retryPeriod"] = "1s".into();
+    role["readiness"]["period"] = "2s".into();
+    role["readiness"]["timeout"] = "2s".into();
 }
 
 /// The leader of role `db` as herd has it (member, term), if one leads.

@@ -227,18 +227,6 @@ async fn apply_example(nodes: &Nodes, members: u32, change: impl FnOnce(&mut ser
     admin.create_value("appclusters", &cluster, Default::default()).await.unwrap();
 }
 
-/// Shorter lease times, for many failovers in a test; a readiness check
-/// given 2 s (a leader not ready is not renewed: a check late on a loaded
-/// machine would fail it over, and the test ran beside the whole suite).
-fn quick_leases(app: &mut serde_json::Value) {
-    let role = &mut app["spec"]["roles"][0];
-    role["leader"]["leaseDuration"] = "5s".into();
-    role["leader"]["renewDeadline"] = "3s".into();
-    role["leader"]["retryPeriod"] = "1s".into();
-    role["readiness"]["period"] = "2s".into();
-    role["readiness"]["timeout"] = "2s".into();
-}
-
 /// Where each member is reached, in the order given: n1's from inside its
 /// network namespace (where a cut-off primary is still heard).
 async fn targets(nodes: &Nodes, members: &[Member]) -> Vec<probe::Target> {
@@ -268,7 +256,7 @@ async fn in_synchronous_mode_every_acknowledged_commit_survives_20_failovers() {
     // renewals and it failed: it takes its turn.
     let _turn = common::take_turn().await;
     let mut nodes = common::apps::nodes_with_n1_apart(3).await;
-    apply_example(&nodes, 3, quick_leases).await;
+    apply_example(&nodes, 3, herd_bench::soak::quick_failovers).await;
     let members = configured(&nodes.server, CLUSTER, 3, Duration::from_secs(120)).await;
     let netns_of = |m: &Member| m.spec.node.as_deref() == Some("n1");
     let n1 = members.iter().find(|m| netns_of(m)).unwrap().metadata.name.clone();
