@@ -76,15 +76,16 @@ pub async fn client_endpoints(admin: &Client) -> anyhow::Result<Vec<String>> {
 }
 
 /// How long until every member is configured and ready and every node
-/// Ready (at most `within`).
+/// Ready (at most `within`); or what still lacked then.
 pub async fn whole_again(admin: &Client, expected: &Expected, within: Duration) -> anyhow::Result<Duration> {
     let started = Instant::now();
     loop {
-        if is_whole(admin, expected).await {
+        let lacking = lacking(admin, expected).await;
+        if lacking.is_empty() {
             return Ok(started.elapsed());
         }
         if started.elapsed() > within {
-            bail!("the cluster was not whole again within {within:?}");
+            bail!("the cluster was not whole again within {within:?}: {}", lacking.join("; "));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -104,25 +105,46 @@ pub async fn recovered(admin: &Client, expected: &Expected, awaited: &Awaited, w
                 admin.get::<OperationSpec>(name).await.is_ok_and(|o| o.status.phase.is_finished())
             }
         };
-        if seen && is_whole(admin, expected).await {
+        let lacking = if seen { lacking(admin, expected).await } else { vec![format!("{awaited:?} not seen")] };
+        if lacking.is_empty() {
             return Ok(());
         }
         if started.elapsed() > within {
-            bail!("not whole again within {within:?} after {awaited:?}");
+            bail!("not whole again within {within:?} after {awaited:?}: {}", lacking.join("; "));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
-async fn is_whole(admin: &Client, expected: &Expected) -> bool {
-    let members = admin.list::<MemberSpec>("").await.unwrap_or_default();
-    let nodes = admin.list::<NodeSpec>("").await.unwrap_or_default();
+/// What the cluster lacks to be whole, each named (nothing when whole).
+async fn lacking(admin: &Client, expected: &Expected) -> Vec<String> {
+    let (members, nodes) = match (admin.list::<MemberSpec>("").await, admin.list::<NodeSpec>("").await) {
+        (Ok(members), Ok(nodes)) => (members, nodes),
+        (Err(error), _) | (_, Err(error)) => return vec![format!("herd's API did not answer: {error}")],
+    };
     let clusters = if expected.postgres { 2 } else { 1 };
-    members.len() == 3 * clusters
-        && members.iter().all(|m| m.status.state == MemberState::Configured && m.status.ready)
-        && nodes.len() == expected.nodes
-        && nodes.iter().all(|n| n.status.ready)
-        && (!expected.postgres || super::postgres::leader(admin).await.is_some())
+    let mut lacking = Vec::new();
+    if members.len() != 3 * clusters {
+        lacking.push(format!("{} members, not {}", members.len(), 3 * clusters));
+    }
+    for member in members.iter().filter(|m| m.status.state != MemberState::Configured || !m.status.ready) {
+        let status = &member.status;
+        let ready = if status.ready { "ready" } else { "not ready" };
+        lacking
+            .push(format!("member {} {:?} and {ready} on {:?}", member.metadata.name, status.state, member.spec.node));
+    }
+    if nodes.len() != expected.nodes {
+        lacking.push(format!("{} nodes, not {}", nodes.len(), expected.nodes));
+    }
+    for node in nodes.iter().filter(|n| !n.status.ready) {
+        lacking.push(format!("node {} not Ready", node.metadata.name));
+    }
+    if expected.postgres
+        && let Some(waiting) = super::postgres::no_leader(admin).await
+    {
+        lacking.push(waiting);
+    }
+    lacking
 }
 
 /// Every Operation ended and every Command settled, within a minute; or

@@ -127,6 +127,25 @@ impl Cluster {
         self.dir.path().to_path_buf()
     }
 
+    /// Copies every log of the soak (`*.log`: the replicas', the agents',
+    /// the members') under `to`, keeping where each was.
+    pub fn keep_logs(&self, to: &Path) -> std::io::Result<()> {
+        fn copy(from: &Path, to: &Path) -> std::io::Result<()> {
+            for entry in std::fs::read_dir(from)? {
+                let entry = entry?;
+                let path = entry.path();
+                if entry.file_type()?.is_dir() {
+                    copy(&path, &to.join(entry.file_name()))?;
+                } else if path.extension().is_some_and(|e| e == "log") {
+                    std::fs::create_dir_all(to)?;
+                    std::fs::copy(&path, to.join(entry.file_name()))?;
+                }
+            }
+            Ok(())
+        }
+        copy(self.dir.path(), to)
+    }
+
     pub fn node_dir(&self, index: usize) -> PathBuf {
         self.dir.path().join(&self.nodes[index])
     }

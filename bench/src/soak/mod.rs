@@ -106,8 +106,18 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
     );
     let cluster = hosts::Cluster::start(options).context("starting the servers and agents")?;
     let outcome = soak(&cluster, options).await;
+    // What a violation is read from outlives the soak's directory.
+    let kept = outcome.is_err().then(|| {
+        let to = std::env::temp_dir().join(format!("herd-soak-{}", options.plan.seed));
+        match cluster.keep_logs(&to) {
+            Ok(()) => format!("\nthe logs (replicas', agents', members'): {}", to.display()),
+            Err(error) => format!("\nthe logs were not kept: {error}"),
+        }
+    });
     cluster.stop().await;
-    outcome.map_err(|error| anyhow::anyhow!("{error:#}\nreplay: SOAK_SEED={}", options.plan.seed))
+    outcome.map_err(|error| {
+        anyhow::anyhow!("{error:#}\nreplay: SOAK_SEED={}{}", options.plan.seed, kept.unwrap_or_default())
+    })
 }
 
 async fn soak(cluster: &Arc<hosts::Cluster>, options: &Options) -> anyhow::Result<Report> {

@@ -56,6 +56,19 @@ pub async fn leader(admin: &Client) -> Option<(String, u64)> {
     Some((leader.member?, leader.term))
 }
 
+/// Why role `db` has no leader as herd has it (`None` when one leads).
+pub async fn no_leader(admin: &Client) -> Option<String> {
+    let cluster = match admin.get::<AppClusterSpec>(CLUSTER).await {
+        Ok(cluster) => cluster,
+        Err(error) => return Some(format!("cluster {CLUSTER} not read: {error}")),
+    };
+    match cluster.status.leaders.into_iter().find(|l| l.role == ROLE) {
+        Some(leader) if leader.waiting.is_none() && leader.member.is_some() => None,
+        Some(leader) => Some(format!("no {CLUSTER} leader: {}", leader.waiting.unwrap_or_default())),
+        None => Some(format!("no {CLUSTER} leader: role {ROLE} not in its status")),
+    }
+}
+
 /// Where one member runs now: its name, node, and how it is reached.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Placement {

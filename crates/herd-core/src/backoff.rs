@@ -1,8 +1,10 @@
 //! [`Backoff`]: the one capped exponential backoff every retry in herd
 //! waits by (a member's restarts, a notify's, a refused eviction's, a
-//! failed reconciliation's, a failed controller pass's).
+//! failed reconciliation's, a failed controller pass's), and
+//! [`Contention`]: how long an optimistic write that lost a race to
+//! another writer tries again.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Waits `first` after the first failure in a row, twice as long after
 /// each further one, and never longer than `max`.
@@ -50,6 +52,42 @@ impl Retries {
     }
 }
 
+/// How an optimistic read-modify-write that lost a race (the object, or
+/// a guard, moved between its read and its write) tries again: after a
+/// short pause that grows, for as long as [`Contention::PATIENCE`], not a
+/// fixed number of times. On a loaded host one read-and-write takes long
+/// enough for a busy object (an Operation's or a member's status) to be
+/// written several times over; a count of attempts then refuses the
+/// caller a write nobody else wanted (as a Kubernetes API server's
+/// guaranteed update, which tries until it lands).
+#[derive(Clone, Debug)]
+pub struct Contention {
+    since: Instant,
+    retries: Retries,
+}
+
+impl Contention {
+    /// How long a write keeps trying before it is refused as contended.
+    pub const PATIENCE: Duration = Duration::from_secs(10);
+    /// The pauses between tries: short at first (the other writer is
+    /// usually done), never long enough to matter to a caller.
+    pub const BACKOFF: Backoff = Backoff::new(Duration::from_millis(2), Duration::from_millis(200));
+
+    /// A write's first try, made at `now`.
+    pub fn new(now: Instant) -> Self {
+        Contention { since: now, retries: Retries::new(Self::BACKOFF) }
+    }
+
+    /// A try lost its race at `now`: the pause before the next, or `None`
+    /// when the write has tried for [`Contention::PATIENCE`] and should be
+    /// refused (after at least two tries, however slow each was).
+    pub fn lost(&mut self, now: Instant) -> Option<Duration> {
+        let first_loss = self.retries.failures == 0;
+        let pause = self.retries.failed();
+        (first_loss || now.saturating_duration_since(self.since) < Self::PATIENCE).then_some(pause)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -71,6 +109,19 @@ mod tests {
         assert_eq!(waited, [500, 1_000, 2_000]);
         retries.reset();
         assert_eq!(retries.failed(), Duration::from_millis(500));
+    }
+
+    #[test]
+    fn a_lost_race_is_tried_again_for_the_patience_not_a_count() {
+        let start = Instant::now();
+        let mut contention = Contention::new(start);
+        let pauses: Vec<u64> = (0..12).map(|_| contention.lost(start).unwrap().as_millis() as u64).collect();
+        assert_eq!(pauses, [2, 4, 8, 16, 32, 64, 128, 200, 200, 200, 200, 200], "many quick losses: still trying");
+        let late = start + Contention::PATIENCE;
+        assert_eq!(contention.lost(late), None, "refused once the patience is spent");
+        let mut slow = Contention::new(start);
+        assert!(slow.lost(late).is_some(), "one slow try is tried once more");
+        assert_eq!(slow.lost(late), None);
     }
 
     proptest! {

@@ -9,6 +9,7 @@ use std::time::SystemTime;
 
 use herd_core::Resource;
 use herd_core::api::{CommandAck, CommandReport};
+use herd_core::backoff::Contention;
 use herd_core::kinds::{Action, Command, CommandSpec, EventReason, EventType, ManagementState, NodeRole, NodeSpec};
 
 use crate::error::ApiError;
@@ -16,7 +17,7 @@ use crate::events::EventRecorder;
 use crate::metrics::Metrics;
 use herd_store::{Compare, Revision, Txn};
 
-use crate::objects::{Guard, Objects, ObjectsError, Part, decode, now, object_key};
+use crate::objects::{Guard, Objects, ObjectsError, Part, decode, now, object_key, try_again};
 use crate::peers::PeerAuthority;
 use crate::reflector::Reflector;
 
@@ -202,10 +203,6 @@ fn holds_key(member: &str) -> String {
     format!("{HOLDS_PREFIX}{member}")
 }
 
-/// How many times a creation is checked again when another one for the
-/// same member landed between its check and its write.
-const ADMIT_ATTEMPTS: usize = 8;
-
 /// A member's hold list as stored: its revision and the Commands it names
 /// that still exist.
 async fn hold_list(objects: &Objects, member: &str) -> Result<(Option<Revision>, Vec<Command>), ObjectsError> {
@@ -335,7 +332,10 @@ async fn admit(
         }
     }
     let member = command.spec.action.member().to_string();
-    for _ in 0..ADMIT_ATTEMPTS {
+    // A creation for the same member that landed between the check and
+    // the write moves the hold list: checked again.
+    let mut contention = Contention::new(std::time::Instant::now());
+    loop {
         let (revision, listed) = hold_list(objects, &member).await?;
         check_holds(&command, &listed)?;
         if dry_run {
@@ -350,14 +350,16 @@ async fn admit(
         let value = serde_json::to_vec(&still).unwrap_or_default();
         let guard = Guard { key: holds_key(&member), revision, value };
         match objects.create_guarded(command.clone(), &guard, issued_against.is_some()).await {
-            Err(ObjectsError::GuardMoved { .. }) => continue,
+            Err(ObjectsError::GuardMoved { .. }) if try_again(&mut contention).await => {}
+            Err(ObjectsError::GuardMoved { .. }) => {
+                return Err(ObjectsError::Held(format!(
+                    "commands for member {member} kept being created meanwhile; command {} was not created: try again",
+                    command.metadata.name
+                )));
+            }
             other => return other,
         }
     }
-    Err(ObjectsError::Held(format!(
-        "commands for member {member} kept being created meanwhile; command {} was not created: try again",
-        command.metadata.name
-    )))
 }
 
 /// Deletes a gone member's hold list once nothing it names holds it (a

@@ -14,6 +14,7 @@
 //! and asked of the member, is `herd_core::eviction`'s.
 
 use herd_core::api::Eviction;
+use herd_core::backoff::Contention;
 use herd_core::disruption;
 pub use herd_core::eviction::Disruption;
 use herd_core::eviction::{self, Decision, Request};
@@ -24,10 +25,7 @@ use herd_core::kinds::{
 use herd_core::placement::{self, Placement};
 
 use crate::events::EventRecorder;
-use crate::objects::{Objects, ObjectsError, Part, Staged, now};
-
-/// How many times an approval that lost a race is decided again.
-const ATTEMPTS: usize = 16;
+use crate::objects::{Objects, ObjectsError, Part, Staged, now, try_again};
 
 /// Why an eviction was not approved. Only [`EvictionError::Refused`] is
 /// an answer about the member; the others decided nothing, and asking
@@ -37,7 +35,7 @@ pub enum EvictionError {
     /// A budget, or where the member could go, does not allow it now.
     #[error("cannot evict member {member}: {why}")]
     Refused { member: String, why: String },
-    /// The member or its budgets changed under every attempt.
+    /// The member or its budgets kept changing under every attempt.
     #[error("member {0} or its budgets kept changing; try again")]
     Contended(String),
     /// Reading or writing the store failed, or the member is gone.
@@ -64,7 +62,9 @@ pub async fn disrupt(
     dry_run: bool,
     how: Disruption,
 ) -> Result<Eviction, EvictionError> {
-    for _ in 0..ATTEMPTS {
+    // An approval that lost a race is decided again.
+    let mut contention = Contention::new(std::time::Instant::now());
+    loop {
         let member = objects.require::<MemberSpec>(name).await?;
         let (request, definition) = move_request(objects, &member, how).await?;
         let (budgets, _) = objects.list::<DisruptionBudgetSpec>().await?;
@@ -108,11 +108,11 @@ pub async fn disrupt(
                 events.record(&member, EventType::Normal, EventReason::MemberEvicted, answer.message.clone()).await;
                 return Ok(answer);
             }
-            Err(ObjectsError::Conflict { .. }) => continue,
+            Err(ObjectsError::Conflict { .. }) if try_again(&mut contention).await => {}
+            Err(ObjectsError::Conflict { .. }) => return Err(EvictionError::Contended(name.to_string())),
             Err(other) => return Err(other.into()),
         }
     }
-    Err(EvictionError::Contended(name.to_string()))
 }
 
 /// Evicts member `name` without asking its budgets: a drain whose deadline

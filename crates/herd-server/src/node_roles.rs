@@ -9,13 +9,14 @@
 use std::collections::BTreeMap;
 
 use herd_core::Resource;
+use herd_core::backoff::Contention;
 use herd_core::kinds::cluster_config::CLUSTER_CONFIG_NAME;
 use herd_core::kinds::{ClusterConfigSpec, EventReason, EventType, MemberSpec, Node, NodeRole, NodeSpec};
 use herd_core::roles::{NodeFacts, NodeUpdate, RoleChange, RoleRefusal, decide, fill_pool};
 
 use crate::error::ApiError;
 use crate::events::EventRecorder;
-use crate::objects::{Objects, ObjectsError};
+use crate::objects::{Objects, ObjectsError, try_again};
 
 /// Why a role change was not made. Only [`RoleChangeError::Refused`] is
 /// an answer about the node; the others decided nothing, and asking again
@@ -32,9 +33,6 @@ pub enum RoleChangeError {
     #[error(transparent)]
     Objects(#[from] ObjectsError),
 }
-
-/// Decisions taken again at most this often when nodes keep changing.
-const ATTEMPTS: usize = 5;
 
 fn role_word(role: NodeRole) -> &'static str {
     match role {
@@ -112,15 +110,19 @@ pub async fn change(
     change: RoleChange,
     auto_promote: bool,
 ) -> Result<Vec<NodeUpdate>, RoleChangeError> {
-    for _ in 0..ATTEMPTS {
+    // Nodes that changed between the read and the write: decided again.
+    let mut contention = Contention::new(std::time::Instant::now());
+    loop {
         let (nodes, facts, master) = read(objects).await?;
         let updates = decide(&facts, master.as_deref(), name, change, pool_size, auto_promote)?;
         if updates.is_empty() || write(objects, &nodes, &updates).await? {
             tell(events, &nodes, &updates).await;
             return Ok(updates);
         }
+        if !try_again(&mut contention).await {
+            return Err(RoleChangeError::Contended(name.to_string()));
+        }
     }
-    Err(RoleChangeError::Contended(name.to_string()))
 }
 
 /// A Node replaced through the API (`herd apply`) that changes its role
@@ -161,13 +163,16 @@ pub async fn keep_pool_full(
     events: &EventRecorder,
     pool_size: usize,
 ) -> Result<Vec<NodeUpdate>, ObjectsError> {
-    for _ in 0..ATTEMPTS {
+    let mut contention = Contention::new(std::time::Instant::now());
+    loop {
         let (nodes, facts, master) = read(objects).await?;
         let updates = fill_pool(&facts, pool_size, master.as_deref());
         if updates.is_empty() || write(objects, &nodes, &updates).await? {
             tell(events, &nodes, &updates).await;
             return Ok(updates);
         }
+        if !try_again(&mut contention).await {
+            return Ok(Vec::new());
+        }
     }
-    Ok(Vec::new())
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use herd_core::api::{ListMeta, ObjectList};
+use herd_core::backoff::Contention;
 use herd_core::labels::{LabelSelector, Labels};
 use herd_core::lifecycle::{self, Prepared};
 use herd_core::{API_VERSION, Object, Resource, Timestamp};
@@ -75,9 +76,18 @@ impl ObjectsError {
     }
 }
 
-/// How many times a read-modify-write is retried when another writer got
-/// there first.
-const MODIFY_ATTEMPTS: usize = 8;
+/// After a read-modify-write lost its race to another writer: waits as
+/// `contention` says, and whether to try again (false once its patience
+/// is spent: the caller reports the conflict).
+pub async fn try_again(contention: &mut Contention) -> bool {
+    match contention.lost(std::time::Instant::now()) {
+        Some(pause) => {
+            tokio::time::sleep(pause).await;
+            true
+        }
+        None => false,
+    }
+}
 
 pub fn collection_prefix(plural: &str) -> String {
     format!("/registry/{plural}/")
@@ -591,22 +601,22 @@ impl Objects {
         mut change: impl FnMut(&mut Object<S>) -> Result<bool, E>,
     ) -> Result<Object<S>, E> {
         let name = read.metadata.name.clone();
-        let mut last_conflict = None;
-        for attempt in 0..MODIFY_ATTEMPTS {
-            if attempt > 0 {
-                read = self.require::<S>(&name).await?;
-            }
+        let mut contention = Contention::new(std::time::Instant::now());
+        loop {
             let mut object = read.clone();
             if !change(&mut object)? {
                 return Ok(object);
             }
             match self.write_over(&read, object, part, Vec::new()).await {
-                Err(conflict @ ObjectsError::Conflict { .. }) => last_conflict = Some(conflict),
+                Err(conflict @ ObjectsError::Conflict { .. }) => {
+                    if !try_again(&mut contention).await {
+                        return Err(E::from(conflict));
+                    }
+                }
                 other => return other.map_err(E::from),
             }
+            read = self.require::<S>(&name).await?;
         }
-        let kept_changing = ObjectsError::GuardMoved { kind: S::KIND.into(), name };
-        Err(E::from(last_conflict.unwrap_or(kept_changing)))
     }
 
     /// Writes `new`'s spec or status over `old`, the object as read at
@@ -717,7 +727,7 @@ impl Objects {
     ) -> Result<Value, ObjectsError> {
         let key = object_key(plural, name);
         let to_api = |e| ObjectsError::from_store(kind, name, e);
-        let mut attempts = 0;
+        let mut contention = Contention::new(std::time::Instant::now());
         loop {
             let current =
                 self.store.get(&key).await.map_err(to_api)?.ok_or_else(|| ObjectsError::not_found(kind, name))?;
@@ -733,9 +743,7 @@ impl Objects {
             match self.commit((kind, name), &key, Some(expected), (None, ops.clone()), delete).await {
                 // Without a precondition, a write that landed meanwhile
                 // does not stop the delete: read it again.
-                Err(ObjectsError::Conflict { .. }) if precondition.is_none() && attempts < MODIFY_ATTEMPTS => {
-                    attempts += 1;
-                }
+                Err(ObjectsError::Conflict { .. }) if precondition.is_none() && try_again(&mut contention).await => {}
                 Err(error) => return Err(error),
                 Ok(_) => return Ok(last),
             }

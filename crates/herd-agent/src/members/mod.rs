@@ -7,10 +7,12 @@
 //! (it exited, or the host rebooted) is started again with a fresh
 //! instance id. Members outlive the agent: stopping the agent leaves them
 //! running. `environment` is what every process of a member is given;
-//! `volumes` where its volumes are and which this node had.
+//! `volumes` where its volumes are and which this node had; `restarting`
+//! starts a wanted member again when its run ended or could not start.
 
 mod environment;
 pub mod leadership;
+mod restarting;
 mod volumes;
 
 use std::collections::BTreeMap;
@@ -223,8 +225,12 @@ impl Members {
             }
             let alive = record.process.as_ref().is_some_and(|p| procs::is_alive(p.pid, p.start_ticks));
             members.lock().insert(name.clone(), Slot { record: record.clone(), generation: 0 });
-            if launched.is_some() {
-                members.persist(&name)?;
+            // Not kept on a disk too full: the next agent run finds the
+            // same run again.
+            if launched.is_some()
+                && let Err(error) = members.persist(&name)
+            {
+                tracing::warn!(member = %name, %error, "could not record the run found");
             }
             match (alive, record.wanted) {
                 (true, _) => {
@@ -238,7 +244,11 @@ impl Members {
                     // It led when it went down: no lease of its holds now
                     // that this agent knows of, so it comes back demoted.
                     members.demote_if_leading(&record).await;
-                    members.launch(&name)?;
+                    if let Err(error) = members.launch(&name) {
+                        let delay = members.start_failed(&name, &error);
+                        let (members, name) = (members.clone(), name.clone());
+                        tokio::spawn(async move { members.start_again(&name, 0, delay).await });
+                    }
                 }
                 (false, false) => {}
             }
@@ -421,9 +431,11 @@ impl Members {
             (before, slot.generation)
         };
         if let Err(error) = self.persist(member) {
+            // As if never started: a retry waiting on this generation goes on.
             if let Some(slot) = self.lock().get_mut(member).filter(|s| s.generation == generation) {
                 slot.record =
                     MemberRecord { last_exit: Some(format!("not started: {error}")), launching: None, ..before };
+                slot.generation -= 1;
             }
             return Err(error);
         }
@@ -459,75 +471,6 @@ impl Members {
         self.persist(member)?;
         self.tell_changed();
         Ok(())
-    }
-
-    /// Watches a member started by an earlier agent run.
-    fn watch_adopted(&self, member: String, generation: u64, process: Running) {
-        let members = self.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = members.stop.cancelled() => return,
-                    _ = tokio::time::sleep(ADOPTED_POLL) => {}
-                }
-                if !procs::is_alive(process.pid, process.start_ticks) {
-                    break;
-                }
-            }
-            members.exited(&member, generation, "exited (status unknown: adopted)".into()).await;
-        });
-    }
-
-    /// A run ended: record it, and start the member again (with backoff)
-    /// if it is still wanted.
-    async fn exited(&self, member: &str, generation: u64, exit: String) {
-        let oom_kill = self.record(member).and_then(|record| oom_kill_of(&record));
-        let exit = match &oom_kill {
-            Some(kill) => format!("OOMKilled: {kill} ({exit})"),
-            None => exit,
-        };
-        let (ended, delay) = {
-            let mut slots = self.lock();
-            let Some(slot) = slots.get_mut(member).filter(|s| s.generation == generation) else { return };
-            slot.record.last_exit = Some(exit.clone());
-            if oom_kill.is_some() {
-                slot.record.oom_kill = oom_kill;
-            }
-            let ended = slot.record.process.as_ref().map(|p| p.instance_id.clone());
-            let delay = slot.record.wanted.then(|| {
-                let ran = slot.record.process.as_ref().map(|p| p.started_at.age(crate::now())).unwrap_or_default();
-                let (short_runs, delay) = restarts::after_exit(slot.record.short_runs, ran);
-                slot.record.short_runs = short_runs;
-                slot.record.next_start = Some(crate::now().plus(delay));
-                delay
-            });
-            (ended, delay)
-        };
-        // A fence under way (its demote hook is the instance's too) runs
-        // to its end first; a lease that lapsed while the agent was
-        // stopped is fenced now.
-        self.fence_due().await;
-        // Everything that belonged to the instance that ended ends with it:
-        // its setup, scripts and checks, and what it left running.
-        crate::setup::kill_setup(&self.member_dir(member));
-        if let Some(instance) = &ended {
-            end_instance(instance);
-        }
-        let _ = self.persist(member);
-        self.tell_changed();
-        let Some(delay) = delay else { return };
-        tracing::warn!(member, %exit, ?delay, "a member exited; starting it again");
-        tokio::select! {
-            _ = self.stop.cancelled() => return,
-            _ = tokio::time::sleep(delay) => {}
-        }
-        // A leader whose lease ran out while it was down is demoted
-        // before it runs again.
-        self.fence_due().await;
-        let still_wanted = self.lock().get(member).is_some_and(|s| s.generation == generation && s.record.wanted);
-        if still_wanted && let Err(error) = self.launch(member) {
-            tracing::error!(member, %error, "could not start a member again");
-        }
     }
 
     /// Stops a member: SIGTERM to its group, SIGKILL after the grace

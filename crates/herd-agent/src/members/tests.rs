@@ -314,6 +314,15 @@ async fn a_leader_whose_lease_ran_out_while_its_agent_was_stopped_is_demoted_bef
     assert_eq!(runs.started_again().await, "leading\ndemoted\n");
 }
 
+/// Makes `member`'s record file impossible to replace (as a full disk
+/// does); its path, to be removed to free it.
+fn block_record(members: &Members, member: &str) -> PathBuf {
+    let record = members.member_dir(member).join("member.json");
+    std::fs::remove_file(&record).unwrap();
+    std::fs::create_dir_all(record.join("in-the-way")).unwrap();
+    record
+}
+
 #[tokio::test]
 async fn a_run_whose_record_cannot_be_written_leaves_the_record_as_it_was() {
     let dir = tempfile::tempdir().unwrap();
@@ -321,10 +330,7 @@ async fn a_run_whose_record_cannot_be_written_leaves_the_record_as_it_was() {
     let _stop = stop.clone().drop_guard();
     let members = Members::open(dir.path(), MemberHost::bare("not in this test"), stop).await.unwrap();
     let first = members.start("m1", run("exec sleep 60", Vec::new())).await.unwrap();
-    // The record's file cannot be replaced any more (a full disk, say).
-    let record = members.member_dir("m1").join("member.json");
-    std::fs::remove_file(&record).unwrap();
-    std::fs::create_dir_all(record.join("in-the-way")).unwrap();
+    let record = block_record(&members, "m1");
     let other =
         Running { instance_id: "other".into(), pid: 1, start_ticks: 1, started_at: crate::now(), oom_kills_before: 0 };
     assert!(members.record_run("m1", &other).is_err());
@@ -333,5 +339,28 @@ async fn a_run_whose_record_cannot_be_written_leaves_the_record_as_it_was() {
     assert_eq!(kept.restarts, 0);
     assert!(kept.last_exit.is_some_and(|e| e.starts_with("not started: ")));
     std::fs::remove_dir_all(&record).unwrap();
+    members.stop("m1").await.unwrap();
+}
+
+#[tokio::test]
+async fn a_member_whose_start_again_fails_is_tried_again_until_it_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let stop = CancellationToken::new();
+    let _stop = stop.clone().drop_guard();
+    let members = Members::open(dir.path(), MemberHost::bare("not in this test"), stop).await.unwrap();
+    let first = members.start("m1", run("sleep 1", Vec::new())).await.unwrap();
+    // Before it exits, its record can no longer be written.
+    let record = block_record(&members, "m1");
+    eventually("a start again that failed, said", || {
+        members.record("m1").and_then(|r| r.last_exit).is_some_and(|e| e.starts_with("not started: "))
+    })
+    .await;
+    let failed = members.record("m1").unwrap();
+    assert!(failed.wanted && failed.next_start.is_some(), "{failed:?}");
+    // Freed: the next try starts it.
+    std::fs::remove_dir_all(&record).unwrap();
+    eventually("started again once the disk was freed", || members.report()[0].running).await;
+    let report = &members.report()[0];
+    assert!(report.running && report.instance_id.as_deref() != Some(first.as_str()), "{report:?}");
     members.stop("m1").await.unwrap();
 }

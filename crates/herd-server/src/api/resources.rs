@@ -8,6 +8,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use herd_core::Resource;
 use herd_core::authz::Verb;
+use herd_core::backoff::Contention;
 use herd_core::kinds::NodeSpec;
 use herd_core::labels::LabelSelector;
 use serde::Deserialize;
@@ -16,7 +17,7 @@ use serde_json::Value;
 
 use super::{ApiBody, ApiQuery, AppState, Caller};
 use crate::error::ApiError;
-use crate::objects::Part;
+use crate::objects::{Part, try_again};
 
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
@@ -196,14 +197,11 @@ pub async fn replace(
     ops.replace(&state.objects, &name, body, part, query.dry_run()?).await.map(Json)
 }
 
-/// How many times a patch is applied again when the object changed
-/// between reading and writing it.
-const PATCH_ATTEMPTS: usize = 5;
-
 /// Applies a JSON merge patch (RFC 7386, `herd_core::merge_patch`) to an
 /// object's metadata and spec, then writes it as a replace would (the same
 /// admission and validation). Without a `metadata.resourceVersion` in the
-/// patch, an object changed in between is read and patched again; with one,
+/// patch, an object changed in between is read and patched again (for as
+/// long as [`Contention::PATIENCE`]); with one,
 /// it must still be at that revision (409 otherwise). The status is not
 /// patched (`PUT .../status` writes it).
 pub async fn patch(
@@ -228,13 +226,12 @@ pub async fn patch(
     errors.into_result().map_err(|e| ApiError::invalid(kind, &name, e))?;
     let pinned = patch.pointer("/metadata/resourceVersion").is_some();
     let dry_run = query.dry_run()?;
-    let mut attempt = 0;
+    let mut contention = Contention::new(std::time::Instant::now());
     loop {
-        attempt += 1;
         let mut object = state.objects.get_value(kind, plural, &name).await?;
         herd_core::merge_patch::apply(&mut object, &patch);
         match ops.replace(&state.objects, &name, object, Part::Spec, dry_run).await {
-            Err(ApiError::Conflict(_)) if !pinned && attempt < PATCH_ATTEMPTS => continue,
+            Err(ApiError::Conflict(_)) if !pinned && try_again(&mut contention).await => continue,
             written => return written.map(Json),
         }
     }

@@ -8,7 +8,7 @@ use std::io::{BufRead, IsTerminal, Write};
 
 use anyhow::{Context, bail};
 use herd_client::Client;
-use herd_core::api::StatusReason;
+use herd_core::Resource;
 use herd_core::kinds::{AppSpec, MemberSpec, NodeSpec};
 
 pub async fn replace(client: &Client, name: &str, yes: bool) -> anyhow::Result<()> {
@@ -47,19 +47,13 @@ pub async fn replace(client: &Client, name: &str, yes: bool) -> anyhow::Result<(
             bail!("not replaced");
         }
     }
-    for _ in 0..8 {
-        let mut member = client.get::<MemberSpec>(name).await?;
-        member.spec.requests.replace = Some(herd_core::Timestamp::from_system_time(std::time::SystemTime::now()));
-        match client.update(&member).await {
-            Ok(_) => {
-                println!("member/{name}: replacement requested; follow it with `herd describe member {name}`");
-                return Ok(());
-            }
-            Err(error) if error.reason() == Some(StatusReason::Conflict) => continue,
-            Err(error) => return Err(error).context("requesting the replacement"),
-        }
-    }
-    bail!("member {name} kept changing; try again")
+    // A merge patch: the member's status, written all the while, does not
+    // stand in its way.
+    let asked = herd_core::Timestamp::from_system_time(std::time::SystemTime::now());
+    let patch = serde_json::json!({"spec": {"requests": {"replace": asked}}});
+    client.patch_value(MemberSpec::PLURAL, name, &patch).await.context("requesting the replacement")?;
+    println!("member/{name}: replacement requested; follow it with `herd describe member {name}`");
+    Ok(())
 }
 
 /// Drops member `name`'s first pending notify (every one, with `all`) and

@@ -8,9 +8,11 @@
 //! touched other fields.
 
 use std::collections::BTreeMap;
+use std::time::Instant;
 
 use herd_client::Client;
 use herd_core::api::StatusReason;
+use herd_core::backoff::Contention;
 use serde_json::{Value, json};
 
 use crate::cli::MetadataArgs;
@@ -51,19 +53,16 @@ fn parse(changes: &[String]) -> Result<BTreeMap<String, Option<String>>, crate::
     Ok(parsed)
 }
 
-/// How many times a pinned patch is checked and sent again when the
-/// object moved between the read and the write.
-const ATTEMPTS: usize = 10;
-
 pub async fn change(client: &Client, field: Field, args: &MetadataArgs) -> anyhow::Result<()> {
     let changes = parse(&args.changes)?;
     let kind = crate::kinds::resolve(&args.kind)?;
     let values: serde_json::Map<String, Value> =
         changes.iter().map(|(key, value)| (key.clone(), value.clone().map_or(Value::Null, Value::String))).collect();
     let what = format!("{}/{}", kind.kind.to_ascii_lowercase(), args.name);
-    let mut attempt = 0;
+    // A pinned patch whose object moved between the read and the write is
+    // checked and sent again.
+    let mut contention = Contention::new(Instant::now());
     loop {
-        attempt += 1;
         let patch = if args.overwrite {
             json!({ "metadata": { field.key(): values } })
         } else {
@@ -82,7 +81,12 @@ pub async fn change(client: &Client, field: Field, args: &MetadataArgs) -> anyho
         };
         match client.patch_value(kind.plural, &args.name, &patch).await {
             Ok(_) => break,
-            Err(error) if !args.overwrite && error.reason() == Some(StatusReason::Conflict) && attempt < ATTEMPTS => {}
+            Err(error) if !args.overwrite && error.reason() == Some(StatusReason::Conflict) => {
+                match contention.lost(Instant::now()) {
+                    Some(pause) => tokio::time::sleep(pause).await,
+                    None => return Err(error.into()),
+                }
+            }
             Err(error) => return Err(error.into()),
         }
     }

@@ -2,7 +2,8 @@
 //! sim-nodes`, heartbeating all the while) in a real Chromium: the nodes
 //! that need the operator come first, a filter finds any node, the page
 //! shows a bounded number of rows, and an idle page costs Chromium little
-//! CPU (measured from /proc, over ten seconds).
+//! CPU more than a page that follows nothing (measured from /proc, over
+//! ten seconds each).
 
 use crate::common;
 
@@ -18,7 +19,9 @@ use herd_core::{HumanDuration, Object};
 const WAIT: Duration = Duration::from_secs(60);
 const NODES: usize = 1000;
 
-/// The most of one core an idle overview may cost Chromium.
+/// The most of one core an idle overview may add to what Chromium costs
+/// on a page that follows nothing (the login page, measured in the same
+/// run: on a loaded machine both cost more).
 const IDLE_CPU_BUDGET: f64 = 0.05;
 
 /// The share of one core Chromium used over `seconds` from now.
@@ -108,6 +111,11 @@ async fn the_overview_of_a_thousand_nodes_puts_the_not_ready_first_filters_and_s
         share * 100.0,
         login_page * 100.0
     );
-    assert!(share < IDLE_CPU_BUDGET, "an idle overview costs Chromium {:.1}% of one core", share * 100.0);
+    assert!(
+        share - login_page < IDLE_CPU_BUDGET,
+        "an idle overview costs Chromium {:.1}% of one core, {:.1}% more than the login page",
+        share * 100.0,
+        (share - login_page) * 100.0
+    );
     browser.wait_text("#ready-nodes", WAIT, |t| t == format!("{NODES} of {total} Ready")).await;
 }
