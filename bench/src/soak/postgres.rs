@@ -37,9 +37,9 @@ pub async fn set_up(admin: &Client) -> anyhow::Result<()> {
 }
 
 /// The example App (as JSON) set for many failovers: shorter lease times,
-/// and a readiness check given 2 s (a leader not ready is not renewed: a
-/// check late on a loaded machine would fail it over). The PostgreSQL
-/// tests use it too.
+/// and a readiness check given 2 s and two failed runs in a row (a leader
+/// not ready is not renewed: a check late on a loaded machine would fail
+/// it over). The PostgreSQL tests use it too.
 pub fn quick_failovers(app: &mut serde_json::Value) {
     let role = &mut app["spec"]["roles"][0];
     role["leader"]["leaseDuration"] = "5s".into();
@@ -47,6 +47,7 @@ pub fn quick_failovers(app: &mut serde_json::Value) {
     role["leader"]["retryPeriod"] = "1s".into();
     role["readiness"]["period"] = "2s".into();
     role["readiness"]["timeout"] = "2s".into();
+    role["readiness"]["failureThreshold"] = 2.into();
 }
 
 /// The leader of role `db` as herd has it (member, term), if one leads.

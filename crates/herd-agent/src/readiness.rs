@@ -10,6 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use herd_core::api::ReadinessReport;
@@ -34,6 +35,8 @@ pub async fn run(members: Members, stop: CancellationToken) {
     let mut running: JoinSet<()> = JoinSet::new();
     let mut busy: BTreeSet<String> = BTreeSet::new();
     let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    // Each member's failed runs in a row (of the instance named).
+    let streaks: Arc<Mutex<BTreeMap<String, Streak>>> = Arc::default();
     let mut setup_seen: BTreeMap<String, Option<String>> = BTreeMap::new();
     loop {
         tokio::select! {
@@ -47,6 +50,7 @@ pub async fn run(members: Members, stop: CancellationToken) {
         let now = Instant::now();
         let records = members.records();
         next_due.retain(|(member, _), _| records.iter().any(|r| &r.name == member));
+        streaks.lock().unwrap_or_else(|p| p.into_inner()).retain(|member, _| records.iter().any(|r| &r.name == member));
         setup_seen.retain(|member, _| records.iter().any(|r| &r.name == member));
         let mut setup_changed = false;
         for record in &records {
@@ -90,15 +94,54 @@ pub async fn run(members: Members, stop: CancellationToken) {
             }
             next_due.insert(key, now + check.period.get());
             busy.insert(record.name.clone());
-            let (members, done) = (members.clone(), done_tx.clone());
+            let (members, done, streaks) = (members.clone(), done_tx.clone(), streaks.clone());
             running.spawn(async move {
                 let (passing, detail) = probe(&members, &record, &check).await;
-                let report =
+                let run =
                     ReadinessReport { instance_id: process.instance_id.clone(), passing, detail, since: crate::now() };
+                let before = members.readiness_of(&record.name);
+                let report = {
+                    let mut streaks = streaks.lock().unwrap_or_else(|p| p.into_inner());
+                    let streak = streaks.entry(record.name.clone()).or_default();
+                    held(before.as_ref(), streak, run, check.failure_threshold)
+                };
                 members.set_readiness(&record.name, report);
                 let _ = done.send(record.name);
             });
         }
+    }
+}
+
+/// A member's failed runs in a row, of one instance.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Streak {
+    instance_id: String,
+    failed: u32,
+}
+
+/// A run's result held to `threshold`: while fewer than `threshold` runs
+/// in a row failed, an instance whose verdict (`before`) passed keeps it;
+/// a run that passes ends the streak at once.
+fn held(
+    before: Option<&ReadinessReport>,
+    streak: &mut Streak,
+    run: ReadinessReport,
+    threshold: u32,
+) -> ReadinessReport {
+    if streak.instance_id != run.instance_id {
+        *streak = Streak { instance_id: run.instance_id.clone(), failed: 0 };
+    }
+    if run.passing {
+        streak.failed = 0;
+        return run;
+    }
+    streak.failed = streak.failed.saturating_add(1);
+    match before {
+        Some(before) if before.passing && before.instance_id == run.instance_id && streak.failed < threshold => {
+            tracing::info!(instance = %run.instance_id, failed = streak.failed, threshold, detail = %run.detail, "a readiness run failed; still ready until the threshold");
+            before.clone()
+        }
+        _ => run,
     }
 }
 
@@ -177,11 +220,46 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_ready_instance_stays_ready_until_the_threshold_of_failed_runs_in_a_row() {
+        let run = |instance: &str, passing: bool| ReadinessReport {
+            instance_id: instance.into(),
+            passing,
+            detail: if passing { String::new() } else { "late".into() },
+            since: crate::now(),
+        };
+        let mut streak = Streak::default();
+        let mut verdict = None;
+        let mut verdicts = Vec::new();
+        for (instance, passing) in [
+            ("a", true),
+            ("a", false),
+            ("a", false),
+            ("a", true),
+            ("a", false),
+            ("a", false),
+            ("a", false),
+            ("b", false),
+        ] {
+            let held = held(verdict.as_ref(), &mut streak, run(instance, passing), 3);
+            verdicts.push(held.passing);
+            verdict = Some(held);
+        }
+        assert_eq!(verdicts, [true, true, true, true, true, true, false, false], "a new instance is not held");
+        // Not ready: ready again at the first run that passes.
+        assert!(held(verdict.as_ref(), &mut streak, run("b", true), 3).passing);
+        // A threshold of one: the first failed run.
+        let mut streak = Streak::default();
+        let ready = held(None, &mut streak, run("c", true), 1);
+        assert!(!held(Some(&ready), &mut streak, run("c", false), 1).passing);
+    }
+
     fn check(probe: Probe) -> ReadinessCheck {
         ReadinessCheck {
             probe,
             period: HumanDuration::from_secs(1),
             timeout: HumanDuration(Duration::from_millis(500)),
+            failure_threshold: 1,
         }
     }
 

@@ -642,6 +642,11 @@ impl Members {
         }
     }
 
+    /// The readiness verdict `member` has now, if any.
+    pub fn readiness_of(&self, member: &str) -> Option<ReadinessReport> {
+        self.readiness.lock().unwrap_or_else(|p| p.into_inner()).get(member).cloned()
+    }
+
     /// The verdict kept for `process`, when it was of that instance.
     fn kept_readiness(&self, member: &str, process: &Running) {
         let Ok(text) = std::fs::read(self.member_dir(member).join(READINESS_FILE)) else { return };

@@ -223,6 +223,16 @@ pub struct ReadinessCheck {
     /// A run that takes longer fails [default: 2s].
     #[serde(default = "default_probe_timeout")]
     pub timeout: HumanDuration,
+    /// Failed runs in a row that make a ready member not ready [default:
+    /// 1]. More lets a member, a leader above all, ride out a run that was
+    /// late on a loaded host (Kubernetes' `failureThreshold`); a member not
+    /// ready is ready at its first run that passes.
+    #[serde(default = "default_failure_threshold")]
+    pub failure_threshold: u32,
+}
+
+fn default_failure_threshold() -> u32 {
+    1
 }
 
 fn default_period() -> HumanDuration {
@@ -356,6 +366,9 @@ impl ReadinessCheck {
         if self.timeout.get().is_zero() || self.timeout > self.period {
             errors.add(&path.child("timeout"), format!("must be positive and at most the period ({})", self.period));
         }
+        if self.failure_threshold == 0 {
+            errors.add(&path.child("failureThreshold"), "must be at least 1 (one failed run makes it not ready)");
+        }
     }
 }
 
@@ -428,8 +441,19 @@ mod tests {
         assert_eq!(role.setup.as_ref().unwrap().timeout, HumanDuration::from_secs(300));
         let check = role.readiness.as_ref().unwrap();
         assert_eq!((check.period, check.timeout), (HumanDuration::from_secs(5), HumanDuration::from_secs(2)));
+        assert_eq!(check.failure_threshold, 1);
         assert_eq!(role.placement.spread, Spread::Preferred);
         assert_eq!(role.ports[1].variable(), "HERD_PORT_PEER_URLS");
+    }
+
+    #[test]
+    fn a_readiness_threshold_of_zero_is_refused_naming_it() {
+        let role = |threshold: u32| {
+            serde_json::json!({"roles": [{"name": "a", "run": {"command": ["x"]}, "ports": [{"name": "p"}],
+                "readiness": {"tcpPort": "p", "failureThreshold": threshold}}]})
+        };
+        assert_eq!(parse(role(3)).unwrap().spec.roles[0].readiness.as_ref().unwrap().failure_threshold, 3);
+        assert_eq!(fields(parse(role(0)).unwrap_err()), ["spec.roles[0].readiness.failureThreshold"]);
     }
 
     #[test]
