@@ -14,7 +14,8 @@
 //! own, to be filled; default 1 as root), SOAK_POSTGRES_APP (1: the
 //! PostgreSQL example runs too, under a write probe; default 1 where
 //! PostgreSQL 15 is installed), SOAK_CLIENT_PAUSE_MS (between each etcd
-//! client's operations, default 50), HERD_BIN.
+//! client's operations, default 50), SOAK_KEEP_LOGS (1: the logs are
+//! kept in $TMPDIR/herd-soak-SEED without a violation too), HERD_BIN.
 
 use std::time::Duration;
 
@@ -72,6 +73,7 @@ async fn main() -> anyhow::Result<()> {
         disks: env_u64("SOAK_DISKS", u64::from(root)) == 1,
         postgres_app: env_u64("SOAK_POSTGRES_APP", u64::from(postgres_installed())) == 1,
         client_pause: Duration::from_millis(env_u64("SOAK_CLIENT_PAUSE_MS", 50)),
+        keep_logs: env_u64("SOAK_KEEP_LOGS", 0) == 1,
     };
     options.plan.kinds = kinds(&options.possible())?;
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;

@@ -69,6 +69,9 @@ pub struct Options {
     /// How long each of the three etcd clients waits between operations
     /// (the history to check grows with it).
     pub client_pause: Duration,
+    /// Whether the logs are kept when no violation was found too (they
+    /// always are on one).
+    pub keep_logs: bool,
 }
 
 impl Options {
@@ -107,7 +110,7 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
     let cluster = hosts::Cluster::start(options).context("starting the servers and agents")?;
     let outcome = soak(&cluster, options).await;
     // What a violation is read from outlives the soak's directory.
-    let kept = outcome.is_err().then(|| {
+    let kept = (outcome.is_err() || options.keep_logs).then(|| {
         let to = std::env::temp_dir().join(format!("herd-soak-{}", options.plan.seed));
         match cluster.keep_logs(&to) {
             Ok(()) => format!("\nthe logs (replicas', agents', members'): {}", to.display()),
@@ -115,9 +118,17 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
         }
     });
     cluster.stop().await;
-    outcome.map_err(|error| {
-        anyhow::anyhow!("{error:#}\nreplay: SOAK_SEED={}{}", options.plan.seed, kept.unwrap_or_default())
-    })
+    match outcome {
+        Ok(report) => {
+            if let Some(kept) = kept {
+                println!("{}", kept.trim_start());
+            }
+            Ok(report)
+        }
+        Err(error) => {
+            Err(anyhow::anyhow!("{error:#}\nreplay: SOAK_SEED={}{}", options.plan.seed, kept.unwrap_or_default()))
+        }
+    }
 }
 
 async fn soak(cluster: &Arc<hosts::Cluster>, options: &Options) -> anyhow::Result<Report> {

@@ -49,6 +49,7 @@ async fn a_hundred_random_faults_break_no_invariant() {
         postgres_app: true,
         // Fewer operations than the long soak's 50 ms: a shorter check.
         client_pause: Duration::from_millis(100),
+        keep_logs: false,
     };
     options.plan.kinds = options.possible();
     // It loads the machine as much as the PostgreSQL tests: it takes its
