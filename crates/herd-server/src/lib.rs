@@ -282,7 +282,11 @@ impl Server {
         // nothing else is written while a standby waits for it.
         let record_stop = CancellationToken::new();
         let record = replicas::keep_record(objects, me, leading, record_stop.clone()).await;
-        let router = api::router(state).layer(tower_http::trace::TraceLayer::new_for_http());
+        // A 503 is an answer (a standby passing a heartbeat on, a server
+        // not ready yet), not a fault of the server's: only a 500 is
+        // logged as an error.
+        let failures = tower_http::classify::StatusInRangeAsFailures::new(500..=500).into_make_classifier();
+        let router = api::router(state).layer(tower_http::trace::TraceLayer::new(failures));
         let stop = shutdown.clone();
         let task = tokio::spawn(async move {
             let served = match tls_config {
