@@ -44,7 +44,7 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use super::{MemberRecord, Members};
-use crate::fsutil::write_atomic;
+use crate::fsutil::{SpaceReserve, write_atomic};
 use crate::procs::RunMark;
 
 /// The guard's deadline, in the member's directory.
@@ -409,8 +409,11 @@ impl Members {
         let Some(record) = self.record(member) else { return };
         let Some(dir) = crate::setup::herd_volume(self, &record) else { return };
         let text = serde_json::to_vec(&TermFile { term, leading, in_sync: in_sync.to_vec() }).unwrap_or_default();
+        // A fenced leader's file must say so on a full disk too: a member
+        // started again from a stale one runs as the leader.
+        let reserve = SpaceReserve::of(self.data_dir());
         if let Err(error) =
-            std::fs::create_dir_all(&dir).and_then(|()| write_atomic(&dir.join("leader.json"), &text, 0o644))
+            std::fs::create_dir_all(&dir).and_then(|()| reserve.write_atomic(&dir.join("leader.json"), &text, 0o644))
         {
             tracing::error!(member, %error, "could not write the term file");
         }

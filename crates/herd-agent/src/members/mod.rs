@@ -32,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 
 use self::volumes::PrepareError;
 use crate::cgroups::{Cgroups, MemberCgroup, UsageMeter};
-use crate::fsutil::write_atomic;
+use crate::fsutil::{SpaceReserve, write_atomic};
 use crate::procs;
 
 /// In a member's directory: its last readiness verdict.
@@ -620,7 +620,8 @@ impl Members {
             |source| MemberError::Io { member: member.into(), context: format!("writing {}", path.display()), source };
         std::fs::create_dir_all(self.member_dir(member)).map_err(io)?;
         let json = serde_json::to_vec_pretty(&record).expect("a member record always serialises");
-        write_atomic(&path, &json, 0o644).map_err(io)
+        // What runs must be on record, on a full disk too.
+        SpaceReserve::of(&self.data_dir).write_atomic(&path, &json, 0o644).map_err(io)
     }
 
     /// Records a readiness check's result (a changed verdict is reported
