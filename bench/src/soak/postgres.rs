@@ -52,21 +52,23 @@ pub fn quick_failovers(app: &mut serde_json::Value) {
 
 /// The leader of role `db` as herd has it (member, term), if one leads.
 pub async fn leader(admin: &Client) -> Option<(String, u64)> {
-    let cluster = admin.get::<AppClusterSpec>(CLUSTER).await.ok()?;
-    let leader = cluster.status.leaders.into_iter().find(|l| l.role == ROLE && l.waiting.is_none())?;
-    Some((leader.member?, leader.term))
+    leader_or_why(admin).await.ok()
 }
 
 /// Why role `db` has no leader as herd has it (`None` when one leads).
 pub async fn no_leader(admin: &Client) -> Option<String> {
-    let cluster = match admin.get::<AppClusterSpec>(CLUSTER).await {
-        Ok(cluster) => cluster,
-        Err(error) => return Some(format!("cluster {CLUSTER} not read: {error}")),
+    leader_or_why(admin).await.err()
+}
+
+async fn leader_or_why(admin: &Client) -> Result<(String, u64), String> {
+    let cluster =
+        admin.get::<AppClusterSpec>(CLUSTER).await.map_err(|error| format!("cluster {CLUSTER} not read: {error}"))?;
+    let Some(leader) = cluster.status.leaders.into_iter().find(|l| l.role == ROLE) else {
+        return Err(format!("no {CLUSTER} leader: role {ROLE} not in its status"));
     };
-    match cluster.status.leaders.into_iter().find(|l| l.role == ROLE) {
-        Some(leader) if leader.waiting.is_none() && leader.member.is_some() => None,
-        Some(leader) => Some(format!("no {CLUSTER} leader: {}", leader.waiting.unwrap_or_default())),
-        None => Some(format!("no {CLUSTER} leader: role {ROLE} not in its status")),
+    match (leader.member, leader.waiting) {
+        (Some(member), None) => Ok((member, leader.term)),
+        (_, waiting) => Err(format!("no {CLUSTER} leader: {}", waiting.unwrap_or_default())),
     }
 }
 

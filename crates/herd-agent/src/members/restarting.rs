@@ -105,13 +105,13 @@ impl Members {
         let delay = {
             let mut slots = self.lock();
             let Some(slot) = slots.get_mut(member) else { return restarts::RESTART_DELAYS.max };
-            slot.record.last_exit = Some(format!("not started: {error}"));
-            slot.record.launching = None;
             count_run(&mut slot.record, Duration::ZERO)
         };
-        // A disk too full to keep the record: the try goes on regardless.
-        let _ = self.persist(member);
-        self.tell_changed();
+        // A disk too full to keep the record: the try goes on regardless,
+        // and the heartbeat still tells.
+        if self.not_started(member, &error.to_string()).is_err() {
+            self.tell_changed();
+        }
         delay
     }
 }
