@@ -285,10 +285,7 @@ async fn in_synchronous_mode_every_acknowledged_commit_survives_20_failovers() {
         // first); even rounds lose the primary's host.
         let cut = round % 2 == 1;
         if cut && primary.metadata.name != n1 {
-            in_sync_member(&nodes, &n1).await;
-            let out =
-                nodes.server.cli_blocking(&["appcluster", "switchover", CLUSTER, "--role", "db", "--to", &n1]).await;
-            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            switch_over_to(&nodes, &n1).await;
             (primary, term) = writable_leader_at(&nodes, term, Duration::from_secs(30), &host_of).await;
             assert_eq!(primary.metadata.name, n1);
         }
@@ -346,6 +343,32 @@ async fn in_sync_member(nodes: &Nodes, member: &str) {
         let cluster = nodes.server.admin().get::<AppClusterSpec>(CLUSTER).await.ok()?;
         let leader = cluster.status.leaders.into_iter().find(|l| l.role == "db")?;
         leader.in_sync.iter().any(|m| m == member).then_some(())
+    })
+    .await;
+}
+
+/// Switches role `db` over to `member` once it is in sync and ready, as
+/// an operator would: a switchover refused because the target's readiness
+/// check fails (a former primary restarted to follow the new one reports
+/// in sync a moment before its check passes again) is asked again.
+async fn switch_over_to(nodes: &Nodes, member: &str) {
+    eventually(Duration::from_secs(60), &format!("a switchover to {member} taken"), || async {
+        in_sync_member(nodes, member).await;
+        if !nodes.server.admin().get::<MemberSpec>(member).await.ok()?.status.ready {
+            return None;
+        }
+        let out =
+            nodes.server.cli_blocking(&["appcluster", "switchover", CLUSTER, "--role", "db", "--to", member]).await;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        match (out.status.success(), stderr.contains("its readiness check")) {
+            (true, _) => Some(()),
+            (false, true) => {
+                eprintln!("switchover to {member} refused, asked again: {}", stderr.trim());
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                None
+            }
+            (false, false) => panic!("switchover to {member} failed: {stderr}"),
+        }
     })
     .await;
 }
