@@ -162,8 +162,14 @@ async fn soak(cluster: &Arc<hosts::Cluster>, options: &Options) -> anyhow::Resul
     let undecided = Arc::new(AtomicU32::new(0));
     let mut drawn = 0;
     let mut faults = schedule(&options.plan);
+    // A long run says how far it is, every hundred faults done.
+    let mut told = 0;
     while count(&done) < options.faults {
         running.retain(|task| !task.is_finished());
+        if count(&done) / 100 > told {
+            told = count(&done) / 100;
+            println!("{} faults done ({drawn} drawn) after {:.0?}", told * 100, started.elapsed());
+        }
         // Enough on their way: draw more only if some turn out not done.
         if count(&done) + undecided.load(Ordering::SeqCst) >= options.faults {
             tokio::time::sleep(Duration::from_millis(100)).await;
