@@ -24,11 +24,11 @@
 //! ([`Backend::hear_other_writers`]): reading back its own notifications
 //! cost a lone writer's backend 20-40 µs a write.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::{Arc, PoisonError};
 
 use async_trait::async_trait;
-use tokio::sync::{Mutex, Notify};
+use tokio::sync::{Mutex, Notify, Semaphore, SemaphorePermit};
 use tokio_postgres::{Client, NoTls, Statement};
 
 use crate::backend::{Backend, Committed};
@@ -201,7 +201,13 @@ const PID_PREFIX: &str = "postgres-pid:";
 /// The head revision, in a query over `herd_meta m`: the newest event's, or
 /// the compaction point when every event is compacted.
 const HEAD: &str = "GREATEST(COALESCE((SELECT max(revision) FROM herd_events), 0), m.compacted)";
-const MAX_IDLE_READERS: usize = 8;
+/// Read connections per process, at most, each kept once opened.
+/// PostgreSQL refuses connections past `max_connections` (100 by default):
+/// three replicas that opened one per concurrent read (and closed all but
+/// eight after) went past it in the chaos soak, and requests failed with
+/// "too many clients already". With this bound, three replicas hold at
+/// most 51 (a writer each too), and a read waits for a connection instead.
+pub const MAX_READERS: usize = 16;
 
 /// A connection with its statements prepared once.
 struct Conn {
@@ -311,10 +317,57 @@ impl Conn {
     }
 }
 
+/// The read connections: at most [`MAX_READERS`] lent at once, kept idle
+/// between reads.
+struct Readers {
+    url: String,
+    idle: std::sync::Mutex<Vec<Conn>>,
+    lendable: Semaphore,
+}
+
+/// A read connection lent out of [`Readers`], given back when dropped
+/// (unless PostgreSQL closed it).
+struct Lent<'a> {
+    conn: Option<Conn>,
+    readers: &'a Readers,
+    _permit: SemaphorePermit<'a>,
+}
+
+impl std::ops::Deref for Lent<'_> {
+    type Target = Conn;
+    fn deref(&self) -> &Conn {
+        self.conn.as_ref().expect("a lent connection is there until it is given back")
+    }
+}
+
+impl Drop for Lent<'_> {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take().filter(|c| !c.client.is_closed()) {
+            self.readers.idle.lock().unwrap_or_else(PoisonError::into_inner).push(conn);
+        }
+    }
+}
+
+impl Readers {
+    fn new(url: &str) -> Readers {
+        Readers { url: url.to_string(), idle: Default::default(), lendable: Semaphore::new(MAX_READERS) }
+    }
+
+    async fn lend(&self) -> Result<Lent<'_>, StoreError> {
+        let permit = self.lendable.acquire().await.map_err(|_| StoreError::Closed)?;
+        let idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner).pop();
+        let conn = match idle {
+            Some(conn) if !conn.client.is_closed() => conn,
+            _ => Conn::connect(&self.url).await?,
+        };
+        Ok(Lent { conn: Some(conn), readers: self, _permit: permit })
+    }
+}
+
 pub struct PostgresBackend {
     url: String,
     writer: Mutex<Conn>,
-    readers: Mutex<Vec<Conn>>,
+    readers: Readers,
     external: Arc<Notify>,
     /// The backend pid of the writer connection: notifications it sent are
     /// this process's own commits, already handed to the watch tailer.
@@ -357,25 +410,10 @@ impl PostgresBackend {
             url: url.to_string(),
             writer: Mutex::new(writer),
             writer_pid,
-            readers: Mutex::new(Vec::new()),
+            readers: Readers::new(url),
             external,
             hearing: AtomicBool::new(false),
         })
-    }
-
-    async fn reader(&self) -> Result<Conn, StoreError> {
-        let pooled = self.readers.lock().await.pop();
-        match pooled {
-            Some(conn) if !conn.client.is_closed() => Ok(conn),
-            _ => Conn::connect(&self.url).await,
-        }
-    }
-
-    async fn give_back(&self, conn: Conn) {
-        let mut idle = self.readers.lock().await;
-        if idle.len() < MAX_IDLE_READERS && !conn.client.is_closed() {
-            idle.push(conn);
-        }
     }
 }
 
@@ -503,10 +541,8 @@ impl Backend for PostgresBackend {
     }
 
     async fn get(&self, key: &str) -> Result<(Option<KeyValue>, Revision), StoreError> {
-        let conn = self.reader().await?;
-        let row = conn.client.query_one(&conn.stmts.get, &[&key]).await;
-        self.give_back(conn).await;
-        let row = row?;
+        let conn = self.readers.lend().await?;
+        let row = conn.client.query_one(&conn.stmts.get, &[&key]).await?;
         let kv = row.get::<_, Option<String>>(1).map(|key| KeyValue {
             key,
             value: row.get(2),
@@ -524,10 +560,9 @@ impl Backend for PostgresBackend {
     ) -> Result<(Vec<KeyValue>, Revision), StoreError> {
         let low = start_after.filter(|a| *a >= prefix).unwrap_or("");
         let end = prefix_end(prefix);
-        let conn = self.reader().await?;
-        let rows = conn.client.query(&conn.stmts.range, &[&prefix, &end, &low, &to_limit(limit)]).await;
-        self.give_back(conn).await;
-        let rows = rows?;
+        let conn = self.readers.lend().await?;
+        let rows = conn.client.query(&conn.stmts.range, &[&prefix, &end, &low, &to_limit(limit)]).await?;
+        drop(conn);
         let head = rows.first().map(|r| to_revision(r.get(0))).unwrap_or_default();
         let kvs = rows
             .iter()
@@ -558,10 +593,9 @@ impl Backend for PostgresBackend {
     }
 
     async fn events_after(&self, after: Revision, limit: usize) -> Result<Vec<Event>, StoreError> {
-        let conn = self.reader().await?;
-        let rows = conn.client.query(&conn.stmts.events, &[&to_sql(after), &to_limit(limit)]).await;
-        self.give_back(conn).await;
-        let rows = rows?;
+        let conn = self.readers.lend().await?;
+        let rows = conn.client.query(&conn.stmts.events, &[&to_sql(after), &to_limit(limit)]).await?;
+        drop(conn);
         let compacted = rows.first().map(|r| to_revision(r.get(0))).unwrap_or_default();
         if after < compacted {
             return Err(StoreError::Compacted { requested: after, compacted });
@@ -621,9 +655,8 @@ impl Backend for PostgresBackend {
 
     async fn is_alive(&self, token: &str) -> Result<bool, StoreError> {
         let Some(pid) = token.strip_prefix(PID_PREFIX).and_then(|p| p.parse::<i32>().ok()) else { return Ok(true) };
-        let conn = self.reader().await?;
-        let row = conn.client.query_one("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", &[&pid]).await;
-        self.give_back(conn).await;
-        Ok(row?.get::<_, i64>(0) > 0)
+        let conn = self.readers.lend().await?;
+        let row = conn.client.query_one("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", &[&pid]).await?;
+        Ok(row.get::<_, i64>(0) > 0)
     }
 }
