@@ -35,6 +35,7 @@ pub mod registry;
 pub mod replicas;
 pub mod restore;
 pub mod role_leases;
+pub mod store_clock;
 pub mod supersession;
 #[cfg(test)]
 mod test_cluster;
@@ -137,6 +138,8 @@ impl Server {
         check_name(&FieldPath::root("--identity"), &config.identity, &mut bad_identity);
         bad_identity.into_result().map_err(ServerError::Settings)?;
         let store = Store::open(&config.store_url).await?;
+        // Before this replica stamps anything.
+        store_clock::anchor(&store).await?;
         let objects = Objects::new(store.clone());
         if let Some(restore) = &config.restore {
             restore::seed(&store, restore).await?;
@@ -145,6 +148,7 @@ impl Server {
         commands::index_legacy_holds(&objects).await.map_err(ApiError::from)?;
 
         let shutdown = CancellationToken::new();
+        tokio::spawn(store_clock::keep_anchored(store.clone(), shutdown.clone()));
         // Serve only with the settings in hand: heartbeat answers carry them.
         let cluster_config = Reflector::start(store.clone(), shutdown.clone());
         cluster_config.synced().await;

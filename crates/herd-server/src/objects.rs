@@ -112,9 +112,10 @@ pub fn object_key(plural: &str, name: &str) -> String {
     format!("/registry/{plural}/{name}")
 }
 
-/// The server's wall clock, as object timestamps carry it.
+/// The time object timestamps carry: the store's clock where it has one
+/// of its own (`store_clock`), else this host's.
 pub fn now() -> Timestamp {
-    Timestamp::from_system_time(wall_clock())
+    Timestamp::from_system_time(crate::store_clock::on_store_clock(wall_clock()))
 }
 
 #[cfg(not(test))]

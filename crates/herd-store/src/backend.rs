@@ -64,6 +64,14 @@ pub trait Backend: Send + Sync + 'static {
     /// Forgets events up to and including `upto` (no further than the head).
     async fn compact(&self, upto: Revision) -> Result<(), StoreError>;
 
+    /// The time on the store's own clock (None: the store has none of its
+    /// own, as a file on this host shares the host's). Processes sharing a
+    /// store on another host stamp and judge times by it, so that their
+    /// own clocks may disagree.
+    async fn clock(&self) -> Result<Option<std::time::SystemTime>, StoreError> {
+        Ok(None)
+    }
+
     /// A token by which other processes on this store can tell whether this
     /// one still lives (None: the backend cannot tell).
     fn liveness_token(&self) -> Option<String> {

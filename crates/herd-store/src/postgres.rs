@@ -647,6 +647,16 @@ impl Backend for PostgresBackend {
         Ok(())
     }
 
+    /// The database server's clock (`clock_timestamp()`, in microseconds
+    /// since the epoch).
+    async fn clock(&self) -> Result<Option<std::time::SystemTime>, StoreError> {
+        let conn = self.readers.lend().await?;
+        let row = conn.client.query_one("SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8", &[]).await?;
+        let micros = u64::try_from(row.get::<_, i64>(0))
+            .map_err(|_| StoreError::Backend("the database's clock is before 1970".into()))?;
+        Ok(Some(std::time::UNIX_EPOCH + std::time::Duration::from_micros(micros)))
+    }
+
     /// The writer connection's backend pid: PostgreSQL ends that session
     /// as soon as the process dies and its socket closes.
     fn liveness_token(&self) -> Option<String> {

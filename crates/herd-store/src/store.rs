@@ -138,6 +138,12 @@ impl Store {
         self.inner.backend.liveness_token()
     }
 
+    /// The time on the store's own clock, if it has one
+    /// ([`Backend::clock`]).
+    pub async fn clock(&self) -> Result<Option<std::time::SystemTime>, StoreError> {
+        self.inner.backend.clock().await
+    }
+
     /// Whether the process behind a liveness token still lives.
     pub async fn is_alive(&self, token: &str) -> Result<bool, StoreError> {
         self.inner.backend.is_alive(token).await

@@ -256,7 +256,7 @@ async fn a_replica_with_a_skewed_wall_clock_is_shown_standby() {
     let dir = tempfile::tempdir().unwrap();
     let honest = TestServer::start_replica(dir.path(), "honest", None, &SHORT);
     eventually(Duration::from_secs(20), "honest leads", || async { leads(&honest).await.then_some(()) }).await;
-    let Some(skewed) = TestServer::start_skewed_replica(dir.path(), "skewed", "-1h") else { return };
+    let Some(skewed) = TestServer::start_skewed_replica(dir.path(), "skewed", None, "-1h") else { return };
     let admin = honest.admin();
     let record = eventually(Duration::from_secs(10), "the skewed replica's record", || async {
         admin.get::<herd_core::kinds::ReplicaSpec>("skewed").await.ok()
@@ -285,6 +285,41 @@ async fn a_replica_with_a_skewed_wall_clock_is_shown_standby() {
     let row = text.lines().find(|l| l.starts_with("skewed")).unwrap_or_default();
     assert!(row.contains("Standby") && !row.contains("60m"), "{text}");
     drop(skewed);
+}
+
+/// On PostgreSQL, a replica whose wall clock is an hour ahead stamps
+/// objects on the database's clock: its record, and the lease it renews
+/// once it leads, carry the time of day, not an hour from now, so that
+/// every replica judges the ages of what it writes (an approval, a
+/// deadline's start) as the others do. Judged by its own clock, such a
+/// leader took every standing disruption approval for lapsed.
+#[tokio::test(flavor = "multi_thread")]
+async fn on_postgres_a_replica_with_a_skewed_wall_clock_stamps_objects_on_the_stores_clock() {
+    let Some(schema) = common::PostgresSchema::create() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let honest = TestServer::start_replica(&dir.path().join("honest"), "honest", Some(&schema.url), &SHORT);
+    eventually(Duration::from_secs(20), "honest leads", || async { leads(&honest).await.then_some(()) }).await;
+    let Some(skewed) = TestServer::start_skewed_replica(&dir.path().join("skewed"), "skewed", Some(&schema.url), "+1h")
+    else {
+        return;
+    };
+    let off = |at: herd_core::Timestamp| {
+        let now = herd_core::Timestamp::from_system_time(std::time::SystemTime::now());
+        at.age(now).max(now.age(at))
+    };
+    let admin = skewed.admin();
+    let record = eventually(Duration::from_secs(10), "the skewed replica's record", || async {
+        admin.get::<herd_core::kinds::ReplicaSpec>("skewed").await.ok()
+    })
+    .await;
+    assert!(off(record.status.started_at) < Duration::from_secs(30), "started at {:?}", record.status.started_at);
+    drop(honest);
+    eventually(Duration::from_secs(20), "the skewed replica leads", || async { leads(&skewed).await.then_some(()) })
+        .await;
+    let lease = admin.get::<LeaseSpec>("herd-leader").await.unwrap();
+    assert_eq!(lease.spec.holder_identity, "skewed");
+    let renewed = lease.spec.renew_time.expect("a held lease is renewed");
+    assert!(off(renewed) < Duration::from_secs(30), "renewed at {renewed:?}, an hour off the time of day");
 }
 
 #[tokio::test(flavor = "multi_thread")]

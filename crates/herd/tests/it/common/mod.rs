@@ -174,7 +174,12 @@ impl TestServer {
     /// `offset` (libfaketime's syntax, `-1h`); its monotonic clock is true.
     /// None (said loudly) where libfaketime is missing outside CI; in CI,
     /// whose .ci/run installs it, a missing one fails the test.
-    pub fn start_skewed_replica(data_dir: &Path, identity: &str, offset: &str) -> Option<TestServer> {
+    pub fn start_skewed_replica(
+        data_dir: &Path,
+        identity: &str,
+        store: Option<&str>,
+        offset: &str,
+    ) -> Option<TestServer> {
         let library = [
             "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
             "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
@@ -188,7 +193,11 @@ impl TestServer {
         };
         let mut command = herd();
         command.env("LD_PRELOAD", library).env("FAKETIME", offset).env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
-        Some(Self::start_command(command, data_dir, "127.0.0.1:0", &["--identity", identity]))
+        let mut args = vec!["--identity", identity];
+        if let Some(url) = store {
+            args.extend(["--store", url]);
+        }
+        Some(Self::start_command(command, data_dir, "127.0.0.1:0", &args))
     }
 
     pub fn start_with(data_dir: &Path, listen: &str, extra: &[&str]) -> TestServer {
