@@ -1,10 +1,12 @@
 //! The eviction API: a voluntary disruption of one member asks
-//! every DisruptionBudget that selects it (`herd_core::disruption::verdict`);
-//! all must allow. The approval is one transaction: each budget's status
-//! (the approval recorded, one allowed disruption taken) and the member's
-//! request to be moved, each only if still at the revision read, so two
-//! evictions can never both take a budget's last allowed disruption; a
-//! lost race is decided again on what the winner wrote.
+//! every DisruptionBudget that selects it (`herd_core::disruption::verdict`),
+//! each counted at that moment over the members it selects; all must
+//! allow. The approval is one transaction: each budget's status (the
+//! approval recorded, one allowed disruption taken) and the member's
+//! request to be moved, each only if still at the revision read, and only
+//! if none of the members counted changed, so two evictions can never both
+//! take a budget's last allowed disruption, nor one take it from a member
+//! that just went down; a lost race is decided again on what changed.
 //!
 //! What an approved eviction does: a member without persistent volumes is
 //! placed again on another node, as a new member (the app-cluster
@@ -69,12 +71,29 @@ pub async fn disrupt(
         let (request, definition) = move_request(objects, &member, how).await?;
         let (budgets, _) = objects.list::<DisruptionBudgetSpec>().await?;
         let selecting: Vec<_> = budgets.into_iter().filter(|b| disruption::selects(b, &member)).collect();
+        // Counted now, over the members as they are: the keeper's last
+        // count may not have seen a member go down yet, and an approval on
+        // it broke a budget (the chaos soak found it). The approval is
+        // written only if none of the members counted changed meanwhile.
+        let counted_members = match selecting.is_empty() {
+            true => Vec::new(),
+            false => objects.list::<MemberSpec>().await?.0,
+        };
+        let at = now();
+        let counted: Vec<_> = selecting
+            .iter()
+            .map(|budget| {
+                let mut counted = budget.clone();
+                counted.status = disruption::count(budget, &counted_members, at);
+                counted
+            })
+            .collect();
         let budget_names: Vec<String> = selecting.iter().map(|b| b.metadata.name.clone()).collect();
         let target = match &definition {
             Some((cluster, app)) => Some(target(objects, &member, cluster, app).await?),
             None => None,
         };
-        let approvals = match eviction::decide(&member, &selecting, target.as_ref()) {
+        let approvals = match eviction::decide(&member, &counted, target.as_ref()) {
             Decision::UnderWay => {
                 let message = format!("member {name} is being evicted (or replaced) already");
                 return Ok(Eviction { member: name.to_string(), budgets: budget_names, dry_run, message });
@@ -92,17 +111,17 @@ pub async fn disrupt(
         if dry_run {
             return Ok(answer);
         }
-        let at = now();
         let mut staged = Vec::new();
         for (i, counts) in approvals {
-            let budget = &selecting[i];
-            let mut approved = budget.clone();
-            approved.status = disruption::approve(&budget.status, &member, counts, at);
-            staged.push(Staged::of(budget, approved, Part::Status)?);
+            let mut approved = selecting[i].clone();
+            approved.status = disruption::approve(&counted[i].status, &member, counts, at);
+            staged.push(Staged::of(&selecting[i], approved, Part::Status)?);
         }
         let mut moved = member.clone();
         request.ask(&mut moved, at);
         staged.push(Staged::of(&member, moved, Part::Spec)?);
+        let others = counted_members.iter().filter(|m| m.metadata.name != member.metadata.name);
+        staged.extend(others.filter(|m| selecting.iter().any(|b| disruption::selects(b, m))).map(Staged::unchanged));
         match objects.commit_staged(staged).await {
             Ok(()) => {
                 events.record(&member, EventType::Normal, EventReason::MemberEvicted, answer.message.clone()).await;
@@ -178,4 +197,65 @@ async fn target(
     let loads = placement::loads(members.iter().filter(|m| m.metadata.name != member.metadata.name));
     let load = |node: &str| loads.get(node).copied().unwrap_or_default();
     Ok(placement::place(&leaving, selector, role.placement.spread, &nodes, &peers, &load))
+}
+
+#[cfg(test)]
+mod tests {
+    use herd_core::Object;
+    use herd_core::kinds::disruption_budget::Amount;
+    use herd_core::kinds::member::{CLUSTER_LABEL, member_name};
+    use herd_core::kinds::{DisruptionBudgetSpec, MemberState};
+
+    use super::*;
+
+    async fn set_ready(objects: &Objects, name: &str, ready: bool) {
+        let set = |m: &mut Member| {
+            m.status.ready = ready;
+            Ok::<_, ObjectsError>(true)
+        };
+        objects.modify::<MemberSpec, ObjectsError>(name, Part::Status, set).await.unwrap();
+    }
+
+    /// A budget's status may lag a member going down (the keeper counts
+    /// after the change is stored): the eviction counts the members as
+    /// they are, so the lag never lets it take the budget below its
+    /// minimum.
+    #[tokio::test]
+    async fn an_eviction_counts_the_members_as_they_are_not_as_the_budget_last_said() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = herd_store::Store::open(dir.path().join("store.db").to_str().unwrap()).await.unwrap();
+        let objects = Objects::new(store);
+        let events = EventRecorder::new(objects.clone(), "test");
+        let spec = DisruptionBudgetSpec {
+            selector: format!("{CLUSTER_LABEL}=c"),
+            min_available: Some(Amount::Count(2)),
+            ..Default::default()
+        };
+        let budget = objects.create(Object::new("c", spec), false, false).await.unwrap();
+        for index in 0..3 {
+            let spec = MemberSpec { cluster: "c".into(), role: "db".into(), index, ..Default::default() };
+            let mut member = Member::new(member_name("c", "db", index), spec);
+            member.metadata.labels.insert(CLUSTER_LABEL.into(), "c".into());
+            member.status.state = MemberState::Configured;
+            member.status.ready = true;
+            objects.create(member, true, false).await.unwrap();
+        }
+        // Counted with all three healthy: one disruption allowed.
+        let (members, _) = objects.list::<MemberSpec>().await.unwrap();
+        let mut counted = budget.clone();
+        counted.status = disruption::count(&budget, &members, now());
+        assert_eq!(counted.status.disruptions_allowed, 1);
+        objects.update_status(counted, false).await.unwrap();
+
+        // One goes down; nothing has counted the budget since.
+        set_ready(&objects, "c-db-0", false).await;
+        let refused = disrupt(&objects, &events, "c-db-1", false, Disruption::Restart).await;
+        assert!(matches!(refused, Err(EvictionError::Refused { .. })), "{refused:?}");
+        let stored = objects.require::<MemberSpec>("c-db-1").await.unwrap();
+        assert!(stored.spec.requests.restart.is_none(), "nothing asked of it");
+
+        set_ready(&objects, "c-db-0", true).await;
+        let allowed = disrupt(&objects, &events, "c-db-1", false, Disruption::Restart).await;
+        assert!(allowed.is_ok(), "{allowed:?}");
+    }
 }

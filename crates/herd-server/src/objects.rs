@@ -162,7 +162,8 @@ pub struct Staged {
     key: String,
     /// The revision it was read at: the write needs it still there.
     expected: Revision,
-    value: Vec<u8>,
+    /// What is written (None: nothing, only checked unchanged).
+    value: Option<Vec<u8>>,
 }
 
 impl Staged {
@@ -179,9 +180,23 @@ impl Staged {
             kind: S::KIND,
             key: object_key(S::PLURAL, &name),
             expected: prepared.expected_revision.unwrap_or(0),
-            value: encode(&prepared.object),
+            value: Some(encode(&prepared.object)),
             name,
         })
+    }
+
+    /// No change of `object`, only a check that it is still at the
+    /// revision it was read at: a decision written with the others rested
+    /// on it.
+    pub fn unchanged<S: Resource>(object: &Object<S>) -> Staged {
+        let name = object.metadata.name.clone();
+        Staged {
+            kind: S::KIND,
+            key: object_key(S::PLURAL, &name),
+            expected: object.metadata.resource_version.as_deref().and_then(|r| r.parse().ok()).unwrap_or(0),
+            value: None,
+            name,
+        }
     }
 }
 
@@ -521,14 +536,16 @@ impl Objects {
     }
 
     /// Writes staged changes of objects of any kinds in one transaction,
-    /// each only if it is still at the revision it was read at: all are
-    /// written, or none (a Conflict naming the first that moved).
+    /// each only if it is still at the revision it was read at (and with
+    /// them every object staged unchanged): all are written, or none (a
+    /// Conflict naming the first that moved).
     pub async fn commit_staged(&self, staged: Vec<Staged>) -> Result<(), ObjectsError> {
         let mut txn = Txn::new();
         for change in &staged {
-            txn = txn
-                .when(Compare::ModRevision { key: change.key.clone(), revision: change.expected })
-                .put(change.key.clone(), change.value.clone());
+            txn = txn.when(Compare::ModRevision { key: change.key.clone(), revision: change.expected });
+            if let Some(value) = &change.value {
+                txn = txn.put(change.key.clone(), value.clone());
+            }
         }
         if let Some((fence, _)) = &self.fence {
             txn = txn.when(Compare::ModRevision { key: fence.key.clone(), revision: fence.revision });
