@@ -156,9 +156,21 @@ async fn the_postgres_example_fails_over_keeps_every_commit_and_its_old_primary_
     })
     .await;
 
-    // kill -9 of the primary's process: started again in place, still the leader.
+    // kill -9 of the primary's process just after its standbys were
+    // unnamed, as a promote killed midway leaves it: started again in
+    // place, still the leader, it waits for a standby to have each commit
+    // from its first on (alone, it acknowledged commits the next leader
+    // lacked).
     let pid = pid_of(server, &first).await;
+    let node = first.spec.node.as_deref().and_then(|n| n.strip_prefix('n')).unwrap();
+    let data = &nodes.dirs[node.parse::<usize>().unwrap() - 1].join(format!("volumes/{first_name}/data"));
+    std::fs::remove_file(data.join("sync.conf")).unwrap();
     common::apps::kill9(pid);
+    let named = eventually(Duration::from_secs(30), "the primary answers again", || async {
+        psql(&first, "show synchronous_standby_names").ok()
+    })
+    .await;
+    assert_ne!(named, "", "started again with no standbys named, the primary acknowledges commits alone");
     eventually(Duration::from_secs(30), "the primary takes writes again", || async {
         psql(&first, "insert into t values (50, 1)").ok()
     })
