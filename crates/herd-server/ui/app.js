@@ -12,6 +12,9 @@ const herd = {
   page: null,
   clusterStatus: null,
   verify: null,
+  // Milliseconds spent rendering since the page loaded: what the
+  // dashboard benchmark (bench/src/dashboard.rs) reads of an idle page.
+  renderMs: 0,
 };
 
 const $ = (id) => document.getElementById(id);
@@ -237,6 +240,7 @@ let rendered = "";
 
 function render() {
   if (!herd.page) return;
+  const started = performance.now();
   const html = PAGES[herd.page].render();
   if (html !== rendered) {
     const next = document.createElement("template");
@@ -247,6 +251,7 @@ function render() {
   for (const link of document.querySelectorAll("#nav a")) {
     link.classList.toggle("active", link.dataset.page === herd.page);
   }
+  herd.renderMs += performance.now() - started;
 }
 
 /// Makes the children of `have` those of `want`, changing only what

@@ -27,13 +27,6 @@ const NODES: usize = 1000;
 /// alone and 6.6% in CI, so a finer bound belongs in a benchmark.
 const IDLE_CPU_BUDGET: f64 = 0.20;
 
-/// The share of one core Chromium used over `seconds` from now.
-async fn cpu_share(browser: &Browser, seconds: u64) -> f64 {
-    let (before, started) = (browser.cpu_seconds(), std::time::Instant::now());
-    tokio::time::sleep(Duration::from_secs(seconds)).await;
-    (browser.cpu_seconds() - before) / started.elapsed().as_secs_f64()
-}
-
 async fn type_into(browser: &Browser, css: &str, text: &str) {
     let input = browser.client.wait().at_most(WAIT).for_element(Locator::Css(css)).await.unwrap();
     input.clear().await.unwrap();
@@ -74,7 +67,7 @@ async fn the_overview_of_a_thousand_nodes_puts_the_not_ready_first_filters_and_s
     browser.client.goto(&format!("{}/ui", server.url)).await.unwrap();
     // The baseline, in the same run: the login page, which follows nothing.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let login_page = cpu_share(&browser, 5).await;
+    let login_page = browser.chromium.cpu_share(Duration::from_secs(5)).await;
     type_into(&browser, "#token", common::ADMIN_TOKEN).await;
     browser.click("#login-submit").await;
     let total = NODES + 3;
@@ -108,7 +101,7 @@ async fn the_overview_of_a_thousand_nodes_puts_the_not_ready_first_filters_and_s
 
     // Idle: nothing but heartbeats and the clock move.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let share = cpu_share(&browser, 10).await;
+    let share = browser.chromium.cpu_share(Duration::from_secs(10)).await;
     eprintln!(
         "an idle overview of {total} nodes costs Chromium {:.1}% of one core (the login page: {:.1}%)",
         share * 100.0,

@@ -1,23 +1,17 @@
-//! A real browser for dashboard tests: Debian's headless Chromium driven
-//! through chromedriver (WebDriver) by fantoccini. chromedriver runs in a
-//! process group of its own, which is killed on drop with the Chromium it
-//! started, also when the test fails.
+//! The dashboard tests' browser: `herd_bench::browser`'s Chromium, with
+//! the waits, clicks and screenshots a test makes of it.
 
-use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use fantoccini::{Client, ClientBuilder, Locator};
-use serde_json::{Value, json};
-
-const CHROMIUM: &str = "/usr/bin/chromium";
-const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+use fantoccini::{Client, Locator};
+use herd_bench::browser::Chromium;
+use serde_json::Value;
 
 /// Whether Chromium and chromedriver are installed; in CI (`CI` set) their
 /// absence fails the test, elsewhere it is said loudly and the test skips.
 pub fn available() -> bool {
-    let present = std::path::Path::new(CHROMIUM).exists() && std::path::Path::new(CHROMEDRIVER).exists();
+    let present = herd_bench::browser::installed();
     if !present {
         assert!(
             std::env::var_os("CI").is_none(),
@@ -30,77 +24,21 @@ pub fn available() -> bool {
     present
 }
 
-struct Driver(Child);
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        // The whole group: chromedriver and the Chromium it started.
-        let group = format!("-{}", self.0.id());
-        let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
-        let _ = self.0.wait();
-    }
-}
-
 pub struct Browser {
     pub client: Client,
     /// Where screenshots go.
     pub shots: PathBuf,
-    _profile: tempfile::TempDir,
-    _driver: Driver,
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    pub chromium: Chromium,
 }
 
 impl Browser {
-    /// A headless Chromium with a fresh profile, trusting any certificate
-    /// (the cluster CA is the test's own) and reaching nothing but loopback.
+    /// A headless Chromium with a fresh profile; its screenshots go to
+    /// `target/tmp/<shots>/`.
     pub async fn start(shots: &str) -> Browser {
-        use std::os::unix::process::CommandExt;
-        let port = free_port();
-        let driver = Command::new(CHROMEDRIVER)
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0)
-            .spawn()
-            .expect("chromedriver starts");
-        let driver = Driver(driver);
-        let profile = tempfile::tempdir().unwrap();
-        let args = [
-            "--headless=new",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--disable-dev-shm-usage",
-            "--window-size=1400,1000",
-            &format!("--user-data-dir={}", profile.path().display()),
-        ];
-        let capabilities = json!({
-            "acceptInsecureCerts": true,
-            "goog:chromeOptions": { "binary": CHROMIUM, "args": args },
-        });
-        let Value::Object(capabilities) = capabilities else { unreachable!() };
-        let url = format!("http://127.0.0.1:{port}");
-        let mut last_error = String::new();
-        for _ in 0..100 {
-            let connector = hyper_util::client::legacy::connect::HttpConnector::new();
-            match ClientBuilder::new(connector).capabilities(capabilities.clone()).connect(&url).await {
-                Ok(client) => {
-                    let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(shots);
-                    std::fs::create_dir_all(&shots).unwrap();
-                    return Browser { client, shots, _profile: profile, _driver: driver };
-                }
-                Err(error) => last_error = error.to_string(),
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        panic!("chromedriver did not start a browser: {last_error}");
+        let chromium = Chromium::start().await.unwrap();
+        let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(shots);
+        std::fs::create_dir_all(&shots).unwrap();
+        Browser { client: chromium.client.clone(), shots, chromium }
     }
 
     /// The text of the first element matching `css`, if there is one.
@@ -158,25 +96,6 @@ impl Browser {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         panic!("{css} could not be clicked: {last_error}");
-    }
-
-    /// CPU time (user and system, in seconds) that chromedriver and the
-    /// Chromium it started (its process group) have used so far.
-    pub fn cpu_seconds(&self) -> f64 {
-        let group = self._driver.0.id().to_string();
-        // SAFETY: sysconf reads a constant of the system.
-        let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-        let mut ticks = 0u64;
-        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
-            // After the command's name (in parentheses): state, ppid, pgrp, ..., utime (14th), stime (15th).
-            let Some((_, fields)) = stat.rsplit_once(')') else { continue };
-            let fields: Vec<&str> = fields.split_whitespace().collect();
-            if fields.len() > 12 && fields[2] == group {
-                ticks += fields[11].parse::<u64>().unwrap_or(0) + fields[12].parse::<u64>().unwrap_or(0);
-            }
-        }
-        ticks as f64 / ticks_per_second
     }
 
     pub async fn count(&self, css: &str) -> usize {
