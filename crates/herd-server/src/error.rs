@@ -149,8 +149,12 @@ impl From<StoreError> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
-        if status.code >= 500 {
-            tracing::error!(error = %self, "request failed");
+        // A 503 is an answer (this replica does not lead, the store is
+        // away for now: ask again or elsewhere), not a fault of the server.
+        match status.code {
+            503 => tracing::warn!(error = %self, "request not served here now"),
+            500.. => tracing::error!(error = %self, "request failed"),
+            _ => {}
         }
         let code = StatusCode::from_u16(status.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         (code, Json(status)).into_response()
