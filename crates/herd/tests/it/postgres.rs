@@ -181,20 +181,39 @@ async fn the_postgres_example_fails_over_keeps_every_commit_and_its_old_primary_
     })
     .await;
 
+    // Again, with its data a standby's, as a leader killed before its
+    // promote took leaves it: started as a standby and promoted (a
+    // standby's data started as a primary loses the WAL it streamed since
+    // its last restartpoint), it comes back the primary with every row,
+    // holding commits for a standby.
+    let pid = pid_of(server, &first).await;
+    std::fs::write(data.join("pgdata/standby.signal"), "").unwrap();
+    common::apps::kill9(pid);
+    eventually(Duration::from_secs(30), "the primary takes writes again after a promote", || async {
+        psql(&first, "insert into t values (1000, 1)").ok()
+    })
+    .await;
+    assert_eq!(count(&first), Ok(52), "every acknowledged commit is on it");
+    assert_ne!(psql(&first, "show synchronous_standby_names"), Ok(String::new()), "it holds commits for a standby");
+    eventually(Duration::from_secs(10), "the leader renewed in its term", || async {
+        leader(&nodes).await.filter(|l| *l == (first_name.clone(), first_term))
+    })
+    .await;
+
     // Its host is lost: agent and members at once.
     let node_index = common::apps::lose_host(&mut nodes, &first).await;
     let lost = Instant::now();
     let (second, term) = writable_leader(&nodes, first_term, Duration::from_secs(60)).await;
     eprintln!("host lost: {} writable in term {term} after {:?}", second.metadata.name, lost.elapsed());
     assert_ne!(second.metadata.name, first_name);
-    assert_eq!(count(&second), Ok(51), "every acknowledged commit is on the new primary");
+    assert_eq!(count(&second), Ok(52), "every acknowledged commit is on the new primary");
     insert(&second, 51..60, term);
 
     // The host comes back: the old primary is rewound and follows.
     nodes.agents[node_index] =
         common::start_agent(&nodes.server.url, &nodes.dirs[node_index], &format!("n{}", node_index + 1));
     within(&nodes, &first, Duration::from_secs(60), "a standby with every row", || {
-        standby(&first) && count(&first) == Ok(60)
+        standby(&first) && count(&first) == Ok(61)
     })
     .await;
 
@@ -214,10 +233,10 @@ async fn the_postgres_example_fails_over_keeps_every_commit_and_its_old_primary_
     let (back, term) = writable_leader(&nodes, term, Duration::from_secs(10)).await;
     eprintln!("switchover: {} writable in term {term} {:?} after it was asked", back.metadata.name, asked.elapsed());
     assert_eq!(back.metadata.name, first_name);
-    assert_eq!(count(&back), Ok(60), "nothing lost in the switchover");
+    assert_eq!(count(&back), Ok(61), "nothing lost in the switchover");
     insert(&back, 60..70, term);
     within(&nodes, &second, Duration::from_secs(60), "a standby with every row", || {
-        standby(&second) && count(&second) == Ok(70)
+        standby(&second) && count(&second) == Ok(71)
     })
     .await;
     let node = nodes.server.admin().get::<NodeSpec>("n1").await.unwrap();
@@ -349,14 +368,15 @@ async fn in_synchronous_mode_every_acknowledged_commit_survives_20_failovers() {
     eprintln!("20 failovers (10 cut off, 10 lost): {acknowledged} commits acknowledged, none lost");
 }
 
+/// How long a standby may take to be in sync again after a failover: a
+/// precondition of the next round, not a measure. In CI, beside the soak,
+/// a former primary was not back in sync within a minute (and what its
+/// script said is shown if it is not within this).
+const BACK_IN_SYNC: Duration = Duration::from_secs(180);
+
 /// Waits until the primary reports `member` in sync.
 async fn in_sync_member(nodes: &Nodes, member: &str) {
-    eventually(Duration::from_secs(60), &format!("{member} in sync"), || async {
-        let cluster = nodes.server.admin().get::<AppClusterSpec>(CLUSTER).await.ok()?;
-        let leader = cluster.status.leaders.into_iter().find(|l| l.role == "db")?;
-        leader.in_sync.iter().any(|m| m == member).then_some(())
-    })
-    .await;
+    in_sync_as(nodes, &format!("{member} in sync"), |in_sync| in_sync.iter().any(|m| m == member)).await;
 }
 
 /// Switches role `db` over to `member` once it is in sync and ready, as
@@ -364,7 +384,7 @@ async fn in_sync_member(nodes: &Nodes, member: &str) {
 /// check fails (a former primary restarted to follow the new one reports
 /// in sync a moment before its check passes again) is asked again.
 async fn switch_over_to(nodes: &Nodes, member: &str) {
-    eventually(Duration::from_secs(60), &format!("a switchover to {member} taken"), || async {
+    eventually(BACK_IN_SYNC, &format!("a switchover to {member} taken"), || async {
         in_sync_member(nodes, member).await;
         if !nodes.server.admin().get::<MemberSpec>(member).await.ok()?.status.ready {
             return None;
@@ -385,17 +405,23 @@ async fn switch_over_to(nodes: &Nodes, member: &str) {
     .await;
 }
 
-/// Waits until the primary reports `count` standbys in sync or more; on time-out
-/// the panic shows the cluster and what the primary says of its standbys.
+/// Waits until the primary reports `count` standbys in sync or more.
 async fn in_sync(nodes: &Nodes, count: usize) {
+    in_sync_as(nodes, &format!("{count} standbys in sync"), |in_sync| in_sync.len() >= count).await;
+}
+
+/// Waits until a primary, not waiting, reports standbys in sync as `wanted`
+/// says; on time-out the panic shows the cluster, what the primary says of
+/// its standbys, and what each member's script said.
+async fn in_sync_as(nodes: &Nodes, what: &str, wanted: impl Fn(&[String]) -> bool) {
     let start = Instant::now();
     loop {
         let cluster = nodes.server.admin().get::<AppClusterSpec>(CLUSTER).await.unwrap();
         let leader = cluster.status.leaders.into_iter().find(|l| l.role == "db").unwrap_or_default();
-        if leader.in_sync.len() >= count && leader.waiting.is_none() {
+        if wanted(&leader.in_sync) && leader.waiting.is_none() {
             return;
         }
-        if start.elapsed() > Duration::from_secs(60) {
+        if start.elapsed() > BACK_IN_SYNC {
             let described = nodes.server.cli(&["describe", "appcluster", CLUSTER]);
             let primary = member(nodes, leader.member.as_deref().unwrap_or_default()).await;
             let standbys = psql(&primary, "select application_name, state, sync_state from pg_stat_replication");
@@ -412,7 +438,7 @@ async fn in_sync(nodes: &Nodes, count: usize) {
                 })
                 .collect();
             panic!(
-                "not {count} standbys in sync within 60s:\n{}\nthe primary's standbys: {standbys:?}\n{}",
+                "not {what} within {BACK_IN_SYNC:?}:\n{}\nthe primary's standbys: {standbys:?}\n{}",
                 String::from_utf8_lossy(&described.stdout),
                 logs.join("\n")
             );
