@@ -51,7 +51,7 @@ async fn the_dashboard_shows_the_cluster_live_and_acts_for_the_operator() {
     if !browser::available() {
         return;
     }
-    let _turn = common::take_turn(common::Lane::Load).await;
+    let _turn = common::take_turn().await;
     let mut nodes = nodes(3).await;
     let admin = nodes.server.admin();
     let viewer = admin

@@ -38,7 +38,7 @@ async fn the_overview_of_a_thousand_nodes_puts_the_not_ready_first_filters_and_s
     if !browser::available() {
         return;
     }
-    let _turn = common::take_turn(common::Lane::Load).await;
+    let _turn = common::take_turn().await;
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start(&dir.path().join("server"));
     let admin = server.admin();

@@ -131,7 +131,7 @@ async fn within(nodes: &Nodes, member: &Member, limit: Duration, what: &str, don
 #[tokio::test(flavor = "multi_thread")]
 async fn the_postgres_example_fails_over_keeps_every_commit_and_its_old_primary_comes_back_rewound() {
     require(&["psql", "pg_isready", "/usr/lib/postgresql/15/bin/postgres"]);
-    let _turn = common::take_turn(common::Lane::Failovers).await;
+    let _turn = common::take_turn().await;
     let mut nodes = nodes(3).await;
     let server = &nodes.server;
     let out = server.cli(&["apply", "-f", example("postgres").to_str().unwrap()]);
@@ -283,9 +283,9 @@ async fn lost_writes(nodes: &Nodes, primary: &Member, timelines: &[Vec<probe::Ac
 #[tokio::test(flavor = "multi_thread")]
 async fn in_synchronous_mode_every_acknowledged_commit_survives_20_failovers() {
     require(&["psql", "pg_isready", "/usr/lib/postgresql/15/bin/postgres"]);
-    // In the suite's first burst its leaders missed renewals and it
-    // failed: it takes its turn.
-    let _turn = common::take_turn(common::Lane::Failovers).await;
+    // Beside the soak, or in the suite's first burst, its leaders missed
+    // renewals and it failed: it takes its turn.
+    let _turn = common::take_turn().await;
     let mut nodes = common::apps::nodes_with_n1_apart(3).await;
     apply_example(&nodes, 3, herd_bench::soak::quick_failovers).await;
     let members = configured(&nodes.server, CLUSTER, 3, Duration::from_secs(120)).await;
@@ -450,7 +450,7 @@ async fn in_sync_as(nodes: &Nodes, what: &str, wanted: impl Fn(&[String]) -> boo
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cut_off_primary_stops_taking_writes_before_another_takes_any() {
     require(&["psql", "pg_isready", "/usr/lib/postgresql/15/bin/postgres"]);
-    let _turn = common::take_turn(common::Lane::Failovers).await;
+    let _turn = common::take_turn().await;
     let nodes = common::apps::nodes_with_n1_apart(3).await;
     let server = &nodes.server;
     // Asynchronous: the cut-off primary could acknowledge writes alone,

@@ -245,7 +245,7 @@ async fn a_member_over_its_memory_cap_is_oom_killed_told_of_and_restarted_and_it
 #[tokio::test(flavor = "multi_thread")]
 async fn cpu_is_shared_in_proportion_to_the_requests() {
     // Eight busy loops load the machine.
-    let _turn = common::take_turn(common::Lane::WholeMachine).await;
+    let _turn = common::take_turn().await;
     let Some(nodes) = node_with_cgroups().await else { return };
     let server = &nodes.server;
     let busy = |threads: u32| {

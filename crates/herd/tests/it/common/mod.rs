@@ -448,37 +448,14 @@ pub fn host_processes_with(key: &str, value: &str) -> Vec<HostProcess> {
         .collect()
 }
 
-/// The tests that load the machine or time it take turns, in two lanes:
-/// the PostgreSQL failover tests (three servers failing over, timed by
-/// their leases) in one, the browser tests (Chromium, and a thousand
-/// simulated nodes for one) and the chaos soak in the other, and the CPU
-/// share test (busy loops on every core) alone, in both.
+/// The tests that load the machine or time it take turns: the browser
+/// tests (Chromium, and a thousand simulated nodes for one), the
+/// PostgreSQL tests (three servers failing over), the CPU share and the
+/// chaos soak.
 /// Side by side under a busy test run they starved each other's pages past
-/// their waits, and a loaded machine skews a page's measured cost; one
-/// lane at a time made the suite's run as long as the lanes added up.
-/// Hold the turn for the whole test.
-#[derive(Clone, Copy)]
-pub enum Lane {
-    Failovers,
-    Load,
-    WholeMachine,
-}
-
-/// A test's turn in its lane (both lanes' for the whole machine).
-pub struct Turn {
-    _held: Vec<tokio::sync::MutexGuard<'static, ()>>,
-}
-
-pub async fn take_turn(lane: Lane) -> Turn {
-    static FAILOVERS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-    static LOAD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-    // Always in this order, so that two tests never wait on each other.
-    let mut held = Vec::new();
-    if matches!(lane, Lane::Failovers | Lane::WholeMachine) {
-        held.push(FAILOVERS.lock().await);
-    }
-    if matches!(lane, Lane::Load | Lane::WholeMachine) {
-        held.push(LOAD.lock().await);
-    }
-    Turn { _held: held }
+/// their waits, and a loaded machine skews a page's measured cost. Hold
+/// the guard for the whole test.
+pub async fn take_turn() -> tokio::sync::MutexGuard<'static, ()> {
+    static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    TURN.lock().await
 }
