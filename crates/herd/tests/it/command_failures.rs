@@ -19,6 +19,16 @@ fn journaled_worker(agent_dir: &Path, name: &str, attempt: u32) -> Option<u64> {
     serde_json::from_str::<serde_json::Value>(&text).ok()?["worker"]["pid"].as_u64()
 }
 
+/// The worker of Command `name`'s first attempt, once journaled: the
+/// server hears Processing as the attempt starts, and the worker's pid is
+/// journaled a moment later (CI's loaded run looked in between).
+async fn worker_of(agent_dir: &Path, name: &str) -> u64 {
+    eventually(Duration::from_secs(10), &format!("{name}'s worker journaled"), || async {
+        journaled_worker(agent_dir, name, 1)
+    })
+    .await
+}
+
 fn alive(pid: u64) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .is_ok_and(|stat| stat.rsplit(") ").next().is_some_and(|rest| !rest.starts_with('Z')))
@@ -35,7 +45,7 @@ async fn abandoning_a_copy_ends_its_worker_and_a_following_copy_runs_alone() {
         (command.status.state_by_management == ManagementState::Processing).then_some(())
     })
     .await;
-    let worker = journaled_worker(b_dir, "slow", 1).unwrap();
+    let worker = worker_of(b_dir, "slow").await;
     let staging = b_dir.join("volumes/.incoming/m1/data");
     eventually(Duration::from_secs(10), "bytes staged", || async { staging.exists().then_some(()) }).await;
 
@@ -227,7 +237,7 @@ async fn abandoning_a_copy_whose_worker_outlived_its_agent_ends_it_too() {
     nodes.server.admin().create(&command("orphaned", "n2", copy)).await.unwrap();
     let staging = nodes.b_dir.join("volumes/.incoming/m1/data");
     eventually(Duration::from_secs(15), "bytes staged", || async { staging.exists().then_some(()) }).await;
-    let worker = journaled_worker(&nodes.b_dir, "orphaned", 1).unwrap();
+    let worker = worker_of(&nodes.b_dir, "orphaned").await;
     nodes.agents.1.kill9();
     assert!(alive(worker), "the worker outlives its agent");
     nodes.agents.1 = common::start_agent_with(&nodes.server.url, &nodes.b_dir, "n2", &flags);
