@@ -4,6 +4,7 @@
 //! killed on drop with the Chromium it started, also when a test fails;
 //! the group's CPU time is what the dashboard costs the browser.
 
+use std::collections::HashMap;
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -85,29 +86,34 @@ impl Chromium {
         bail!("chromedriver did not start a browser: {last_error}")
     }
 
-    /// CPU time (user and system, in seconds) that chromedriver and the
-    /// Chromium it started (its process group) have used so far.
-    pub fn cpu_seconds(&self) -> f64 {
+    /// CPU time (user and system, in clock ticks) that each process of
+    /// chromedriver's group (it and the Chromium it started) has used.
+    fn ticks_by_process(&self) -> HashMap<u32, u64> {
         let group = self.driver.0.id().to_string();
-        // SAFETY: sysconf reads a constant of the system.
-        let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-        let mut ticks = 0u64;
+        let mut ticks = HashMap::new();
         for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else { continue };
             let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
             // After the command's name (in parentheses): state, ppid, pgrp, ..., utime (14th), stime (15th).
             let Some((_, fields)) = stat.rsplit_once(')') else { continue };
             let fields: Vec<&str> = fields.split_whitespace().collect();
             if fields.len() > 12 && fields[2] == group {
-                ticks += fields[11].parse::<u64>().unwrap_or(0) + fields[12].parse::<u64>().unwrap_or(0);
+                ticks.insert(pid, fields[11].parse::<u64>().unwrap_or(0) + fields[12].parse::<u64>().unwrap_or(0));
             }
         }
-        ticks as f64 / ticks_per_second
+        ticks
     }
 
-    /// The share of one core the browser used over the next `span`.
+    /// The share of one core the browser used over the next `span`: what
+    /// each of its processes used meanwhile (a page's renderer that ends
+    /// takes its time with it, so a sum over the group can go down).
     pub async fn cpu_share(&self, span: Duration) -> f64 {
-        let (before, started) = (self.cpu_seconds(), Instant::now());
+        let (before, started) = (self.ticks_by_process(), Instant::now());
         tokio::time::sleep(span).await;
-        (self.cpu_seconds() - before) / started.elapsed().as_secs_f64()
+        let used: u64 =
+            self.ticks_by_process().iter().map(|(pid, now)| now.saturating_sub(*before.get(pid).unwrap_or(&0))).sum();
+        // SAFETY: sysconf reads a constant of the system.
+        let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+        used as f64 / ticks_per_second / started.elapsed().as_secs_f64()
     }
 }
