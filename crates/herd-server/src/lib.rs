@@ -139,7 +139,7 @@ impl Server {
         bad_identity.into_result().map_err(ServerError::Settings)?;
         let store = Store::open(&config.store_url).await?;
         // Before this replica stamps anything.
-        store_clock::anchor(&store).await?;
+        let store_has_clock = store_clock::anchor(&store).await?.is_some();
         let objects = Objects::new(store.clone());
         if let Some(restore) = &config.restore {
             restore::seed(&store, restore).await?;
@@ -148,7 +148,9 @@ impl Server {
         commands::index_legacy_holds(&objects).await.map_err(ApiError::from)?;
 
         let shutdown = CancellationToken::new();
-        tokio::spawn(store_clock::keep_anchored(store.clone(), shutdown.clone()));
+        if store_has_clock {
+            tokio::spawn(store_clock::keep_anchored(store.clone(), shutdown.clone()));
+        }
         // Serve only with the settings in hand: heartbeat answers carry them.
         let cluster_config = Reflector::start(store.clone(), shutdown.clone());
         cluster_config.synced().await;

@@ -4,9 +4,9 @@
 //! start of a deadline, a retry's last try) and judge their age by one
 //! clock: each measures how far its wall clock is from the database's, and
 //! [`crate::objects::now`] adds that offset. Judged by its own clock, a
-//! replica an hour ahead took every standing disruption approval for
-//! lapsed and let a budget be broken (the chaos soak found it), and one
-//! behind wrote times no other replica could judge. Liveness is judged on
+//! replica an hour ahead would take every standing disruption approval
+//! for lapsed (the chaos soak skews replicas' clocks so), and one behind
+//! would write times no other replica could judge. Liveness is judged on
 //! each process's monotonic clock instead ([`crate::change_clock`]).
 //! SQLite's replicas share a host, and its clock.
 
@@ -74,16 +74,14 @@ pub async fn anchor(store: &Store) -> Result<Option<i64>, StoreError> {
 }
 
 /// Measures the offset again every [`MEASURE_EVERY`] until `shutdown`
-/// (for a store with a clock of its own).
+/// (started for a store that [`anchor`] found has a clock of its own).
 pub async fn keep_anchored(store: Store, shutdown: CancellationToken) {
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(MEASURE_EVERY) => {}
         }
-        if let Ok(None) = anchor(&store).await {
-            return;
-        }
+        let _ = anchor(&store).await;
     }
 }
 
