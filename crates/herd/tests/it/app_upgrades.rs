@@ -176,7 +176,7 @@ async fn a_failing_canary_is_reverted_alone_an_irreversible_revision_stays_and_a
     // Each member was restarted, and the upgrade dealt with each once. A
     // member restarted just before the kill is recorded by the next leader
     // as running revision 4 already, so both wordings count.
-    for ((member, .., was), (_, .., is)) in at_3.iter().zip(&at_4) {
+    for ((member, .., was), (.., is)) in at_3.iter().zip(&at_4) {
         assert_ne!(was, is, "{member} restarted: {history:#?}");
         let steps = history.iter().filter(|h| h.starts_with(&format!("{member}: runs revision 4 "))).count();
         assert_eq!(steps, 1, "{member} dealt with once: {history:#?}");
