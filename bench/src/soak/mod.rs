@@ -7,7 +7,9 @@
 //! ([`crate::linearizable`]) and by herd's invariants, all along: no
 //! member slot runs twice on any host (a scan of every process), no
 //! voluntary disruption takes the budget below its minimum (the store's
-//! watch history of the members); and at the end: every Operation ended,
+//! watch history of the members), no Command issue by a deposed leader
+//! is stored (the watch history of the lease and the Commands); and at
+//! the end: every Operation ended,
 //! every Command settled, every member configured and every node Ready.
 //!
 //! [`run`] gives the [`Report`] (the faults done by kind, how long the
@@ -20,6 +22,7 @@ mod budget;
 mod checks;
 mod clients;
 mod faults;
+mod fencing;
 mod hosts;
 mod postgres;
 mod report;
@@ -143,6 +146,7 @@ async fn soak(cluster: &Arc<hosts::Cluster>, options: &Options) -> anyhow::Resul
     // One clock for the clients' operations, the faults and the checks.
     let clock = Instant::now();
     let budget = budget::Watcher::start(&admin, clock).await?;
+    let fencing = fencing::Watcher::start(&admin, clock).await?;
     let recorder = clients::Recorder::new(checks::client_endpoints(&admin).await?, clock);
     let stop = CancellationToken::new();
     let mut tasks = Vec::new();
@@ -181,7 +185,8 @@ async fn soak(cluster: &Arc<hosts::Cluster>, options: &Options) -> anyhow::Resul
             tokio::time::sleep(wait).await;
         }
         // A violation seen: the rest would only bury it.
-        if twice.lock().unwrap_or_else(|p| p.into_inner()).is_some() || budget.violation().is_some() {
+        let violated = budget.violation().or(fencing.violation());
+        if twice.lock().unwrap_or_else(|p| p.into_inner()).is_some() || violated.is_some() {
             break;
         }
         let (on, done, recoveries, log) = (cluster.clone(), done.clone(), recoveries.clone(), log.clone());
@@ -240,13 +245,14 @@ async fn soak(cluster: &Arc<hosts::Cluster>, options: &Options) -> anyhow::Resul
         recoveries: recoveries.lock().unwrap_or_else(|p| p.into_inner()).clone(),
         operations: history.len(),
         disruptions_checked: budget.grants(),
+        issues_checked: fencing.checked(),
         commits: commits.as_ref().and_then(|c| c.as_ref().ok().copied()),
     };
     println!("{report}");
     if let Some(seen) = twice.lock().unwrap_or_else(|p| p.into_inner()).clone() {
         bail!("violation: {seen}\nthe faults around it:\n{}", log.around(seen.at, seen.at));
     }
-    if let Some(seen) = budget.violation() {
+    if let Some(seen) = budget.violation().or(fencing.violation()) {
         bail!("violation: {seen}\nthe faults around it:\n{}", log.around(seen.at, seen.at));
     }
     whole.context("violation: the cluster did not come back whole")?;
@@ -270,9 +276,11 @@ async fn soak(cluster: &Arc<hosts::Cluster>, options: &Options) -> anyhow::Resul
         );
     }
     println!(
-        "no violation: {} operations linearizable, {} disruptions within the budget, every member configured, every node Ready",
+        "no violation: {} operations linearizable, {} disruptions within the budget, {} Command issues in their \
+         leader's term, every member configured, every node Ready",
         history.len(),
-        report.disruptions_checked
+        report.disruptions_checked,
+        report.issues_checked
     );
     Ok(report)
 }

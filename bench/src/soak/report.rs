@@ -98,6 +98,8 @@ pub struct Report {
     pub operations: usize,
     /// Disruptions granted, each checked against the budget.
     pub disruptions_checked: u32,
+    /// Command issues stored, each checked against the lease's term.
+    pub issues_checked: u32,
     /// Commits the PostgreSQL primaries acknowledged (each found on the
     /// last), when the workload ran and held.
     pub commits: Option<usize>,
@@ -113,13 +115,15 @@ impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "seed {}: {} faults done ({} asked, {} drawn), {} client operations recorded, {} disruptions granted",
+            "seed {}: {} faults done ({} asked, {} drawn), {} client operations recorded, {} disruptions granted, \
+             {} Command issues",
             self.seed,
             self.total_done(),
             self.asked,
             self.drawn,
             self.operations,
-            self.disruptions_checked
+            self.disruptions_checked,
+            self.issues_checked
         )?;
         if let Some(commits) = self.commits {
             writeln!(f, "{commits} PostgreSQL commits acknowledged, every one on the last primary")?;

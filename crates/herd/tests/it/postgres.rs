@@ -483,13 +483,18 @@ async fn a_cut_off_primary_stops_taking_writes_before_another_takes_any() {
     // A write every 10 ms on each side: to n1's member from inside its
     // namespace, to the two others from here.
     let probes = probe::Probes::start(&targets(&nodes, &members).await, Default::default());
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    let index = |name: &str| members.iter().position(|m| m.metadata.name == name).unwrap();
+    // Cut once the primary has acknowledged writes: a loaded machine can
+    // take over a second to begin.
+    eventually(Duration::from_secs(30), "the primary taking the probe's writes", || async {
+        (!probes.timelines()[index(&primary.metadata.name)].is_empty()).then_some(())
+    })
+    .await;
     netns.cut();
     let cut = probe::now_ns();
     let (second, term) = writable_leader_at(&nodes, 1, Duration::from_secs(40), &host_of).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let timelines = probes.timelines();
-    let index = |name: &str| members.iter().position(|m| m.metadata.name == name).unwrap();
     let old = &timelines[index(&primary.metadata.name)];
     let new = &timelines[index(&second.metadata.name)];
     let last_old = old.iter().map(|a| a.at).max().expect("the old primary took writes");

@@ -59,4 +59,5 @@ async fn a_hundred_random_faults_break_no_invariant() {
     assert!(report.total_done() >= 100, "{report}");
     assert!(report.operations > 1000, "the clients worked all along: {report}");
     assert!(report.disruptions_checked > 0, "voluntary disruptions were granted and checked: {report}");
+    assert!(report.issues_checked > 0, "Command issues were checked against the lease's term: {report}");
 }
